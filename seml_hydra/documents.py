@@ -1,0 +1,202 @@
+"""Experiment documents: sweep point -> MongoDB document, and the small pure helpers around them.
+
+The schema follows SEML 0.5's ``ExperimentDoc`` (``src/seml/document.py``): ``_id``, ``batch_id``,
+``status``, ``config``, ``config_unresolved``, ``config_hash``, ``add_time``, ``seml{...}``,
+``slurm[...]``, ``git{path, commit, dirty}``. Ours adds ``seed`` (fixed at staging) and a ``hydra``
+sub-document (overrides, job num, sweep dir, and the point's Hydra node as a diff against the
+batch's base node). Sacred's ``MongoObserver`` later fills the run fields (``start_time``,
+``heartbeat``, ``host``, ``captured_out``, ``result``, ``stop_time``, ``fail_trace``).
+
+Everything here is pure: no I/O, no clock, no randomness (callers pass ``add_time`` and ``seed``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import PurePath
+from typing import Any, TypedDict
+
+from . import states
+
+#: SEML-style version triple written to ``seml.version``
+VERSION = [0, 1, 0]
+
+
+class GitDoc(TypedDict):
+    """``git`` block (SEML 0.5): remote URL or repository path, commit, dirty flag."""
+
+    path: str
+    commit: str
+    dirty: bool
+
+
+class HydraDoc(TypedDict, total=False):
+    """``hydra`` block (ours): how Hydra saw this sweep point."""
+
+    overrides: list[str]  # the point's task overrides, e.g. ["model=small", "optimizer.lr=0.1"]
+    job_num: int  # hydra.job.num
+    job_name: str  # hydra.job.name
+    sweep_dir: str  # hydra.sweep.dir, resolved
+    output_dir: str  # absolute hydra.runtime.output_dir of this point
+    choices: dict[str, Any]  # hydra.runtime.choices (config-group selections)
+    node_diff: list[dict[str, Any]]  # the point's Hydra node as a diff against the batch's base
+    working_dir: str  # set by the run step: where the task ran
+    task_name: str  # set by the run step
+
+
+def to_bson_safe(value: Any) -> Any:
+    """Return ``value`` with paths turned into strings and tuples into lists, recursively.
+
+    Resolved OmegaConf containers hold only JSON types, ``bytes`` and ``pathlib`` paths; MongoDB
+    stores all of them but paths. Other objects are returned unchanged (pymongo raises on them).
+    """
+    if isinstance(value, Mapping):
+        return {str(k): to_bson_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_bson_safe(v) for v in value]
+    if isinstance(value, PurePath):
+        return str(value)
+    return value
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """MD5 hex digest of ``config`` as sorted JSON: SEML 0.5's ``make_hash``, so a config staged by
+    SEML and by us with the same values gets the same hash. Non-JSON leaves hash by ``str()``."""
+    text = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.md5(text.encode("utf-8")).hexdigest()
+
+
+def overrides_to_nested(overrides: Sequence[str]) -> dict[str, Any]:
+    """Turn Hydra override strings into the nested ``config_unresolved`` dict.
+
+    ``["model=small", "optimizer.lr=0.1", "+extra=[1,2]", "~drop"]`` ->
+    ``{"model": "small", "optimizer": {"lr": 0.1}, "extra": [1, 2], "drop": None}``. Values are
+    parsed by Hydra's override grammar; a ``group@package`` key is stored under ``group``.
+
+    Raises ``hydra.errors.OverrideParseException`` on a malformed override (Hydra has already
+    rejected those before a launcher runs).
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    nested: dict[str, Any] = {}
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        value = None if override.is_delete() else override.value()
+        if not isinstance(value, (str, int, float, bool, list, dict, type(None))):
+            value = str(value)
+        node = nested
+        *parents, leaf = override.key_or_group.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):  # "a=1 a.b=2": keep the first, stringly
+                break
+        else:
+            node[leaf] = value
+    return nested
+
+
+_DELETED = "__seml_hydra_deleted__"
+
+
+def dict_diff(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The leaves where ``other`` differs from ``base``, as ``[{"path": [k, ...], "value": v}]``.
+
+    Lists are leaves. A key of ``base`` missing from ``other`` gives ``{"path": ..., "delete":
+    True}``. ``apply_diff(base, dict_diff(base, other)) == other`` for JSON-like dicts. Paths are
+    lists (not dotted strings) so keys with dots survive MongoDB.
+    """
+    out: list[dict[str, Any]] = []
+
+    def walk(a: Mapping[str, Any], b: Mapping[str, Any], path: list[str]) -> None:
+        for key, value in b.items():
+            if key in a and isinstance(a[key], Mapping) and isinstance(value, Mapping):
+                walk(a[key], value, [*path, key])
+            elif key not in a or a[key] != value or type(a[key]) is not type(value):
+                out.append({"path": [*path, key], "value": value})
+        for key in a:
+            if key not in b:
+                out.append({"path": [*path, key], "delete": True})
+
+    walk(base, other, [])
+    return out
+
+
+def apply_diff(base: Mapping[str, Any], diff: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Return a deep copy of ``base`` with ``diff`` (from :func:`dict_diff`) applied."""
+    result = copy.deepcopy(dict(base))
+    for entry in diff:
+        *parents, leaf = entry["path"]
+        node = result
+        for key in parents:
+            node = node.setdefault(key, {})
+        if entry.get("delete"):
+            node.pop(leaf, None)
+        else:
+            node[leaf] = copy.deepcopy(entry["value"])
+    return result
+
+
+def pick_seed(config: Mapping[str, Any], drawn: int) -> int:
+    """The experiment's seed: the app's own integer ``seed`` config value when it has one, else
+    ``drawn`` (a number the caller drew at staging). SEML fixes the seed before ranks diverge."""
+    seed = config.get("seed")
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        return seed
+    return drawn
+
+
+def build_document(
+    *,
+    exp_id: int,
+    batch_id: int,
+    config: Mapping[str, Any],
+    overrides: Sequence[str],
+    hydra: HydraDoc,
+    seed: int,
+    seml: Mapping[str, Any],
+    sbatch_options: Mapping[str, Any],
+    experiments_per_job: int,
+    git: GitDoc | None,
+    add_time: datetime,
+) -> dict[str, Any]:
+    """Build the STAGED document of one sweep point.
+
+    Args:
+        exp_id, batch_id: from the collection's atomic counters.
+        config: the point's resolved app config (no ``hydra`` key), JSON-like.
+        overrides: the point's task overrides (``hydra.overrides.task``).
+        hydra: the ``hydra`` block (see :class:`HydraDoc`).
+        seed: from :func:`pick_seed`.
+        seml: the ``seml`` block (executable, name, working_dir, output_dir, payload file id...).
+        sbatch_options: the sbatch options this point is submitted with (``slurm[0]``).
+        experiments_per_job: SEML's ``slurm.experiments_per_job``.
+        git: ``{path, commit, dirty}`` or ``None`` outside a git repository (then omitted).
+        add_time: staging time (UTC).
+
+    Returns the document as a dict ready for ``insert_many``.
+    """
+    safe_config = to_bson_safe(config)
+    doc: dict[str, Any] = {
+        "_id": exp_id,
+        "batch_id": batch_id,
+        "status": states.STAGED,
+        "seed": seed,
+        "config": safe_config,
+        "config_unresolved": overrides_to_nested(overrides),
+        "config_hash": config_hash(safe_config),
+        "add_time": add_time,
+        "seml": {"version": list(VERSION), **dict(seml)},
+        "slurm": [
+            {
+                "experiments_per_job": experiments_per_job,
+                "sbatch_options": to_bson_safe(dict(sbatch_options)),
+            }
+        ],
+        "hydra": to_bson_safe(dict(hydra)),
+    }
+    if git is not None:
+        doc["git"] = dict(git)
+    return doc
