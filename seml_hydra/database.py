@@ -1,0 +1,711 @@
+"""Resolve, connect to and use the MongoDB database that stores the experiments.
+
+One function, :func:`resolve_db_settings`, decides which MongoDB server and database the
+launcher, the jobs and the CLI use. The first source that is set wins:
+
+1. the launcher's ``db`` config (``hydra.launcher.db``): a mapping with the optional keys
+   ``url`` (a MongoDB URI), ``config_file`` (path to a SEML-format ``mongodb.config``) and
+   ``database`` (a database name that overrides whatever the chosen source says);
+2. the environment variable ``SEML_MONGODB_URI`` (a MongoDB URI; the database name is the
+   URI's path, else ``seml``);
+3. SEML's config file ``~/.config/seml/mongodb.config`` (the file ``seml configure`` writes;
+   its path can be overridden with the environment variable ``SEML_MONGODB_CONFIG``);
+4. the embedded default: a local ``mongod`` from the ``local-db`` extra, started on demand
+   (see :mod:`seml_hydra.embedded_db`).
+
+Experiment ids are handed out by :func:`next_ids`, an atomic counter that never collides with
+ids that SEML itself wrote (SEML 0.5 uses ``max(_id) + 1``, starting at 1).
+
+This module imports nothing heavy at import time: ``pymongo`` and ``yaml`` are imported
+inside the functions that need them, so that ``seml --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pymongo
+    import pymongo.collection
+    import pymongo.database
+
+__all__ = [
+    "COUNTERS_COLLECTION",
+    "DEFAULT_DATABASE",
+    "DatabaseError",
+    "DbSettings",
+    "InvalidCollectionName",
+    "connect",
+    "default_config_path",
+    "get_collection",
+    "next_ids",
+    "reset_client_cache",
+    "resolve_db_settings",
+    "validate_collection_name",
+]
+
+#: Database used when the chosen source names none (URI without a path, embedded server).
+DEFAULT_DATABASE = "seml"
+#: Environment variable holding a MongoDB URI (precedence step 2).
+ENV_URI = "SEML_MONGODB_URI"
+#: Environment variable overriding the path of SEML's mongodb.config (precedence step 3).
+ENV_CONFIG = "SEML_MONGODB_CONFIG"
+#: Collection that holds the id counters of :func:`next_ids`.
+COUNTERS_COLLECTION = "seml_hydra_counters"
+#: Keys accepted in the launcher's ``db`` config.
+DB_CFG_KEYS = ("url", "config_file", "database")
+#: Keys SEML 0.5 requires in mongodb.config (``seml.database.get_mongodb_config``).
+SEML_REQUIRED_KEYS = ("username", "password", "port", "host", "database")
+
+_HOW_TO_CONFIGURE = (
+    "set hydra.launcher.db.url=mongodb://USER:PASSWORD@HOST:PORT/DATABASE, "
+    f"or the environment variable {ENV_URI}, "
+    "or write ~/.config/seml/mongodb.config (`seml configure`)"
+)
+
+
+class DatabaseError(Exception):
+    """A database problem explained for the user.
+
+    The message is complete and never contains a password; callers print ``str(err)`` and
+    need no traceback.
+    """
+
+
+class InvalidCollectionName(DatabaseError, ValueError):
+    """A collection name that MongoDB (or seml-hydra) does not accept."""
+
+
+@dataclass(frozen=True)
+class DbSettings:
+    """Where the experiments live: one MongoDB server and database.
+
+    Instances are immutable and hashable, so :func:`connect` can cache one client per
+    settings. Neither ``repr()`` nor :meth:`describe` ever show the password.
+
+    Attributes:
+        host: host name or IP of the (first) server, e.g. ``"127.0.0.1"``.
+        port: TCP port of that server, e.g. ``27017``.
+        database: database name that holds the collections.
+        username: user to authenticate as, or ``None`` for no authentication.
+        password: that user's password, or ``None``. Hidden from ``repr``.
+        auth_source: database the user is defined in (SEML 0.5 uses the configured
+            ``database``), or ``None`` for MongoDB's default.
+        extra: further keyword arguments for ``pymongo.MongoClient`` as ``(name, value)``
+            pairs, e.g. ``(("directConnection", False),)``.
+        uri: the raw MongoDB URI when the settings came from one; :func:`connect` then
+            connects with the URI (``host``/``port``/``username`` are informational).
+        source: where the settings came from, for messages: ``"launcher db.url"``,
+            ``"env SEML_MONGODB_URI"``, a config file path, or ``"embedded mongod at ..."``.
+    """
+
+    host: str
+    port: int
+    database: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    auth_source: str | None = None
+    extra: tuple[tuple[str, Any], ...] = ()
+    uri: str | None = None
+    source: str = "explicit settings"
+
+    @property
+    def is_embedded(self) -> bool:
+        """True if these settings point at the embedded default server (step 4)."""
+        return self.source.startswith("embedded mongod")
+
+    def server(self) -> str:
+        """``host:port`` (or the URI's host list), without user or password."""
+        if self.uri is not None:
+            return _split_uri(self.uri)["hosts"]
+        return _host_port(self.host, self.port)
+
+    def describe(self) -> str:
+        """One line for humans, without the password.
+
+        Returns:
+            e.g. ``"mongodb://seml@127.0.0.1:27017/seml (from env SEML_MONGODB_URI)"``.
+            Query options of a URI are left out (they may hold secrets).
+        """
+        user = f"{self.username}@" if self.username else ""
+        scheme = _split_uri(self.uri)["scheme"] if self.uri is not None else "mongodb"
+        return f"{scheme}://{user}{self.server()}/{self.database} (from {self.source})"
+
+    def __repr__(self) -> str:
+        uri = None if self.uri is None else _mask_uri(self.uri, "***")
+        return (
+            f"DbSettings(host={self.host!r}, port={self.port!r}, database={self.database!r}, "
+            f"username={self.username!r}, auth_source={self.auth_source!r}, "
+            f"extra={self.extra!r}, uri={uri!r}, source={self.source!r})"
+        )
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+def default_config_path(env: Mapping[str, str] | None = None) -> Path:
+    """Path of SEML's MongoDB config file.
+
+    SEML 0.5 keeps it in ``typer.get_app_dir("seml")``, i.e. ``$XDG_CONFIG_HOME/seml`` or
+    ``~/.config/seml`` on Linux, ``~/Library/Application Support/seml`` on macOS and
+    ``%APPDATA%\\seml`` on Windows (``seml.settings.APP_DIR``). ``SEML_MONGODB_CONFIG`` in
+    ``env`` overrides it.
+
+    Args:
+        env: environment to read (``os.environ`` when None).
+
+    Returns:
+        The path (which may not exist).
+    """
+    env = os.environ if env is None else env
+    if env.get(ENV_CONFIG):
+        return Path(env[ENV_CONFIG]).expanduser()
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    if sys.platform == "win32":
+        base = Path(env["APPDATA"]) if env.get("APPDATA") else home
+    elif sys.platform == "darwin":
+        base = home / "Library" / "Application Support"
+    else:
+        base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
+    return base / "seml" / "mongodb.config"
+
+
+def resolve_db_settings(
+    db_cfg: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    start_embedded: bool = True,
+) -> DbSettings:
+    """Decide which MongoDB server and database to use.
+
+    Precedence (first that is set wins): ``db_cfg["url"]`` or ``db_cfg["config_file"]``,
+    then ``env["SEML_MONGODB_URI"]``, then SEML's mongodb.config (``env["SEML_MONGODB_CONFIG"]``
+    or the default path, see :func:`default_config_path`), then the embedded server.
+    ``db_cfg["database"]`` overrides the database name of whichever source is chosen (the
+    authentication database stays the source's).
+
+    Args:
+        db_cfg: the launcher's ``db`` config, a mapping with optional keys ``url``,
+            ``config_file``, ``database`` (values ``None``/``""`` count as unset), or None.
+        env: environment variables to read (``os.environ`` when None).
+        start_embedded: in step 4, start the embedded ``mongod`` if it is not running. When
+            False, an embedded server that is already running is used, else this fails.
+
+    Returns:
+        The settings; nothing is connected (use :func:`connect`).
+
+    Raises:
+        DatabaseError: unknown ``db_cfg`` keys, both ``url`` and ``config_file`` given, a
+            malformed URI, a bad or unreadable config file (message names the file and the
+            key), an ``ssh_config`` block (not supported yet), or the embedded server cannot
+            be used.
+    """
+    env = os.environ if env is None else env
+    cfg = dict(db_cfg or {})
+    unknown = sorted(set(cfg) - set(DB_CFG_KEYS))
+    if unknown:
+        raise DatabaseError(
+            f"Unknown key(s) {', '.join(map(repr, unknown))} in hydra.launcher.db; "
+            f"allowed are {', '.join(DB_CFG_KEYS)}."
+        )
+    url = cfg.get("url") or None
+    config_file = cfg.get("config_file") or None
+    database = cfg.get("database") or None
+    if database is not None:
+        database = _check_database_name(str(database), "hydra.launcher.db.database")
+    if url is not None and config_file is not None:
+        raise DatabaseError(
+            "hydra.launcher.db sets both url and config_file; set only one of them."
+        )
+
+    if url is not None:
+        settings = _settings_from_uri(str(url), "launcher db.url")
+    elif config_file is not None:
+        settings = _settings_from_config_file(Path(str(config_file)).expanduser())
+    elif env.get(ENV_URI):
+        settings = _settings_from_uri(env[ENV_URI], f"env {ENV_URI}")
+    else:
+        path = default_config_path(env)
+        if env.get(ENV_CONFIG) or path.exists():
+            settings = _settings_from_config_file(path)
+        else:
+            settings = _embedded_settings(env, start_embedded)
+
+    if database is not None and database != settings.database:
+        settings = _replace(settings, database=database)
+    return settings
+
+
+def _replace(settings: DbSettings, **changes: Any) -> DbSettings:
+    import dataclasses
+
+    return dataclasses.replace(settings, **changes)
+
+
+def _embedded_settings(env: Mapping[str, str], start: bool) -> DbSettings:
+    from seml_hydra import embedded_db
+
+    data_dir = embedded_db.default_data_dir(env)
+    if start:
+        server = embedded_db.ensure_embedded_mongod(data_dir)
+    else:
+        server = embedded_db.find_running_embedded(data_dir)
+        if server is None:
+            raise DatabaseError(
+                f"No MongoDB is configured and the embedded server (data in {data_dir}) is "
+                f"not running; {_HOW_TO_CONFIGURE}."
+            )
+    return DbSettings(
+        host=server.host,
+        port=server.port,
+        database=DEFAULT_DATABASE,
+        source=f"embedded mongod at {server.host}:{server.port} (data in {server.data_dir})",
+    )
+
+
+def _check_database_name(name: str, where: str) -> str:
+    bad = sorted({c for c in name if c in '/\\. "$\0'})
+    if not name or bad or len(name.encode()) >= 64:
+        raise DatabaseError(
+            f"Invalid MongoDB database name {name!r} in {where}: it must be 1-63 bytes long "
+            'and must not contain any of / \\ . space " $ or a null character.'
+        )
+    return name
+
+
+# URI handling: our own small parser so that resolving stays pure (pymongo's parser resolves
+# mongodb+srv names over DNS). pymongo validates the URI again when connecting.
+
+
+def _split_uri(uri: str) -> dict[str, str]:
+    """Split a MongoDB URI into scheme, userinfo, hosts, path and query (raw strings)."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or scheme not in ("mongodb", "mongodb+srv"):
+        raise ValueError("it must start with mongodb:// or mongodb+srv://")
+    end = len(rest)
+    for ch in "/?":
+        i = rest.find(ch, rest.rfind("@") + 1)
+        if i != -1:
+            end = min(end, i)
+    netloc, tail = rest[:end], rest[end:]
+    userinfo, at, hosts = netloc.rpartition("@")
+    path, _, query = tail.lstrip("/").partition("?")
+    return {
+        "scheme": scheme,
+        "userinfo": userinfo if at else "",
+        "hosts": hosts,
+        "path": path,
+        "query": query,
+    }
+
+
+def _mask_uri(uri: str, replacement: str | None) -> str:
+    """Return ``uri`` with its password replaced (or removed when ``replacement`` is None)."""
+    try:
+        parts = _split_uri(uri)
+    except ValueError:
+        return "<unparsable URI>"
+    user, colon, _ = parts["userinfo"].partition(":")
+    if colon:
+        userinfo = user if replacement is None else f"{user}:{replacement}"
+    else:
+        userinfo = user
+    netloc = f"{userinfo}@{parts['hosts']}" if parts["userinfo"] else parts["hosts"]
+    out = f"{parts['scheme']}://{netloc}/{parts['path']}"
+    return f"{out}?{parts['query']}" if parts["query"] else out
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _settings_from_uri(uri: str, source: str) -> DbSettings:
+    from urllib.parse import parse_qs, unquote
+
+    uri = uri.strip()
+    try:
+        parts = _split_uri(uri)
+    except ValueError as err:
+        raise DatabaseError(
+            f"Invalid MongoDB URI {_mask_uri(uri, '***')!r} from {source}: {err}."
+        ) from None
+    masked = _mask_uri(uri, "***")
+    if not parts["hosts"]:
+        raise DatabaseError(f"Invalid MongoDB URI {masked!r} from {source}: no host.")
+    first = parts["hosts"].split(",")[0]
+    if first.startswith("["):
+        host, _, port_s = first[1:].partition("]")
+        port_s = port_s.lstrip(":")
+    else:
+        host, _, port_s = first.partition(":")
+    try:
+        port = int(port_s) if port_s else 27017
+        if not 0 < port < 65536:
+            raise ValueError
+    except ValueError:
+        raise DatabaseError(
+            f"Invalid MongoDB URI {masked!r} from {source}: bad port {port_s!r}."
+        ) from None
+    user, colon, pw = parts["userinfo"].partition(":")
+    username = unquote(user) if user else None
+    password = unquote(pw) if colon else None
+    query = parse_qs(parts["query"])
+    database = unquote(parts["path"]) or DEFAULT_DATABASE
+    _check_database_name(database, source)
+    auth_source = query.get("authSource", [None])[-1]
+    if auth_source is None and username is not None:
+        # MongoDB's rule: the URI's database, else "admin".
+        auth_source = unquote(parts["path"]) or "admin"
+    return DbSettings(
+        host=unquote(host),
+        port=port,
+        database=database,
+        username=username,
+        password=password,
+        auth_source=auth_source,
+        uri=uri,
+        source=source,
+    )
+
+
+def _settings_from_config_file(path: Path) -> DbSettings:
+    """Read a SEML 0.5 mongodb.config (``seml.database.get_mongodb_config``).
+
+    SEML requires ``username``, ``password``, ``port``, ``host`` and ``database``, uses
+    ``database`` as the authentication database, passes ``directConnection`` (default False)
+    to ``MongoClient`` and ignores every other key except ``ssh_config``.
+    """
+    import yaml
+
+    hint = "Fix it, or run `seml configure` to rewrite it."
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise DatabaseError(
+            f"MongoDB config file {path} does not exist ({ENV_CONFIG} or "
+            "hydra.launcher.db.config_file points there)."
+        ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise DatabaseError(f"Cannot read MongoDB config file {path}: {err}.") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise DatabaseError(
+            f"MongoDB config file {path} is not valid YAML: {err}. {hint}"
+        ) from None
+    if not isinstance(data, dict):
+        raise DatabaseError(
+            f"MongoDB config file {path} must be a YAML mapping with the keys "
+            f"{', '.join(SEML_REQUIRED_KEYS)}. {hint}"
+        )
+    for key in SEML_REQUIRED_KEYS:
+        if key not in data:
+            raise DatabaseError(f"MongoDB config file {path} has no key '{key}'. {hint}")
+    host = data["host"]
+    if not isinstance(host, str) or not host.strip():
+        raise DatabaseError(
+            f"MongoDB config file {path}: key 'host' must be a host name, got {host!r}. {hint}"
+        )
+    try:
+        port = int(data["port"])
+        if isinstance(data["port"], bool) or not 0 < port < 65536:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise DatabaseError(
+            f"MongoDB config file {path}: key 'port' must be a port number (1-65535), "
+            f"got {data['port']!r}. {hint}"
+        ) from None
+    if data["database"] is None or isinstance(data["database"], (dict, list)):
+        raise DatabaseError(
+            f"MongoDB config file {path}: key 'database' must be a database name. {hint}"
+        )
+    database = _check_database_name(str(data["database"]), f"{path} (key 'database')")
+    for key in ("username", "password"):
+        if isinstance(data[key], (dict, list)):
+            raise DatabaseError(f"MongoDB config file {path}: key '{key}' must be a string. {hint}")
+    username = None if data["username"] in (None, "") else str(data["username"])
+    password = None if data["password"] is None else str(data["password"])
+    if "ssh_config" in data:
+        raise DatabaseError(
+            f"MongoDB config file {path} has an 'ssh_config' block, but seml-hydra does not "
+            "support SSH tunnels yet. Open the tunnel yourself (e.g. "
+            f"`ssh -N -L 27017:{host}:{port} JUMPHOST`) and point seml-hydra at its local end "
+            f"with hydra.launcher.db.url or {ENV_URI}, or remove 'ssh_config' if the server "
+            "is reachable directly."
+        )
+    # SEML 0.5 compares with the string 'True'; a YAML boolean true is accepted here as well.
+    direct = data.get("directConnection", False)
+    direct = direct is True or str(direct).strip().lower() == "true"
+    return DbSettings(
+        host=host.strip(),
+        port=port,
+        database=database,
+        username=username,
+        password=password,
+        auth_source=database if username is not None else None,
+        extra=(("directConnection", direct),),
+        source=str(path),
+    )
+
+
+# --------------------------------------------------------------------------- connecting
+
+_CLIENTS: dict[tuple[DbSettings, float], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _forget_clients_after_fork() -> None:
+    # MongoClient is not fork-safe: a child builds its own clients.
+    _CLIENTS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_clients_after_fork)
+
+
+def reset_client_cache() -> None:
+    """Close and forget every client cached by :func:`connect` (for tests and shutdown)."""
+    with _CLIENTS_LOCK:
+        clients = list(_CLIENTS.values())
+        _CLIENTS.clear()
+    for client in clients:
+        client.close()
+
+
+def _scrub(text: str, settings: DbSettings) -> str:
+    if settings.password:
+        text = text.replace(settings.password, "***")
+        from urllib.parse import quote
+
+        text = text.replace(quote(settings.password, safe=""), "***")
+    return text
+
+
+def connect(settings: DbSettings, timeout_s: float = 5.0) -> pymongo.database.Database:
+    """Connect to the database of ``settings`` and check that the server answers.
+
+    One ``MongoClient`` is cached per ``(settings, timeout_s)`` and process (forgotten in a
+    forked child), so repeated calls are cheap: only the first one pings.
+
+    Args:
+        settings: from :func:`resolve_db_settings`.
+        timeout_s: seconds to wait for the server (``serverSelectionTimeoutMS`` and
+            ``connectTimeoutMS``).
+
+    Returns:
+        The ``pymongo`` database ``settings.database``.
+
+    Raises:
+        DatabaseError: the server is unreachable within about ``timeout_s`` (the message
+            names the server and how to configure another one), authentication failed
+            (``OperationFailure`` code 18: names user and database, never the password),
+            or the settings are invalid for pymongo.
+    """
+    key = (settings, float(timeout_s))
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+    if client is not None:
+        return client[settings.database]
+
+    import pymongo
+    from pymongo import errors
+
+    ms = max(1, int(timeout_s * 1000))
+    options: dict[str, Any] = {
+        "serverSelectionTimeoutMS": ms,
+        "connectTimeoutMS": ms,
+        "appname": "seml-hydra",
+    }
+    options.update(dict(settings.extra))
+    try:
+        if settings.uri is not None:
+            client = pymongo.MongoClient(settings.uri, **options)
+        else:
+            if settings.username is not None:
+                options.update(username=settings.username, password=settings.password or "")
+                if settings.auth_source is not None:
+                    options["authSource"] = settings.auth_source
+            client = pymongo.MongoClient(host=settings.host, port=settings.port, **options)
+    except (errors.ConfigurationError, TypeError, ValueError) as err:
+        raise DatabaseError(
+            _scrub(f"Invalid MongoDB settings {settings.describe()}: {err}", settings)
+        ) from None
+
+    try:
+        client.admin.command("ping")
+    except errors.OperationFailure as err:
+        client.close()
+        if err.code == 18:
+            raise DatabaseError(
+                f"MongoDB authentication failed for user {settings.username!r} on database "
+                f"{settings.auth_source or 'admin'!r} at {settings.server()} (settings from "
+                f"{settings.source}). Check the user name and password there."
+            ) from None
+        raise DatabaseError(
+            _scrub(f"MongoDB at {settings.describe()} refused the connection: {err}", settings)
+        ) from None
+    except errors.ConnectionFailure as err:  # includes ServerSelectionTimeoutError
+        client.close()
+        reason = str(err).split(", Timeout:")[0].split(" (configured timeouts")[0]
+        raise DatabaseError(
+            _scrub(
+                f"Cannot reach MongoDB at {settings.server()} (settings from {settings.source}) "
+                f"within {timeout_s:g} s: {reason}. Start mongod there, or point seml-hydra at "
+                f"a reachable server: {_HOW_TO_CONFIGURE}.",
+                settings,
+            )
+        ) from None
+    except errors.PyMongoError as err:
+        client.close()
+        raise DatabaseError(
+            _scrub(f"MongoDB error at {settings.describe()}: {err}", settings)
+        ) from None
+
+    with _CLIENTS_LOCK:
+        cached = _CLIENTS.setdefault(key, client)
+    if cached is not client:  # another thread won the race
+        client.close()
+    return cached[settings.database]
+
+
+# --------------------------------------------------------------------------- collections
+
+
+def validate_collection_name(name: str) -> str:
+    """Check a collection name before it reaches MongoDB.
+
+    Rules (MongoDB's naming restrictions, plus a length cap): a non-empty string of at most
+    100 characters, without ``$`` or a null character, not starting with ``system.``
+    (reserved), and without a leading or trailing dot.
+
+    Args:
+        name: the collection name, e.g. ``"my_sweep"``.
+
+    Returns:
+        ``name`` unchanged.
+
+    Raises:
+        InvalidCollectionName: (a ``DatabaseError`` and ``ValueError``) saying which rule
+            the name breaks.
+    """
+
+    def bad(why: str) -> InvalidCollectionName:
+        return InvalidCollectionName(f"Invalid collection name {name!r}: {why}.")
+
+    if not isinstance(name, str):
+        raise InvalidCollectionName(
+            f"Invalid collection name {name!r}: it must be a string, not {type(name).__name__}."
+        )
+    if not name:
+        raise bad("it is empty")
+    if len(name) > 100:
+        raise bad(f"it has {len(name)} characters, at most 100 are allowed")
+    if "$" in name:
+        raise bad("it must not contain '$'")
+    if "\0" in name:
+        raise bad("it must not contain a null character")
+    if name.startswith("system."):
+        raise bad("names starting with 'system.' are reserved by MongoDB")
+    if name.startswith(".") or name.endswith("."):
+        raise bad("it must not start or end with '.'")
+    return name
+
+
+def get_collection(name: str, settings: DbSettings) -> pymongo.collection.Collection:
+    """The collection ``name`` in the database of ``settings``.
+
+    Args:
+        name: collection name, checked with :func:`validate_collection_name` before any
+            connection is made.
+        settings: from :func:`resolve_db_settings`.
+
+    Returns:
+        A ``pymongo`` collection (from the cached client of :func:`connect`).
+
+    Raises:
+        InvalidCollectionName: bad ``name``.
+        DatabaseError: as :func:`connect`.
+    """
+    validate_collection_name(name)
+    return connect(settings)[name]
+
+
+# --------------------------------------------------------------------------- ids
+
+
+def next_ids(
+    db: pymongo.database.Database,
+    counter_name: str,
+    n: int,
+    floor: Callable[[], int | None] | None = None,
+) -> range:
+    """Atomically reserve ``n`` new integer ids from a counter.
+
+    The counter is the document ``{_id: counter_name, value: <last id handed out>}`` in the
+    collection ``seml_hydra_counters`` of ``db``. Concurrent callers (threads, processes,
+    hosts) always get disjoint ranges because every reservation is one ``$inc`` that returns
+    the new value (``find_one_and_update`` with ``ReturnDocument.AFTER``).
+
+    When the counter does not exist yet, ``floor()`` is called once (e.g. the largest ``_id``
+    SEML already wrote to the collection, since SEML 0.5 numbers experiments ``max + 1``
+    starting at 1) and the counter is created with ``$max: {value: floor()}`` before the
+    ``$inc``. ``$max`` never lowers the value, so two processes creating the counter at once
+    still never get the same ids. Without ``floor`` a new counter starts at 0 (first id 1).
+
+    Args:
+        db: the database (from :func:`connect`).
+        counter_name: counter key, e.g. the experiment collection's name.
+        n: number of ids to reserve (``>= 0``; 0 returns an empty range).
+        floor: called only when the counter does not exist; returns the largest id already
+            in use (``None`` counts as 0).
+
+    Returns:
+        ``range(first, first + n)`` of ids nobody else got.
+
+    Raises:
+        ValueError: ``n`` is negative or ``floor()`` returned a non-integer.
+        pymongo.errors.PyMongoError: the database operation failed.
+    """
+    from pymongo import ReturnDocument
+    from pymongo.errors import DuplicateKeyError
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"next_ids: n must be a non-negative integer, got {n!r}")
+    counters = db[COUNTERS_COLLECTION]
+    query = {"_id": counter_name}
+    inc = {"$inc": {"value": n}}
+
+    doc = None
+    if floor is not None:
+        doc = counters.find_one_and_update(query, inc, return_document=ReturnDocument.AFTER)
+        if doc is None:  # the counter does not exist yet: create it at the floor
+            start = floor()
+            start = 0 if start is None else start
+            if isinstance(start, bool) or not isinstance(start, int):
+                raise ValueError(f"next_ids: floor() must return an int, got {start!r}")
+            for attempt in range(2):
+                try:
+                    counters.update_one(query, {"$max": {"value": start}}, upsert=True)
+                    break
+                except DuplicateKeyError:  # created concurrently; $max again on the doc
+                    if attempt:
+                        raise
+    if doc is None:
+        for attempt in range(2):
+            try:
+                doc = counters.find_one_and_update(
+                    query, inc, upsert=True, return_document=ReturnDocument.AFTER
+                )
+                break
+            except DuplicateKeyError:  # concurrent upsert of a new counter; retry once
+                if attempt:
+                    raise
+    assert doc is not None
+    last = int(doc["value"])
+    return range(last - n + 1, last + 1)

@@ -1,0 +1,33 @@
+"""The ``git`` block of a document (SEML 0.5's ``GitDoc``): where the app's code came from."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from .documents import GitDoc
+
+
+def _git(directory: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_info(directory: str | Path) -> GitDoc | None:
+    """``{path, commit, dirty}`` of the git repository holding ``directory``, or ``None`` when it
+    is not in one (or git is missing). ``path`` is the ``origin`` remote URL when there is one,
+    else the repository's top-level directory; a repository without commits has commit ``""``.
+    """
+    directory = Path(directory)
+    top = _git(directory, "rev-parse", "--show-toplevel")
+    if top is None:
+        return None
+    remote = _git(directory, "config", "--get", "remote.origin.url")
+    commit = _git(directory, "rev-parse", "HEAD") or ""
+    status = _git(directory, "status", "--porcelain", "--untracked-files=no")
+    return {"path": remote or top, "commit": commit, "dirty": bool(status)}

@@ -1,0 +1,397 @@
+"""The Hydra launcher: compose -> document -> stage -> submit -> wait.
+
+``SemlLauncher`` is subclassed by the plugin shim (``hydra_plugins.seml_launcher``) for Slurm
+and for submitit's local executor. Heavy imports (pymongo, submitit, sacred, rich) happen inside
+``launch``: Hydra imports plugin modules at every start and on every rank.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
+from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
+
+#: sweepers whose use of return values works with ``wait=false`` (they only read them to
+#: re-raise failures): Hydra's basic sweeper
+RETURN_AGNOSTIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper",)
+
+
+class LaunchError(Exception):
+    """A user mistake or an environment problem, reported as one clear message (no traceback)."""
+
+
+class SemlLauncher(Launcher):
+    """Hydra ``Launcher`` storing every sweep point as a SEML experiment and running it through
+    submitit. ``executor`` is ``"slurm"`` or ``"local"`` (set by the subclasses).
+
+    Args:
+        **params: the ``hydra.launcher`` node (see ``seml_hydra.config.SemlLauncherConf``).
+    """
+
+    executor = "slurm"
+
+    def __init__(self, **params: Any) -> None:
+        self.params = {
+            k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+            for k, v in params.items()
+        }
+        self.config: Any = None
+        self.hydra_context: Any = None
+        self.task_function: Any = None
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        """Stage, submit and (with ``wait=true``) wait for the points; returns one ``JobReturn``
+        per point in input order. A user mistake prints one message and exits with status 1."""
+        from rich.console import Console
+
+        from .database import DatabaseError
+        from .submit import SubmissionError
+
+        console = Console(highlight=False, soft_wrap=True)
+        try:
+            return self._launch(job_overrides, initial_job_idx, console)
+        except (LaunchError, DatabaseError, SubmissionError) as error:
+            Console(stderr=True, highlight=False, soft_wrap=True).print(
+                f"[bold red]Error:[/] {error}"
+            )
+            raise SystemExit(1) from None
+
+    def _launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, console: Any
+    ) -> list[JobReturn]:
+        from .compose import compose_points
+        from .database import connect, resolve_db_settings, validate_collection_name
+        from .submit import validate_launcher
+
+        params = self.params
+        if not job_overrides:
+            raise LaunchError("the sweep has no points: nothing to launch")
+        sweeper = OmegaConf.select(self.config, "hydra.sweeper._target_")
+        if not params["wait"] and sweeper not in RETURN_AGNOSTIC_SWEEPERS:
+            raise LaunchError(
+                f"hydra.launcher.wait=false returns submission handles, not results, but the "
+                f"sweeper {sweeper} needs the tasks' return values. Use wait=true, or the basic "
+                "sweeper."
+            )
+        collection_name = validate_collection_name(str(params["collection"]))
+        points = compose_points(
+            self.hydra_context.config_loader, self.config, job_overrides, initial_job_idx
+        )
+        for point in points:
+            try:
+                validate_launcher(point.launcher)
+            except ValueError as error:
+                raise LaunchError(str(error)) from None
+        blob = self._pickled_payload()
+        settings = resolve_db_settings(params.get("db"))
+        if settings.source.startswith("embedded"):
+            console.print(settings.source)
+        db = connect(settings)
+        return _Launch(self, db, settings, collection_name, points, blob, console).run()
+
+    def _pickled_payload(self) -> bytes:
+        """The batch payload, pickled now so an unpicklable task fails before anything is
+        staged (a lock in a closure, an open file...)."""
+        import cloudpickle
+        from hydra.core.singleton import Singleton
+
+        from .run import Payload
+
+        payload = Payload(self.task_function, self.hydra_context, Singleton.get_state())
+        try:
+            return cloudpickle.dumps(payload)
+        except Exception as error:
+            raise LaunchError(
+                f"the task function cannot be pickled ({type(error).__name__}: {error}). Jobs "
+                "receive the task by pickle: move objects such as locks, open files or clients "
+                "out of module globals and closures, and create them inside the task."
+            ) from None
+
+
+class _Launch:
+    """One launch's state, from staging to the returns (I/O at this edge)."""
+
+    def __init__(
+        self,
+        launcher: SemlLauncher,
+        db: Any,
+        settings: Any,
+        collection_name: str,
+        points: list[Any],
+        blob: bytes,
+        console: Any,
+    ) -> None:
+        self.launcher = launcher
+        self.params = launcher.params
+        self.db = db
+        self.settings = settings
+        self.collection_name = collection_name
+        self.collection = db[collection_name]
+        self.points = points
+        self.blob = blob
+        self.console = console
+
+    # -- staging -------------------------------------------------------------------------
+    def _hydra_doc(self, point: Any) -> dict[str, Any]:
+        from .documents import dict_diff
+
+        hydra = point.hydra
+        return {
+            "overrides": point.overrides,
+            "job_num": point.job_num,
+            "job_name": hydra["job"]["name"],
+            "sweep_dir": os.path.abspath(str(hydra["sweep"]["dir"])),
+            "output_dir": hydra["runtime"]["output_dir"],
+            "choices": hydra["runtime"].get("choices", {}),
+            "node_diff": dict_diff(self.points[0].hydra, hydra),
+        }
+
+    def _seml_doc(self, payload_id: str) -> dict[str, Any]:
+        point = self.points[0]
+        return {
+            "executable": os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else "",
+            "name": point.hydra["job"]["name"],
+            "working_dir": point.hydra["runtime"]["cwd"],
+            "output_dir": os.path.abspath(str(point.launcher["submitit_folder"])),
+            "command": " ".join(sys.argv),
+            "launcher": f"seml_hydra.{self.launcher.executor}",
+            "payload_file": payload_id,
+        }
+
+    def _job_name(self, batch_id: int) -> str:
+        return f"{self.collection_name}_{batch_id}"
+
+    def stage(self) -> Any:
+        import random
+        from datetime import datetime, timezone
+
+        import gridfs
+
+        from .documents import build_document, config_hash, pick_seed, to_bson_safe
+        from .gitinfo import git_info
+        from .stage import stage
+        from .submit import sbatch_options
+
+        fs = gridfs.GridFS(self.db)
+        payload_id = str(
+            fs.put(
+                self.blob,
+                filename=f"seml_hydra_payload_{self.collection_name}",
+                metadata={
+                    "collection": self.collection_name,
+                    "kind": "seml_hydra_payload",
+                    "hydra_base": to_bson_safe(self.points[0].hydra),
+                },
+            )
+        )
+        self.payload_id = payload_id
+        seml = self._seml_doc(payload_id)
+        git = git_info(seml["working_dir"])
+        now = datetime.now(timezone.utc)
+        rng = random.SystemRandom()
+        hashes = [config_hash(to_bson_safe(p.config)) for p in self.points]
+
+        def make_document(index: int, exp_id: int, batch_id: int) -> dict[str, Any]:
+            point = self.points[index]
+            return build_document(
+                exp_id=exp_id,
+                batch_id=batch_id,
+                config=point.config,
+                overrides=point.overrides,
+                hydra=self._hydra_doc(point),
+                seed=pick_seed(point.config, rng.randrange(2**31)),
+                seml=seml,
+                sbatch_options=sbatch_options(
+                    point.launcher, comment=self.collection_name, name=self._job_name(batch_id)
+                ),
+                experiments_per_job=point.launcher["experiments_per_job"],
+                git=git,
+                add_time=now,
+            )
+
+        def refresh_existing(index: int) -> dict[str, Any]:
+            return {"hydra": self._hydra_doc(self.points[index]), "seml": {**seml}}
+
+        try:
+            result = stage(
+                self.db,
+                self.collection_name,
+                hashes,
+                make_document,
+                refresh_existing,
+                bool(self.params.get("force")),
+            )
+        except Exception:
+            from bson import ObjectId
+
+            fs.delete(ObjectId(payload_id))
+            raise
+        self._say_staged(result)
+        return result
+
+    def _say_staged(self, result: Any) -> None:
+        from .ranges import format_ids
+
+        where = f"collection [bold]{self.collection_name}[/] ({self.settings.describe()})"
+        if result.new_ids:
+            self.console.print(
+                f"Staged {len(result.new_ids)} new experiment(s) in {where}, batch "
+                f"{result.batch_id}: ids {format_ids(result.new_ids)}"
+            )
+        if result.rerun_ids:
+            self.console.print(
+                f"Re-running {len(result.rerun_ids)} earlier failed/killed/interrupted "
+                f"experiment(s): ids {format_ids(result.rerun_ids)}"
+            )
+        if result.resubmit_ids:
+            self.console.print(
+                f"Submitting {len(result.resubmit_ids)} experiment(s) that were already staged: "
+                f"ids {format_ids(result.resubmit_ids)}"
+            )
+        for status, ids in sorted(result.awaited.items()):
+            verb = "returning" if status == "COMPLETED" else "waiting for"
+            self.console.print(
+                f"Skipped {len(ids)} point(s) already in the collection as {status} "
+                f"({verb} them): ids {format_ids(ids)}"
+            )
+
+    # -- submission ------------------------------------------------------------------------
+    def submit(self, result: Any) -> dict[str, tuple[Any, list[int]]]:
+        from .run import JobRunner
+        from .submit import (
+            SubmissionError,
+            chunk,
+            executor_parameters,
+            resource_key,
+            sbatch_options,
+            submit_group,
+        )
+
+        to_submit = set(result.to_submit)
+        groups: dict[str, list[int]] = {}
+        launcher_of: dict[str, dict[str, Any]] = {}
+        for index, exp_id in enumerate(result.ids):
+            if exp_id in to_submit:
+                key = resource_key(self.points[index].launcher)
+                launcher_of[key] = self.points[index].launcher
+                if exp_id not in groups.setdefault(key, []):
+                    groups[key].append(exp_id)
+        runner = JobRunner(
+            db_cfg=_job_db_config(self.settings, self.params.get("db")),
+            collection=self.collection_name,
+            payload_id=self.payload_id,
+            primary_log_level=str(self.params.get("primary_log_level", "INFO")),
+            other_log_level=str(self.params.get("other_log_level", "ERROR")),
+        )
+        jobs: dict[str, tuple[Any, list[int]]] = {}
+        name = self._job_name(result.batch_id)
+        for key, ids in groups.items():
+            launcher = launcher_of[key]
+            id_groups = chunk(sorted(ids), launcher["experiments_per_job"])
+            try:
+                submitted = submit_group(
+                    self.collection,
+                    cluster=self.launcher.executor,
+                    folder=os.path.abspath(str(launcher["submitit_folder"])),
+                    params=executor_parameters(launcher, comment=self.collection_name, name=name),
+                    runner=runner,
+                    id_groups=id_groups,
+                    options=sbatch_options(launcher, comment=self.collection_name, name=name),
+                )
+            except SubmissionError as error:
+                raise LaunchError(
+                    f"submission failed: {error}\nThe {len(ids)} experiment(s) stay STAGED in "
+                    f"collection {self.collection_name}. Fix the launcher option named above "
+                    f"(e.g. hydra.launcher.partition=...) and run the sweep again, or submit "
+                    f"them with `seml {self.collection_name} start`."
+                ) from None
+            for job, group in zip(submitted, id_groups):
+                jobs[str(job.job_id)] = (job, group)
+            array_id = str(submitted[0].job_id).split("_")[0]
+            self.console.print(
+                f"Submitted {len(id_groups)} job(s) as {self.launcher.executor} job "
+                f"{array_id} ({name}); output in {launcher['submitit_folder']}"
+            )
+        return jobs
+
+    # -- run --------------------------------------------------------------------------------
+    def run(self) -> list[JobReturn]:
+        from .wait import Submission, job_return_from_document, wait_for
+
+        result = self.stage()
+        jobs = self.submit(result)
+        ids = result.ids
+        if not self.params["wait"]:
+            job_of = {i: job_id for job_id, (_, group) in jobs.items() for i in group}
+            docs = {d["_id"]: d for d in self.collection.find({"_id": {"$in": ids}}, {"status": 1})}
+            returns = []
+            for point, exp_id in zip(self.points, ids):
+                ret = JobReturn(overrides=point.overrides, cfg=OmegaConf.create(point.config))
+                from hydra.core.utils import JobStatus
+
+                ret.status = JobStatus.COMPLETED
+                ret._return_value = Submission(
+                    self.collection_name,
+                    exp_id,
+                    result.batch_id,
+                    job_of.get(exp_id),
+                    docs.get(exp_id, {}).get("status", "UNKNOWN"),
+                )
+                returns.append(ret)
+            self.console.print(
+                f"Not waiting (wait=false). Follow with `seml {self.collection_name} status`."
+            )
+            return returns
+        wait_for(
+            self.collection,
+            ids,
+            poll_interval_s=float(self.params["poll_interval_s"]),
+            jobs=jobs,
+            console=self.console,
+            collection_name=self.collection_name,
+        )
+        docs = {d["_id"]: d for d in self.collection.find({"_id": {"$in": ids}})}
+        base = self.points[0].hydra
+        returns = []
+        for exp_id in ids:
+            doc = docs[exp_id]
+            ret = job_return_from_document(doc, _base_for(self.db, doc, base, self.payload_id))
+            returns.append(ret)
+        return returns
+
+
+def _job_db_config(settings: Any, db_cfg: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The database inputs a job resolves again on its node: the launcher's own ``db`` config,
+    or, for the embedded server (which jobs cannot start themselves), its URL."""
+    if settings.is_embedded:
+        return {"url": f"mongodb://{settings.host}:{settings.port}/{settings.database}"}
+    return db_cfg
+
+
+def _base_for(db: Any, doc: dict[str, Any], base: dict[str, Any], payload_id: str) -> Any:
+    """The Hydra base node a document's diff refers to: this launch's, or (for an experiment
+    staged by an earlier launch and only awaited) the one stored with that launch's payload."""
+    stored = doc.get("seml", {}).get("payload_file")
+    if stored in (None, payload_id):
+        return base
+    from .run import hydra_base
+
+    try:
+        return hydra_base(db, stored)
+    except Exception:  # payload gone: the diff still applies to this launch's base
+        return base

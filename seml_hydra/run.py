@@ -1,0 +1,355 @@
+"""The run step: the callable submitit pickles and every rank of every job executes.
+
+Per experiment: claim it atomically -> plan this rank (``seml_hydra.rank``) -> run the Hydra task
+through ``hydra.core.utils.run_job`` with the stored, already resolved config -> record. The
+primary rank runs under Sacred's ``MongoObserver`` overwriting the experiment's own document (as
+SEML does), so the document IS the Sacred run (``start_time``, ``heartbeat``, ``host``,
+``captured_out``, ``result``, ``stop_time``, ``fail_trace``).
+
+A job whose task failed raises at the end, so submitit exits non-zero and Slurm (``sacct``) shows
+FAILED too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import states
+
+log = logging.getLogger(__name__)
+
+#: GridFS payloads already loaded in this process, by file id
+_PAYLOADS: dict[str, Any] = {}
+
+
+@dataclass
+class Payload:
+    """What every job of a batch needs besides the documents; pickled once per batch into GridFS
+    (``seml.payload_file``), so ``seml <collection> start`` can submit again from any shell.
+
+    Attributes:
+        task_function: the ``@hydra.main`` task (cloudpickled by value when defined in __main__).
+        hydra_context: Hydra's ``HydraContext`` (config loader and callbacks) for ``run_job``.
+        singleton_state: ``Singleton.get_state()`` of the launching process (ConfigStore...).
+
+    The batch's base Hydra node (each document stores its own diff to it) is kept as JSON in the
+    GridFS file's ``metadata.hydra_base``, readable without unpickling (:func:`hydra_base`).
+    """
+
+    task_function: Any
+    hydra_context: Any
+    singleton_state: Any
+
+
+class ExperimentsFailed(RuntimeError):
+    """Raised at the end of a job whose experiments failed on this rank: makes the job exit
+    non-zero. The traces are in the documents (``fail_trace``)."""
+
+
+def execution_identity(env: Mapping[str, str]) -> dict[str, Any]:
+    """This job's ``execution.{cluster, array_id, task_id}`` (SEML 0.5's ``ExecutionDoc``).
+
+    Slurm: ``SLURM_CLUSTER_NAME``, ``SLURM_ARRAY_JOB_ID`` (or ``SLURM_JOB_ID`` for a job that is
+    not an array) and ``SLURM_ARRAY_TASK_ID`` (or 0). submitit's local executor: cluster
+    ``"local"``, the local job id (the process id of the job) and task 0.
+
+    Raises ``ValueError`` naming the variable when neither is present or a value is not an integer.
+    """
+
+    def integer(name: str, default: str | None = None) -> int:
+        value = env.get(name, default)
+        try:
+            return int(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}={value!r} is not an integer job id") from None
+
+    if env.get("SUBMITIT_EXECUTOR") == "local" or (
+        "SLURM_JOB_ID" not in env and "SUBMITIT_LOCAL_JOB_ID" in env
+    ):
+        return {"cluster": "local", "array_id": integer("SUBMITIT_LOCAL_JOB_ID"), "task_id": 0}
+    if "SLURM_JOB_ID" not in env:
+        raise ValueError("neither SLURM_JOB_ID nor SUBMITIT_LOCAL_JOB_ID is set: not in a job")
+    array = "SLURM_ARRAY_JOB_ID" if "SLURM_ARRAY_JOB_ID" in env else "SLURM_JOB_ID"
+    return {
+        "cluster": env.get("SLURM_CLUSTER_NAME", "slurm"),
+        "array_id": integer(array),
+        "task_id": integer("SLURM_ARRAY_TASK_ID", "0"),
+    }
+
+
+def claim_filter(exp_id: int, execution: Mapping[str, Any]) -> dict[str, Any]:
+    """MongoDB filter of the claim rule (SEML's multi-task change): the experiment may run when it
+    is PENDING, or RUNNING/RESCHEDULED with this very ``execution.{cluster, array_id, task_id}``
+    (another rank of this job, or this array task requeued). Anything else - COMPLETED, FAILED,
+    another job's RUNNING experiment - does not match, so it is never run twice."""
+    same_job = {f"execution.{key}": execution[key] for key in ("cluster", "array_id", "task_id")}
+    return {
+        "_id": exp_id,
+        "$or": [
+            {"status": states.PENDING},
+            {"status": {"$in": [states.RUNNING, states.RESCHEDULED]}, **same_job},
+        ],
+    }
+
+
+def adapt_hydra_node(hydra_node: Mapping[str, Any], plan: Any) -> dict[str, Any]:
+    """The Hydra node this rank runs with (pure).
+
+    Only the primary rank writes ``.hydra/`` and the job log file (``output_subdir`` -> None and
+    the ``file`` handler dropped elsewhere); the job logger's root level is the plan's level; with
+    several ranks every log format names the rank.
+    """
+    import copy
+
+    node = copy.deepcopy(dict(hydra_node))
+    job_logging = node.get("job_logging") or {}
+    root = job_logging.get("root")
+    if isinstance(root, dict):
+        root["level"] = logging.getLevelName(plan.log_level)
+    if not plan.writes_outputs:
+        node["output_subdir"] = None
+        handlers = job_logging.get("handlers") or {}
+        handlers.pop("file", None)
+        if isinstance(root, dict) and root.get("handlers"):
+            root["handlers"] = [h for h in root["handlers"] if h != "file"]
+    if plan.world_size > 1:
+        for formatter in (job_logging.get("formatters") or {}).values():
+            if isinstance(formatter, dict) and "format" in formatter:
+                formatter["format"] = f"[rank {plan.global_rank}] {formatter['format']}"
+    return node
+
+
+def load_payload(db: Any, payload_id: str) -> tuple[Payload, dict[str, Any]]:
+    """Load (once per process) the batch payload and its base Hydra node from GridFS file
+    ``payload_id``. Raises ``gridfs.errors.NoFile`` when it is gone."""
+    if payload_id not in _PAYLOADS:
+        import cloudpickle
+        import gridfs
+        from bson import ObjectId
+
+        grid_out = gridfs.GridFS(db).get(ObjectId(payload_id))
+        _PAYLOADS[payload_id] = (
+            cloudpickle.loads(grid_out.read()),
+            grid_out.metadata["hydra_base"],
+        )
+    return _PAYLOADS[payload_id]
+
+
+def hydra_base(db: Any, payload_id: str) -> dict[str, Any]:
+    """The base Hydra node stored with payload ``payload_id`` (no unpickling)."""
+    import gridfs
+    from bson import ObjectId
+
+    return gridfs.GridFS(db).find_one({"_id": ObjectId(payload_id)}).metadata["hydra_base"]
+
+
+@dataclass
+class JobRunner:
+    """The picklable callable each array task runs: ``JobRunner(...)(exp_ids)``.
+
+    Attributes:
+        db_cfg: the database inputs (``seml_hydra.database.resolve_db_settings``), resolved again
+            on the node the way the launcher did; no password is pickled unless the user put it
+            in the URL.
+        collection: the collection name.
+        payload_id: GridFS file id of the batch's :class:`Payload`.
+        primary_log_level, other_log_level: log levels (names) of the primary and other ranks.
+    """
+
+    db_cfg: dict[str, Any] | None
+    collection: str
+    payload_id: str
+    primary_log_level: str = "INFO"
+    other_log_level: str = "ERROR"
+
+    def __call__(self, exp_ids: list[int]) -> list[str]:
+        """Run the experiments ``exp_ids`` one after another on this rank.
+
+        Returns one outcome per experiment (``"COMPLETED"``, ``"FAILED"`` or ``"SKIPPED: why"``).
+        Raises :class:`ExperimentsFailed` after the last one when any failed on this rank.
+        """
+        from .database import connect, resolve_db_settings
+
+        db = connect(resolve_db_settings(self.db_cfg, start_embedded=False))
+        collection = db[self.collection]
+        execution = execution_identity(os.environ)
+        execution.update(_output_files())
+        outcomes = [self._run_one(db, collection, exp_id, execution) for exp_id in exp_ids]
+        failed = [str(i) for i, o in zip(exp_ids, outcomes) if o == states.FAILED]
+        if failed:
+            raise ExperimentsFailed(
+                f"experiment(s) {', '.join(failed)} of collection {self.collection!r} failed; "
+                f"see `seml {self.collection} print-fail-trace -id {failed[0]}`"
+            )
+        return outcomes
+
+    def _run_one(self, db: Any, collection: Any, exp_id: int, execution: dict[str, Any]) -> str:
+        from pymongo import ReturnDocument
+
+        from . import rank
+        from .compose import job_config
+        from .documents import apply_diff
+
+        doc = collection.find_one_and_update(
+            claim_filter(exp_id, execution),
+            {"$set": {"status": states.RUNNING, "execution": execution}},
+            return_document=ReturnDocument.AFTER,
+        )
+        if doc is None:
+            current = collection.find_one({"_id": exp_id}, {"status": 1, "execution": 1})
+            why = "it no longer exists" if current is None else _claim_refusal(current)
+            log.warning("Not running experiment %s of %s: %s", exp_id, self.collection, why)
+            return f"SKIPPED: {why}"
+
+        plan = rank.plan_rank(
+            os.environ,
+            doc,
+            primary_log_level=self.primary_log_level,
+            other_log_level=self.other_log_level,
+        )
+        rank.set_current_plan(plan)
+        if plan.seed is not None:
+            rank.apply_seed(plan.seed)
+        payload, base = load_payload(db, self.payload_id)
+        hydra_node = adapt_hydra_node(apply_diff(base, doc["hydra"].get("node_diff", [])), plan)
+        cfg = job_config(doc["config"], hydra_node, plan.job_id)
+
+        holder: dict[str, Any] = {}
+
+        def main() -> Any:
+            ret = _run_hydra_job(payload, cfg)
+            holder["ret"] = ret
+            if ret.status.name == "FAILED":
+                raise ret._return_value
+            return ret._return_value
+
+        try:
+            if plan.attach_observers:
+                _run_observed(db, self.collection, doc, main)
+            else:
+                main()
+            outcome = states.COMPLETED
+        except Exception:
+            outcome = states.FAILED
+            if not plan.attach_observers:
+                collection.update_one(
+                    {"_id": exp_id},
+                    {
+                        "$push": {
+                            "rank_failures": {
+                                "rank": plan.global_rank,
+                                "trace": traceback.format_exc(),
+                            }
+                        }
+                    },
+                )
+        ret = holder.get("ret")
+        if ret is not None and plan.is_primary:
+            collection.update_one(
+                {"_id": exp_id},
+                {"$set": {"hydra.working_dir": ret.working_dir, "hydra.task_name": ret.task_name}},
+            )
+        return outcome
+
+
+def _claim_refusal(current: Mapping[str, Any]) -> str:
+    status = current.get("status")
+    if status in (states.RUNNING, states.RESCHEDULED):
+        ex = current.get("execution", {})
+        return (
+            f"it is {status} in job {ex.get('array_id')}_{ex.get('task_id')} "
+            f"on {ex.get('cluster')}, not this job"
+        )
+    return f"it is {status}, not PENDING"
+
+
+def _output_files() -> dict[str, str]:
+    """submitit's stdout/stderr paths of this job, when running under submitit."""
+    try:
+        import submitit
+
+        paths = submitit.JobEnvironment().paths
+        return {"slurm_output_file": str(paths.stdout), "slurm_error_file": str(paths.stderr)}
+    except Exception:  # not a submitit job (a test calling the runner directly)
+        return {}
+
+
+def _run_hydra_job(payload: Payload, cfg: Any) -> Any:
+    """Hydra's ``run_job`` with the launching process' singletons (ConfigStore, JobRuntime)."""
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import run_job, setup_globals
+
+    Singleton.set_state(payload.singleton_state)
+    setup_globals()
+    return run_job(
+        hydra_context=payload.hydra_context,
+        task_function=payload.task_function,
+        config=cfg,
+        job_dir_key="hydra.sweep.dir",
+        job_subdir_key="hydra.sweep.subdir",
+    )
+
+
+def _run_observed(db: Any, collection_name: str, doc: Mapping[str, Any], task: Any) -> Any:
+    """Run ``task`` as a Sacred run whose ``MongoObserver`` overwrites document ``doc['_id']``.
+
+    Sacred 0.8.7 (``observers/mongo.py``) loads the whole document when asked to overwrite and
+    writes it back with ``$set`` on every heartbeat, which would undo fields other processes
+    change meanwhile (``slurm``, a CLI's INTERRUPTED). So the observer's entry starts from
+    ``{"_id": ...}`` alone and only ever holds the fields Sacred owns.
+    """
+    import warnings
+
+    from sacred import SETTINGS, Experiment
+    from sacred.observers import MongoObserver
+
+    SETTINGS.DISCOVER_SOURCES = "none"  # our own source snapshot is separate
+    SETTINGS.DISCOVER_DEPENDENCIES = "none"
+    SETTINGS.CAPTURE_MODE = "sys"
+    SETTINGS.CONFIG.READ_ONLY_CONFIG = False
+    quiet = logging.getLogger("seml_hydra.sacred")
+    quiet.setLevel(logging.WARNING)
+
+    ex = Experiment(
+        doc.get("seml", {}).get("name", collection_name), interactive=True, save_git_info=False
+    )
+    # Sacred would store this module as the run's main file and source: the app's own sources
+    # are snapshotted by seml-hydra, and its git state is in the document's ``git`` block
+    ex.mainfile, ex.sources, ex.dependencies = None, set(), set()
+    ex.logger = quiet
+    ex.add_config({**doc["config"], "seed": doc.get("seed", 0)})
+    ex.main(task)
+
+    class DocumentObserver(MongoObserver):
+        """Never writes ``config``: the document keeps the config staged for it (Sacred would
+        store its own copy with an added ``seed`` key)."""
+
+        def save(self) -> None:
+            entry = self.run_entry
+            self.run_entry = {k: v for k, v in entry.items() if k != "config"}
+            try:
+                super().save()
+            finally:
+                self.run_entry = entry
+
+        def final_save(self, attempts: int) -> None:
+            entry = self.run_entry
+            self.run_entry = {k: v for k, v in entry.items() if k != "config"}
+            try:
+                super().final_save(attempts)
+            finally:
+                self.run_entry = entry
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        observer = DocumentObserver(
+            client=db.client, db_name=db.name, collection=collection_name, overwrite=doc["_id"]
+        )
+    observer.overwrite = {"_id": doc["_id"]}
+    ex.observers.append(observer)
+    return ex.run().result

