@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# One command for the test suite on a fresh Debian 12 machine (as root):
+#   install the package with its test extras into .venv, bring up the real testbed
+#   (mongod + a 2-node Slurm with accounting, tools/testbed/up.sh), run pytest.
+# Extra arguments go to pytest, e.g. `bash tools/test.sh -k main_job -x`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PYTHON=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
+.venv/bin/python -c 'import seml_hydra, hydra, submitit, pymongo, sacred' # the install worked
+bash tools/testbed/up.sh >/tmp/seml-hydra-testbed.log 2>&1 || { tail -30 /tmp/seml-hydra-testbed.log; exit 1; }
+echo "testbed up (log: /tmp/seml-hydra-testbed.log)"
+exec .venv/bin/pytest "$@"
