@@ -569,8 +569,9 @@ def parse_squeue(
     ``fields`` are the ``-o`` codes in output order (``"i"`` or ``"%i"``) and must include
     every code of :data:`SQUEUE_FIELDS`; others go to :attr:`SqueueRow.extra`. Records end with
     ``record_sep`` (a newline follows it); with ``record_sep=None`` records are lines, joined
-    while a record has too few fields (a newline inside a name or comment). Surplus separators
-    stay in the last field. Raises :class:`ValueError` for a record with too few fields or a
+    while a record has too few fields (a newline inside a name) -- a newline inside the *last*
+    field cannot be told from the end of the record there. Surplus separators stay in the
+    last field. Raises :class:`ValueError` for a record with too few fields or a
     non-numeric ``%A``/``%F`` -- never silently drops a row.
     """
     codes = _codes(fields)
@@ -620,10 +621,11 @@ def parse_squeue(
 # sacct
 # --------------------------------------------------------------------------------------------
 
-#: sacct ``-o`` fields we ask for (free-text ones last)
+#: sacct ``-o`` fields we ask for. The free-text ones (JobName, Comment) are not last: sacct
+#: has no record terminator, and a newline in the last field could not be told from the end
+#: of a record, while one in a middle field is (the record still lacks separators).
 SACCT_FIELDS: tuple[str, ...] = (
     "JobID",
-    "JobIDRaw",
     "State",
     "ExitCode",
     "NodeList",
@@ -634,6 +636,7 @@ SACCT_FIELDS: tuple[str, ...] = (
     "User",
     "JobName",
     "Comment",
+    "JobIDRaw",
 )
 
 
@@ -712,6 +715,10 @@ def _parse_exit_code(v: str) -> tuple[int | None, int | None]:
     return int(m[1]), int(m[2])
 
 
+#: JobIDRaw: a number, or ``number.step`` for step rows (without ``-X``)
+_SACCT_RAW_ID_RE = re.compile(r"\d+(?:\.[A-Za-z0-9_+-]+)?", re.ASCII)
+
+
 def parse_sacct(
     text: str, fields: Sequence[str] = SACCT_FIELDS, *, field_sep: str = FIELD_SEP
 ) -> list[SacctRow]:
@@ -719,8 +726,10 @@ def parse_sacct(
 
     ``fields`` are sacct field names in output order and must include all of
     :data:`SACCT_FIELDS` (case-insensitively); others go to :attr:`SacctRow.extra`. A record
-    with newlines inside a field (a job name) is joined back; surplus separators stay in the
-    last field. Raises :class:`ValueError` for a record with too few fields.
+    with newlines inside a field (a job name) is joined back, except in the last field (sacct
+    has no record terminator option, hence JobIDRaw last in :data:`SACCT_FIELDS`); surplus
+    separators stay in the last field. Raises :class:`ValueError` for a record with too few
+    fields or a JobIDRaw that is not a job id (a misaligned record).
     """
     names = list(fields)
     lower = [f.lower() for f in names]
@@ -730,6 +739,8 @@ def parse_sacct(
     rows = []
     for parts in _split_records_by_lines(text, field_sep, len(names)):
         v = {name.lower(): val for name, val in zip(names, parts, strict=True)}
+        if not _SACCT_RAW_ID_RE.fullmatch(v["jobidraw"].strip()):
+            raise ValueError(f"bad sacct record (JobIDRaw): {field_sep.join(parts)!r}")
         code, sig = _parse_exit_code(v["exitcode"])
         state_raw = v["state"].strip()
         rows.append(

@@ -1,0 +1,32 @@
+"""Unit tests for seml_hydra.ranges.format_ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from seml_hydra.ranges import format_ids
+
+
+@pytest.mark.parametrize(
+    "ids, expected",
+    [
+        ([], ""),
+        ([5], "5"),
+        ([1, 2], "1-2"),
+        ([1, 2, 3], "1-3"),
+        ([1, 3], "1, 3"),
+        ([1, 2, 3, 7], "1-3, 7"),
+        ([7, 1, 3, 2], "1-3, 7"),  # unsorted input
+        ([2, 2, 1, 1, 3], "1-3"),  # duplicates
+        ([1, 2, 4, 5, 7, 9, 10, 11], "1-2, 4-5, 7, 9-11"),
+        ([0, 1, 10], "0-1, 10"),
+        ([100, 101, 102, 200], "100-102, 200"),
+    ],
+)
+def test_format_ids(ids, expected):
+    assert format_ids(ids) == expected
+
+
+@pytest.mark.parametrize("ids", [iter([3, 1, 2]), (1, 2, 3), {3, 2, 1}, range(1, 4)])
+def test_format_ids_accepts_any_iterable(ids):
+    assert format_ids(ids) == "1-3"
