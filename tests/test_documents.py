@@ -90,7 +90,10 @@ def test_config_hash_is_md5_hex():
     [
         ([], {}),
         (["model=small"], {"model": "small"}),
-        (["lr=0.1", "epochs=3", "flag=true", "nothing=null"], {"lr": 0.1, "epochs": 3, "flag": True, "nothing": None}),
+        (
+            ["lr=0.1", "epochs=3", "flag=true", "nothing=null"],
+            {"lr": 0.1, "epochs": 3, "flag": True, "nothing": None},
+        ),
         (["optimizer.lr=0.1"], {"optimizer": {"lr": 0.1}}),
         (["a.b.c=1", "a.b.d=2", "a.e=x"], {"a": {"b": {"c": 1, "d": 2}, "e": "x"}}),
         (["+extra=1"], {"extra": 1}),
