@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# One command from a fresh clone to a finished sweep: installs seml-hydra (with the embedded
+# MongoDB) into .venv and runs the example sweep. On a machine with Slurm (sinfo answers) the
+# sweep goes to Slurm (hydra/launcher=seml), otherwise it runs locally (seml_local).
+# Where the experiments go: hydra.launcher.db / SEML_MONGODB_URI / ~/.config/seml/mongodb.config,
+# else the embedded mongod (data in ~/.local/share/seml-hydra/mongodb).
+# Extra arguments are passed to the sweep, e.g. `bash tools/demo.sh optimizer=adam`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PYTHON=${PYTHON:-python3}
+[[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
+.venv/bin/pip install -q --disable-pip-version-check -e '.[local-db]' 2>&1 | grep -v '^WARNING: Location' || true
+launcher=seml_local
+if command -v sinfo >/dev/null && sinfo -h >/dev/null 2>&1; then launcher=seml; fi
+set -x
+.venv/bin/python examples/train.py -m "hydra/launcher=$launcher" \
+  optimizer.lr=0.1,0.01 model=small,large "$@"
