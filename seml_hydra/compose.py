@@ -11,6 +11,7 @@ agree) and resolved ONCE here, in the launcher, with ``hydra.job.num`` and
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,19 @@ def compose_points(
     return points
 
 
+def escape_interpolations(value: Any) -> Any:
+    """Escape ``${`` in the strings of a resolved container, so building a ``DictConfig`` from it
+    does not interpolate a second time (a value resolved from ``\\${HOME}`` is the literal
+    ``${HOME}``). Backslashes before ``${`` are doubled first, as OmegaConf's grammar wants."""
+    if isinstance(value, dict):
+        return {k: escape_interpolations(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [escape_interpolations(v) for v in value]
+    if isinstance(value, str) and "${" in value:
+        return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
+    return value
+
+
 def job_config(config: dict[str, Any], hydra_node: dict[str, Any], job_id: str | None) -> Any:
     """Rebuild the ``DictConfig`` that Hydra's ``run_job`` expects from a stored point.
 
@@ -112,10 +126,10 @@ def job_config(config: dict[str, Any], hydra_node: dict[str, Any], job_id: str |
 
     hydra_cfg = OmegaConf.structured(HydraConf)
     OmegaConf.set_struct(hydra_cfg, False)  # Hydra's composed node carries keys beyond the schema
-    hydra_cfg.merge_with(hydra_node)
+    hydra_cfg.merge_with(escape_interpolations(hydra_node))
     if job_id is not None:
         hydra_cfg.job.id = job_id
-    cfg = OmegaConf.create(config)
+    cfg = OmegaConf.create(escape_interpolations(config))
     with open_dict(cfg):
         cfg.hydra = hydra_cfg
     return cfg

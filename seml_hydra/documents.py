@@ -114,7 +114,7 @@ def dict_diff(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[dict[st
         for key, value in b.items():
             if key in a and isinstance(a[key], Mapping) and isinstance(value, Mapping):
                 walk(a[key], value, [*path, key])
-            elif key not in a or a[key] != value or type(a[key]) is not type(value):
+            elif key not in a or not _same(a[key], value):
                 out.append({"path": [*path, key], "value": value})
         for key in a:
             if key not in b:
@@ -122,6 +122,17 @@ def dict_diff(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[dict[st
 
     walk(base, other, [])
     return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal with equal types all the way down (``1``, ``1.0`` and ``True`` differ)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
 
 
 def apply_diff(base: Mapping[str, Any], diff: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -110,7 +110,9 @@ def adapt_hydra_node(hydra_node: Mapping[str, Any], plan: Any) -> dict[str, Any]
     job_logging = node.get("job_logging") or {}
     root = job_logging.get("root")
     if isinstance(root, dict):
-        root["level"] = logging.getLevelName(plan.log_level)
+        name = logging.getLevelName(plan.log_level)
+        # a registered level by name, a custom number as is ("Level 15" is not a level)
+        root["level"] = name if isinstance(logging.getLevelName(name), int) else plan.log_level
     if not plan.writes_outputs:
         node["output_subdir"] = None
         handlers = job_logging.get("handlers") or {}

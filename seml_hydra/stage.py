@@ -165,10 +165,14 @@ def stage(
             ids[i] = exp_id
     awaited: dict[str, list[int]] = {}
     rerun_ids, resubmit_ids = [], []
+    handled: set[int] = set()
     for index, doc in plan.existing.items():
         if doc["_id"] is None:  # duplicate inside this sweep
             continue
         ids[index] = doc["_id"]
+        if doc["_id"] in handled:  # two points of this sweep, one experiment
+            continue
+        handled.add(doc["_id"])
         if index in plan.rerun or index in plan.resubmit:
             result = collection.update_one(
                 {"_id": doc["_id"], "status": doc["status"]},

@@ -124,12 +124,19 @@ def sbatch_options(launcher: Mapping[str, Any], *, comment: str, name: str) -> d
     }
     out = {flag: launcher[key] for key, flag in names.items() if launcher.get(key) is not None}
     if launcher.get("mem_gb") is not None:
-        out["mem"] = f"{launcher['mem_gb']}G"
+        out["mem"] = mem_option(launcher["mem_gb"])
     out["ntasks"] = launcher["nodes"] * launcher["tasks_per_node"]
     out["comment"] = comment
     out["job-name"] = name
     out.update(launcher.get("additional_parameters") or {})
     return out
+
+
+def mem_option(mem_gb: float) -> str:
+    """sbatch's ``--mem`` value for ``mem_gb`` GB: ``16.0`` -> ``"16G"``, ``0.5`` -> ``"512M"``
+    (sbatch rejects ``16.0G``; same rule as submitit's ``_convert_mem``)."""
+    mem = float(mem_gb)
+    return f"{int(mem)}G" if mem.is_integer() else f"{int(mem * 1024)}M"
 
 
 def chunk(ids: Sequence[int], size: int) -> list[list[int]]:

@@ -209,11 +209,6 @@ def test_apply_diff_does_not_share_values_with_diff():
     assert diff[0]["value"] == [1, 2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: dict_diff compares list leaves with == only, so [1] vs [True] / [1.0] "
-    "(equal in Python) gives no diff and apply_diff restores the base's element types",
-)
 @pytest.mark.parametrize(
     "base, other",
     [({"xs": [1, 0]}, {"xs": [True, False]}), ({"xs": [1]}, {"xs": [1.0]})],

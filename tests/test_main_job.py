@@ -111,9 +111,7 @@ def test_same_sweep_twice_stages_nothing_and_returns_stored_results(
     assert test_db["train"].count_documents({}) == 4
 
 
-def test_failed_experiment_is_rerun_by_the_next_launch_and_force_stages_a_copy(
-    test_db, tmp_path
-):
+def test_failed_experiment_is_rerun_by_the_next_launch_and_force_stages_a_copy(test_db, tmp_path):
     proc = run_app("fail.py", "-m", "hydra/launcher=seml_local", "x=2", *FAST, cwd=tmp_path)
     assert proc.returncode != 0
     assert test_db["fail"].find_one()["status"] == "FAILED"
@@ -171,9 +169,7 @@ def test_two_launches_at_once_get_distinct_ids_and_lose_nothing(test_db, tmp_pat
     assert {d["status"] for d in docs} == {"COMPLETED"}
 
 
-def test_unreachable_mongodb_is_a_clear_error_within_10_s_and_nothing_is_submitted(
-    slurm, tmp_path
-):
+def test_unreachable_mongodb_is_a_clear_error_within_10_s_and_nothing_is_submitted(slurm, tmp_path):
     proc = run_app(
         "train.py",
         "-m",
@@ -212,9 +208,7 @@ def test_unknown_partition_is_a_clear_error_and_leaves_documents_staged(slurm, t
     assert len(docs) == 2 and {d["status"] for d in docs} == {"STAGED"}
 
 
-def test_wait_false_returns_submission_handles_not_results(
-    hydra_sweep_runner, test_db, tmp_path
-):
+def test_wait_false_returns_submission_handles_not_results(hydra_sweep_runner, test_db, tmp_path):
     from seml_hydra.wait import Submission
 
     with _train_sweep(

@@ -207,11 +207,6 @@ def test_adapt_sets_root_level_name(hydra_node, level, name, global_rank):
     assert node["job_logging"]["root"]["level"] == name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a custom level number (rank.resolve_log_level accepts any int >= 0) becomes "
-    "logging.getLevelName(15) == 'Level 15', which logging.config rejects",
-)
 def test_adapt_root_level_custom_number_is_usable(hydra_node):
     node = adapt_hydra_node(hydra_node, fake_plan(0, 1, 15))
     logging.getLogger("seml_hydra.test.level").setLevel(node["job_logging"]["root"]["level"])
@@ -355,11 +350,6 @@ def test_job_config_keeps_adapted_nodes(composed_hydra):
     assert cfg.hydra.job_logging.formatters.simple.format.startswith("[rank 1] ")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: job_config re-creates the already resolved config with OmegaConf.create, so a "
-    "resolved value holding a literal '${...}' (from an escaped \\${...}) is interpolated again",
-)
 def test_job_config_does_not_reinterpret_resolved_strings(composed_hydra):
     stored = OmegaConf.to_container(
         OmegaConf.create({"cmd": r"echo \${HOME}", "tpl": r"\${oc.env:USER}"}), resolve=True

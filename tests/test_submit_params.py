@@ -275,11 +275,6 @@ def test_sbatch_options_no_mem_when_unset():
     assert "mem" not in sbatch_options(launcher(), comment="c", name="n")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: mem_gb is a float field, so Hydra passes 16.0 and sbatch_options records "
-    "mem='16.0G', which is not what submitit sends ('16GB') and not a valid sbatch --mem",
-)
 def test_sbatch_options_mem_from_typed_launcher_node():
     from omegaconf import OmegaConf
 

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON=${PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -e '.[local-db]' 2>&1 | grep -v '^WARNING: Location' || true
+.venv/bin/pip install -q --disable-pip-version-check -e '.[local-db,examples]' 2>&1 | grep -v '^WARNING: Location' || true
 launcher=seml_local
 if command -v sinfo >/dev/null && sinfo -h >/dev/null 2>&1; then launcher=seml; fi
 set -x
