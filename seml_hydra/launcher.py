@@ -99,8 +99,11 @@ class SemlLauncher(Launcher):
                 raise LaunchError(str(error)) from None
         blob = self._pickled_payload()
         settings = resolve_db_settings(params.get("db"))
-        if settings.source.startswith("embedded"):
-            console.print(settings.source)
+        if settings.is_embedded:
+            console.print(
+                f"Using the embedded MongoDB ({settings.source}); set hydra.launcher.db.url, "
+                "SEML_MONGODB_URI or ~/.config/seml/mongodb.config to use your own server."
+            )
         db = connect(settings)
         return _Launch(self, db, settings, collection_name, points, blob, console).run()
 

@@ -7,7 +7,6 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 from conftest import ROOT, run_app
 
 FAST = ["hydra.launcher.poll_interval_s=0.3"]
