@@ -372,7 +372,13 @@ class _Launch:
         base = self.points[0].hydra
         returns = []
         for exp_id in ids:
-            doc = docs[exp_id]
+            doc = docs.get(exp_id) or {
+                "_id": exp_id,
+                "status": "DELETED",
+                "fail_trace": [
+                    "the experiment was deleted from the collection while the launcher waited"
+                ],
+            }
             ret = job_return_from_document(doc, _base_for(self.db, doc, base, self.payload_id))
             returns.append(ret)
         return returns

@@ -108,7 +108,8 @@ def wait_for(
 ) -> None:
     """Block until every experiment in ``ids`` is in a terminal state, showing live progress.
 
-    ``jobs`` are this launch's submitit jobs (for dead-job detection). Raises ``SystemExit(130)``
+    ``jobs`` are this launch's submitit jobs (for dead-job detection). An experiment deleted
+    meanwhile stops being waited for. Raises ``SystemExit(130)``
     on Ctrl-C after saying how to follow the experiments; nothing is cancelled.
     """
     from rich.live import Live
@@ -131,8 +132,9 @@ def wait_for(
             while True:
                 counts = count_states(collection, unique)
                 live.update(render(counts), refresh=True)
-                if sum(counts.get(s, 0) for s in states.TERMINAL) >= len(unique):
-                    break
+                finished = sum(counts.get(s, 0) for s in states.TERMINAL)
+                if finished + (len(unique) - sum(counts.values())) >= len(unique):
+                    break  # every experiment finished or was deleted meanwhile
                 if pending_jobs and mark_dead_jobs(collection, pending_jobs):
                     continue
                 time.sleep(poll_interval_s)

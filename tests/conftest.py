@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MONGO_URL = os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
-TEST_DB = "seml_hydra_test"
+#: one database per pytest process, so two test runs on one machine do not collide
+TEST_DB = f"seml_hydra_test_{os.getpid()}"
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +28,7 @@ def mongo_client():
     except Exception as error:  # pragma: no cover - the environment is broken
         pytest.fail(f"no MongoDB at {MONGO_URL} ({error}); run tools/testbed/up.sh")
     yield client
+    client.drop_database(TEST_DB)
     client.close()
 
 
