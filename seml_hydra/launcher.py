@@ -275,60 +275,42 @@ class _Launch:
 
     # -- submission ------------------------------------------------------------------------
     def submit(self, result: Any) -> dict[str, tuple[Any, list[int]]]:
-        from .run import JobRunner
-        from .submit import (
-            SubmissionError,
-            chunk,
-            executor_parameters,
-            resource_key,
-            sbatch_options,
-            submit_group,
-        )
+        from .submit import SubmissionError, SubmitRequest, submit_requests
 
         to_submit = set(result.to_submit)
-        groups: dict[str, list[int]] = {}
-        launcher_of: dict[str, dict[str, Any]] = {}
+        requests, seen = [], set()
         for index, exp_id in enumerate(result.ids):
-            if exp_id in to_submit:
-                key = resource_key(self.points[index].launcher)
-                launcher_of[key] = self.points[index].launcher
-                if exp_id not in groups.setdefault(key, []):
-                    groups[key].append(exp_id)
-        runner = JobRunner(
-            db_cfg=_job_db_config(self.settings, self.params.get("db")),
-            collection=self.collection_name,
-            payload_id=self.payload_id,
-            primary_log_level=str(self.params.get("primary_log_level", "INFO")),
-            other_log_level=str(self.params.get("other_log_level", "ERROR")),
-        )
-        jobs: dict[str, tuple[Any, list[int]]] = {}
-        name = self._job_name(result.batch_id)
-        for key, ids in groups.items():
-            launcher = launcher_of[key]
-            id_groups = chunk(sorted(ids), launcher["experiments_per_job"])
-            try:
-                submitted = submit_group(
-                    self.collection,
-                    cluster=self.launcher.executor,
-                    folder=os.path.abspath(str(launcher["submitit_folder"])),
-                    params=executor_parameters(launcher, comment=self.collection_name, name=name),
-                    runner=runner,
-                    id_groups=id_groups,
-                    options=sbatch_options(launcher, comment=self.collection_name, name=name),
+            if exp_id in to_submit and exp_id not in seen:
+                seen.add(exp_id)
+                requests.append(
+                    SubmitRequest(
+                        exp_id,
+                        self.points[index].launcher,
+                        self.payload_id,
+                        result.batch_id,
+                        self.launcher.executor,
+                    )
                 )
-            except SubmissionError as error:
-                raise LaunchError(
-                    f"submission failed: {error}\nThe {len(ids)} experiment(s) stay STAGED in "
-                    f"collection {self.collection_name}. Fix the launcher option named above "
-                    f"(e.g. hydra.launcher.partition=...) and run the sweep again, or submit "
-                    f"them with `seml {self.collection_name} start`."
-                ) from None
-            for job, group in zip(submitted, id_groups):
-                jobs[str(job.job_id)] = (job, group)
-            array_id = str(submitted[0].job_id).split("_")[0]
+        try:
+            arrays = submit_requests(
+                self.collection,
+                self.collection_name,
+                requests,
+                db_cfg=_job_db_config(self.settings, self.params.get("db")),
+            )
+        except SubmissionError as error:
+            raise LaunchError(
+                f"submission failed: {error}\nThe experiment(s) not submitted stay STAGED in "
+                f"collection {self.collection_name}. Fix the launcher option named above "
+                f"(e.g. hydra.launcher.partition=...) and run the sweep again, or submit "
+                f"them with `seml {self.collection_name} start`."
+            ) from None
+        jobs: dict[str, tuple[Any, list[int]]] = {}
+        for array in arrays:
+            jobs.update(array.jobs)
             self.console.print(
-                f"Submitted {len(id_groups)} job(s) as {self.launcher.executor} job "
-                f"{array_id} ({name}); output in {launcher['submitit_folder']}"
+                f"Submitted {len(array.jobs)} job(s) as {array.cluster} job {array.array_id} "
+                f"({array.name}); output in {array.folder}"
             )
         return jobs
 

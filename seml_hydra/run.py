@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -238,18 +239,18 @@ class JobRunner:
             outcome = states.COMPLETED
         except Exception:
             outcome = states.FAILED
-            if not plan.attach_observers:
-                collection.update_one(
-                    {"_id": exp_id},
-                    {
-                        "$push": {
-                            "rank_failures": {
-                                "rank": plan.global_rank,
-                                "trace": traceback.format_exc(),
-                            }
-                        }
-                    },
-                )
+            if not plan.is_primary:
+                failure = {
+                    "rank": plan.global_rank,
+                    "host": socket.gethostname(),
+                    "trace": traceback.format_exc(),
+                }
+                collection.update_one({"_id": exp_id}, {"$push": {"rank_failures": failure}})
+        # A failure on any rank fails the experiment. Sacred's observer (primary) writes its own
+        # status, so: the primary re-checks the other ranks' failures after its last save, and a
+        # failing rank that reports after that finds COMPLETED and turns it to FAILED itself.
+        if plan.world_size > 1 and (plan.is_primary or outcome == states.FAILED):
+            _fail_if_a_rank_failed(collection, exp_id)
         ret = holder.get("ret")
         if ret is not None and plan.is_primary:
             collection.update_one(
@@ -257,6 +258,25 @@ class JobRunner:
                 {"$set": {"hydra.working_dir": ret.working_dir, "hydra.task_name": ret.task_name}},
             )
         return outcome
+
+
+def _fail_if_a_rank_failed(collection: Any, exp_id: int) -> None:
+    """Mark the experiment FAILED when other ranks recorded failures and it is not FAILED yet;
+    its ``fail_trace`` names the failing ranks and holds their traces."""
+    doc = collection.find_one({"_id": exp_id}, {"rank_failures": 1, "status": 1, "fail_trace": 1})
+    failures = (doc or {}).get("rank_failures") or []
+    if not failures:
+        return
+    trace = list(doc.get("fail_trace") or [])
+    for failure in failures:
+        header = f"--- rank {failure['rank']} on {failure.get('host')} failed:\n"
+        if header not in trace:
+            trace.append(header)
+            trace.extend(failure["trace"].splitlines(True))
+    collection.update_one(
+        {"_id": exp_id, "status": {"$in": [states.RUNNING, states.COMPLETED, states.FAILED]}},
+        {"$set": {"status": states.FAILED, "fail_trace": trace}},
+    )
 
 
 def _claim_refusal(current: Mapping[str, Any]) -> str:

@@ -13,6 +13,7 @@ import io
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from . import states
@@ -211,3 +212,88 @@ def submit_group(
             },
         )
     return jobs
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """One STAGED experiment to submit: its id, the ``hydra.launcher`` node it runs with, its
+    batch's payload file and batch id, and the executor (``"slurm"`` or ``"local"``)."""
+
+    exp_id: int
+    launcher: Mapping[str, Any]
+    payload_id: str
+    batch_id: int
+    cluster: str
+
+
+def group_requests(requests: Sequence[SubmitRequest]) -> list[list[SubmitRequest]]:
+    """Group requests that can share one array job: same executor, payload, batch and resource
+    set (pure; groups and members in first-seen order)."""
+    groups: dict[tuple[str, str, int, str], list[SubmitRequest]] = {}
+    for r in requests:
+        key = (r.cluster, r.payload_id, r.batch_id, resource_key(r.launcher))
+        groups.setdefault(key, []).append(r)
+    return list(groups.values())
+
+
+@dataclass
+class SubmittedArray:
+    """One submitted array job: its id, job name, output folder, and ``{job id: (submitit Job,
+    experiment ids)}`` of its tasks."""
+
+    array_id: str
+    name: str
+    folder: str
+    cluster: str
+    jobs: dict[str, tuple[Any, list[int]]]
+
+
+def submit_requests(
+    collection: Any,
+    collection_name: str,
+    requests: Sequence[SubmitRequest],
+    *,
+    db_cfg: Mapping[str, Any] | None,
+) -> list[SubmittedArray]:
+    """Submit STAGED experiments, one array job per group of :func:`group_requests`.
+
+    Used by the launcher and by ``seml <collection> start`` (which rebuilds the requests from the
+    documents alone). Each array's runner is a ``seml_hydra.run.JobRunner`` on the group's
+    payload. Raises :class:`SubmissionError` for the first group sbatch refuses (its documents
+    are back to STAGED; groups submitted before it stay submitted).
+    """
+    from .run import JobRunner
+
+    arrays = []
+    for group in group_requests(requests):
+        first = group[0]
+        launcher = first.launcher
+        name = f"{collection_name}_{first.batch_id}"
+        id_groups = chunk(sorted(r.exp_id for r in group), launcher["experiments_per_job"])
+        runner = JobRunner(
+            db_cfg=dict(db_cfg) if db_cfg else None,
+            collection=collection_name,
+            payload_id=first.payload_id,
+            primary_log_level=str(launcher.get("primary_log_level", "INFO")),
+            other_log_level=str(launcher.get("other_log_level", "ERROR")),
+        )
+        folder = os.path.abspath(str(launcher["submitit_folder"]))
+        jobs = submit_group(
+            collection,
+            cluster=first.cluster,
+            folder=folder,
+            params=executor_parameters(launcher, comment=collection_name, name=name),
+            runner=runner,
+            id_groups=id_groups,
+            options=sbatch_options(launcher, comment=collection_name, name=name),
+        )
+        arrays.append(
+            SubmittedArray(
+                array_id=str(jobs[0].job_id).split("_")[0],
+                name=name,
+                folder=folder,
+                cluster=first.cluster,
+                jobs={str(j.job_id): (j, list(g)) for j, g in zip(jobs, id_groups)},
+            )
+        )
+    return arrays

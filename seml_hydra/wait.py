@@ -176,8 +176,6 @@ def job_return_from_document(doc: Mapping[str, Any], hydra_base: Mapping[str, An
     else:
         trace = doc.get("fail_trace") or []
         text = "".join(trace) if isinstance(trace, list) else str(trace)
-        for failure in doc.get("rank_failures") or []:
-            text += f"\n[rank {failure.get('rank')}]\n{failure.get('trace', '')}"
         ret.status = JobStatus.FAILED
         ret._return_value = ExperimentFailed(
             f"experiment {doc.get('_id')} is {doc.get('status')}:\n{text.strip()}"
