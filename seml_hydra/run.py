@@ -239,7 +239,13 @@ class JobRunner:
             outcome = states.COMPLETED
         except Exception:
             outcome = states.FAILED
-            if not plan.is_primary:
+            log.exception("Experiment %s failed on rank %d", exp_id, plan.global_rank)
+            if plan.is_primary:  # Sacred records the task's failure; this covers Sacred's own
+                collection.update_one(
+                    {"_id": exp_id, "status": states.RUNNING, "fail_trace": {"$exists": False}},
+                    {"$set": {"status": states.FAILED, "fail_trace": _trace_lines()}},
+                )
+            else:
                 failure = {
                     "rank": plan.global_rank,
                     "host": socket.gethostname(),
@@ -258,6 +264,11 @@ class JobRunner:
                 {"$set": {"hydra.working_dir": ret.working_dir, "hydra.task_name": ret.task_name}},
             )
         return outcome
+
+
+def _trace_lines() -> list[str]:
+    """The current exception's traceback as lines (Sacred's ``fail_trace`` format)."""
+    return traceback.format_exc().splitlines(True)
 
 
 def _fail_if_a_rank_failed(collection: Any, exp_id: int) -> None:

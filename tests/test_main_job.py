@@ -4,6 +4,7 @@ executor) -> results, as a user runs it (the example apps in subprocesses)."""
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -235,3 +236,86 @@ def test_wait_false_with_a_sweeper_that_needs_results_is_refused(test_db, tmp_pa
     )
     assert proc.returncode != 0
     assert test_db["train"].count_documents({}) == 0
+
+
+def test_ctrl_c_detaches_without_cancelling_anything(slurm, test_db, tmp_path):
+    import os
+    import signal
+    import sys
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests/apps/sleep_app.py"),
+            "-m",
+            "hydra/launcher=seml",
+            "seconds=60",
+            *FAST,
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while test_db["sleep_app"].count_documents({"status": "RUNNING"}) < 1:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Detached. Nothing was cancelled" in out
+    assert "seml sleep_app status" in out
+    doc = test_db["sleep_app"].find_one()
+    assert doc["status"] == "RUNNING"
+    job = f"{doc['slurm'][0]['array_id']}"
+    queue = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True)
+    assert queue.stdout.split() == ["RUNNING"]
+    subprocess.run(["scancel", job], check=True)
+
+
+def test_without_configured_database_the_embedded_mongod_is_used(tmp_path):
+    import os
+
+    from seml_hydra import embedded_db
+
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SEML_MONGODB_URI", "SEML_MONGODB_CONFIG")
+    }
+    env.update(
+        SEML_HYDRA_DATA_DIR=str(tmp_path / "data"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),  # no ~/.config/seml/mongodb.config
+    )
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "examples/fail.py"),
+                "-m",
+                "hydra/launcher=seml_local",
+                "x=1,3",
+                *FAST,
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "Using the embedded MongoDB" in proc.stdout
+        server = embedded_db.find_running_embedded(tmp_path / "data" / "mongodb")
+        assert server is not None
+        import pymongo
+
+        docs = list(pymongo.MongoClient(server.host, server.port)["seml"]["fail"].find())
+        assert sorted(d["result"] for d in docs) == [10, 30]
+    finally:
+        embedded_db.stop_embedded_mongod(tmp_path / "data" / "mongodb")
