@@ -70,6 +70,28 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.md5(text.encode("utf-8")).hexdigest()
 
 
+#: launcher fields that change what an experiment computes (its ranks), not just where it runs
+SHAPE_FIELDS = ("nodes", "tasks_per_node", "gpus_per_node")
+
+
+def experiment_hash(config: Mapping[str, Any], launcher: Mapping[str, Any] | None = None) -> str:
+    """The ``config_hash`` that identifies an experiment in its collection.
+
+    For a single-task point (1 node, 1 task, no GPU count) it is SEML's :func:`config_hash` of
+    the config, so SEML and seml-hydra agree. A point with another shape (``nodes``,
+    ``tasks_per_node``, ``gpus_per_node``) runs as a different experiment, so its shape is
+    hashed with the config: sweeping ``slurm=cpu,multinode`` over one config gives two.
+    Time, memory and partition are not part of the identity.
+    """
+    shape = {k: (launcher or {}).get(k) for k in SHAPE_FIELDS}
+    if shape in (
+        {"nodes": 1, "tasks_per_node": 1, "gpus_per_node": None},
+        {k: None for k in SHAPE_FIELDS},
+    ):
+        return config_hash(config)
+    return config_hash({**config, "__seml_hydra_shape__": shape})
+
+
 def overrides_to_nested(overrides: Sequence[str]) -> dict[str, Any]:
     """Turn Hydra override strings into the nested ``config_unresolved`` dict.
 
@@ -172,6 +194,7 @@ def build_document(
     experiments_per_job: int,
     git: GitDoc | None,
     add_time: datetime,
+    launcher: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the STAGED document of one sweep point.
 
@@ -186,6 +209,7 @@ def build_document(
         experiments_per_job: SEML's ``slurm.experiments_per_job``.
         git: ``{path, commit, dirty}`` or ``None`` outside a git repository (then omitted).
         add_time: staging time (UTC).
+        launcher: the point's ``hydra.launcher`` node, for :func:`experiment_hash`.
 
     Returns the document as a dict ready for ``insert_many``.
     """
@@ -197,7 +221,7 @@ def build_document(
         "seed": seed,
         "config": safe_config,
         "config_unresolved": overrides_to_nested(overrides),
-        "config_hash": config_hash(safe_config),
+        "config_hash": experiment_hash(safe_config, launcher),
         "add_time": add_time,
         "seml": {"version": list(VERSION), **dict(seml)},
         "slurm": [

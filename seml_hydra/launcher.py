@@ -185,7 +185,7 @@ class _Launch:
 
         import gridfs
 
-        from .documents import build_document, config_hash, pick_seed, to_bson_safe
+        from .documents import build_document, experiment_hash, pick_seed, to_bson_safe
         from .gitinfo import git_info
         from .stage import stage
         from .submit import sbatch_options
@@ -207,7 +207,7 @@ class _Launch:
         git = git_info(seml["working_dir"])
         now = datetime.now(timezone.utc)
         rng = random.SystemRandom()
-        hashes = [config_hash(to_bson_safe(p.config)) for p in self.points]
+        hashes = [experiment_hash(to_bson_safe(p.config), p.launcher) for p in self.points]
 
         def make_document(index: int, exp_id: int, batch_id: int) -> dict[str, Any]:
             point = self.points[index]
@@ -225,6 +225,7 @@ class _Launch:
                 experiments_per_job=point.launcher["experiments_per_job"],
                 git=git,
                 add_time=now,
+                launcher=point.launcher,
             )
 
         def refresh_existing(index: int) -> dict[str, Any]:

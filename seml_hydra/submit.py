@@ -259,12 +259,14 @@ def submit_requests(
 
     Used by the launcher and by ``seml <collection> start`` (which rebuilds the requests from the
     documents alone). Each array's runner is a ``seml_hydra.run.JobRunner`` on the group's
-    payload. Raises :class:`SubmissionError` for the first group sbatch refuses (its documents
+    payload. Slurm arrays longer than the cluster's ``MaxArraySize`` are split into several
+    arrays. Raises :class:`SubmissionError` for the first group sbatch refuses (its documents
     are back to STAGED; groups submitted before it stay submitted).
     """
     from .run import JobRunner
 
     arrays = []
+    max_array: int | None = None
     for group in group_requests(requests):
         first = group[0]
         launcher = first.launcher
@@ -278,22 +280,43 @@ def submit_requests(
             other_log_level=str(launcher.get("other_log_level", "ERROR")),
         )
         folder = os.path.abspath(str(launcher["submitit_folder"]))
-        jobs = submit_group(
-            collection,
-            cluster=first.cluster,
-            folder=folder,
-            params=executor_parameters(launcher, comment=collection_name, name=name),
-            runner=runner,
-            id_groups=id_groups,
-            options=sbatch_options(launcher, comment=collection_name, name=name),
-        )
-        arrays.append(
-            SubmittedArray(
-                array_id=str(jobs[0].job_id).split("_")[0],
-                name=name,
-                folder=folder,
+        params = executor_parameters(launcher, comment=collection_name, name=name)
+        limit = len(id_groups)
+        if first.cluster == "slurm":
+            if max_array is None:
+                from .slurm import SlurmError, max_array_size
+
+                try:
+                    max_array = max_array_size()
+                except SlurmError as error:
+                    raise SubmissionError(str(error)) from None
+            limit = max_array
+        for part in split_array(id_groups, limit):
+            # submitit always throttles arrays (%256 by default): unset means no limit here
+            part_params = {"slurm_array_parallelism": len(part), **params}
+            jobs = submit_group(
+                collection,
                 cluster=first.cluster,
-                jobs={str(j.job_id): (j, list(g)) for j, g in zip(jobs, id_groups)},
+                folder=folder,
+                params=part_params,
+                runner=runner,
+                id_groups=part,
+                options=sbatch_options(launcher, comment=collection_name, name=name),
             )
-        )
+            arrays.append(
+                SubmittedArray(
+                    array_id=str(jobs[0].job_id).split("_")[0],
+                    name=name,
+                    folder=folder,
+                    cluster=first.cluster,
+                    jobs={str(j.job_id): (j, list(g)) for j, g in zip(jobs, part)},
+                )
+            )
     return arrays
+
+
+def split_array(id_groups: Sequence[Sequence[int]], max_array_size: int) -> list[list[list[int]]]:
+    """Cut an array's task list into arrays of at most ``max_array_size`` tasks (Slurm's
+    ``MaxArraySize``: task ids must stay below it). Pure."""
+    size = max(1, int(max_array_size))
+    return [[list(g) for g in id_groups[i : i + size]] for i in range(0, len(id_groups), size)]

@@ -377,3 +377,17 @@ def test_build_document_same_config_same_hash_regardless_of_order():
     a = make_doc(config={"a": 1, "b": {"c": 2, "d": 3}})
     b = make_doc(config={"b": {"d": 3, "c": 2}, "a": 1})
     assert a["config_hash"] == b["config_hash"]
+
+
+def test_experiment_hash_is_seml_hash_for_single_task_points_and_includes_other_shapes():
+    from seml_hydra.documents import config_hash, experiment_hash
+
+    config = {"lr": 0.1}
+    single = {"nodes": 1, "tasks_per_node": 1, "gpus_per_node": None, "timeout_min": 5}
+    assert experiment_hash(config, single) == config_hash(config)
+    assert experiment_hash(config, {**single, "timeout_min": 60}) == config_hash(config)
+    two_nodes = {**single, "nodes": 2}
+    assert experiment_hash(config, two_nodes) != config_hash(config)
+    assert experiment_hash(config, two_nodes) != experiment_hash(
+        config, {**single, "tasks_per_node": 2}
+    )

@@ -1,0 +1,67 @@
+"""Slurm resources per sweep point: one array per resource set, presets as a config group, arrays
+cut at the cluster's MaxArraySize (the testbed sets it to 8), reserved sbatch options refused."""
+
+from __future__ import annotations
+
+from conftest import run_app
+
+from seml_hydra.slurm import max_array_size, scontrol_show_job
+
+FAST = ["hydra.launcher.poll_interval_s=0.3"]
+
+
+def arrays_of(collection) -> dict[int, list[dict]]:
+    """``{array id: [documents]}``."""
+    arrays: dict[int, list[dict]] = {}
+    for doc in collection.find():
+        arrays.setdefault(doc["slurm"][0]["array_id"], []).append(doc)
+    return arrays
+
+
+def test_sweep_over_two_resource_presets_makes_two_arrays_with_their_own_options(
+    slurm, test_db, tmp_path
+):
+    proc = run_app(
+        "train.py", "-m", "hydra/launcher=seml", "+slurm=cpu,multinode", *FAST, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    arrays = arrays_of(test_db["train"])
+    assert len(arrays) == 2
+    seen = {}
+    for array_id, docs in arrays.items():
+        (doc,) = docs
+        assert doc["status"] == "COMPLETED"
+        job = scontrol_show_job(str(array_id))[0]
+        preset = doc["hydra"]["choices"]["slurm"]
+        seen[preset] = (job["NumNodes"], doc["slurm"][0]["sbatch_options"])
+        assert job["Comment"] == "train"
+    assert seen["cpu"][0] == "1" and seen["multinode"][0] == "2"
+    assert seen["cpu"][1]["cpus-per-task"] == 2 and seen["cpu"][1]["mem"] == "4G"
+    assert seen["multinode"][1]["nodes"] == 2 and seen["multinode"][1]["ntasks"] == 2
+
+
+def test_sweep_larger_than_max_array_size_is_split_and_all_points_run(slurm, test_db, tmp_path):
+    limit = max_array_size()
+    assert limit == 8, "the testbed sets MaxArraySize=8 (tools/testbed/slurm.conf)"
+    values = ",".join(str(i) for i in range(10))
+    proc = run_app(
+        "fail.py", "-m", "hydra/launcher=seml", "fail_on=-1", f"x={values}", *FAST, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    arrays = arrays_of(test_db["fail"])
+    assert sorted(len(docs) for docs in arrays.values()) == [2, 8]
+    assert test_db["fail"].count_documents({"status": "COMPLETED"}) == 10
+
+
+def test_reserved_sbatch_option_is_refused_before_staging(test_db, tmp_path):
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml_local",
+        "+hydra.launcher.additional_parameters.comment=mine",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    assert "additional_parameters sets comment" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert test_db["fail"].count_documents({}) == 0
