@@ -1,0 +1,322 @@
+"""``seml <collection> <command>``: status, start, reset, cancel, delete, hold, release,
+detect-killed, print-fail-trace, print-output."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from .. import states
+from .core import (
+    COLLECTION_PANEL,
+    STATE_COLORS,
+    collection_app,
+    collection_name,
+    confirm_if_many,
+    console,
+    err_console,
+    selection,
+)
+from .options import BatchId, FilterDict, SacredId, States, Yes
+
+command = collection_app.command
+
+
+def _open(ctx: typer.Context) -> tuple[Any, Any]:
+    """(database, collection) of the command line's collection."""
+    from ..manage import connect_db, get_collection, refresh_collection_cache
+
+    db = connect_db()
+    collection = get_collection(db, collection_name(ctx))
+    refresh_collection_cache([collection.name], replace=False)
+    return db, collection
+
+
+def _ids(ids: list[int]) -> str:
+    from ..ranges import format_ids
+
+    return format_ids(ids)
+
+
+def _report_detect(result: Any) -> None:
+    if result.warning:
+        err_console().print(f"[yellow]Warning:[/] {result.warning}", markup=True)
+    if result.killed:
+        console().print(
+            f"Detected {len(result.killed)} killed experiment(s): {_ids(result.killed)}"
+        )
+    if result.interrupted:
+        console().print(
+            f"{len(result.interrupted)} cancelled experiment(s) ended: "
+            f"{_ids(result.interrupted)} are INTERRUPTED"
+        )
+
+
+@command(rich_help_panel=COLLECTION_PANEL)
+def status(
+    ctx: typer.Context,
+    sacred_id: SacredId = None,
+    batch_id: BatchId = None,
+    filter_states: States = None,
+    filter_dict: FilterDict = None,
+) -> None:
+    """Counts and ids of the experiments per state (after detecting killed jobs)."""
+    from rich.table import Table
+
+    from ..manage import detect_killed
+    from ..manage import status as get_status
+
+    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
+    _, coll = _open(ctx)
+    query = sel.query()
+    _report_detect(detect_killed(coll, query))
+    by_state = get_status(coll, query)
+    name = collection_name(ctx)
+    if not by_state:
+        console().print(f"No experiments in {name} match.")
+        return
+    table = Table(title=f"{name}", title_justify="left")
+    table.add_column("State")
+    table.add_column("Count", justify="right")
+    table.add_column("Ids")
+    for state, ids in by_state.items():
+        color = STATE_COLORS.get(state, "white")
+        table.add_row(f"[{color}]{state}[/]", str(len(ids)), _ids(ids))
+    table.add_row("[bold]total[/]", str(sum(map(len, by_state.values()))), "")
+    console().print(table)
+
+
+@command(rich_help_panel=COLLECTION_PANEL)
+def start(
+    ctx: typer.Context,
+    sacred_id: SacredId = None,
+    batch_id: BatchId = None,
+    filter_dict: FilterDict = None,
+    num_experiments: Annotated[
+        int, typer.Option("-n", "--num-experiments", help="Start at most this many; 0 = all.")
+    ] = 0,
+) -> None:
+    """Submit STAGED experiments to Slurm (e.g. after `reset`), from the database alone."""
+    from ..manage import start as do_start
+
+    sel = selection(sacred_id, batch_id, None, filter_dict)
+    db, _ = _open(ctx)
+    name = collection_name(ctx)
+    arrays = do_start(db, name, sel.query(), limit=num_experiments)
+    if not arrays:
+        console().print(f"No STAGED experiments in {name} match: nothing to start.")
+        return
+    for array in arrays:
+        console().print(
+            f"Started {len(array.ids)} experiment(s) ({_ids(array.ids)}) as {array.cluster} job "
+            f"{array.array_id} ({array.name}); output in {array.folder}"
+        )
+
+
+@command(rich_help_panel=COLLECTION_PANEL)
+def reset(
+    ctx: typer.Context,
+    sacred_id: SacredId = None,
+    batch_id: BatchId = None,
+    filter_states: States = None,
+    filter_dict: FilterDict = None,
+    yes: Yes = False,
+) -> None:
+    """Put FAILED, KILLED and INTERRUPTED experiments back to STAGED (run with `start`)."""
+    from ..manage import reset as do_reset
+
+    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
+    allowed = [s for s in states.ALL if s not in states.ACTIVE]
+    _, coll = _open(ctx)
+    query = (
+        sel.query(allowed=allowed)
+        if sel.filter_states
+        else sel.query(default_states=sorted(states.RERUNNABLE))
+    )
+    confirm_if_many("Reset", coll.count_documents(query), yes)
+    ids = do_reset(coll, query)
+    if not ids:
+        console().print("No experiments to reset.")
+        return
+    console().print(f"Reset {len(ids)} experiment(s) to STAGED: {_ids(ids)}")
+
+
+@command(rich_help_panel=COLLECTION_PANEL)
+def cancel(
+    ctx: typer.Context,
+    sacred_id: SacredId = None,
+    batch_id: BatchId = None,
+    filter_states: States = None,
+    filter_dict: FilterDict = None,
+    yes: Yes = False,
+) -> None:
+    """Cancel PENDING and RUNNING experiments: INTERRUPTED, and `scancel` of their array tasks."""
+    from ..manage import cancel as do_cancel
+
+    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
+    _, coll = _open(ctx)
+    query = sel.query(allowed=[s for s in states.ALL if s in states.ACTIVE])
+    confirm_if_many("Cancel", coll.count_documents(query), yes)
+    result = do_cancel(coll, query)
+    _report_cancel(result)
+
+
+def _report_cancel(result: Any) -> None:
+    if not result.interrupted:
+        console().print("No PENDING or RUNNING experiments to cancel.")
+        return
+    tasks = ", ".join(result.cancelled_tasks) or "none"
+    console().print(
+        f"Cancelled {len(result.interrupted)} experiment(s) ({_ids(result.interrupted)}), now "
+        f"INTERRUPTED; Slurm tasks cancelled: {tasks}"
+    )
+    if result.local_ids:
+        err_console().print(
+            f"[yellow]Warning:[/] experiment(s) {_ids(result.local_ids)} run with the local "
+            "executor; their processes were not stopped."
+        )
+    if result.still_alive:
+        err_console().print(
+            f"[yellow]Warning:[/] Slurm still lists {', '.join(result.still_alive)}; run "
+            "`status` again later."
+        )
+
+
+@command(rich_help_panel=COLLECTION_PANEL)
+def delete(
+    ctx: typer.Context,
+    sacred_id: SacredId = None,
+    batch_id: BatchId = None,
+    filter_states: States = None,
+    filter_dict: FilterDict = None,
+    cancel_first: Annotated[
+        bool,
+        typer.Option(
+            "--cancel/--no-cancel",
+            help="Cancel the PENDING/RUNNING experiments' Slurm tasks before deleting them.",
+        ),
+    ] = True,
+    yes: Yes = False,
+) -> None:
+    """Delete experiments (all states by default; running ones are cancelled first)."""
+    from ..manage import delete as do_delete
+    from ..manage import refresh_collection_cache
+
+    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
+    db, coll = _open(ctx)
+    query = sel.query()
+    confirm_if_many("Delete", coll.count_documents(query), yes)
+    ids = do_delete(coll, query, cancel_first=cancel_first)
+    refresh_collection_cache([collection_name(ctx)], replace=False)
+    if not ids:
+        console().print("No experiments to delete.")
+        return
+    console().print(f"Deleted {len(ids)} experiment(s): {_ids(ids)}")
+
+
+@command(rich_help_panel=COLLECTION_PANEL)
+def hold(
+    ctx: typer.Context,
+    sacred_id: SacredId = None,
+    batch_id: BatchId = None,
+    filter_dict: FilterDict = None,
+) -> None:
+    """Hold the pending Slurm array tasks of PENDING experiments (`scontrol hold`)."""
+    from ..manage import hold as do_hold
+
+    sel = selection(sacred_id, batch_id, None, filter_dict)
+    _, coll = _open(ctx)
+    held_now, already = do_hold(coll, sel.query())
+    if held_now:
+        console().print(f"Held {len(held_now)} pending Slurm task(s): {', '.join(held_now)}")
+    if already:
+        console().print(f"Already held: {', '.join(already)}")
+    if not held_now and not already:
+        console().print("Nothing pending to hold.")
+
+
+@command(rich_help_panel=COLLECTION_PANEL)
+def release(
+    ctx: typer.Context,
+    sacred_id: SacredId = None,
+    batch_id: BatchId = None,
+    filter_dict: FilterDict = None,
+) -> None:
+    """Release the held Slurm array tasks of PENDING experiments (`scontrol release`)."""
+    from ..manage import release as do_release
+
+    sel = selection(sacred_id, batch_id, None, filter_dict)
+    _, coll = _open(ctx)
+    released = do_release(coll, sel.query())
+    if released:
+        console().print(f"Released {len(released)} Slurm task(s): {', '.join(released)}")
+    else:
+        console().print("Nothing held to release.")
+
+
+@command("detect-killed", rich_help_panel=COLLECTION_PANEL)
+def detect_killed(ctx: typer.Context) -> None:
+    """Mark KILLED the PENDING/RUNNING experiments whose Slurm job is gone."""
+    from ..manage import detect_killed as do_detect
+
+    _, coll = _open(ctx)
+    result = do_detect(coll)
+    _report_detect(result)
+    if not result.killed and not result.interrupted and not result.warning:
+        console().print("No killed experiments detected.")
+
+
+@command("print-fail-trace", rich_help_panel=COLLECTION_PANEL)
+def print_fail_trace(
+    ctx: typer.Context,
+    sacred_id: SacredId = None,
+    batch_id: BatchId = None,
+    filter_states: States = None,
+    filter_dict: FilterDict = None,
+) -> None:
+    """Print the fail trace of FAILED, KILLED and INTERRUPTED experiments."""
+    from rich.panel import Panel
+    from rich.text import Text
+
+    from ..manage import fail_traces
+
+    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
+    _, coll = _open(ctx)
+    default = [states.FAILED, states.KILLED, states.INTERRUPTED]
+    traces = fail_traces(coll, sel.query(default_states=default))
+    if not traces:
+        console().print("No experiments match.")
+    for exp_id, state, trace in traces:
+        console().print(
+            Panel(
+                Text(trace.rstrip() or "(no fail trace)"),
+                title=f"experiment {exp_id} ({state})",
+                title_align="left",
+            )
+        )
+
+
+@command("print-output", rich_help_panel=COLLECTION_PANEL)
+def print_output(
+    ctx: typer.Context,
+    sacred_id: SacredId = None,
+    batch_id: BatchId = None,
+    filter_states: States = None,
+    filter_dict: FilterDict = None,
+    tail: Annotated[int, typer.Option("-t", "--tail", help="Only the last N lines; 0 = all.")] = 0,
+) -> None:
+    """Print the Slurm output file of experiments (bytes that are not UTF-8 show as U+FFFD)."""
+    from ..manage import read_outputs
+
+    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
+    _, coll = _open(ctx)
+    outputs = read_outputs(coll, sel.query(), tail=tail or None)
+    if not outputs:
+        console().print("No experiments match.")
+    for out in outputs:
+        console().rule(f"experiment {out.exp_id} ({out.status})", align="left")
+        if out.text is None:
+            console().print(f"[dim]{out.problem}{f': {out.path}' if out.path else ''}[/]")
+        else:
+            typer.echo(out.text)

@@ -1,0 +1,176 @@
+"""The command tree: a root group whose first argument is a command (``list``, ``queue``,
+``drop``) or a collection name followed by a collection command (``seml train status``).
+
+Instead of a required collection argument that command-free calls fill with a dummy (SEML's
+way), :class:`SemlGroup` resolves the first word itself: a root command runs as usual, any
+other word is taken as the collection and the rest goes to the collection group, whose
+``ctx.info_name`` is then the collection. Help shows both kinds of commands; completion offers
+root commands and cached collection names in the first position.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from .. import states
+
+ROOT_PANEL = "Commands without a collection: seml COMMAND"
+COLLECTION_PANEL = "Commands on a collection: seml COLLECTION COMMAND"
+
+
+class SemlGroup(TyperGroup):
+    """Root group: ``seml COMMAND ...`` or ``seml COLLECTION COMMAND ...``."""
+
+    def collection_group(self) -> Any:
+        return typer.main.get_group(collection_app)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*super().list_commands(ctx), *self.collection_group().list_commands(ctx)]
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        # used for help (and by click's default completion, which shell_complete replaces)
+        return super().get_command(ctx, name) or self.collection_group().get_command(ctx, name)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> tuple[Any, Any, list[str]]:
+        name = args[0]
+        if name in self.commands:
+            return super().resolve_command(ctx, args)
+        if name.startswith("-"):
+            ctx.fail(f"No such option {name!r}.")
+        if name in self.collection_group().commands and not ctx.resilient_parsing:
+            ctx.fail(f"`{name}` works on a collection: seml COLLECTION {name} ...")
+        return name, self.collection_group(), args[1:]
+
+    def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
+        from typer._click.shell_completion import CompletionItem
+
+        if incomplete.startswith("-"):
+            return super().shell_complete(ctx, incomplete)
+        from ..manage import cached_collections
+
+        items = [
+            CompletionItem(name, help=self.commands[name].get_short_help_str())
+            for name in sorted(self.commands)
+            if name.startswith(incomplete)
+        ]
+        items += [
+            CompletionItem(name, help="collection")
+            for name in cached_collections()
+            if name.startswith(incomplete) and name not in self.commands
+        ]
+        return items
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as error:
+            message = user_error_message(error)
+            if message is None:
+                raise
+            err_console().print(f"[bold red]Error:[/] {message}", markup=True, highlight=False)
+            raise typer.Exit(1) from None
+
+
+def user_error_message(error: BaseException) -> str | None:
+    """The one-line message of an error meant for the user, None for a bug (re-raised)."""
+    from ..database import DatabaseError
+    from ..manage import ManageError
+    from ..slurm import SlurmError
+    from ..submit import SubmissionError
+
+    if isinstance(error, (ManageError, DatabaseError, SlurmError, SubmissionError)):
+        return _escape(str(error))
+    module = type(error).__module__ or ""
+    if module.startswith(("pymongo", "gridfs", "bson")):
+        return _escape(f"MongoDB: {error}")
+    return None
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+app = typer.Typer(
+    cls=SemlGroup,
+    name="seml",
+    no_args_is_help=True,
+    help="Manage the experiments the seml-hydra launcher stored in MongoDB and runs on Slurm.\n\n"
+    "seml COLLECTION COMMAND works on one collection, e.g. `seml train status`.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode="markdown",
+)
+
+collection_app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode="markdown",
+)
+
+
+@collection_app.callback()
+def _collection(ctx: typer.Context) -> None:
+    """Commands on the collection named before the command."""
+    from ..database import validate_collection_name
+
+    ctx.meta["seml_collection"] = validate_collection_name(ctx.info_name or "")
+
+
+def collection_name(ctx: typer.Context) -> str:
+    """The collection named on the command line (``seml <collection> ...``)."""
+    return ctx.meta["seml_collection"]
+
+
+def console() -> Any:
+    """A rich console on the current stdout (follows CliRunner's redirection)."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def err_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def selection(
+    sacred_id: int | None = None,
+    batch_id: int | None = None,
+    filter_states: list[str] | None = None,
+    filter_dict: str | None = None,
+) -> Any:
+    """The :class:`seml_hydra.manage.Selection` of the common options."""
+    from ..manage import Selection, parse_filter_dict, parse_states
+
+    return Selection(
+        sacred_id=sacred_id,
+        batch_id=batch_id,
+        filter_states=tuple(parse_states(filter_states)),
+        filter_dict=parse_filter_dict(filter_dict),
+    )
+
+
+def confirm_if_many(what: str, count: int, yes: bool) -> None:
+    """Ask before acting on more than ``CONFIRM_THRESHOLD`` experiments (unless ``--yes``)."""
+    from ..manage import CONFIRM_THRESHOLD
+
+    if count > CONFIRM_THRESHOLD and not yes:
+        typer.confirm(f"{what} {count} experiments?", abort=True)
+
+
+STATE_COLORS = {
+    states.STAGED: "cyan",
+    states.PENDING: "yellow",
+    states.RUNNING: "blue",
+    states.RESCHEDULED: "blue",
+    states.COMPLETED: "green",
+    states.FAILED: "red",
+    states.KILLED: "red",
+    states.INTERRUPTED: "magenta",
+}

@@ -1,0 +1,156 @@
+"""``seml list``, ``seml queue``, ``seml drop``: commands without a collection."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from .. import states
+from .core import ROOT_PANEL, STATE_COLORS, app, console
+from .options import Yes
+
+command = app.command
+
+
+@command("list", rich_help_panel=ROOT_PANEL)
+def list_(
+    pattern: Annotated[
+        str | None,
+        typer.Argument(help="Only collections whose name matches this regular expression."),
+    ] = None,
+) -> None:
+    """Collections with their experiment counts per state."""
+    from rich.table import Table
+
+    from ..manage import connect_db, list_collections
+
+    db = connect_db()
+    rows = list_collections(db, pattern)
+    if not rows:
+        console().print(f"No experiment collections in database {db.name!r}.")
+        return
+    present = [s for s in states.ALL if any(r.counts.get(s) for r in rows)]
+    others = sorted({s for r in rows for s in r.counts} - set(states.ALL))
+    table = Table(title=f"database {db.name}", title_justify="left")
+    table.add_column("Collection")
+    for s in [*present, *others]:
+        table.add_column(f"[{STATE_COLORS.get(s, 'white')}]{s}[/]", justify="right")
+    table.add_column("Total", justify="right")
+    for r in rows:
+        table.add_row(r.name, *[str(r.counts.get(s, 0)) for s in [*present, *others]], str(r.total))
+    console().print(table)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    text = f"{s // 3600:d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+def _queue_table(rows: list[Any]) -> Any:
+    from rich.table import Table
+
+    from ..ranges import format_ids
+
+    table = Table()
+    for name in ("Collection", "Job", "State", "Experiments", "Run time", "Nodes / reason"):
+        table.add_column(name)
+    for r in sorted(rows, key=lambda r: (r.collection or "~", r.job_id)):
+        where = r.nodes if r.state == "RUNNING" else (r.reason or r.nodes or "")
+        table.add_row(
+            r.collection or "[dim](none)[/]",
+            r.job_id,
+            r.state,
+            format_ids(r.exp_ids),
+            _duration(r.elapsed_s),
+            where or "",
+        )
+    return table
+
+
+@command(rich_help_panel=ROOT_PANEL)
+def queue(
+    job_ids: Annotated[
+        list[str] | None, typer.Argument(help="Only these Slurm jobs.", show_default=False)
+    ] = None,
+    all_jobs: Annotated[
+        bool, typer.Option("--all", help="Also your jobs that belong to no collection.")
+    ] = False,
+    watch: Annotated[
+        bool, typer.Option("-w", "--watch", help="Refresh every few seconds until Ctrl-C.")
+    ] = False,
+    slurm_states: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-s",
+            "--states",
+            help="Only jobs in these Slurm states, e.g. -s PENDING,RUNNING.",
+            metavar="STATES",
+            show_default=False,
+        ),
+    ] = None,
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes with --watch.")] = 2.0,
+) -> None:
+    """Your Slurm jobs by collection, with their experiments, run time, nodes or pending reason."""
+    import re
+
+    from ..manage import connect_db
+    from ..manage import queue as get_queue
+
+    wanted = [p for v in slurm_states or () for p in re.split(r"[,\s]+", v.upper()) if p]
+    db = connect_db()
+
+    def rows() -> list[Any]:
+        return get_queue(db, job_ids, all_jobs=all_jobs, slurm_states=wanted or None)
+
+    if not watch:
+        found = rows()
+        if not found:
+            console().print("No jobs.")
+            return
+        console().print(_queue_table(found))
+        return
+    import time
+
+    from rich.live import Live
+
+    out = console()
+    try:
+        if not out.is_terminal:  # a pipe or a file: one table per refresh
+            while True:
+                out.print(_queue_table(rows()))
+                time.sleep(interval)
+        with Live(_queue_table(rows()), console=out, auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(_queue_table(rows()), refresh=True)
+    except KeyboardInterrupt:
+        return
+
+
+@command(rich_help_panel=ROOT_PANEL)
+def drop(
+    pattern: Annotated[
+        str, typer.Argument(help="Drop the collections whose whole name matches this regex.")
+    ],
+    yes: Yes = False,
+) -> None:
+    """Drop collections (asks first; cancels their PENDING and RUNNING experiments)."""
+    from ..manage import connect_db, list_collections, matching_collections
+    from ..manage import drop as do_drop
+
+    db = connect_db()
+    names = matching_collections(db, pattern)
+    if not names:
+        console().print(f"No collection matches {pattern!r}.")
+        return
+    counts = {c.name: c.total for c in list_collections(db)}
+    listing = ", ".join(f"{n} ({counts.get(n, 0)} experiments)" for n in names)
+    if not yes:
+        typer.confirm(f"Drop {listing}?", abort=True)
+    do_drop(db, names)
+    console().print(f"Dropped {', '.join(names)}.")

@@ -1,0 +1,961 @@
+"""The library behind the ``seml`` command: pure filters and decisions, plus MongoDB/Slurm I/O.
+
+Pure parts (no I/O, tested alone): :func:`parse_states`, :func:`parse_filter_dict`,
+:func:`build_filter`, :func:`task_of`, :func:`decide_killed`, :func:`tasks_to_cancel`,
+:func:`id_ranges_by_state`, :func:`is_listed_collection`.
+
+I/O parts take a pymongo database or collection and run Slurm's clients through
+:mod:`seml_hydra.slurm` (argument lists, never a shell). Every user-facing problem raises
+:class:`ManageError` (or ``DatabaseError`` / ``SlurmError`` / ``SubmissionError``) with a complete
+message; nothing here prints or exits. Heavy modules (pymongo, submitit) are imported inside the
+functions, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from . import states
+
+#: collections that are not experiment collections (never listed, dropped or completed)
+HIDDEN_COLLECTIONS = ("seml_hydra_counters", "metrics")
+HIDDEN_PREFIXES = ("fs.", "system.")
+#: destructive commands ask for confirmation above this many experiments (SEML's threshold)
+CONFIRM_THRESHOLD = 10
+#: how long cancel waits for Slurm to end cancelled tasks before re-setting INTERRUPTED
+CANCEL_WAIT_S = 60.0
+#: lines of the job's output kept as ``fail_trace`` of a KILLED experiment
+TRACE_LINES = 40
+#: the ``slurm[0]`` fields a submission writes; cleared on reset (a reset experiment has no job)
+SLURM_JOB_FIELDS = ("array_id", "task_id", "job_id", "num_tasks", "output_files_template")
+#: where ``cancel`` records that the user asked for the interruption (Sacred's observer never
+#: writes ``execution``; ``stage.RUN_FIELDS`` clears it on a re-run)
+CANCEL_MARK = "execution.cancel_time"
+
+
+class ManageError(Exception):
+    """A problem explained for the user (the CLI prints ``str(err)`` in one line, exit 1)."""
+
+
+# ------------------------------------------------------------------------------- pure: filters
+
+
+def parse_states(values: Iterable[str] | None) -> list[str]:
+    """Normalize ``-s`` values: ``["failed,killed", "Interrupted"]`` -> canonical state names.
+
+    Commas and spaces separate states, case is ignored, SEML's ``QUEUED`` means ``STAGED``.
+    Returns ``[]`` for no value. Raises :class:`ManageError` naming an unknown state.
+    """
+    out: list[str] = []
+    for value in values or ():
+        for part in re.split(r"[,\s]+", str(value).strip()):
+            if not part:
+                continue
+            name = states.ALIASES.get(part.upper(), part.upper())
+            if name not in states.ALL:
+                raise ManageError(
+                    f"Unknown state {part!r}; the states are {', '.join(states.ALL)}."
+                )
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def parse_filter_dict(text: str | None) -> dict[str, Any]:
+    """Parse ``-fd``: a JSON or YAML mapping (``'{"config.model.name": "small"}'``,
+    ``"{config.seed: 3}"``). ``None``/empty gives ``{}``; anything but a mapping raises
+    :class:`ManageError`."""
+    if text is None or not str(text).strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        import yaml
+
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise ManageError(f"--filter-dict is neither JSON nor YAML: {error}") from None
+    if not isinstance(value, dict):
+        raise ManageError(
+            f"--filter-dict must be a mapping such as '{{\"config.seed\": 3}}', got {text!r}."
+        )
+    return value
+
+
+def _state_values(names: Iterable[str]) -> list[str]:
+    """Stored values matching ``names`` (STAGED also matches SEML's old ``QUEUED``)."""
+    values = list(names)
+    values += [alias for alias, name in states.ALIASES.items() if name in values]
+    return values
+
+
+def build_filter(
+    *,
+    sacred_id: int | None = None,
+    batch_id: int | None = None,
+    filter_states: Sequence[str] | None = None,
+    filter_dict: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The MongoDB filter of the common options (pure). All given parts must match (AND);
+    ``filter_states`` empty or None means every state."""
+    query: dict[str, Any] = dict(filter_dict or {})
+    parts = []
+    if sacred_id is not None:
+        parts.append({"_id": sacred_id})
+    if batch_id is not None:
+        parts.append({"batch_id": batch_id})
+    if filter_states:
+        parts.append({"status": {"$in": _state_values(filter_states)}})
+    for part in parts:
+        for key, value in part.items():
+            if key in query:
+                query["$and"] = [*query.get("$and", []), {key: value}]
+            else:
+                query[key] = value
+    return query
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the common options select: ``-id``, ``-b``, ``-s``, ``-fd``."""
+
+    sacred_id: int | None = None
+    batch_id: int | None = None
+    filter_states: tuple[str, ...] = ()
+    filter_dict: Mapping[str, Any] = field(default_factory=dict)
+
+    def query(
+        self, default_states: Iterable[str] = (), allowed: Iterable[str] | None = None
+    ) -> dict[str, Any]:
+        """The filter, with ``default_states`` when no ``-s`` was given. ``allowed`` (if given)
+        limits the states a command may act on: a ``-s`` outside it raises ManageError."""
+        chosen = list(self.filter_states) or list(default_states)
+        if allowed is not None:
+            allowed = list(allowed)
+            bad = [s for s in chosen if s not in allowed]
+            if bad:
+                raise ManageError(
+                    f"This command works on experiments in the states {', '.join(allowed)}, "
+                    f"not {', '.join(bad)}."
+                )
+            chosen = chosen or allowed
+        return build_filter(
+            sacred_id=self.sacred_id,
+            batch_id=self.batch_id,
+            filter_states=chosen,
+            filter_dict=self.filter_dict,
+        )
+
+
+def is_listed_collection(name: str) -> bool:
+    """Whether ``name`` is an experiment collection to show (not counters, GridFS, metrics)."""
+    return name not in HIDDEN_COLLECTIONS and not name.startswith(HIDDEN_PREFIXES)
+
+
+def id_ranges_by_state(docs: Iterable[Mapping[str, Any]]) -> dict[str, list[int]]:
+    """``{state: sorted ids}`` in life-cycle order (unknown states after the known ones)."""
+    by_state: dict[str, list[int]] = {}
+    for doc in docs:
+        status = states.ALIASES.get(doc.get("status"), doc.get("status")) or "UNKNOWN"
+        by_state.setdefault(status, []).append(doc["_id"])
+    order = {s: i for i, s in enumerate(states.ALL)}
+    return {
+        s: sorted(by_state[s], key=_sort_key)
+        for s in sorted(by_state, key=lambda s: (order.get(s, len(order)), s))
+    }
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    return (0, value) if isinstance(value, int) else (1, str(value))
+
+
+# ------------------------------------------------------------------------------- pure: jobs
+
+
+def task_of(doc: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(cluster, job id)`` of the Slurm task that runs (or will run) the experiment, or None
+    when it has none yet. The job id is ``"<array_id>_<task_id>"``, or the plain ``"<job_id>"``
+    when the submission was a single job (submitit submits one task without ``--array``; Slurm
+    rejects ``"<id>_0"`` for such a job).
+
+    A claimed experiment's ``execution`` (written by the job itself) wins over the submission's
+    ``slurm[0]``. The cluster is ``"local"`` for submitit's local executor (no Slurm job).
+    """
+    slurm = doc.get("slurm")
+    first = slurm[0] if isinstance(slurm, list) and slurm else slurm
+    first = first if isinstance(first, Mapping) else {}
+    execution = doc.get("execution") or {}
+    if isinstance(execution, Mapping) and execution.get("array_id") is not None:
+        cluster = str(execution.get("cluster") or "slurm")
+        array, task = execution["array_id"], execution.get("task_id", 0)
+    elif first.get("array_id") is not None and first.get("task_id") is not None:
+        cluster = str(first.get("cluster") or "slurm")
+        array, task = first["array_id"], first["task_id"]
+    else:
+        return None
+    job_id = first.get("job_id")
+    single = str(first.get("array_id")) == str(array) and (
+        isinstance(job_id, str) and "_" not in job_id or first.get("num_tasks") == 1
+    )
+    return cluster, str(array) if single and task == 0 else f"{array}_{task}"
+
+
+def _job_sort_key(job: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in job.split("_"))
+
+
+def _row_jobs(row: Any) -> list[str]:
+    """Job ids (``"<array>_<task>"`` or ``"<job>"``) a squeue row stands for."""
+    if row.array_job_id is not None:
+        return [f"{row.array_job_id}_{t}" for t in row.task_ids or ()]
+    return [str(row.job_id_raw)]
+
+
+def _squeue_alive(rows: Iterable[Any]) -> set[str]:
+    """Job ids of the alive squeue rows."""
+    return {job for row in rows if row.alive for job in _row_jobs(row)}
+
+
+def is_slurm_task(task: tuple[str, str] | None) -> bool:
+    """True for a task Slurm knows (not submitit's local executor, not missing)."""
+    if task is None or task[0] == "local":
+        return False
+    from .slurm import parse_job_id
+
+    try:
+        parse_job_id(task[1])
+    except ValueError:
+        return False
+    return True
+
+
+def decide_killed(
+    docs: Sequence[Mapping[str, Any]],
+    alive_tasks: Iterable[str],
+    sacct_states: Mapping[str, list[str]],
+) -> tuple[list[int], list[int]]:
+    """Which active experiments lost their job (pure): ``(killed ids, interrupted ids)``.
+
+    An experiment counts as lost only with evidence: its task is absent from squeue's alive
+    tasks AND sacct reports for it only terminal states or nothing at all. An experiment
+    without a Slurm task (local executor, not submitted yet) is never lost. One that the user
+    cancelled (``execution.cancel_time``) is INTERRUPTED rather than KILLED.
+
+    Args:
+        docs: active experiments (``_id``, ``status``, ``execution``, ``slurm``).
+        alive_tasks: ``"<array>_<task>"`` of every task squeue lists in a non-terminal state.
+        sacct_states: ``{"<array>_<task>": [state, ...]}`` from sacct (missing = no record).
+    """
+    from .slurm import is_alive
+
+    alive = set(alive_tasks)
+    killed, interrupted = [], []
+    for doc in docs:
+        task = task_of(doc)
+        if not is_slurm_task(task):
+            continue
+        job = task[1]  # type: ignore[index]
+        if job in alive:
+            continue
+        if any(is_alive(s) for s in sacct_states.get(job, [])):
+            continue
+        execution = doc.get("execution") or {}
+        if isinstance(execution, Mapping) and execution.get("cancel_time") is not None:
+            interrupted.append(doc["_id"])
+        else:
+            killed.append(doc["_id"])
+    return killed, interrupted
+
+
+def tasks_to_cancel(
+    cancelled: Sequence[Mapping[str, Any]], others_active: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Slurm tasks to ``scancel`` for the experiments ``cancelled`` (pure).
+
+    A task also assigned to an active experiment that is not being cancelled
+    (``experiments_per_job > 1``) is spared: the job skips the INTERRUPTED experiments itself.
+    Returns ``"<array>_<task>"`` strings, sorted, without duplicates.
+    """
+    spared = {task_of(d) for d in others_active}
+    out = set()
+    for doc in cancelled:
+        task = task_of(doc)
+        if is_slurm_task(task) and task not in spared:
+            out.add(task[1])  # type: ignore[index]
+    return sorted(out, key=_job_sort_key)
+
+
+def tail_text(data: bytes, lines: int = TRACE_LINES) -> str:
+    """The last ``lines`` lines of ``data`` decoded as UTF-8, invalid bytes as U+FFFD."""
+    text = data.decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# ------------------------------------------------------------------------------- database
+
+
+def connect_db() -> Any:
+    """The pymongo database, resolved as everywhere (env, SEML config, embedded)."""
+    from .database import connect, resolve_db_settings
+
+    return connect(resolve_db_settings(None))
+
+
+def get_collection(db: Any, name: str, *, must_exist: bool = True) -> Any:
+    """Collection ``name`` of ``db``; raises ManageError when it does not exist."""
+    from .database import validate_collection_name
+
+    validate_collection_name(name)
+    if must_exist and name not in db.list_collection_names(filter={"name": name}):
+        raise ManageError(
+            f"There is no collection {name!r} in database {db.name!r}. `seml list` shows the "
+            "collections."
+        )
+    return db[name]
+
+
+_PROJECTION = {"_id": 1, "status": 1, "batch_id": 1, "execution": 1, "slurm": 1, "seml": 1}
+
+
+def and_(query: Mapping[str, Any], condition: Mapping[str, Any]) -> dict[str, Any]:
+    """``query`` AND ``condition`` as a new filter (``query`` is not changed)."""
+    out = dict(query)
+    out["$and"] = [*out.get("$and", []), dict(condition)]
+    return out
+
+
+def select(collection: Any, query: Mapping[str, Any], projection: Any = None) -> list[dict]:
+    """Documents matching ``query``, sorted by ``_id``."""
+    return list(collection.find(dict(query), projection or _PROJECTION).sort("_id", 1))
+
+
+# ------------------------------------------------------------------------------- cache
+
+
+def cache_path(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_CACHE_HOME/seml-hydra/collections.json`` (``~/.cache/...`` by default)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or str(Path.home()), ".cache")
+    return Path(base) / "seml-hydra" / "collections.json"
+
+
+def refresh_collection_cache(names: Iterable[str], *, replace: bool = True) -> None:
+    """Write the collection names shell completion offers. ``replace=False`` adds ``names`` to
+    the cached ones (the launcher calls ``refresh_collection_cache([name], replace=False)``
+    after staging). Never raises: completion is a convenience."""
+    try:
+        path = cache_path()
+        current = set() if replace else set(cached_collections())
+        current.update(n for n in names if is_listed_collection(n))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"collections": sorted(current), "time": time.time()}))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def forget_cached_collections(names: Iterable[str]) -> None:
+    """Remove ``names`` from the completion cache (after ``drop``). Never raises."""
+    gone = set(names)
+    refresh_collection_cache([n for n in cached_collections() if n not in gone])
+
+
+def cached_collections() -> list[str]:
+    """The cached collection names (``[]`` when there is no readable cache)."""
+    try:
+        data = json.loads(cache_path().read_text())
+        return [str(n) for n in data.get("collections", [])]
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+# ------------------------------------------------------------------------------- list / status
+
+
+@dataclass
+class CollectionCounts:
+    name: str
+    counts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def list_collections(db: Any, pattern: str | None = None) -> list[CollectionCounts]:
+    """Experiment collections (names matching ``pattern`` with ``re.search``) with counts per
+    state. Refreshes the completion cache with every experiment collection."""
+    try:
+        regex = re.compile(pattern) if pattern else None
+    except re.error as error:
+        raise ManageError(f"Bad regular expression {pattern!r}: {error}") from None
+    names = sorted(n for n in db.list_collection_names() if is_listed_collection(n))
+    refresh_collection_cache(names)
+    out = []
+    for name in names:
+        if regex is not None and not regex.search(name):
+            continue
+        pipeline = [{"$group": {"_id": "$status", "n": {"$sum": 1}}}]
+        counts: dict[str, int] = {}
+        for row in db[name].aggregate(pipeline):
+            status = states.ALIASES.get(row["_id"], row["_id"]) or "UNKNOWN"
+            counts[status] = counts.get(status, 0) + row["n"]
+        out.append(CollectionCounts(name, counts))
+    return out
+
+
+@dataclass
+class DetectResult:
+    killed: list[int] = field(default_factory=list)
+    interrupted: list[int] = field(default_factory=list)
+    warning: str | None = None
+
+
+def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> DetectResult:
+    """Mark KILLED the active experiments whose Slurm task is gone (see :func:`decide_killed`);
+    INTERRUPTED when the user had cancelled them. A failed scheduler query marks nothing and
+    returns a warning. ``fail_trace`` = the last lines of ``execution.slurm_output_file``."""
+    from . import slurm
+
+    docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
+    tasks = {task_of(d) for d in docs}
+    jobs = sorted({t[1] for t in tasks if is_slurm_task(t)})
+    if not jobs:
+        return DetectResult()
+    arrays = sorted({j.split("_")[0] for j in jobs}, key=int)
+    try:
+        rows = slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True)
+        alive = _squeue_alive(rows)
+        missing = [j for j in jobs if j not in alive]
+        sacct: dict[str, list[str]] = {}
+        if missing:
+            for row in slurm.sacct_jobs(missing):
+                array = row.job_id.split("_")[0]
+                if row.task_ids is None:
+                    sacct.setdefault(row.job_id, []).append(row.state_raw)
+                for t in row.task_ids or ():
+                    sacct.setdefault(f"{array}_{t}", []).append(row.state_raw)
+    except (slurm.SlurmError, ValueError) as error:
+        return DetectResult(
+            warning=f"Could not ask Slurm about the jobs ({error}); no experiment was marked "
+            "KILLED."
+        )
+    killed, interrupted = decide_killed(docs, alive, sacct)
+    by_id = {d["_id"]: d for d in docs}
+    from pymongo import UpdateOne
+
+    updates = []
+    for exp_id in killed:
+        doc = by_id[exp_id]
+        updates.append(
+            UpdateOne(
+                {"_id": exp_id, "status": doc["status"]},
+                {"$set": {"status": states.KILLED, "fail_trace": _killed_trace(doc)}},
+            )
+        )
+    for exp_id in interrupted:
+        updates.append(
+            UpdateOne(
+                {"_id": exp_id, "status": by_id[exp_id]["status"]},
+                {"$set": {"status": states.INTERRUPTED}},
+            )
+        )
+    if updates:
+        collection.bulk_write(updates, ordered=False)
+    return DetectResult(killed, interrupted)
+
+
+def _output_file(doc: Mapping[str, Any]) -> str | None:
+    execution = doc.get("execution") or {}
+    path = execution.get("slurm_output_file") if isinstance(execution, Mapping) else None
+    if path:
+        return str(path)
+    slurm = doc.get("slurm")
+    first = slurm[0] if isinstance(slurm, list) and slurm else slurm
+    if isinstance(first, Mapping) and first.get("output_files_template"):
+        return str(first["output_files_template"])
+    return None
+
+
+def _killed_trace(doc: Mapping[str, Any]) -> list[str]:
+    task = task_of(doc)
+    head = (
+        f"Slurm job {task[1] if task else '?'} ended (or is unknown to Slurm) while the experiment "
+        f"was {doc.get('status')}; detected by `seml detect-killed`."
+    )
+    path = _output_file(doc)
+    lines = [head + "\n"]
+    if path:
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 20000))
+                text = tail_text(f.read())
+            lines.append(f"Last lines of {path}:\n")
+            lines.extend(line + "\n" for line in text.splitlines())
+        except OSError as error:
+            lines.append(f"(could not read {path}: {error.strerror})\n")
+    return lines
+
+
+def status(collection: Any, query: Mapping[str, Any] | None = None) -> dict[str, list[int]]:
+    """``{state: ids}`` of the experiments matching ``query``."""
+    return id_ranges_by_state(select(collection, dict(query or {}), {"_id": 1, "status": 1}))
+
+
+# ------------------------------------------------------------------------------- reset
+
+
+def reset(collection: Any, query: Mapping[str, Any]) -> list[int]:
+    """Set the matching experiments back to STAGED, clearing what their run wrote (Sacred's
+    fields, ``execution``, the job of ``slurm[0]``). Active experiments are never reset.
+    Returns the ids reset."""
+    from .stage import RUN_FIELDS
+
+    q = and_(query, {"status": {"$nin": sorted(states.ACTIVE)}})
+    ids = [d["_id"] for d in select(collection, q, {"_id": 1})]
+    if not ids:
+        return []
+    unset = {name: "" for name in RUN_FIELDS}
+    unset.update({f"slurm.0.{name}": "" for name in SLURM_JOB_FIELDS})
+    collection.update_many(
+        {"_id": {"$in": ids}, "status": {"$nin": sorted(states.ACTIVE)}},
+        {"$set": {"status": states.STAGED}, "$unset": unset},
+    )
+    return ids
+
+
+# ------------------------------------------------------------------------------- cancel
+
+
+@dataclass
+class CancelResult:
+    interrupted: list[int] = field(default_factory=list)
+    cancelled_tasks: list[str] = field(default_factory=list)
+    local_ids: list[int] = field(default_factory=list)
+    still_alive: list[str] = field(default_factory=list)
+
+
+def cancel(
+    collection: Any, query: Mapping[str, Any], *, wait_s: float = CANCEL_WAIT_S
+) -> CancelResult:
+    """Interrupt the matching active experiments: INTERRUPTED (with ``execution.cancel_time``),
+    ``scancel`` of exactly their array tasks, wait (at most ``wait_s``) until Slurm no longer
+    lists those tasks alive, then INTERRUPTED again: Sacred's heartbeat rewrites ``status``
+    until the process is gone. Tasks shared with active experiments not cancelled are spared.
+    Experiments of the local executor are marked but their processes are not stopped."""
+    from . import slurm
+
+    docs = select(collection, and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
+    if not docs:
+        return CancelResult()
+    ids = [d["_id"] for d in docs]
+    mark = {"status": states.INTERRUPTED, CANCEL_MARK: datetime.now(timezone.utc)}
+    active = {"status": {"$in": sorted(states.ACTIVE)}}
+    collection.update_many({"_id": {"$in": ids}, **active}, {"$set": mark})
+    arrays = sorted({t[1].split("_")[0] for t in map(task_of, docs) if is_slurm_task(t)})
+    others = []
+    if arrays:
+        array_values = [int(a) for a in arrays] + arrays
+        others = select(
+            collection,
+            {
+                "_id": {"$nin": ids},
+                **active,
+                "$or": [
+                    {"slurm.0.array_id": {"$in": array_values}},
+                    {"execution.array_id": {"$in": array_values}},
+                ],
+            },
+        )
+    tasks = tasks_to_cancel(docs, others)
+    result = CancelResult(
+        interrupted=ids,
+        cancelled_tasks=tasks,
+        local_ids=[d["_id"] for d in docs if (task_of(d) or ("",))[0] == "local"],
+    )
+    if tasks:
+        try:
+            slurm.scancel(tasks)
+            result.still_alive = _wait_gone(tasks, wait_s)
+        except slurm.SlurmError as error:
+            raise ManageError(
+                f"Experiment(s) {', '.join(map(str, ids))} are INTERRUPTED, but Slurm could not "
+                f"cancel their task(s) {', '.join(tasks)}: {error}"
+            ) from None
+    collection.update_many(
+        {"_id": {"$in": ids}, "status": {"$in": [*sorted(states.ACTIVE), states.KILLED]}},
+        {"$set": {"status": states.INTERRUPTED}},
+    )
+    return result
+
+
+def _alive_tasks(tasks: Sequence[str]) -> list[str]:
+    from . import slurm
+
+    arrays = sorted({t.split("_")[0] for t in tasks}, key=int)
+    alive = _squeue_alive(slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True))
+    return [t for t in tasks if t in alive]
+
+
+def _wait_gone(tasks: Sequence[str], wait_s: float) -> list[str]:
+    """Poll squeue until none of ``tasks`` is alive or ``wait_s`` passed; the ones still alive."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = _alive_tasks(tasks)
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.5)
+
+
+# ------------------------------------------------------------------------------- delete / drop
+
+
+def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = True) -> list[int]:
+    """Delete the matching experiments (cancelling the active ones first unless
+    ``cancel_first`` is False) and the GridFS payloads no experiment refers to any more.
+    Returns the ids deleted."""
+    if cancel_first:
+        cancel(collection, query)
+    ids = [d["_id"] for d in select(collection, query, {"_id": 1})]
+    if ids:
+        collection.delete_many({"_id": {"$in": ids}})
+        _delete_orphan_payloads(collection.database, collection.name)
+    return ids
+
+
+def _delete_orphan_payloads(db: Any, name: str) -> None:
+    import gridfs
+
+    used = {str(p) for p in db[name].distinct("seml.payload_file") if p}
+    fs = gridfs.GridFS(db)
+    for f in db["fs.files"].find(
+        {"metadata.collection": name, "metadata.kind": "seml_hydra_payload"}, {"_id": 1}
+    ):
+        if str(f["_id"]) not in used:
+            fs.delete(f["_id"])
+
+
+def matching_collections(db: Any, pattern: str) -> list[str]:
+    """Experiment collections whose name matches ``pattern`` (``re.fullmatch``, as SEML)."""
+    try:
+        regex = re.compile(pattern)
+    except re.error as error:
+        raise ManageError(f"Bad regular expression {pattern!r}: {error}") from None
+    return sorted(
+        n for n in db.list_collection_names() if is_listed_collection(n) and regex.fullmatch(n)
+    )
+
+
+def drop(db: Any, names: Sequence[str]) -> None:
+    """Drop collections: cancel their active experiments, drop them, their payloads and their
+    id counters, and forget them in the completion cache."""
+    from .database import COUNTERS_COLLECTION
+
+    for name in names:
+        if not is_listed_collection(name):
+            raise ManageError(f"{name!r} is not an experiment collection; it is not dropped.")
+        cancel(db[name], {})
+        db.drop_collection(name)
+        _delete_orphan_payloads(db, name)
+        db[COUNTERS_COLLECTION].delete_many({"_id": {"$in": [f"{name}._id", f"{name}.batch_id"]}})
+    forget_cached_collections(names)
+
+
+# ------------------------------------------------------------------------------- hold / release
+
+
+def pending_tasks(collection: Any, query: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """``(held, not held)`` pending Slurm tasks of the matching PENDING experiments."""
+    from . import slurm
+
+    q = and_(query, {"status": states.PENDING})
+    tasks = sorted(
+        {t[1] for t in map(task_of, select(collection, q)) if is_slurm_task(t)}, key=_job_sort_key
+    )
+    if not tasks:
+        return [], []
+    arrays = sorted({t.split("_")[0] for t in tasks}, key=int)
+    held, free = set(), set()
+    for row in slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True):
+        if row.state != "PENDING":
+            continue
+        target = held if "held" in (row.reason or "").lower() else free
+        target.update(_squeue_alive([row]))
+    return [t for t in tasks if t in held], [t for t in tasks if t in free]
+
+
+def hold(collection: Any, query: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """Hold the pending, not yet held tasks; returns ``(held now, already held)``."""
+    from . import slurm
+
+    held, free = pending_tasks(collection, query)
+    slurm.hold(free)
+    return free, held
+
+
+def release(collection: Any, query: Mapping[str, Any]) -> list[str]:
+    """Release the held pending tasks; returns them."""
+    from . import slurm
+
+    held, _ = pending_tasks(collection, query)
+    slurm.release(held)
+    return held
+
+
+# ------------------------------------------------------------------------------- start
+
+
+EXECUTORS = {"seml_hydra.slurm": "slurm", "seml_hydra.local": "local"}
+
+
+@dataclass
+class StartedArray:
+    array_id: str
+    name: str
+    cluster: str
+    folder: str
+    ids: list[int]
+
+
+def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str, Any]]:
+    """``(working_dir, SubmitRequest)`` per STAGED document, rebuilt from the database alone:
+    the launcher node is the batch payload's base Hydra node with the document's diff applied.
+    Raises ManageError for a document staged by SEML itself (no ``seml.payload_file``), an
+    unknown executor, or a payload that is gone."""
+    from .documents import apply_diff
+    from .run import hydra_base
+    from .submit import SubmitRequest
+
+    bases: dict[str, dict[str, Any]] = {}
+    out = []
+    for doc in docs:
+        seml = doc.get("seml") or {}
+        payload = seml.get("payload_file")
+        if not payload:
+            raise ManageError(
+                f"Experiment {doc['_id']} has no seml.payload_file: it was not staged by the "
+                "seml-hydra launcher (SEML itself?), so `seml start` cannot run it. Start it with "
+                "SEML, or launch the sweep again with hydra/launcher=seml."
+            )
+        cluster = EXECUTORS.get(str(seml.get("launcher")))
+        if cluster is None:
+            raise ManageError(
+                f"Experiment {doc['_id']} names the launcher {seml.get('launcher')!r}; "
+                f"`seml start` knows {', '.join(EXECUTORS)}."
+            )
+        if payload not in bases:
+            try:
+                bases[payload] = hydra_base(db, payload)
+            except Exception as error:
+                raise ManageError(
+                    f"The payload {payload} of experiment {doc['_id']} is gone from GridFS "
+                    f"({type(error).__name__}); launch the sweep again."
+                ) from None
+        node = apply_diff(bases[payload], (doc.get("hydra") or {}).get("node_diff", []))
+        launcher = dict(node["launcher"])
+        workdir = str(seml.get("working_dir") or os.getcwd())
+        folder = str(launcher.get("submitit_folder"))
+        if not os.path.isabs(folder):
+            launcher["submitit_folder"] = os.path.join(workdir, folder)
+        out.append(
+            (workdir, SubmitRequest(doc["_id"], launcher, payload, doc["batch_id"], cluster))
+        )
+    return out
+
+
+def start(
+    db: Any, collection_name: str, query: Mapping[str, Any], *, limit: int = 0
+) -> list[StartedArray]:
+    """Submit the matching STAGED experiments (at most ``limit``, 0 = all) from the database
+    alone, one array job per batch and resource set. Submission runs in the launch's working
+    directory (jobs start where the sweep was launched). Raises ``SubmissionError`` when sbatch
+    refuses (those experiments stay STAGED)."""
+    from .database import resolve_db_settings
+    from .submit import submit_requests
+
+    q = and_(query, {"status": {"$in": _state_values([states.STAGED])}})
+    docs = list(db[collection_name].find(q).sort("_id", 1))
+    if limit > 0:
+        docs = docs[:limit]
+    if not docs:
+        return []
+    old = [d["_id"] for d in docs if d.get("status") != states.STAGED]
+    if old:  # SEML's "QUEUED": the submission step moves STAGED documents only
+        db[collection_name].update_many(
+            {"_id": {"$in": old}, "status": {"$ne": states.STAGED}},
+            {"$set": {"status": states.STAGED}},
+        )
+    settings = resolve_db_settings(None)
+    by_dir: dict[str, list[Any]] = {}
+    for workdir, request in build_requests(db, docs):
+        by_dir.setdefault(workdir, []).append(request)
+    started = []
+    for workdir, requests in by_dir.items():
+        db_cfg = _job_db_cfg(settings, requests[0].launcher.get("db"))
+        with _cwd(workdir):
+            arrays = submit_requests(db[collection_name], collection_name, requests, db_cfg=db_cfg)
+        for array in arrays:
+            ids = sorted(i for _, group in array.jobs.values() for i in group)
+            started.append(
+                StartedArray(array.array_id, array.name, array.cluster, array.folder, ids)
+            )
+    return started
+
+
+def _job_db_cfg(settings: Any, launcher_db: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What the jobs resolve the database from: the launch's own ``db`` config when it had one,
+    the embedded server's URL (jobs cannot start it), else nothing (the jobs inherit
+    ``SEML_MONGODB_URI`` / read SEML's config file, as this process did)."""
+    cfg = {k: v for k, v in dict(launcher_db or {}).items() if v}
+    if cfg:
+        return cfg
+    if settings.is_embedded:
+        return {"url": f"mongodb://{settings.host}:{settings.port}/{settings.database}"}
+    return None
+
+
+class _cwd:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.old = ""
+
+    def __enter__(self) -> None:
+        self.old = os.getcwd()
+        if os.path.isdir(self.path):
+            os.chdir(self.path)
+
+    def __exit__(self, *exc: Any) -> None:
+        os.chdir(self.old)
+
+
+# ------------------------------------------------------------------------------- output
+
+
+@dataclass
+class Output:
+    exp_id: int
+    status: str
+    path: str | None
+    text: str | None
+    problem: str | None = None
+
+
+def read_outputs(
+    collection: Any, query: Mapping[str, Any], *, tail: int | None = None
+) -> list[Output]:
+    """The job output of each matching experiment (``execution.slurm_output_file``), decoded
+    as UTF-8 with invalid bytes as U+FFFD; ``tail`` keeps the last lines only."""
+    out = []
+    for doc in select(collection, query):
+        path = _output_file(doc) if (doc.get("execution") or {}) else None
+        if not path:
+            out.append(Output(doc["_id"], doc.get("status"), None, None, "no output file yet"))
+            continue
+        try:
+            data = Path(path).read_bytes()
+        except OSError as error:
+            out.append(Output(doc["_id"], doc.get("status"), path, None, error.strerror))
+            continue
+        text = data.decode("utf-8", errors="replace")
+        if tail:
+            text = "\n".join(text.splitlines()[-tail:])
+        out.append(Output(doc["_id"], doc.get("status"), path, text))
+    return out
+
+
+def fail_traces(collection: Any, query: Mapping[str, Any]) -> list[tuple[int, str, str]]:
+    """``(id, status, trace)`` of the matching experiments (trace ``""`` when none)."""
+    out = []
+    for doc in select(collection, query, {"_id": 1, "status": 1, "fail_trace": 1}):
+        trace = doc.get("fail_trace") or []
+        text = "".join(trace) if isinstance(trace, list) else str(trace)
+        out.append((doc["_id"], doc.get("status"), text))
+    return out
+
+
+# ------------------------------------------------------------------------------- queue
+
+
+@dataclass
+class QueueRow:
+    collection: str | None
+    job_id: str
+    state: str
+    reason: str | None
+    nodes: str | None
+    elapsed_s: float | None
+    name: str
+    exp_ids: list[int]
+
+
+def queue(
+    db: Any | None,
+    job_ids: Sequence[str] | None = None,
+    *,
+    all_jobs: bool = False,
+    slurm_states: Sequence[str] | None = None,
+) -> list[QueueRow]:
+    """The user's Slurm jobs, with the collection of their ``--comment`` and the experiments
+    they run. Without ``all_jobs`` only jobs whose comment names an experiment collection of
+    ``db`` are kept. One squeue call, one MongoDB query per collection."""
+    from . import slurm
+
+    rows = slurm.squeue_jobs(job_ids=list(job_ids) if job_ids else None, states=slurm_states)
+    names = set()
+    if db is not None:
+        names = {n for n in db.list_collection_names() if is_listed_collection(n)}
+    by_collection: dict[str, list[Any]] = {}
+    for row in rows:
+        if row.comment in names:
+            by_collection.setdefault(row.comment, []).append(row)
+    exp_of: dict[tuple[str, str], list[int]] = {}
+    for name, crows in by_collection.items():
+        arrays = sorted({r.array_job_id or r.job_id_raw for r in crows})
+        if not arrays:
+            continue
+        values = arrays + [str(a) for a in arrays]
+        for doc in db[name].find(
+            {
+                "$or": [
+                    {"slurm.0.array_id": {"$in": values}},
+                    {"execution.array_id": {"$in": values}},
+                ]
+            },
+            {"_id": 1, "slurm": 1, "execution": 1},
+        ):
+            task = task_of(doc)
+            if task is not None:
+                exp_of.setdefault((name, task[1]), []).append(doc["_id"])
+    out = []
+    for row in rows:
+        known = row.comment in names
+        if not known and not all_jobs:
+            continue
+        ids: list[int] = []
+        if known:
+            for job in _row_jobs(row):
+                ids.extend(exp_of.get((row.comment, job), []))
+        out.append(
+            QueueRow(
+                collection=row.comment if known else None,
+                job_id=row.job_id,
+                state=row.state,
+                reason=row.reason,
+                nodes=row.nodelist,
+                elapsed_s=row.elapsed_s,
+                name=row.name,
+                exp_ids=sorted(ids),
+            )
+        )
+    return out

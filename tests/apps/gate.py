@@ -1,0 +1,23 @@
+"""Test app that waits for a gate file before it returns (keeps an experiment RUNNING).
+
+python tests/apps/gate.py -m hydra/launcher=seml gate=/tmp/go x=1,2
+"""
+
+import os
+import time
+
+import hydra
+from omegaconf import DictConfig
+
+
+@hydra.main(version_base="1.3", config_path="conf_gate", config_name="config")
+def main(cfg: DictConfig) -> int:
+    deadline = time.monotonic() + cfg.max_wait_s
+    while cfg.gate and not os.path.exists(cfg.gate) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    print(f"gate open, x={cfg.x}")
+    return cfg.x * 10
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,304 @@
+"""The ``seml`` command on the real MongoDB (and Slurm's clients), without submitting jobs:
+fast start, completion, list/drop and the completion cache, hold with nothing pending,
+print-output of invalid UTF-8, detect-killed evidence, errors as one red line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from seml_hydra import manage
+from seml_hydra.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path, monkeypatch):
+    """Keep the completion cache of the tests out of the user's home."""
+    home = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    return home
+
+
+def seml(*args: str, input: str | None = None):
+    return runner.invoke(app, list(args), input=input, prog_name="seml")
+
+
+def doc(exp_id, status="STAGED", **fields):
+    return {"_id": exp_id, "batch_id": 1, "status": status, "config": {"x": exp_id}, **fields}
+
+
+HEAVY = ("pymongo", "hydra", "submitit", "sacred", "bson", "gridfs")
+
+
+def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+    )
+
+
+def test_help_imports_neither_pymongo_hydra_submitit_nor_sacred():
+    code = (
+        "import sys\n"
+        "sys.argv = ['seml', '--help']\n"
+        "from seml_hydra.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        f"print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules])\n"
+    )
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert "Commands on a collection" in proc.stdout and "queue" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "HEAVY []"
+
+
+def completion(words: str, cword: int, cache_home) -> tuple[list[str], str]:
+    """Run bash completion of ``words`` in a subprocess; (completions, heavy modules line)."""
+    code = (
+        "import sys\n"
+        "from seml_hydra.cli import app\n"
+        "try:\n    app(prog_name='seml')\nexcept SystemExit:\n    pass\n"
+        f"print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)\n"
+    )
+    proc = run_python(
+        code,
+        {
+            "_SEML_COMPLETE": "complete_bash",
+            "COMP_WORDS": words,
+            "COMP_CWORD": str(cword),
+            "XDG_CACHE_HOME": str(cache_home),
+        },
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split(), proc.stderr.strip().splitlines()[-1]
+
+
+def test_completion_offers_collections_and_root_commands_first_then_collection_commands(
+    cache_home,
+):
+    manage.refresh_collection_cache(["train", "tiny_sweep"])
+    words, heavy = completion("seml ", 1, cache_home)
+    assert {"list", "queue", "drop", "train", "tiny_sweep"} <= set(words)
+    assert "status" not in words  # needs a collection first
+    assert heavy == "HEAVY []"
+    words, _ = completion("seml t", 1, cache_home)
+    assert set(words) == {"train", "tiny_sweep"}
+    words, _ = completion("seml train st", 2, cache_home)
+    assert set(words) == {"status", "start"}
+    words, heavy = completion("seml train ", 2, cache_home)
+    assert {"status", "cancel", "reset", "print-output", "detect-killed"} <= set(words)
+    assert heavy == "HEAVY []"
+
+
+def test_refresh_collection_cache_adds_and_forgets_names(cache_home):
+    manage.refresh_collection_cache(["a"])
+    manage.refresh_collection_cache(["b", "fs.files"], replace=False)
+    assert manage.cached_collections() == ["a", "b"]
+    manage.forget_cached_collections(["a"])
+    assert manage.cached_collections() == ["b"]
+    path = cache_home / "seml-hydra" / "collections.json"
+    assert json.loads(path.read_text())["collections"] == ["b"]
+
+
+def test_list_counts_states_skips_internal_collections_and_fills_the_cache(test_db):
+    test_db["exp_a"].insert_many([doc(1), doc(2, "FAILED"), doc(3, "FAILED")])
+    test_db["exp_b"].insert_one(doc(1, "COMPLETED"))
+    test_db["seml_hydra_counters"].insert_one({"_id": "exp_a._id", "value": 3})
+    test_db["fs.files"].insert_one({"filename": "x"})
+    test_db["metrics"].insert_one({"x": 1})
+    result = seml("list")
+    assert result.exit_code == 0, result.output
+    assert "exp_a" in result.output and "exp_b" in result.output
+    for hidden in ("seml_hydra_counters", "fs.files", "metrics"):
+        assert hidden not in result.output
+    header = next(line for line in result.output.splitlines() if "Collection" in line)
+    row = next(line for line in result.output.splitlines() if "exp_a" in line)
+    assert [c.strip() for c in header.split("┃")[1:-1]] == [
+        "Collection",
+        "STAGED",
+        "COMPLETED",
+        "FAILED",
+        "Total",
+    ]
+    assert [c.strip() for c in row.split("│")[1:-1]] == ["exp_a", "1", "0", "2", "3"]
+    assert manage.cached_collections() == ["exp_a", "exp_b"]
+    result = seml("list", "_b$")
+    assert "exp_b" in result.output and "exp_a" not in result.output
+
+
+def test_drop_asks_drops_matching_collections_counters_and_cache_entries(test_db):
+    test_db["sweep_1"].insert_one(doc(1))
+    test_db["sweep_2"].insert_one(doc(1, "FAILED"))
+    test_db["keep"].insert_one(doc(1))
+    test_db["seml_hydra_counters"].insert_many(
+        [{"_id": "sweep_1._id", "value": 1}, {"_id": "keep._id", "value": 1}]
+    )
+    seml("list")
+    result = seml("drop", "sweep_.*", input="n\n")
+    assert result.exit_code == 1 and "Aborted" in result.output
+    assert {"sweep_1", "sweep_2"} <= set(test_db.list_collection_names())
+    result = seml("drop", "sweep_.*", input="y\n")
+    assert result.exit_code == 0, result.output
+    assert "sweep_1 (1 experiments)" in result.output
+    names = set(test_db.list_collection_names())
+    assert "sweep_1" not in names and "sweep_2" not in names and "keep" in names
+    assert [c["_id"] for c in test_db["seml_hydra_counters"].find()] == ["keep._id"]
+    assert manage.cached_collections() == ["keep"]
+    result = seml("drop", "nothing.*", "-y")
+    assert result.exit_code == 0 and "No collection matches" in result.output
+
+
+def test_unknown_collection_and_bad_options_are_one_red_line_and_exit_1(test_db):
+    result = seml("nope", "status")
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        f"Error: There is no collection 'nope' in database '{test_db.name}'. `seml list` "
+        "shows the collections."
+    ]
+    test_db["c"].insert_one(doc(1))
+    result = seml("c", "status", "-s", "DONE")
+    assert result.exit_code == 1 and "Unknown state 'DONE'" in result.stderr
+    result = seml("c", "status", "-fd", "[1]")
+    assert result.exit_code == 1 and "--filter-dict must be a mapping" in result.stderr
+    result = seml("c", "cancel", "-s", "COMPLETED")
+    assert result.exit_code == 1 and "not COMPLETED" in result.stderr
+    result = seml("status")
+    assert result.exit_code == 2 and "works on a collection" in result.output
+
+
+def test_hold_and_release_with_nothing_pending_exit_0(test_db, slurm):
+    test_db["c"].insert_many(
+        [
+            doc(1),
+            doc(2, "COMPLETED"),
+            # PENDING but its array is unknown to Slurm (long gone): nothing to hold
+            doc(3, "PENDING", slurm=[{"array_id": 999999, "task_id": 0}]),
+        ]
+    )
+    result = seml("c", "hold")
+    assert result.exit_code == 0, result.output
+    assert "Nothing pending to hold." in result.output
+    result = seml("c", "release")
+    assert result.exit_code == 0 and "Nothing held to release." in result.output
+
+
+def test_print_output_shows_invalid_utf8_as_replacement_characters(test_db, tmp_path):
+    out = tmp_path / "job.out"
+    out.write_bytes(b"epoch 1\nbad bytes: \xff\xfe\x80 end\nlast line\n")
+    test_db["c"].insert_many(
+        [
+            doc(1, "COMPLETED", execution={"slurm_output_file": str(out)}),
+            doc(2, "PENDING"),
+            doc(3, "FAILED", execution={"slurm_output_file": str(tmp_path / "gone.out")}),
+        ]
+    )
+    result = seml("c", "print-output")
+    assert result.exit_code == 0, result.output
+    assert "bad bytes: \ufffd\ufffd\ufffd end" in result.stdout
+    assert "no output file yet" in result.stdout
+    assert "No such file or directory" in result.stdout
+    result = seml("c", "print-output", "-id", "1", "--tail", "1")
+    assert result.exit_code == 0
+    assert "last line" in result.stdout and "epoch 1" not in result.stdout
+
+
+def test_print_fail_trace_prints_traces_of_failed_experiments(test_db):
+    test_db["c"].insert_many(
+        [
+            doc(1, "FAILED", fail_trace=["Traceback:\n", "ValueError: x == 2\n"]),
+            doc(2, "COMPLETED"),
+            doc(3, "KILLED"),
+        ]
+    )
+    result = seml("c", "print-fail-trace")
+    assert result.exit_code == 0, result.output
+    assert "ValueError: x == 2" in result.stdout
+    assert "experiment 1 (FAILED)" in result.stdout and "experiment 3 (KILLED)" in result.stdout
+    assert "experiment 2" not in result.stdout
+
+
+def test_detect_killed_marks_only_with_evidence_and_keeps_the_output_tail(test_db, slurm, tmp_path):
+    out = tmp_path / "job.out"
+    out.write_bytes(b"".join(b"line %d\n" % i for i in range(100)) + b"oom \xff\n")
+    gone = {"cluster": "slurm", "array_id": 999998, "task_id": 0}
+    test_db["c"].insert_many(
+        [
+            doc(1, "RUNNING", execution={**gone, "slurm_output_file": str(out)}),
+            doc(2, "PENDING"),  # not submitted yet: no evidence
+            doc(3, "RUNNING", execution={"cluster": "local", "array_id": 1, "task_id": 0}),
+            doc(4, "RUNNING", execution={**gone, "task_id": 1, "cancel_time": "t"}),
+            doc(5, "COMPLETED", execution=gone),
+        ]
+    )
+    result = seml("c", "detect-killed")
+    assert result.exit_code == 0, result.output
+    assert "Detected 1 killed experiment(s): 1" in result.output
+    status = {d["_id"]: d["status"] for d in test_db["c"].find()}
+    assert status == {1: "KILLED", 2: "PENDING", 3: "RUNNING", 4: "INTERRUPTED", 5: "COMPLETED"}
+    trace = "".join(test_db["c"].find_one({"_id": 1})["fail_trace"])
+    assert "999998_0" in trace and "oom \ufffd" in trace and "line 99" in trace
+    assert "line 10\n" not in trace
+
+
+def test_detect_killed_marks_nothing_when_slurm_cannot_be_asked(test_db, tmp_path, monkeypatch):
+    test_db["c"].insert_one(
+        doc(1, "RUNNING", execution={"cluster": "slurm", "array_id": 999997, "task_id": 0})
+    )
+    monkeypatch.setenv("PATH", str(tmp_path))  # no squeue/sacct
+    result = seml("c", "status")
+    assert result.exit_code == 0, result.output
+    assert "no experiment was marked KILLED" in result.stderr
+    assert test_db["c"].find_one({"_id": 1})["status"] == "RUNNING"
+
+
+def test_reset_puts_failed_back_to_staged_and_clears_run_fields(test_db):
+    run = {
+        "execution": {"cluster": "slurm", "array_id": 7, "task_id": 0},
+        "start_time": 1,
+        "fail_trace": ["x"],
+        "captured_out": "y",
+        "slurm": [{"array_id": 7, "task_id": 0, "experiments_per_job": 1, "sbatch_options": {}}],
+    }
+    test_db["c"].insert_many(
+        [doc(1, "FAILED", **run), doc(2, "COMPLETED", **run), doc(3, "RUNNING", **run)]
+    )
+    result = seml("c", "reset")
+    assert result.exit_code == 0 and "Reset 1 experiment(s) to STAGED: 1" in result.output
+    d = test_db["c"].find_one({"_id": 1})
+    assert d["status"] == "STAGED"
+    assert not {"execution", "start_time", "fail_trace", "captured_out"} & set(d)
+    assert d["slurm"] == [{"experiments_per_job": 1, "sbatch_options": {}}]
+    assert test_db["c"].find_one({"_id": 2})["status"] == "COMPLETED"
+    result = seml("c", "reset", "-s", "COMPLETED", "-id", "2")
+    assert result.exit_code == 0 and test_db["c"].find_one({"_id": 2})["status"] == "STAGED"
+    result = seml("c", "reset", "-s", "RUNNING")
+    assert result.exit_code == 1 and test_db["c"].find_one({"_id": 3})["status"] == "RUNNING"
+
+
+def test_start_refuses_documents_staged_by_seml_itself(test_db):
+    test_db["c"].insert_one(doc(1, "STAGED", seml={"executable": "train.py"}))
+    result = seml("c", "start")
+    assert result.exit_code == 1
+    assert "has no seml.payload_file" in result.stderr
+    assert test_db["c"].find_one({"_id": 1})["status"] == "STAGED"
+    result = seml("c", "start", "-id", "5")
+    assert result.exit_code == 0 and "nothing to start" in result.output
+
+
+def test_destructive_commands_ask_above_the_threshold(test_db):
+    test_db["c"].insert_many([doc(i, "FAILED") for i in range(1, 13)])
+    result = seml("c", "delete", input="n\n")
+    assert result.exit_code == 1 and test_db["c"].count_documents({}) == 12
+    result = seml("c", "delete", "-b", "1", "-fd", '{"config.x": {"$lte": 3}}')
+    assert result.exit_code == 0 and "Deleted 3 experiment(s): 1-3" in result.output
+    result = seml("c", "delete", "-y")
+    assert result.exit_code == 0 and test_db["c"].count_documents({}) == 0

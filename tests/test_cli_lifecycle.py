@@ -1,0 +1,188 @@
+"""The life cycle of a launcher-made collection through the ``seml`` command, on the real
+MongoDB and the Slurm testbed, checking both after every step:
+
+launch (wait=false) -> hold -> queue -> release -> status -> cancel -> reset -> start ->
+COMPLETED -> delete -> list -> drop; and delete of a RUNNING experiment cancels its job first.
+
+The app (``tests/apps/gate.py``) keeps an experiment RUNNING until its gate file exists.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+from conftest import run_app
+from typer.testing import CliRunner
+
+from seml_hydra.cli import app
+
+runner = CliRunner()
+GATE_APP = "../tests/apps/gate.py"
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def seml(*args: str):
+    result = runner.invoke(app, list(args), prog_name="seml")
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result.output
+
+
+def wait_until(what, predicate, timeout=180.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting until {what}")
+        time.sleep(0.5)
+
+
+def statuses(coll) -> dict[int, str]:
+    return {d["_id"]: d["status"] for d in coll.find({}, {"status": 1})}
+
+
+def squeue(array_id) -> dict[str, tuple[str, str]]:
+    """{"<array>_<task>": (state, reason)} of an array's tasks that Slurm still lists alive."""
+    out = subprocess.run(
+        ["squeue", "-h", "-r", "-j", str(array_id), "-o", "%i|%T|%r"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    rows = {}
+    for line in out.split():
+        job, state, reason = line.split("|")
+        if state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"):
+            rows[job] = (state, reason)
+    return rows
+
+
+def launch(tmp_path, *overrides: str):
+    proc = run_app(
+        GATE_APP,
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.wait=false",
+        "hydra.launcher.experiments_per_job=1",
+        f"gate={tmp_path / 'go'}",
+        *overrides,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_life_cycle_of_a_launcher_made_collection(slurm, test_db, tmp_path):
+    coll = test_db["gate"]
+    # launch: two experiments, one array task at a time, the first stays RUNNING (gate closed)
+    launch(tmp_path, "hydra.launcher.array_parallelism=1", "x=1,2")
+    docs = {d["_id"]: d for d in coll.find()}
+    assert set(docs) == {1, 2} and {d["status"] for d in docs.values()} == {"PENDING"}
+    array = docs[1]["slurm"][0]["array_id"]
+    assert {d["slurm"][0]["task_id"] for d in docs.values()} == {0, 1}
+    wait_until("experiment 1 runs", lambda: statuses(coll)[1] == "RUNNING")
+    assert statuses(coll)[2] == "PENDING"
+    assert squeue(array)[f"{array}_1"][0] == "PENDING"
+
+    # hold: the pending task of experiment 2 is held in Slurm, MongoDB unchanged
+    out = seml("gate", "hold")
+    assert f"Held 1 pending Slurm task(s): {array}_1" in out
+    assert "Held" in squeue(array)[f"{array}_1"][1]
+    assert statuses(coll) == {1: "RUNNING", 2: "PENDING"}
+    assert "Already held" in seml("gate", "hold")
+
+    # queue shows both tasks under the collection, with their experiments
+    out = seml("queue")
+    rows = {line.split("│")[2].strip(): line for line in out.splitlines() if "│ gate" in line}
+    assert f"{array}_0" in rows and f"{array}_1" in rows, out
+    assert "RUNNING" in rows[f"{array}_0"] and "│ 1 " in rows[f"{array}_0"]
+    assert "JobHeld" in rows[f"{array}_1"] and "│ 2 " in rows[f"{array}_1"]
+    assert f"{array}_1" in seml("queue", f"{array}_1", "-s", "PENDING")
+
+    # release: no longer held
+    assert f"Released 1 Slurm task(s): {array}_1" in seml("gate", "release")
+    assert "Held" not in squeue(array)[f"{array}_1"][1]
+    assert statuses(coll) == {1: "RUNNING", 2: "PENDING"}
+
+    # status: counts and ids, nothing detected as killed
+    out = seml("gate", "status")
+    assert "killed" not in out.lower()
+    assert any("RUNNING" in line and "│ 1 " in line for line in out.splitlines()), out
+    assert statuses(coll) == {1: "RUNNING", 2: "PENDING"}
+
+    # cancel: INTERRUPTED, both array tasks gone from Slurm, still INTERRUPTED afterwards
+    out = seml("gate", "cancel")
+    assert f"Slurm tasks cancelled: {array}_0, {array}_1" in out
+    assert squeue(array) == {}
+    assert statuses(coll) == {1: "INTERRUPTED", 2: "INTERRUPTED"}
+    time.sleep(1)  # a late heartbeat of the killed run must not have brought RUNNING back
+    assert statuses(coll) == {1: "INTERRUPTED", 2: "INTERRUPTED"}
+    seml("gate", "status")
+    assert statuses(coll) == {1: "INTERRUPTED", 2: "INTERRUPTED"}
+
+    # reset: STAGED, run fields and the old job cleared
+    assert "Reset 2 experiment(s) to STAGED: 1-2" in seml("gate", "reset")
+    for d in coll.find():
+        assert d["status"] == "STAGED"
+        assert not {"execution", "start_time", "heartbeat", "captured_out"} & set(d)
+        assert "array_id" not in d["slurm"][0]
+
+    # start: from the database alone (another working directory), runs to COMPLETED
+    (tmp_path / "go").touch()
+    out = seml("gate", "start")
+    assert "Started 2 experiment(s) (1-2) as slurm job" in out
+    new_array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
+    assert new_array != array
+    wait_until(
+        "both experiments complete",
+        lambda: statuses(coll) == {1: "COMPLETED", 2: "COMPLETED"},
+    )
+    assert {d["_id"]: d["result"] for d in coll.find()} == {1: 10, 2: 20}
+    assert all(d["execution"]["array_id"] == new_array for d in coll.find())
+
+    # delete: every experiment and the batch payload go
+    assert test_db["fs.files"].count_documents({"metadata.collection": "gate"}) == 1
+    assert "Deleted 2 experiment(s): 1-2" in seml("gate", "delete", "-y")
+    assert coll.count_documents({}) == 0
+    assert test_db["fs.files"].count_documents({"metadata.collection": "gate"}) == 0
+
+    # list, then drop
+    assert "gate" in seml("list")
+    assert "Dropped gate." in seml("drop", "gate", "-y")
+    assert "gate" not in test_db.list_collection_names()
+    assert "No experiment collections" in seml("list")
+
+
+def test_delete_of_a_running_experiment_cancels_its_job_first(slurm, test_db, tmp_path):
+    coll = test_db["gate"]
+    launch(tmp_path, "x=5")
+    array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
+    job = coll.find_one({"_id": 1})["slurm"][0]["job_id"]  # one task: a plain job, no array
+    assert job == str(array)
+    wait_until("the experiment runs", lambda: statuses(coll) == {1: "RUNNING"})
+    assert squeue(array)[job][0] == "RUNNING"
+    out = seml("gate", "delete", "-id", "1")
+    assert "Deleted 1 experiment(s): 1" in out
+    assert coll.count_documents({}) == 0
+    assert squeue(array) == {}
+
+
+def test_delete_no_cancel_leaves_the_job_which_then_finds_nothing_to_run(slurm, test_db, tmp_path):
+    coll = test_db["gate"]
+    launch(tmp_path, "x=6", "+hydra.launcher.additional_parameters.hold=true")
+    array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
+    assert "Held" in squeue(array)[str(array)][1]  # sbatch --hold through submitit
+    assert "Already held" in seml("gate", "hold")
+    seml("gate", "delete", "--no-cancel", "-y")
+    assert coll.count_documents({}) == 0
+    assert str(array) in squeue(array)
+    subprocess.run(["scontrol", "release", str(array)], check=True)
+    wait_until("the job ends", lambda: squeue(array) == {})
+    assert coll.count_documents({}) == 0  # the job claimed nothing and re-created nothing

@@ -1,0 +1,158 @@
+"""Pure decisions of seml_hydra.manage: filters, states, job ids, killed detection, cancel."""
+
+from __future__ import annotations
+
+import pytest
+
+from seml_hydra import manage
+from seml_hydra.manage import ManageError, Selection
+
+
+def test_parse_states_normalizes_case_commas_and_the_queued_alias():
+    assert manage.parse_states(["failed,Killed", " interrupted ", "QUEUED"]) == [
+        "FAILED",
+        "KILLED",
+        "INTERRUPTED",
+        "STAGED",
+    ]
+    assert manage.parse_states(None) == [] and manage.parse_states([""]) == []
+    with pytest.raises(ManageError, match="Unknown state 'done'"):
+        manage.parse_states(["done"])
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"config.x": 2}', {"config.x": 2}),
+        ("{config.x: 2, status: FAILED}", {"config.x": 2, "status": "FAILED"}),
+        ("{'config.model.name': 'small'}", {"config.model.name": "small"}),
+        (None, {}),
+        ("  ", {}),
+    ],
+)
+def test_parse_filter_dict_accepts_json_and_yaml_mappings(text, expected):
+    assert manage.parse_filter_dict(text) == expected
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "3", "{a: [}"])
+def test_parse_filter_dict_refuses_what_is_not_a_mapping(text):
+    with pytest.raises(ManageError):
+        manage.parse_filter_dict(text)
+
+
+def test_build_filter_ands_every_option_and_keeps_the_filter_dict():
+    q = manage.build_filter(
+        sacred_id=3, batch_id=2, filter_states=["STAGED"], filter_dict={"config.x": 1}
+    )
+    assert q == {
+        "config.x": 1,
+        "_id": 3,
+        "batch_id": 2,
+        "status": {"$in": ["STAGED", "QUEUED"]},
+    }
+    # a key of the filter dict is not overwritten: both must hold
+    q = manage.build_filter(filter_states=["FAILED"], filter_dict={"status": "KILLED"})
+    assert q == {"status": "KILLED", "$and": [{"status": {"$in": ["FAILED"]}}]}
+    assert manage.build_filter() == {}
+
+
+def test_selection_uses_defaults_and_refuses_states_a_command_cannot_act_on():
+    assert Selection().query(default_states=["FAILED"]) == {"status": {"$in": ["FAILED"]}}
+    assert Selection(filter_states=("KILLED",)).query(default_states=["FAILED"]) == {
+        "status": {"$in": ["KILLED"]}
+    }
+    assert Selection().query(allowed=["PENDING", "RUNNING"]) == {
+        "status": {"$in": ["PENDING", "RUNNING"]}
+    }
+    with pytest.raises(ManageError, match="not COMPLETED"):
+        Selection(filter_states=("COMPLETED",)).query(allowed=["PENDING", "RUNNING"])
+
+
+def test_and_does_not_change_the_given_query():
+    query = {"$and": [{"a": 1}]}
+    assert manage.and_(query, {"b": 2}) == {"$and": [{"a": 1}, {"b": 2}]}
+    assert query == {"$and": [{"a": 1}]}
+
+
+def running(exp_id, array, task, cluster="slurm", **execution):
+    return {
+        "_id": exp_id,
+        "status": "RUNNING",
+        "execution": {"cluster": cluster, "array_id": array, "task_id": task, **execution},
+        "slurm": [{"array_id": array, "task_id": task}],
+    }
+
+
+def pending(exp_id, array=None, task=None):
+    slurm = {} if array is None else {"array_id": array, "task_id": task}
+    return {"_id": exp_id, "status": "PENDING", "slurm": [slurm]}
+
+
+def test_task_of_prefers_the_claiming_job_over_the_submission():
+    doc = running(1, 10, 2)
+    doc["slurm"] = [{"array_id": 9, "task_id": 0}]
+    assert manage.task_of(doc) == ("slurm", "10_2")
+    assert manage.task_of(pending(2, 11, 4)) == ("slurm", "11_4")
+    assert manage.task_of(pending(3)) is None
+    assert manage.task_of({"_id": 4, "slurm": {"array_id": 5, "task_id": 1}}) == ("slurm", "5_1")
+    assert manage.task_of({"_id": 5}) is None
+
+
+def test_task_of_a_single_job_submission_is_the_plain_job_id():
+    # submitit submits one task without --array: Slurm rejects "<id>_0" for it
+    single = {"array_id": 270, "task_id": 0, "job_id": "270", "num_tasks": 1}
+    doc = {"_id": 1, "status": "PENDING", "slurm": [single]}
+    assert manage.task_of(doc) == ("slurm", "270")
+    doc["execution"] = {"cluster": "slurm", "array_id": 270, "task_id": 0}
+    assert manage.task_of(doc) == ("slurm", "270")
+    array = {"array_id": 271, "task_id": 0, "job_id": "271_0", "num_tasks": 2}
+    assert manage.task_of({"_id": 2, "slurm": [array]}) == ("slurm", "271_0")
+
+
+def test_decide_killed_needs_absence_from_squeue_and_a_terminal_or_missing_sacct_record():
+    docs = [
+        running(1, 10, 0),  # alive in squeue
+        running(2, 10, 1),  # gone, sacct CANCELLED -> killed
+        running(3, 10, 2),  # gone from squeue, sacct still RUNNING (lag) -> keep
+        pending(4, 10, 3),  # gone, no sacct record -> killed
+        pending(5),  # not submitted yet -> keep
+        running(6, 4242, 0, cluster="local"),  # local executor -> never
+        running(7, 10, 4, cancel_time="t"),  # cancelled by the user -> interrupted
+    ]
+    sacct = {"10_1": ["CANCELLED by 0"], "10_2": ["RUNNING"], "10_4": ["CANCELLED"]}
+    killed, interrupted = manage.decide_killed(docs, {"10_0"}, sacct)
+    assert killed == [2, 4]
+    assert interrupted == [7]
+
+
+def test_tasks_to_cancel_spares_tasks_shared_with_experiments_not_cancelled():
+    cancelled = [running(1, 10, 0), pending(2, 10, 1), pending(3, 10, 2), pending(4)]
+    others = [pending(5, 10, 2)]  # experiments_per_job > 1: task 2 also runs experiment 5
+    assert manage.tasks_to_cancel(cancelled, others) == ["10_0", "10_1"]
+    assert manage.tasks_to_cancel([running(1, 3, 10), running(2, 3, 9)], []) == ["3_9", "3_10"]
+
+
+def test_id_ranges_by_state_orders_states_by_life_cycle():
+    docs = [
+        {"_id": 3, "status": "FAILED"},
+        {"_id": 1, "status": "COMPLETED"},
+        {"_id": 2, "status": "QUEUED"},
+        {"_id": 5, "status": "FAILED"},
+        {"_id": 4, "status": "WEIRD"},
+    ]
+    assert manage.id_ranges_by_state(docs) == {
+        "STAGED": [2],
+        "COMPLETED": [1],
+        "FAILED": [3, 5],
+        "WEIRD": [4],
+    }
+
+
+def test_hidden_collections_are_not_listed():
+    for name in ("seml_hydra_counters", "fs.files", "fs.chunks", "metrics", "system.views"):
+        assert not manage.is_listed_collection(name)
+    assert manage.is_listed_collection("train")
+
+
+def test_tail_text_replaces_invalid_utf8():
+    assert manage.tail_text(b"a\nb\xff\nc\n", 2) == "b\ufffd\nc"
