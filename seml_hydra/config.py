@@ -51,6 +51,12 @@ class SemlLauncherConf:
     array_parallelism: int | None = None
     # stage a new copy of points whose config is already in the collection
     force: bool = False
+    # store the app's imported modules and config files in GridFS; jobs run that snapshot
+    snapshot: bool = True
+    # the project the snapshot is taken from (default: the app's git root, else its directory)
+    project_root: str | None = None
+    # files above this size (KB) are left out of the snapshot, with a message
+    snapshot_max_file_kb: int = 1024
     # log levels on the primary rank (global rank 0) and on the others
     primary_log_level: str = "INFO"
     other_log_level: str = "ERROR"

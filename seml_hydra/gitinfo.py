@@ -18,13 +18,18 @@ def _git(directory: Path, *args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def git_toplevel(directory: str | Path) -> str | None:
+    """The top-level directory of the git repository holding ``directory``, or ``None``."""
+    return _git(Path(directory), "rev-parse", "--show-toplevel")
+
+
 def git_info(directory: str | Path) -> GitDoc | None:
     """``{path, commit, dirty}`` of the git repository holding ``directory``, or ``None`` when it
     is not in one (or git is missing). ``path`` is the ``origin`` remote URL when there is one,
     else the repository's top-level directory; a repository without commits has commit ``""``.
     """
     directory = Path(directory)
-    top = _git(directory, "rev-parse", "--show-toplevel")
+    top = git_toplevel(directory)
     if top is None:
         return None
     remote = _git(directory, "config", "--get", "remote.origin.url")

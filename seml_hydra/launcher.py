@@ -176,6 +176,29 @@ class _Launch:
             "payload_file": payload_id,
         }
 
+    def _snapshot(self, batch_id: int) -> list[list[Any]]:
+        """Store the app's sources in GridFS (``seml_hydra.sources``); say what was skipped."""
+        from .sources import imported_module_files, project_root, select_sources, upload_sources
+
+        hydra = self.points[0].hydra
+        launcher = self.points[0].launcher
+        app_dir = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv[0] else os.getcwd()
+        root = project_root(app_dir, launcher.get("project_root"))
+        config_dirs = [
+            source["path"]
+            for source in hydra["runtime"].get("config_sources", [])
+            if source.get("provider") == "main" and source.get("schema") == "file"
+        ]
+        files, skipped = select_sources(
+            imported_module_files(),
+            config_dirs,
+            root,
+            int(launcher.get("snapshot_max_file_kb", 1024)),
+        )
+        for path, reason in skipped:
+            self.console.print(f"Not in the code snapshot: {path} ({reason})")
+        return upload_sources(self.db, self.collection_name, batch_id, files)
+
     def _job_name(self, batch_id: int) -> str:
         return f"{self.collection_name}_{batch_id}"
 
@@ -187,7 +210,7 @@ class _Launch:
 
         from .documents import build_document, experiment_hash, pick_seed, to_bson_safe
         from .gitinfo import git_info
-        from .stage import stage
+        from .stage import next_batch_id, stage
         from .submit import sbatch_options
 
         fs = gridfs.GridFS(self.db)
@@ -203,7 +226,10 @@ class _Launch:
             )
         )
         self.payload_id = payload_id
+        batch_id = next_batch_id(self.db, self.collection_name)
         seml = self._seml_doc(payload_id)
+        if self.points[0].launcher.get("snapshot", True):
+            seml["source_files"] = self._snapshot(batch_id)
         git = git_info(seml["working_dir"])
         now = datetime.now(timezone.utc)
         rng = random.SystemRandom()
@@ -239,6 +265,7 @@ class _Launch:
                 make_document,
                 refresh_existing,
                 bool(self.params.get("force")),
+                batch_id,
             )
         except Exception:
             from bson import ObjectId
@@ -246,6 +273,9 @@ class _Launch:
             fs.delete(ObjectId(payload_id))
             raise
         self._say_staged(result)
+        from .manage import refresh_collection_cache
+
+        refresh_collection_cache([self.collection_name], replace=False)  # shell completion
         return result
 
     def _say_staged(self, result: Any) -> None:

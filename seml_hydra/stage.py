@@ -108,6 +108,26 @@ class StageResult:
         return sorted({*self.new_ids, *self.rerun_ids, *self.resubmit_ids})
 
 
+def _max_of(collection: Any, field_name: str) -> Callable[[], int]:
+    """``floor`` for ``next_ids``: the largest integer ``field_name`` in the collection (ids SEML
+    wrote as ``max + 1`` stay below ours)."""
+
+    def largest() -> int:
+        doc = collection.find_one({}, {field_name: 1}, sort=[(field_name, -1)])
+        value = (doc or {}).get(field_name)
+        return value if isinstance(value, int) else 0
+
+    return largest
+
+
+def next_batch_id(db: Any, collection_name: str) -> int:
+    """A new ``batch_id`` for a launch into ``collection_name`` (atomic counter)."""
+    from .database import next_ids
+
+    collection = db[collection_name]
+    return next_ids(db, f"{collection_name}.batch_id", 1, floor=_max_of(collection, "batch_id"))[0]
+
+
 def stage(
     db: Any,
     collection_name: str,
@@ -115,6 +135,7 @@ def stage(
     make_document: Callable[[int, int, int], dict[str, Any]],
     refresh_existing: Callable[[int], dict[str, Any]],
     force: bool,
+    batch_id: int,
 ) -> StageResult:
     """Write the documents of a launch.
 
@@ -126,6 +147,7 @@ def stage(
         refresh_existing: ``point_index -> {field: value}`` set on re-run and re-submitted
             documents (this launch's ``hydra`` and ``seml`` blocks).
         force: see :func:`plan_staging`.
+        batch_id: from :func:`next_batch_id`.
 
     New documents are written with one ``insert_many``; if it fails, the ones written are
     removed again, so no half-staged batch remains. Raises pymongo errors.
@@ -141,19 +163,12 @@ def stage(
     )
     plan = plan_staging(hashes, found, force)
 
-    def floor(field_name: str) -> Callable[[], int]:
-        def _max() -> int:
-            doc = collection.find_one({}, {field_name: 1}, sort=[(field_name, -1)])
-            value = (doc or {}).get(field_name)
-            return value if isinstance(value, int) else 0
-
-        return _max
-
-    batch_id = next_ids(db, f"{collection_name}.batch_id", 1, floor=floor("batch_id"))[0]
     ids: list[int | None] = [None] * len(hashes)
     new_ids: list[int] = []
     if plan.new:
-        id_range = next_ids(db, f"{collection_name}._id", len(plan.new), floor=floor("_id"))
+        id_range = next_ids(
+            db, f"{collection_name}._id", len(plan.new), floor=_max_of(collection, "_id")
+        )
         docs = [make_document(i, exp_id, batch_id) for i, exp_id in zip(plan.new, id_range)]
         new_ids = list(id_range)
         try:

@@ -180,8 +180,11 @@ def submit_group(
     import submitit
 
     all_ids = [i for group in id_groups for i in group]
+    # the old job of a re-run experiment must not be taken for its new one meanwhile
+    stale = ("array_id", "task_id", "job_id", "num_tasks", "output_files_template")
     collection.update_many(
-        {"_id": {"$in": all_ids}, "status": states.STAGED}, {"$set": {"status": states.PENDING}}
+        {"_id": {"$in": all_ids}, "status": states.STAGED},
+        {"$set": {"status": states.PENDING}, "$unset": {f"slurm.0.{k}": "" for k in stale}},
     )
     try:
         executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
