@@ -709,3 +709,18 @@ def next_ids(
     assert doc is not None
     last = int(doc["value"])
     return range(last - n + 1, last + 1)
+
+
+def job_db_config(
+    settings: DbSettings, launcher_db: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """What jobs resolve the database from on their node (issue: "jobs reach the database the
+    way the launcher did"): the launch's own ``db`` config when it had one, the embedded
+    server's URL (jobs cannot start it), else ``None`` (jobs inherit ``SEML_MONGODB_URI`` or read
+    SEML's config file, as the launching process did). No password is added."""
+    cfg = {k: v for k, v in dict(launcher_db or {}).items() if v}
+    if cfg:
+        return cfg
+    if settings.is_embedded:
+        return {"url": f"mongodb://{settings.host}:{settings.port}/{settings.database}"}
+    return None

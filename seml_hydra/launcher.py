@@ -306,6 +306,7 @@ class _Launch:
 
     # -- submission ------------------------------------------------------------------------
     def submit(self, result: Any) -> dict[str, tuple[Any, list[int]]]:
+        from .database import job_db_config
         from .submit import SubmissionError, SubmitRequest, submit_requests
 
         to_submit = set(result.to_submit)
@@ -327,7 +328,7 @@ class _Launch:
                 self.collection,
                 self.collection_name,
                 requests,
-                db_cfg=_job_db_config(self.settings, self.params.get("db")),
+                db_cfg=job_db_config(self.settings, self.params.get("db")),
             )
         except SubmissionError as error:
             raise LaunchError(
@@ -395,14 +396,6 @@ class _Launch:
             ret = job_return_from_document(doc, _base_for(self.db, doc, base, self.payload_id))
             returns.append(ret)
         return returns
-
-
-def _job_db_config(settings: Any, db_cfg: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The database inputs a job resolves again on its node: the launcher's own ``db`` config,
-    or, for the embedded server (which jobs cannot start themselves), its URL."""
-    if settings.is_embedded:
-        return {"url": f"mongodb://{settings.host}:{settings.port}/{settings.database}"}
-    return db_cfg
 
 
 def _base_for(db: Any, doc: dict[str, Any], base: dict[str, Any], payload_id: str) -> Any:

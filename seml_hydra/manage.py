@@ -781,7 +781,7 @@ def start(
     alone, one array job per batch and resource set. Submission runs in the launch's working
     directory (jobs start where the sweep was launched). Raises ``SubmissionError`` when sbatch
     refuses (those experiments stay STAGED)."""
-    from .database import resolve_db_settings
+    from .database import job_db_config, resolve_db_settings
     from .submit import submit_requests
 
     q = and_(query, {"status": {"$in": _state_values([states.STAGED])}})
@@ -802,7 +802,7 @@ def start(
         by_dir.setdefault(workdir, []).append(request)
     started = []
     for workdir, requests in by_dir.items():
-        db_cfg = _job_db_cfg(settings, requests[0].launcher.get("db"))
+        db_cfg = job_db_config(settings, requests[0].launcher.get("db"))
         with _cwd(workdir):
             arrays = submit_requests(db[collection_name], collection_name, requests, db_cfg=db_cfg)
         for array in arrays:
@@ -811,18 +811,6 @@ def start(
                 StartedArray(array.array_id, array.name, array.cluster, array.folder, ids)
             )
     return started
-
-
-def _job_db_cfg(settings: Any, launcher_db: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """What the jobs resolve the database from: the launch's own ``db`` config when it had one,
-    the embedded server's URL (jobs cannot start it), else nothing (the jobs inherit
-    ``SEML_MONGODB_URI`` / read SEML's config file, as this process did)."""
-    cfg = {k: v for k, v in dict(launcher_db or {}).items() if v}
-    if cfg:
-        return cfg
-    if settings.is_embedded:
-        return {"url": f"mongodb://{settings.host}:{settings.port}/{settings.database}"}
-    return None
 
 
 class _cwd:
