@@ -827,6 +827,63 @@ class _cwd:
         os.chdir(self.old)
 
 
+# ------------------------------------------------------------------------------- sources
+
+
+def snapshot_of(docs: Sequence[Mapping[str, Any]]) -> list[list[Any]] | None:
+    """The one code snapshot (``seml.source_files``) the documents share (pure).
+
+    Returns ``None`` when none of them has one. Raises :class:`ManageError` listing the batch
+    ids when they have different snapshots: the filter must pick one.
+    """
+    snapshots: dict[tuple, list[int]] = {}
+    for doc in docs:
+        files = (doc.get("seml") or {}).get("source_files")
+        if files:
+            key = tuple((str(rel), str(fid)) for rel, fid in files)
+            snapshots.setdefault(key, []).append(doc.get("batch_id"))
+    if not snapshots:
+        return None
+    if len(snapshots) > 1:
+        batches = sorted({b for ids in snapshots.values() for b in ids if b is not None})
+        raise ManageError(
+            f"The selected experiments have {len(snapshots)} different code snapshots (batches "
+            f"{', '.join(map(str, batches))}); pick one with -b BATCH_ID or -id ID."
+        )
+    for doc in docs:  # the ObjectIds themselves, from the first document that has them
+        files = (doc.get("seml") or {}).get("source_files")
+        if files:
+            return [list(entry) for entry in files]
+    return None
+
+
+def snapshot_for(collection: Any, query: Mapping[str, Any]) -> list[list[Any]]:
+    """The code snapshot of the selected experiments (for ``restore-sources``).
+
+    Raises :class:`ManageError` when nothing matches, nothing has a snapshot, or several
+    snapshots match.
+    """
+    docs = select(collection, query, {"seml.source_files": 1, "batch_id": 1})
+    if not docs:
+        raise ManageError("No experiments match the filters.")
+    files = snapshot_of(docs)
+    if files is None:
+        raise ManageError("The selected experiments have no code snapshot (seml.source_files).")
+    return files
+
+
+def restore_sources(collection: Any, files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
+    """Write a snapshot from :func:`snapshot_for` into ``target`` (SEML's ``restore-sources``,
+    later ``download-sources``); returns the written files. Raises :class:`ManageError`."""
+    from .sources import SourceSnapshotError, write_sources
+
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        return write_sources(collection.database, files, target)
+    except SourceSnapshotError as error:
+        raise ManageError(str(error)) from None
+
+
 # ------------------------------------------------------------------------------- output
 
 

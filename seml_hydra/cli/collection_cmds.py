@@ -1,8 +1,9 @@
 """``seml <collection> <command>``: status, start, reset, cancel, delete, hold, release,
-detect-killed, print-fail-trace, print-output."""
+restore-sources (download-sources), detect-killed, print-fail-trace, print-output."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -253,6 +254,60 @@ def release(
         console().print(f"Released {len(released)} Slurm task(s): {', '.join(released)}")
     else:
         console().print("Nothing held to release.")
+
+
+def _restore_sources(
+    ctx: typer.Context,
+    target: Path,
+    sacred_id: int | None,
+    batch_id: int | None,
+    filter_states: list[str] | None,
+    filter_dict: str | None,
+    yes: bool,
+) -> None:
+    from ..manage import restore_sources as do_restore
+    from ..manage import snapshot_for
+
+    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
+    _, coll = _open(ctx)
+    files = snapshot_for(coll, sel.query())
+    if target.exists() and any(target.iterdir()) and not yes:
+        typer.confirm(f"{target} is not empty; write the sources into it anyway?", abort=True)
+    written = do_restore(coll, files, target)
+    console().print(f"Restored {len(written)} source file(s) into {target}")
+
+
+TargetDir = Annotated[
+    Path, typer.Argument(help="Directory to write the sources into.", show_default=False)
+]
+
+
+@command("restore-sources", rich_help_panel=COLLECTION_PANEL)
+def restore_sources(
+    ctx: typer.Context,
+    target: TargetDir,
+    sacred_id: SacredId = None,
+    batch_id: BatchId = None,
+    filter_states: States = None,
+    filter_dict: FilterDict = None,
+    yes: Yes = False,
+) -> None:
+    """Write the code snapshot the selected experiments ran with into a directory."""
+    _restore_sources(ctx, target, sacred_id, batch_id, filter_states, filter_dict, yes)
+
+
+@command("download-sources", rich_help_panel=COLLECTION_PANEL)
+def download_sources(
+    ctx: typer.Context,
+    target: TargetDir,
+    sacred_id: SacredId = None,
+    batch_id: BatchId = None,
+    filter_states: States = None,
+    filter_dict: FilterDict = None,
+    yes: Yes = False,
+) -> None:
+    """SEML's later name of restore-sources."""
+    _restore_sources(ctx, target, sacred_id, batch_id, filter_states, filter_dict, yes)
 
 
 @command("detect-killed", rich_help_panel=COLLECTION_PANEL)

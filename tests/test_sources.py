@@ -1,0 +1,179 @@
+"""Code snapshots: which files are taken, GridFS storage and deduplication, byte-for-byte
+restore, the per-node directory, and `seml <collection> restore-sources`."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from seml_hydra import sources
+from seml_hydra.manage import ManageError, snapshot_of
+
+
+def make_project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / "src" / "mypkg").mkdir(parents=True)
+    (root / "src" / "mypkg" / "model.py").write_text("VALUE = 1\n")
+    (root / "train.py").write_text("import mypkg\n")
+    (root / "conf" / "model").mkdir(parents=True)
+    (root / "conf" / "config.yaml").write_text("x: 1\n")
+    (root / "conf" / "model" / "a.yaml").write_text("y: 2\n")
+    (root / "conf" / "notes.txt").write_text("not a config\n")
+    (root / ".venv" / "lib" / "site-packages" / "dep").mkdir(parents=True)
+    (root / ".venv" / "pyvenv.cfg").write_text("home = /usr\n")
+    (root / ".venv" / "lib" / "site-packages" / "dep" / "__init__.py").write_text("")
+    (root / "env2" / "lib").mkdir(parents=True)
+    (root / "env2" / "pyvenv.cfg").write_text("")
+    (root / "env2" / "lib" / "x.py").write_text("")
+    (root / "big.py").write_bytes(b"#" * 3000)
+    (root / "data.bin").write_bytes(b"\0" * 100)
+    return root
+
+
+def test_select_sources_takes_imported_project_modules_and_config_files_only(tmp_path):
+    root = make_project(tmp_path)
+    modules = [
+        str(root / "train.py"),
+        str(root / "src" / "mypkg" / "model.py"),
+        str(root / ".venv" / "lib" / "site-packages" / "dep" / "__init__.py"),
+        str(root / "env2" / "lib" / "x.py"),
+        str(root / "big.py"),
+        "/usr/lib/python3/os.py",
+    ]
+    files, skipped = sources.select_sources(modules, [root / "conf"], root, max_file_kb=2)
+    assert [f.rel_path for f in files] == [
+        "conf/config.yaml",
+        "conf/model/a.yaml",
+        "src/mypkg/model.py",
+        "train.py",
+    ]
+    assert [Path(p).name for p, _ in skipped] == ["big.py"]
+    assert "above the 2 KB cap" in skipped[0][1]
+
+
+def test_project_root_is_the_git_root_else_the_app_directory(tmp_path):
+    import subprocess
+
+    app = tmp_path / "repo" / "apps"
+    app.mkdir(parents=True)
+    assert sources.project_root(app) == app.resolve()
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
+    assert sources.project_root(app) == (tmp_path / "repo").resolve()
+    assert sources.project_root(app, str(tmp_path)) == tmp_path.resolve()
+
+
+def test_upload_deduplicates_by_content_and_restore_is_byte_for_byte(test_db, tmp_path):
+    root = make_project(tmp_path)
+    files, _ = sources.select_sources(
+        [str(root / "train.py"), str(root / "src/mypkg/model.py")], [root / "conf"], root
+    )
+    first = sources.upload_sources(test_db, "col", 1, files)
+    second = sources.upload_sources(test_db, "col", 2, files)
+    assert first == second
+    (root / "train.py").write_text("import mypkg  # edited\n")
+    third = sources.upload_sources(test_db, "col", 3, files)
+    changed = {rel for (rel, a), (_, b) in zip(first, third) if a != b}
+    assert changed == {"train.py"}
+    out = tmp_path / "out"
+    sources.write_sources(test_db, first, out)
+    for f in files:
+        restored = (out / f.rel_path).read_bytes()
+        if f.rel_path != "train.py":
+            assert restored == f.path.read_bytes()
+    assert (out / "train.py").read_text() == "import mypkg\n"
+
+
+def test_write_sources_refuses_paths_outside_the_target(test_db, tmp_path):
+    import gridfs
+
+    file_id = gridfs.GridFS(test_db).put(b"x", filename="../evil.py")
+    with pytest.raises(sources.SourceSnapshotError, match="leaves"):
+        sources.write_sources(test_db, [["../evil.py", file_id]], tmp_path / "t")
+
+
+def test_materialized_runs_from_the_snapshot_and_removes_only_its_directory(
+    test_db, tmp_path, monkeypatch
+):
+    root = make_project(tmp_path)
+    files, _ = sources.select_sources([str(root / "src/mypkg/model.py")], [], root)
+    snapshot = sources.upload_sources(test_db, "col", 1, files)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    sibling = tmp_path / "tmp" / "other_dir"
+    sibling.mkdir()
+    cwd = Path.cwd()
+    with sources.materialized(test_db, snapshot, "7_0") as directory:
+        assert Path.cwd() == directory
+        assert sys.path[:2] == [str(directory / "src"), str(directory)]
+        import importlib
+
+        mypkg_model = importlib.import_module("mypkg.model")
+        assert mypkg_model.VALUE == 1
+        with sources.materialized(test_db, snapshot, "7_0") as again:  # a second rank
+            assert again == directory
+        assert directory.exists()  # the first rank still uses it
+    sys.modules.pop("mypkg.model", None)
+    sys.modules.pop("mypkg", None)
+    assert Path.cwd() == cwd
+    assert not directory.exists() and sibling.exists()
+    assert str(directory) not in sys.path
+
+
+def test_materialized_fails_clearly_when_the_node_cannot_create_the_directory(
+    test_db, tmp_path, monkeypatch
+):
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(blocker))
+    with pytest.raises(sources.SourceSnapshotError, match="cannot create the code snapshot"):
+        with sources.materialized(test_db, [], "8_0"):
+            pass
+
+
+def test_snapshot_of_refuses_several_snapshots_and_names_the_batches():
+    docs = [
+        {"batch_id": 1, "seml": {"source_files": [["a.py", "id1"]]}},
+        {"batch_id": 2, "seml": {"source_files": [["a.py", "id2"]]}},
+    ]
+    with pytest.raises(ManageError, match="batches 1, 2"):
+        snapshot_of(docs)
+    assert snapshot_of(docs[:1]) == [["a.py", "id1"]]
+    assert snapshot_of([{"batch_id": 1, "seml": {}}]) is None
+
+
+def test_restore_sources_command_writes_the_launched_files_and_refuses_bad_selections(
+    test_db, tmp_path
+):
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    root = make_project(tmp_path)
+    files, _ = sources.select_sources([str(root / "train.py")], [root / "conf"], root)
+    snap1 = sources.upload_sources(test_db, "exps", 1, files)
+    (root / "train.py").write_text("changed\n")
+    snap2 = sources.upload_sources(test_db, "exps", 2, files)
+    test_db["exps"].insert_many(
+        [
+            {"_id": 1, "batch_id": 1, "status": "COMPLETED", "seml": {"source_files": snap1}},
+            {"_id": 2, "batch_id": 2, "status": "COMPLETED", "seml": {"source_files": snap2}},
+        ]
+    )
+    runner = CliRunner()
+    out = tmp_path / "restored"
+    result = runner.invoke(app, ["exps", "restore-sources", str(out)])
+    assert result.exit_code == 1 and "batches 1, 2" in result.output
+    result = runner.invoke(app, ["exps", "restore-sources", str(out), "-b", "1"])
+    assert result.exit_code == 0, result.output
+    assert (out / "train.py").read_text() == "import mypkg\n"
+    result = runner.invoke(app, ["exps", "download-sources", str(out), "-b", "2"], input="n\n")
+    assert result.exit_code == 1 and "not empty" in result.output
+    assert (out / "train.py").read_text() == "import mypkg\n"
+    result = runner.invoke(app, ["exps", "download-sources", str(out), "-b", "2", "-y"])
+    assert result.exit_code == 0 and (out / "train.py").read_text() == "changed\n"
+    result = runner.invoke(app, ["exps", "restore-sources", str(out), "-id", "9"])
+    assert result.exit_code == 1 and "No experiments match" in result.output
+    assert "Traceback" not in result.output
