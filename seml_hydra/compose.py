@@ -94,6 +94,8 @@ def compose_points(
             )
             assert isinstance(container, dict)
             hydra_node = container.pop("hydra")
+            # jobs run from elsewhere (the code snapshot): output paths must not be relative
+            hydra_node["sweep"]["dir"] = os.path.abspath(str(hydra_node["sweep"]["dir"]))
             points.append(SweepPoint(index, job_num, list(overrides), container, hydra_node))
     finally:
         if previous is not None:

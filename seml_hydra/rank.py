@@ -35,7 +35,6 @@ import random
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import import_module
 from importlib.util import find_spec
 from numbers import Integral
 from typing import Any
@@ -513,47 +512,90 @@ def format_rank_prefix(plan: RankPlan) -> str:
     return f"[rank {plan.global_rank}/{plan.world_size} node {plan.node_rank}]"
 
 
+def _seed_numpy(numpy: Any, seed: int) -> None:
+    numpy.random.seed(seed % _NUMPY_SEED_MODULUS)
+
+
+def _seed_torch(torch: Any, seed: int) -> None:
+    torch.manual_seed(seed % _TORCH_SEED_MODULUS)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed % _TORCH_SEED_MODULUS)
+
+
+#: library -> how to seed it (the library's module object, the seed)
+_SEEDERS = {"numpy": _seed_numpy, "torch": _seed_torch}
+
+
+class _SeedOnImport:
+    """A ``sys.meta_path`` finder that seeds a library right after its first import, so a task
+    that imports numpy or torch later still starts from the experiment's seed, and one that
+    never imports them does not pay for importing them (torch: about 1.5 s per rank)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, int] = {}
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in self.pending:
+            return None
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        seed, loader = self.pending.pop(fullname), spec.loader
+        exec_module = loader.exec_module
+
+        def exec_and_seed(module: Any) -> None:
+            exec_module(module)
+            _SEEDERS[fullname](module, seed)
+
+        loader.exec_module = exec_and_seed  # type: ignore[method-assign]
+        return spec
+
+
+_SEED_ON_IMPORT = _SeedOnImport()
+
+
 def apply_seed(seed: int) -> list[str]:
     """SIDE EFFECT: seed the global random number generators of this process.
 
-    Seeds, in this order and only when the library is installed (checked with
-    ``importlib.util.find_spec``, so an absent library is never imported):
+    * ``random``: ``random.seed(seed)`` with the full seed, now;
+    * ``numpy``: ``numpy.random.seed(seed % 2**32)`` (numpy's legacy seeding only accepts
+      ``0..2**32-1``);
+    * ``torch``: ``torch.manual_seed(seed % 2**64)`` and, with CUDA,
+      ``torch.cuda.manual_seed_all``.
 
-    * ``random``: ``random.seed(seed)`` with the full seed;
-    * ``numpy``: ``numpy.random.seed(seed % 2**32)``, because numpy's legacy seeding only
-      accepts ``0..2**32-1`` (seeds already in that range are passed unchanged);
-    * ``torch``: ``torch.manual_seed(seed % 2**64)`` (torch's 64-bit range; this also seeds
-      CUDA lazily) and, when ``torch.cuda.is_available()``, ``torch.cuda.manual_seed_all``.
-
-    Call it with the plan's seed before the task runs; every rank gets the same seed, as in
-    SEML's multi-task change.  An installed library that fails to import raises its
-    ImportError instead of silently leaving that generator unseeded.
+    numpy and torch are seeded now when already imported, else right after their first import
+    (a ``sys.meta_path`` hook), and not at all when not installed (``find_spec``): every rank
+    gets the same seed, as in SEML's multi-task change, without importing torch for a task that
+    does not use it.
 
     Args:
         seed: the experiment's seed (an int; ``bool`` is rejected).
 
     Returns:
-        Names of what was seeded, e.g. ``["random", "numpy", "torch", "torch.cuda"]``.
+        Names of what was or will be seeded, e.g. ``["random", "numpy", "torch"]``.
 
     Raises:
         TypeError: ``seed`` is not an int.
     """
+    import sys
+
     if isinstance(seed, bool) or not isinstance(seed, Integral):
         raise TypeError(f"seed {seed!r} is a {type(seed).__name__}; expected an int")
     seed = int(seed)
     seeded = ["random"]
     random.seed(seed)
-    if find_spec("numpy") is not None:
-        numpy = import_module("numpy")
-        numpy.random.seed(seed % _NUMPY_SEED_MODULUS)
-        seeded.append("numpy")
-    if find_spec("torch") is not None:
-        torch = import_module("torch")
-        torch.manual_seed(seed % _TORCH_SEED_MODULUS)
-        seeded.append("torch")
-        if torch.cuda.is_available():
-            torch.cuda.manual_seed_all(seed % _TORCH_SEED_MODULUS)
-            seeded.append("torch.cuda")
+    for name, seeder in _SEEDERS.items():
+        if name in sys.modules:
+            seeder(sys.modules[name], seed)
+        elif find_spec(name) is not None:
+            _SEED_ON_IMPORT.pending[name] = seed
+            if _SEED_ON_IMPORT not in sys.meta_path:
+                sys.meta_path.insert(0, _SEED_ON_IMPORT)
+        else:
+            continue
+        seeded.append(name)
     return seeded
 
 

@@ -98,12 +98,44 @@ def claim_filter(exp_id: int, execution: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def claim(
+    collection: Any,
+    exp_id: int,
+    execution: Mapping[str, Any],
+    *,
+    record_execution: bool = True,
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Claim experiment ``exp_id`` for this rank with one atomic ``find_one_and_update``.
+
+    Returns ``(document after the claim, None)`` when :func:`claim_filter` matches (the document
+    is then RUNNING with this job's identity), else ``(None, why)`` and nothing was written.
+    ``record_execution`` (the primary rank): ``execution`` - identity plus this rank's output
+    file paths - replaces the stored one; the other ranks only set the identity keys, so the
+    document names the primary's output files whatever order the ranks claim in.
+    """
+    from pymongo import ReturnDocument
+
+    if record_execution:
+        update = {"status": states.RUNNING, "execution": dict(execution)}
+    else:
+        update = {"status": states.RUNNING}
+        update.update({f"execution.{k}": execution[k] for k in ("cluster", "array_id", "task_id")})
+    doc = collection.find_one_and_update(
+        claim_filter(exp_id, execution), {"$set": update}, return_document=ReturnDocument.AFTER
+    )
+    if doc is not None:
+        return doc, None
+    current = collection.find_one({"_id": exp_id}, {"status": 1, "execution": 1})
+    return None, "it no longer exists" if current is None else _claim_refusal(current)
+
+
 def adapt_hydra_node(hydra_node: Mapping[str, Any], plan: Any) -> dict[str, Any]:
     """The Hydra node this rank runs with (pure).
 
     Only the primary rank writes ``.hydra/`` and the job log file (``output_subdir`` -> None and
-    the ``file`` handler dropped elsewhere); the job logger's root level is the plan's level; with
-    several ranks every log format names the rank.
+    the ``file`` handler dropped elsewhere); the job logger's root level is the plan's level (on
+    the other ranks every handler's level too, so loggers with their own level are filtered as
+    well); with several ranks every log format names the rank.
     """
     import copy
 
@@ -120,6 +152,12 @@ def adapt_hydra_node(hydra_node: Mapping[str, Any], plan: Any) -> dict[str, Any]
         handlers.pop("file", None)
         if isinstance(root, dict) and root.get("handlers"):
             root["handlers"] = [h for h in root["handlers"] if h != "file"]
+    if plan.global_rank != 0:
+        # The root level alone does not stop a logger that sets its own level (submitit's
+        # "Job completed successfully" is INFO): the handlers of the other ranks filter too.
+        for handler in (job_logging.get("handlers") or {}).values():
+            if isinstance(handler, dict):
+                handler["level"] = root["level"] if isinstance(root, dict) else plan.log_level
     if plan.world_size > 1:
         for formatter in (job_logging.get("formatters") or {}).values():
             if isinstance(formatter, dict) and "format" in formatter:
@@ -192,35 +230,70 @@ class JobRunner:
         return outcomes
 
     def _run_one(self, db: Any, collection: Any, exp_id: int, execution: dict[str, Any]) -> str:
-        from pymongo import ReturnDocument
+        """Claim experiment ``exp_id`` and run it, inside its code snapshot when it has one
+        (``seml_hydra.sources.materialized``: once per node, removed afterwards)."""
+        from . import sources
 
+        doc, why = claim(
+            collection,
+            exp_id,
+            execution,
+            record_execution=_rank_from_env(os.environ) == "0",
+        )
+        if doc is None:
+            log.warning("Not running experiment %s of %s: %s", exp_id, self.collection, why)
+            return f"SKIPPED: {why}"
+        source_files = (doc.get("seml") or {}).get("source_files")
+        if not source_files:
+            return self._run_claimed(db, collection, doc)
+        job_key = f"{execution['cluster']}_{execution['array_id']}_{execution['task_id']}"
+        try:
+            snapshot = sources.materialized(db, source_files, job_key)
+            directory = snapshot.__enter__()
+        except sources.SourceSnapshotError:
+            where = _rank_from_env(os.environ)
+            log.exception("Experiment %s could not start on rank %s", exp_id, where)
+            _record_rank_failure(collection, exp_id, where, traceback.format_exc())
+            _fail_if_a_rank_failed(collection, exp_id)
+            return states.FAILED
+        log.info("Running experiment %s from its code snapshot in %s", exp_id, directory)
+        try:
+            return self._run_claimed(db, collection, doc)
+        finally:
+            snapshot.__exit__(None, None, None)
+
+    def _run_claimed(self, db: Any, collection: Any, doc: dict[str, Any]) -> str:
+        """Plan this rank, set it up and run the claimed experiment ``doc``; returns its outcome
+        on this rank."""
         from . import rank
         from .compose import job_config
         from .documents import apply_diff
 
-        doc = collection.find_one_and_update(
-            claim_filter(exp_id, execution),
-            {"$set": {"status": states.RUNNING, "execution": execution}},
-            return_document=ReturnDocument.AFTER,
-        )
-        if doc is None:
-            current = collection.find_one({"_id": exp_id}, {"status": 1, "execution": 1})
-            why = "it no longer exists" if current is None else _claim_refusal(current)
-            log.warning("Not running experiment %s of %s: %s", exp_id, self.collection, why)
-            return f"SKIPPED: {why}"
-
-        plan = rank.plan_rank(
-            os.environ,
-            doc,
-            primary_log_level=self.primary_log_level,
-            other_log_level=self.other_log_level,
-        )
-        rank.set_current_plan(plan)
-        if plan.seed is not None:
-            rank.apply_seed(plan.seed)
-        payload, base = load_payload(db, self.payload_id)
-        hydra_node = adapt_hydra_node(apply_diff(base, doc["hydra"].get("node_diff", [])), plan)
-        cfg = job_config(doc["config"], hydra_node, plan.job_id)
+        exp_id = doc["_id"]
+        plan = None
+        try:
+            plan = rank.plan_rank(
+                os.environ,
+                doc,
+                primary_log_level=self.primary_log_level,
+                other_log_level=self.other_log_level,
+            )
+            rank.set_current_plan(plan)
+            if plan.seed is not None:
+                rank.apply_seed(plan.seed)
+            payload, base = load_payload(db, self.payload_id)
+            node = adapt_hydra_node(apply_diff(base, doc["hydra"].get("node_diff", [])), plan)
+            cfg = job_config(doc["config"], node, plan.job_id)
+        except Exception:
+            # Claimed but cannot start (malformed rank variables, a payload gone, a library
+            # that fails to import while seeding...): FAILED with this rank's trace, never left
+            # RUNNING for the waiter to call KILLED.
+            where = plan.global_rank if plan is not None else _rank_from_env(os.environ)
+            log.exception("Experiment %s could not start on rank %s", exp_id, where)
+            _record_rank_failure(collection, exp_id, where, traceback.format_exc())
+            _fail_if_a_rank_failed(collection, exp_id)
+            rank.set_current_plan(None)
+            return states.FAILED
 
         holder: dict[str, Any] = {}
 
@@ -246,12 +319,9 @@ class JobRunner:
                     {"$set": {"status": states.FAILED, "fail_trace": _trace_lines()}},
                 )
             else:
-                failure = {
-                    "rank": plan.global_rank,
-                    "host": socket.gethostname(),
-                    "trace": traceback.format_exc(),
-                }
-                collection.update_one({"_id": exp_id}, {"$push": {"rank_failures": failure}})
+                _record_rank_failure(collection, exp_id, plan.global_rank, traceback.format_exc())
+        finally:
+            rank.set_current_plan(None)
         # A failure on any rank fails the experiment. Sacred's observer (primary) writes its own
         # status, so: the primary re-checks the other ranks' failures after its last save, and a
         # failing rank that reports after that finds COMPLETED and turns it to FAILED itself.
@@ -261,9 +331,26 @@ class JobRunner:
         if ret is not None and plan.is_primary:
             collection.update_one(
                 {"_id": exp_id},
-                {"$set": {"hydra.working_dir": ret.working_dir, "hydra.task_name": ret.task_name}},
+                {
+                    "$set": {
+                        "hydra.working_dir": ret.working_dir,
+                        "hydra.task_name": ret.task_name,
+                        "hydra.job_id": plan.job_id,
+                    }
+                },
             )
         return outcome
+
+
+def _rank_from_env(env: Mapping[str, str]) -> str:
+    """This process' global rank as the environment tells it (for messages only)."""
+    return env.get("SLURM_PROCID") or env.get("SUBMITIT_LOCAL_GLOBALID") or "0"
+
+
+def _record_rank_failure(collection: Any, exp_id: int, global_rank: Any, trace: str) -> None:
+    """Append this rank's failure to ``rank_failures`` (a field Sacred's observer never holds)."""
+    failure = {"rank": global_rank, "host": socket.gethostname(), "trace": trace}
+    collection.update_one({"_id": exp_id}, {"$push": {"rank_failures": failure}})
 
 
 def _trace_lines() -> list[str]:

@@ -43,7 +43,16 @@ RESERVED_SBATCH_OPTIONS = ("comment", "job-name", "job_name", "array", "output",
 #: environment variables a job must not inherit from the submitting shell (design.md: submitting
 #: from inside a Slurm job leaks SLURM_*; torch refuses a leaked MASTER_ADDR/RANK)
 LEAKY_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SUBMITIT_")
-LEAKY_ENV_NAMES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+LEAKY_ENV_NAMES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "JAX_COORDINATOR_ADDRESS",
+    "JAX_COORDINATOR_PORT",
+    "JAX_NUM_PROCESSES",
+)
 
 
 class SubmissionError(Exception):

@@ -148,6 +148,17 @@ def wait_for(
         raise SystemExit(130) from None
 
 
+def _job_id(doc: Mapping[str, Any]) -> str | None:
+    """``hydra.job.id`` from the ``execution`` block (for documents run before ``hydra.job_id``
+    was recorded): ``<array>_<task>`` on Slurm, the job id locally."""
+    execution = doc.get("execution") or {}
+    if "array_id" not in execution:
+        return None
+    if execution.get("cluster") == "local":
+        return str(execution["array_id"])
+    return f"{execution['array_id']}_{execution.get('task_id', 0)}"
+
+
 def job_return_from_document(doc: Mapping[str, Any], hydra_base: Mapping[str, Any]) -> Any:
     """Build the Hydra ``JobReturn`` of a finished experiment from its document.
 
@@ -162,6 +173,7 @@ def job_return_from_document(doc: Mapping[str, Any], hydra_base: Mapping[str, An
 
     hydra_doc = doc.get("hydra", {})
     hydra_node = apply_diff(hydra_base, hydra_doc.get("node_diff", []))
+    hydra_node["job"]["id"] = hydra_doc.get("job_id") or _job_id(doc)
     ret = JobReturn()
     ret.overrides = list(hydra_doc.get("overrides", []))
     ret.cfg = OmegaConf.create(dict(doc.get("config", {})))

@@ -11,15 +11,17 @@ case builds a brand-new venv and installs the project as a user does:
 Honesty over speed, and no speed was lost: the venvs are created without
 ``--system-site-packages`` (which would leak the development venv's or the base interpreter's
 packages) and pip installs WITH dependencies and build isolation, exactly the user's command.
-Measured on this machine: about 3 s to create a venv and 9 s for the install (pip resolves from
-its cache and the machine's configured wheel sources), so one case takes about 12 s and a shared
-pre-built venv with ``--no-deps`` installs on top would save little while proving less.
+Measured on this machine: about 3 s to create a venv and 9 s for the install on an idle machine
+(pip resolves from its cache and the machine's configured wheel sources), 20 s a case under load,
+so a shared pre-built venv with ``--no-deps`` installs on top would save little while proving
+less.
 
 In each venv an isolated interpreter (``python -I``: no ``PYTHONPATH``, no user site, not the
-project's directory on ``sys.path``) composes Hydra's config with ``hydra/launcher=seml`` and
-``seml_local``, lists the ``Launcher`` plugins Hydra discovers, and reports where the modules
-were imported from, so a test also fails if the code came from the wrong place (the work tree
-for a wheel install, site-packages for an editable one).
+project's directory on ``sys.path``) asks Hydra's config loader for the ``hydra/launcher`` (and
+``slurm`` preset) group options, composes ``hydra/launcher=seml`` and ``seml_local``, lists the
+``Launcher`` and ``SearchPathPlugin`` plugins Hydra discovers, and reports where the modules and
+presets were loaded from, so a test also fails if they came from the wrong place (the work tree
+for a wheel install, a copy in site-packages for an editable one).
 
 Select these tests alone with ``pytest -m discovery``; they run by default.
 """
@@ -41,6 +43,7 @@ TARGETS = {
     "seml": "hydra_plugins.seml_launcher.seml_launcher.SemlSlurmLauncher",
     "seml_local": "hydra_plugins.seml_launcher.seml_launcher.SemlLocalLauncher",
 }
+SEARCH_PATH_PLUGIN = "hydra_plugins.seml_launcher.searchpath.SemlSearchPathPlugin"
 
 PROBE = r"""
 import json
@@ -49,24 +52,37 @@ import hydra_plugins
 import hydra_plugins.seml_launcher as plugin
 import seml_hydra
 from hydra import compose, initialize
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.plugins import Plugins
 from hydra.plugins.launcher import Launcher
+from hydra.plugins.search_path_plugin import SearchPathPlugin
 from hydra.utils import get_class
 
-targets = {}
 with initialize(version_base="1.3"):
-    for name in ("seml", "seml_local"):
-        cfg = compose(overrides=[f"hydra/launcher={name}"], return_hydra_config=True)
-        targets[name] = cfg.hydra.launcher._target_
-launcher_classes = {
-    name: issubclass(get_class(target), Launcher) for name, target in targets.items()
-}
-discovered = sorted(f"{c.__module__}.{c.__qualname__}" for c in Plugins.instance().discover(Launcher))
+    loader = GlobalHydra.instance().config_loader()
+    groups = {g: loader.get_group_options(g) for g in ("hydra/launcher", "slurm")}
+    sources = {s.provider: s.path for s in loader.get_sources()}
+    targets = {
+        name: compose(overrides=[f"hydra/launcher={name}"], return_hydra_config=True)
+        .hydra.launcher._target_
+        for name in ("seml", "seml_local")
+    }
+    preset = compose(overrides=["hydra/launcher=seml", "+slurm=cpu"], return_hydra_config=True)
+    preset_cpus = preset.hydra.launcher.cpus_per_task
+
+
+def names(kind):
+    return sorted(f"{c.__module__}.{c.__qualname__}" for c in Plugins.instance().discover(kind))
+
+
 print(json.dumps({
+    "groups": groups,
     "targets": targets,
-    "launcher_classes": launcher_classes,
-    "discovered": discovered,
-    "hydra_plugins_paths": list(hydra_plugins.__path__),
+    "launcher_classes": {n: issubclass(get_class(t), Launcher) for n, t in targets.items()},
+    "launchers": names(Launcher),
+    "search_path_plugins": names(SearchPathPlugin),
+    "presets_source": sources.get("seml-hydra"),
+    "preset_cpus": preset_cpus,
     "hydra_plugins_file": getattr(hydra_plugins, "__file__", None),
     "plugin_paths": list(plugin.__path__),
     "seml_hydra_file": seml_hydra.__file__,
@@ -116,9 +132,14 @@ def _probe(python: Path, tmp_path: Path) -> dict:
 
 
 def _assert_launchers_found(found: dict) -> None:
+    assert {"seml", "seml_local"} <= set(found["groups"]["hydra/launcher"]), found["groups"]
     assert found["targets"] == TARGETS
     assert found["launcher_classes"] == {"seml": True, "seml_local": True}
-    assert set(TARGETS.values()) <= set(found["discovered"]), found["discovered"]
+    assert set(TARGETS.values()) <= set(found["launchers"]), found["launchers"]
+    # the resource presets (conf/slurm) come in through our search-path plugin
+    assert SEARCH_PATH_PLUGIN in found["search_path_plugins"], found["search_path_plugins"]
+    assert "cpu" in found["groups"]["slurm"], found["groups"]
+    assert found["preset_cpus"] == 2
     # a namespace package: Hydra's own plugins and ours must share it
     assert found["hydra_plugins_file"] is None, "hydra_plugins/__init__.py was shipped"
 
@@ -134,6 +155,7 @@ def test_non_editable_install_exposes_both_launchers(tmp_path: Path) -> None:
     assert _is_under(found["seml_hydra_file"], site_packages), found["seml_hydra_file"]
     assert [_is_under(p, site_packages) for p in found["plugin_paths"]] == [True]
     assert not (site_packages / "hydra_plugins" / "__init__.py").exists()
+    assert _is_under(found["presets_source"], site_packages / "seml_hydra" / "conf")
 
 
 def test_plain_editable_install_exposes_both_launchers(tmp_path: Path) -> None:
@@ -143,7 +165,11 @@ def test_plain_editable_install_exposes_both_launchers(tmp_path: Path) -> None:
     assert _is_under(found["seml_hydra_file"], ROOT / "seml_hydra"), found["seml_hydra_file"]
     plugin_dir = ROOT / "launcher" / "hydra_plugins" / "seml_launcher"
     assert [_is_under(p, plugin_dir) for p in found["plugin_paths"]] == [True]
-    assert not (site_packages / "seml_hydra").exists(), "editable install copied the package"
+    # hatchling's editable wheel still copies the force-included conf/ to
+    # site-packages/seml_hydra/conf (no __init__.py: the work tree's regular package wins);
+    # the code must not be copied, and the presets must be the live ones of the work tree
+    assert not (site_packages / "seml_hydra" / "__init__.py").exists(), "code was copied"
+    assert _is_under(found["presets_source"], ROOT / "conf"), found["presets_source"]
 
 
 def test_fresh_venv_starts_without_our_code(tmp_path: Path) -> None:

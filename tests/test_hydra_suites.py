@@ -9,10 +9,8 @@ inherit the environment through sbatch).
 The suites mutate their ``overrides`` parameter in place (``overrides.extend(...)``), so every
 class below gets its own fresh lists from a function rather than shared module constants.
 
-Deviations from Hydra's contract, kept visible here:
+Deviation from Hydra's contract, kept visible here:
 
-- ``hydra.job.id`` of the returned ``JobReturn``s is missing (``???``): strict xfail on the three
-  suite tests that read it, until the launcher fills it in (see ``JOB_ID_BUG``).
 - A point whose config is already COMPLETED in the collection is not run again (SEML's duplicate
   rule, by design): ``test_to_absolute_path_multirun`` runs the same app twice with an identical
   config and a different task body, so its second run passes ``hydra.launcher.force=true``.
@@ -29,8 +27,6 @@ from hydra.test_utils.launcher_common_tests import (
     IntegrationTestSuite,
     LauncherTestSuite,
 )
-from hydra.test_utils.test_utils import TSweepRunner
-from omegaconf.errors import MissingMandatoryValue
 
 LOCAL_TARGET = "hydra_plugins.seml_launcher.seml_launcher.SemlLocalLauncher"
 SLURM_TARGET = "hydra_plugins.seml_launcher.seml_launcher.SemlSlurmLauncher"
@@ -42,49 +38,6 @@ SLURM_RESOURCES = ["hydra.launcher.timeout_min=5"]
 def _empty_database(db_url: str) -> str:
     """Each test gets the empty test database (and ``SEML_MONGODB_URI`` pointing at it)."""
     return db_url
-
-
-JOB_ID_BUG = (
-    "BUG: JobReturn.hydra_cfg.hydra.job.id is MISSING ('???'): seml_hydra/wait.py "
-    "job_return_from_document builds hydra_cfg from the launcher-side node (base + node_diff), "
-    "where hydra.job.id is never set; the job's id (rank plan job_id / document execution) is not "
-    "carried back"
-)
-xfail_job_id = pytest.mark.xfail(strict=True, reason=JOB_ID_BUG, raises=MissingMandatoryValue)
-
-
-class _SemlLauncherSuite(LauncherTestSuite):
-    """Hydra's ``LauncherTestSuite`` with the tests hit by ``JOB_ID_BUG`` marked strict-xfail."""
-
-    @xfail_job_id
-    def test_sweep_1_job(
-        self,
-        hydra_sweep_runner: TSweepRunner,
-        launcher_name: str,
-        overrides: list[str],
-        tmpdir: Path,
-    ) -> None:
-        super().test_sweep_1_job(hydra_sweep_runner, launcher_name, overrides, tmpdir)
-
-    @xfail_job_id
-    def test_sweep_2_jobs(
-        self,
-        hydra_sweep_runner: TSweepRunner,
-        launcher_name: str,
-        overrides: list[str],
-        tmpdir: Path,
-    ) -> None:
-        super().test_sweep_2_jobs(hydra_sweep_runner, launcher_name, overrides, tmpdir)
-
-    @xfail_job_id
-    def test_sweep_1_job_strict(
-        self,
-        hydra_sweep_runner: TSweepRunner,
-        launcher_name: str,
-        overrides: list[str],
-        tmpdir: Path,
-    ) -> None:
-        super().test_sweep_1_job_strict(hydra_sweep_runner, launcher_name, overrides, tmpdir)
 
 
 class _SemlIntegrationSuite(IntegrationTestSuite):
@@ -117,7 +70,7 @@ def _integration_params(name: str, target: str) -> list[tuple[dict[str, Any], li
 
 
 @pytest.mark.parametrize("launcher_name, overrides", _launcher_params("seml_local"))
-class TestSemlLocalLauncher(_SemlLauncherSuite):
+class TestSemlLocalLauncher(LauncherTestSuite):
     pass
 
 
@@ -142,7 +95,7 @@ class TestSemlLocalIntegration(_SemlIntegrationSuite):
 @pytest.mark.slurm
 @pytest.mark.usefixtures("slurm")
 @pytest.mark.parametrize("launcher_name, overrides", _launcher_params("seml"))
-class TestSemlSlurmLauncher(_SemlLauncherSuite):
+class TestSemlSlurmLauncher(LauncherTestSuite):
     pass
 
 

@@ -285,9 +285,7 @@ def test_without_configured_database_the_embedded_mongod_is_used(tmp_path):
     from seml_hydra import embedded_db
 
     env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("SEML_MONGODB_URI", "SEML_MONGODB_CONFIG")
+        k: v for k, v in os.environ.items() if k not in ("SEML_MONGODB_URI", "SEML_MONGODB_CONFIG")
     }
     env.update(
         SEML_HYDRA_DATA_DIR=str(tmp_path / "data"),

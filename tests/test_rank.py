@@ -515,6 +515,8 @@ def test_apply_seed_skips_absent_libraries(monkeypatch):
         return real_find_spec(name, *args, **kwargs)
 
     monkeypatch.setattr(rank, "find_spec", find_spec)
+    for name in ("numpy", "torch"):  # not imported either (restored after the test)
+        monkeypatch.delitem(sys.modules, name, raising=False)
     assert apply_seed(3) == ["random"]
 
 
@@ -577,3 +579,18 @@ def test_set_current_plan_rejects_other_objects(no_current_plan):
     with pytest.raises(TypeError):
         set_current_plan({"global_rank": 0})  # type: ignore[arg-type]
     assert isinstance(current_plan(), RankPlan)
+
+
+def test_apply_seed_seeds_a_library_at_its_first_import():
+    import subprocess
+
+    code = (
+        "import sys, random; from seml_hydra.rank import apply_seed; "
+        "assert 'numpy' not in sys.modules; "
+        "print(apply_seed(5)); import numpy; a = numpy.random.random(2).tolist(); "
+        "numpy.random.seed(5); print(a == numpy.random.random(2).tolist())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert "'numpy'" in out[0] and out[1] == "True"

@@ -9,7 +9,7 @@ PYTHON=${PYTHON:-python3}
 if [[ ! -x .venv/bin/python ]]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test,distributed]' 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -c 'import seml_hydra, hydra, submitit, pymongo, sacred' # the install worked
 bash tools/testbed/up.sh >/tmp/seml-hydra-testbed.log 2>&1 || { tail -30 /tmp/seml-hydra-testbed.log; exit 1; }
 echo "testbed up (log: /tmp/seml-hydra-testbed.log)"

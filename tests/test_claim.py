@@ -1,0 +1,210 @@
+"""The claim rule on a real MongoDB, and a duplicated array task on the real Slurm testbed.
+
+A rank may run an experiment when it is PENDING, or RUNNING/RESCHEDULED with this job's own
+``execution.{cluster, array_id, task_id}`` (another rank of the job, or the task requeued).
+Anything else is refused, and a refused rank touches nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import run_app
+
+from seml_hydra import states
+from seml_hydra.run import JobRunner, claim
+
+THIS_JOB = {"cluster": "semltest", "array_id": 500, "task_id": 3}
+OTHER_JOBS = [
+    {"cluster": "semltest", "array_id": 499, "task_id": 3},  # another array
+    {"cluster": "semltest", "array_id": 500, "task_id": 4},  # another task of this array
+    {"cluster": "elsewhere", "array_id": 500, "task_id": 3},  # another cluster
+]
+
+
+def insert(collection, status, execution=None, **extra):
+    doc = {"_id": 1, "status": status, "config": {"x": 1}, "seed": 7, **extra}
+    if execution is not None:
+        doc["execution"] = dict(execution)
+    collection.insert_one(doc)
+    return collection.find_one({"_id": 1})
+
+
+def test_pending_is_claimed(test_db):
+    coll = test_db["claims"]
+    insert(coll, states.PENDING)
+    doc, why = claim(coll, 1, {**THIS_JOB, "slurm_output_file": "/x/500_3_0_log.out"})
+    assert why is None
+    assert doc["status"] == states.RUNNING
+    assert doc["execution"] == {**THIS_JOB, "slurm_output_file": "/x/500_3_0_log.out"}
+
+
+@pytest.mark.parametrize("status", [states.RUNNING, states.RESCHEDULED])
+def test_running_with_this_jobs_execution_is_claimed(test_db, status):
+    """Another rank of the same job (or this array task requeued) runs it too."""
+    coll = test_db["claims"]
+    insert(coll, status, {**THIS_JOB, "slurm_output_file": "/x/primary.out"})
+    doc, why = claim(coll, 1, THIS_JOB, record_execution=False)
+    assert why is None and doc["status"] == states.RUNNING
+    # a non-primary rank keeps the primary's output file paths
+    assert doc["execution"] == {**THIS_JOB, "slurm_output_file": "/x/primary.out"}
+
+
+def test_non_primary_claiming_first_sets_the_identity_only(test_db):
+    coll = test_db["claims"]
+    insert(coll, states.PENDING)
+    doc, why = claim(coll, 1, {**THIS_JOB, "slurm_output_file": "/x/r1"}, record_execution=False)
+    assert why is None and doc["execution"] == THIS_JOB
+
+
+@pytest.mark.parametrize("other", OTHER_JOBS)
+@pytest.mark.parametrize("status", [states.RUNNING, states.RESCHEDULED])
+def test_running_in_another_job_is_refused_and_untouched(test_db, status, other):
+    coll = test_db["claims"]
+    before = insert(coll, status, other)
+    doc, why = claim(coll, 1, THIS_JOB)
+    assert doc is None
+    assert why == (
+        f"it is {status} in job {other['array_id']}_{other['task_id']} on {other['cluster']}, "
+        "not this job"
+    )
+    assert coll.find_one({"_id": 1}) == before
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        states.COMPLETED,
+        states.FAILED,
+        states.KILLED,
+        states.INTERRUPTED,
+        states.STAGED,
+    ],
+)
+@pytest.mark.parametrize("same_job", [True, False])
+def test_finished_or_staged_is_refused_and_untouched(test_db, status, same_job):
+    """A requeued or duplicated task never re-runs a finished experiment, even its own."""
+    coll = test_db["claims"]
+    before = insert(coll, status, THIS_JOB if same_job else OTHER_JOBS[0], result=42)
+    doc, why = claim(coll, 1, THIS_JOB)
+    assert doc is None and why == f"it is {status}, not PENDING"
+    assert coll.find_one({"_id": 1}) == before
+
+
+def test_missing_experiment_is_refused(test_db):
+    assert claim(test_db["claims"], 1, THIS_JOB) == (None, "it no longer exists")
+
+
+def test_only_one_of_two_jobs_claims_a_pending_experiment(test_db):
+    coll = test_db["claims"]
+    insert(coll, states.PENDING)
+    first = claim(coll, 1, THIS_JOB)
+    second = claim(coll, 1, OTHER_JOBS[0])
+    assert first[1] is None and second[0] is None
+    assert coll.find_one({"_id": 1})["execution"] == THIS_JOB
+
+
+def slurm_env(execution: dict, procid: int = 0) -> dict[str, str]:
+    return {
+        "SUBMITIT_EXECUTOR": "slurm",
+        "SLURM_CLUSTER_NAME": execution["cluster"],
+        "SLURM_JOB_ID": str(execution["array_id"] + 1000),
+        "SLURM_ARRAY_JOB_ID": str(execution["array_id"]),
+        "SLURM_ARRAY_TASK_ID": str(execution["task_id"]),
+        "SLURM_STEP_ID": "0",
+        "SLURM_PROCID": str(procid),
+        "SLURM_LOCALID": str(procid),
+        "SLURM_NODEID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NUM_NODES": "1",
+    }
+
+
+@pytest.mark.parametrize("status", [states.COMPLETED, states.FAILED])
+def test_job_runner_refuses_a_finished_experiment_of_its_own_job(
+    test_db, db_url, monkeypatch, caplog, status
+):
+    """The runner itself (as a rank of a requeued task): returns SKIPPED, writes nothing and
+    does not raise (the job exits 0); the payload is never even loaded."""
+    coll = test_db["claims"]
+    before = insert(coll, status, THIS_JOB, result=42)
+    for key, value in slurm_env(THIS_JOB, procid=1).items():
+        monkeypatch.setenv(key, value)
+    runner = JobRunner(db_cfg=None, collection="claims", payload_id="000000000000000000000000")
+    with caplog.at_level(logging.WARNING, logger="seml_hydra.run"):
+        outcomes = runner([1])
+    assert outcomes == [f"SKIPPED: it is {status}, not PENDING"]
+    assert coll.find_one({"_id": 1}) == before
+    assert f"Not running experiment 1 of claims: it is {status}, not PENDING" in caplog.text
+
+
+def test_second_copy_of_a_completed_array_task_does_not_run_it_again(slurm, test_db, tmp_path):
+    """End to end: a sweep on Slurm completes; then one of its array tasks is started again by
+    hand from its submitit pickle, with the same SLURM_ARRAY_JOB_ID / SLURM_ARRAY_TASK_ID."""
+    sweep = tmp_path / "sweep"
+    proc = run_app(
+        "ranks.py",
+        "-m",
+        "hydra/launcher=seml",
+        f"hydra.sweep.dir={sweep}",
+        f"report_dir={tmp_path / 'reports'}",
+        "hydra.launcher.poll_interval_s=0.3",
+        "tag=a,b",  # two points: a real array job
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = test_db["ranks"].find_one({"config.tag": "b"})
+    assert doc["status"] == states.COMPLETED
+    execution = doc["execution"]
+    job_id = f"{execution['array_id']}_{execution['task_id']}"
+    folder = sweep / ".submitit" / job_id
+    assert (folder / f"{job_id}_submitted.pkl").exists(), list(folder.parent.iterdir())
+    report = tmp_path / "reports" / "b" / "rank0.json"
+    first_pid = json.loads(report.read_text())["pid"]
+
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_", "SBATCH_"))
+    }
+    env.update(slurm_env(execution))
+    env["SLURM_NTASKS"] = "1"
+    again = subprocess.run(
+        [sys.executable, "-m", "submitit.core._submit", str(folder)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = test_db["ranks"].find_one({"_id": doc["_id"]})
+    assert after == doc
+    assert json.loads(report.read_text())["pid"] == first_pid  # the task did not run again
+    log_text = again.stdout + again.stderr
+    assert f"Not running experiment {doc['_id']} of ranks: it is COMPLETED, not PENDING" in (
+        log_text
+    ), log_text[-3000:]
+
+
+def test_claimed_experiment_that_cannot_start_is_failed_not_left_running(
+    test_db, db_url, monkeypatch
+):
+    """Claimed, then the setup fails (here: the batch payload is gone from GridFS): the
+    experiment is FAILED with this rank's trace, and the job fails."""
+    from seml_hydra.run import ExperimentsFailed
+
+    coll = test_db["claims"]
+    insert(coll, states.PENDING, hydra={"node_diff": []})
+    for key, value in {**slurm_env(THIS_JOB), "SLURM_NTASKS": "1"}.items():
+        monkeypatch.setenv(key, value)
+    runner = JobRunner(db_cfg=None, collection="claims", payload_id="0123456789abcdef01234567")
+    with pytest.raises(ExperimentsFailed, match="experiment"):
+        runner([1])
+    doc = coll.find_one({"_id": 1})
+    assert doc["status"] == states.FAILED
+    assert [f["rank"] for f in doc["rank_failures"]] == [0]
+    trace = "".join(doc["fail_trace"])
+    assert "rank 0" in trace and "NoFile" in trace
