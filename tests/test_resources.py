@@ -3,6 +3,8 @@ cut at the cluster's MaxArraySize (the testbed sets it to 8), reserved sbatch op
 
 from __future__ import annotations
 
+import subprocess
+
 from conftest import run_app
 
 from seml_hydra.slurm import max_array_size, scontrol_show_job
@@ -38,6 +40,42 @@ def test_sweep_over_two_resource_presets_makes_two_arrays_with_their_own_options
     assert seen["cpu"][0] == "1" and seen["multinode"][0] == "2"
     assert seen["cpu"][1]["cpus-per-task"] == 2 and seen["cpu"][1]["mem"] == "4G"
     assert seen["multinode"][1]["nodes"] == 2 and seen["multinode"][1]["ntasks"] == 2
+
+
+def test_tasks_per_node_per_point_gives_one_array_with_one_task_and_one_with_two(
+    slurm, test_db, tmp_path
+):
+    """Hydra refuses ``hydra.launcher.tasks_per_node=1,2`` itself (hydra.* keys cannot be swept:
+    ``ConfigLoaderImpl.validate_sweep_overrides_legal``); the app's config makes the launcher
+    read an app value, ``ntasks``, which is swept instead."""
+    import sys
+
+    from conftest import ROOT
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests/apps/tasks_app.py"),
+            "-m",
+            "hydra/launcher=seml",
+            "ntasks=1,2",
+            *FAST,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    arrays = arrays_of(test_db["tasks_app"])
+    assert len(arrays) == 2
+    tasks = {
+        docs[0]["config"]["ntasks"]: scontrol_show_job(str(a))[0]["NumTasks"]
+        for a, docs in arrays.items()
+    }
+    assert tasks == {1: "1", 2: "2"}
+    results = {d["config"]["ntasks"]: d["result"] for d in test_db["tasks_app"].find()}
+    assert results == {1: 1, 2: 2}
 
 
 def test_sweep_larger_than_max_array_size_is_split_and_all_points_run(slurm, test_db, tmp_path):
