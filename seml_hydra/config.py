@@ -57,6 +57,9 @@ class SemlLauncherConf:
     project_root: str | None = None
     # files above this size (KB) are left out of the snapshot, with a message
     snapshot_max_file_kb: int = 1024
+    # more Sacred observers for the primary rank, as _target_ nodes, e.g.
+    # [{_target_: sacred.observers.FileStorageObserver, basedir: runs}]
+    observers: list[Any] = field(default_factory=list)
     # log levels on the primary rank (global rank 0) and on the others
     primary_log_level: str = "INFO"
     other_log_level: str = "ERROR"

@@ -12,11 +12,12 @@ FAILED too.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -306,7 +307,8 @@ class JobRunner:
 
         try:
             if plan.attach_observers:
-                _run_observed(db, self.collection, doc, main)
+                extra = (node.get("launcher") or {}).get("observers") or []
+                _run_observed(db, self.collection, doc, main, extra)
             else:
                 main()
             outcome = states.COMPLETED
@@ -415,7 +417,13 @@ def _run_hydra_job(payload: Payload, cfg: Any) -> Any:
     )
 
 
-def _run_observed(db: Any, collection_name: str, doc: Mapping[str, Any], task: Any) -> Any:
+def _run_observed(
+    db: Any,
+    collection_name: str,
+    doc: Mapping[str, Any],
+    task: Any,
+    extra_observers: Sequence[Mapping[str, Any]] = (),
+) -> Any:
     """Run ``task`` as a Sacred run whose ``MongoObserver`` overwrites document ``doc['_id']``.
 
     Sacred 0.8.7 (``observers/mongo.py``) loads the whole document when asked to overwrite and
@@ -425,6 +433,7 @@ def _run_observed(db: Any, collection_name: str, doc: Mapping[str, Any], task: A
     """
     import warnings
 
+    from hydra.utils import instantiate
     from sacred import SETTINGS, Experiment
     from sacred.observers import MongoObserver
 
@@ -449,21 +458,22 @@ def _run_observed(db: Any, collection_name: str, doc: Mapping[str, Any], task: A
         """Never writes ``config``: the document keeps the config staged for it (Sacred would
         store its own copy with an added ``seed`` key)."""
 
-        def save(self) -> None:
+        @contextlib.contextmanager
+        def _without_config(self) -> Iterator[None]:
             entry = self.run_entry
             self.run_entry = {k: v for k, v in entry.items() if k != "config"}
             try:
-                super().save()
+                yield
             finally:
                 self.run_entry = entry
 
+        def save(self) -> None:
+            with self._without_config():
+                super().save()
+
         def final_save(self, attempts: int) -> None:
-            entry = self.run_entry
-            self.run_entry = {k: v for k, v in entry.items() if k != "config"}
-            try:
+            with self._without_config():
                 super().final_save(attempts)
-            finally:
-                self.run_entry = entry
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -472,4 +482,6 @@ def _run_observed(db: Any, collection_name: str, doc: Mapping[str, Any], task: A
         )
     observer.overwrite = {"_id": doc["_id"]}
     ex.observers.append(observer)
+    for node in extra_observers:
+        ex.observers.append(instantiate(node))
     return ex.run().result

@@ -215,3 +215,23 @@ def test_several_experiments_per_job_with_several_tasks_is_rejected_before_stagi
     assert "Traceback" not in proc.stderr
     assert test_db["ranks"].count_documents({}) == 0
     assert not list(sweep.glob(".submitit/*"))
+
+
+def test_user_observers_attach_on_the_primary_rank_only(test_db, tmp_path):
+    runs = tmp_path / "runs"
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml_local",
+        "hydra.launcher.tasks_per_node=2",
+        "fail_on=-1",
+        f"hydra.launcher.observers=[{{_target_:sacred.observers.FileStorageObserver,basedir:{runs}}}]",
+        "hydra.launcher.poll_interval_s=0.3",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    run_dirs = [p for p in runs.iterdir() if p.name.isdigit()]
+    assert len(run_dirs) == 1  # two ranks, one observed run
+    run = json.loads((run_dirs[0] / "run.json").read_text())
+    assert run["status"] == "COMPLETED" and run["result"] == 10
+    assert test_db["fail"].find_one()["status"] == "COMPLETED"
