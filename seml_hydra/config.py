@@ -73,6 +73,10 @@ class SemlLauncherConf:
     mem_gb: float | None = None
     # wall time limit in minutes
     timeout_min: int = 60
+    # Slurm signals the job this many seconds before the time limit (see seml_hydra.requeue)
+    signal_delay_s: int = 120
+    # requeues on timeout/preemption of a task that opted in, before it ends FAILED
+    max_requeues: int = 3
     partition: str | None = None
     qos: str | None = None
     account: str | None = None

@@ -48,6 +48,11 @@ class Payload:
     singleton_state: Any
 
 
+class ExperimentInterrupted(RuntimeError):
+    """Raised into the task when Slurm signalled a timeout or preemption that cannot be turned
+    into a requeue; the experiment is recorded FAILED with this message."""
+
+
 class ExperimentsFailed(RuntimeError):
     """Raised at the end of a job whose experiments failed on this rank: makes the job exit
     non-zero. The traces are in the documents (``fail_trace``)."""
@@ -201,6 +206,8 @@ class JobRunner:
         collection: the collection name.
         payload_id: GridFS file id of the batch's :class:`Payload`.
         primary_log_level, other_log_level: log levels (names) of the primary and other ranks.
+        max_requeues: how often an experiment may be requeued on timeout/preemption
+            (``seml_hydra.requeue``) before it ends FAILED.
     """
 
     db_cfg: dict[str, Any] | None
@@ -208,6 +215,7 @@ class JobRunner:
     payload_id: str
     primary_log_level: str = "INFO"
     other_log_level: str = "ERROR"
+    max_requeues: int = 3
 
     def __call__(self, exp_ids: list[int]) -> list[str]:
         """Run the experiments ``exp_ids`` one after another on this rank.
@@ -219,6 +227,7 @@ class JobRunner:
 
         db = connect(resolve_db_settings(self.db_cfg, start_embedded=False))
         collection = db[self.collection]
+        self._collection = collection  # for checkpoint(), which submitit calls on this object
         execution = execution_identity(os.environ)
         execution.update(_output_files())
         outcomes = [self._run_one(db, collection, exp_id, execution) for exp_id in exp_ids]
@@ -229,6 +238,50 @@ class JobRunner:
                 f"see `seml {self.collection} print-fail-trace -id {failed[0]}`"
             )
         return outcomes
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the settings only, not the runtime handles (``_collection``, ``_current``):
+        submitit pickles this object again to requeue it."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def checkpoint(self, exp_ids: list[int]) -> Any:
+        """submitit's hook on a timeout/preemption signal (global rank 0 only): requeue the same
+        array task when the running experiment opted in (``seml_hydra.requeue.on_requeue``).
+
+        Saves the task's state through its hook, marks the experiment RESCHEDULED, stops
+        Sacred's observer from writing again, and returns the resubmission (submitit then runs
+        ``scontrol requeue <array>_<task>``). Raises :class:`ExperimentInterrupted` (which ends
+        the task, recorded as FAILED with this reason) when the task did not opt in or the
+        experiment was requeued ``max_requeues`` times already.
+        """
+        import submitit
+
+        from . import requeue
+
+        exp_id = getattr(self, "_current", None)
+        if exp_id is None:  # between experiments: nothing to save, requeue the rest
+            return submitit.helpers.DelayedSubmission(self, exp_ids)
+        hook = requeue._current_hook()
+        if hook is None:
+            raise ExperimentInterrupted(
+                "Slurm signalled a timeout or preemption and the task did not opt in to "
+                "requeueing (seml_hydra.requeue.on_requeue), so it cannot resume: the experiment "
+                "ends here. Raise hydra.launcher.timeout_min, or opt in."
+            )
+        done = requeue.requeues()
+        if done >= self.max_requeues:
+            raise ExperimentInterrupted(
+                f"Slurm signalled a timeout or preemption again after {done} requeue(s); "
+                f"hydra.launcher.max_requeues={self.max_requeues} reached, the experiment ends."
+            )
+        hook()
+        _freeze_observer()
+        self._collection.update_one(
+            {"_id": exp_id, "status": states.RUNNING},
+            {"$set": {"status": states.RESCHEDULED}, "$inc": {"requeues": 1}},
+        )
+        log.warning("Experiment %s: state saved, requeueing the same array task", exp_id)
+        return submitit.helpers.DelayedSubmission(self, exp_ids)
 
     def _run_one(self, db: Any, collection: Any, exp_id: int, execution: dict[str, Any]) -> str:
         """Claim experiment ``exp_id`` and run it, inside its code snapshot when it has one
@@ -266,7 +319,7 @@ class JobRunner:
     def _run_claimed(self, db: Any, collection: Any, doc: dict[str, Any]) -> str:
         """Plan this rank, set it up and run the claimed experiment ``doc``; returns its outcome
         on this rank."""
-        from . import rank
+        from . import rank, requeue
         from .compose import job_config
         from .documents import apply_diff
 
@@ -280,6 +333,8 @@ class JobRunner:
                 other_log_level=self.other_log_level,
             )
             rank.set_current_plan(plan)
+            requeue._begin(int(doc.get("requeues") or 0))
+            self._current = exp_id
             if plan.seed is not None:
                 rank.apply_seed(plan.seed)
             payload, base = load_payload(db, self.payload_id)
@@ -468,12 +523,14 @@ def _run_observed(
                 self.run_entry = entry
 
         def save(self) -> None:
-            with self._without_config():
-                super().save()
+            if not self.frozen:
+                with self._without_config():
+                    super().save()
 
         def final_save(self, attempts: int) -> None:
-            with self._without_config():
-                super().final_save(attempts)
+            if not self.frozen:
+                with self._without_config():
+                    super().final_save(attempts)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -481,7 +538,23 @@ def _run_observed(
             client=db.client, db_name=db.name, collection=collection_name, overwrite=doc["_id"]
         )
     observer.overwrite = {"_id": doc["_id"]}
+    observer.frozen = False
     ex.observers.append(observer)
+    _ACTIVE_OBSERVERS.append(observer)
     for node in extra_observers:
         ex.observers.append(instantiate(node))
-    return ex.run().result
+    try:
+        return ex.run().result
+    finally:
+        _ACTIVE_OBSERVERS.remove(observer)
+
+
+#: the document observers of runs in progress in this process (``_freeze_observer``)
+_ACTIVE_OBSERVERS: list[Any] = []
+
+
+def _freeze_observer() -> None:
+    """Stop the running experiment's observer from writing: the job is being requeued, and
+    Sacred would otherwise record the exit as FAILED over RESCHEDULED."""
+    for observer in _ACTIVE_OBSERVERS:
+        observer.frozen = True

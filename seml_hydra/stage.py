@@ -25,6 +25,7 @@ RUN_FIELDS = (
     "result",
     "fail_trace",
     "rank_failures",
+    "requeues",
     "host",
     "experiment",
     "meta",

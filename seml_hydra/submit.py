@@ -29,6 +29,7 @@ GENERIC_KEYS = (
 )
 #: Slurm-only launcher fields, passed to submitit as ``slurm_<key>``
 SLURM_KEYS = (
+    "signal_delay_s",
     "partition",
     "qos",
     "account",
@@ -196,7 +197,12 @@ def submit_group(
         {"$set": {"status": states.PENDING}, "$unset": {f"slurm.0.{k}": "" for k in stale}},
     )
     try:
-        executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
+        # submitit's own limit on timeout requeues stays above ours (JobRunner.max_requeues)
+        executor = submitit.AutoExecutor(
+            folder=folder,
+            cluster=cluster,
+            slurm_max_num_timeout=getattr(runner, "max_requeues", 3) + 1,
+        )
         executor.update_parameters(**params)
         stderr = io.StringIO()
         with clean_environment(), contextlib.redirect_stderr(stderr):
@@ -290,6 +296,7 @@ def submit_requests(
             payload_id=first.payload_id,
             primary_log_level=str(launcher.get("primary_log_level", "INFO")),
             other_log_level=str(launcher.get("other_log_level", "ERROR")),
+            max_requeues=int(launcher.get("max_requeues", 3)),
         )
         folder = os.path.abspath(str(launcher["submitit_folder"]))
         params = executor_parameters(launcher, comment=collection_name, name=name)
