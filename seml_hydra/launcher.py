@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +20,8 @@ from omegaconf import OmegaConf
 
 log = logging.getLogger(__name__)
 
+#: seconds between two checks of the scheduler for dead jobs while waiting
+SLURM_CHECK_S = 15.0
 #: sweepers whose use of return values works with ``wait=false`` (they only read them to
 #: re-raise failures): Hydra's basic sweeper
 RETURN_AGNOSTIC_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper",)
@@ -378,9 +381,10 @@ class _Launch:
             self.collection,
             ids,
             poll_interval_s=float(self.params["poll_interval_s"]),
-            jobs=jobs,
+            jobs=jobs if self.launcher.executor == "local" else {},
             console=self.console,
             collection_name=self.collection_name,
+            slurm_check_s=SLURM_CHECK_S if shutil.which("squeue") else None,
         )
         docs = {d["_id"]: d for d in self.collection.find({"_id": {"$in": ids}})}
         base = self.points[0].hydra

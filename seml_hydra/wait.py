@@ -105,10 +105,15 @@ def wait_for(
     jobs: Mapping[str, tuple[Any, Sequence[int]]],
     console: Any,
     collection_name: str,
+    slurm_check_s: float | None = None,
 ) -> None:
     """Block until every experiment in ``ids`` is in a terminal state, showing live progress.
 
-    ``jobs`` are this launch's submitit jobs (for dead-job detection). An experiment deleted
+    ``jobs`` are this launch's local submitit jobs, checked for dead processes every tick. With
+    ``slurm_check_s``, experiments on Slurm are checked against the scheduler every that many
+    seconds (``seml_hydra.manage.detect_killed``: KILLED only with evidence from squeue and
+    sacct; a failed query marks nothing), which also covers experiments of earlier launches
+    this one waits for. An experiment deleted
     meanwhile stops being waited for. Raises ``SystemExit(130)``
     on Ctrl-C after saying how to follow the experiments; nothing is cancelled.
     """
@@ -118,6 +123,7 @@ def wait_for(
     unique = sorted(set(ids))
     pending_jobs = dict(jobs)
     start = time.monotonic()
+    next_slurm_check = start + (slurm_check_s or 0)
 
     def render(counts: Mapping[str, int]) -> Text:
         done = sum(counts.get(s, 0) for s in states.TERMINAL)
@@ -137,6 +143,12 @@ def wait_for(
                     break  # every experiment finished or was deleted meanwhile
                 if pending_jobs and mark_dead_jobs(collection, pending_jobs):
                     continue
+                if slurm_check_s is not None and time.monotonic() >= next_slurm_check:
+                    next_slurm_check = time.monotonic() + slurm_check_s
+                    from .manage import detect_killed
+
+                    if detect_killed(collection, {"_id": {"$in": unique}}).killed:
+                        continue
                 time.sleep(poll_interval_s)
         if not console.is_terminal:
             console.line()  # Live leaves no line break behind when not on a terminal

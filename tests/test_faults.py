@@ -67,3 +67,42 @@ def test_requeue_limit_ends_failed_with_a_clear_reason(slurm, test_db, tmp_path)
     (doc,) = list(test_db["resume_app"].find())
     assert doc["status"] == "FAILED"
     assert "max_requeues=0 reached" in "".join(doc["fail_trace"])
+
+
+def test_scancel_of_a_running_job_is_detected_as_killed_and_the_launcher_stops_waiting(
+    slurm, test_db, tmp_path
+):
+    import os
+    import time
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests/apps/sleep_app.py"),
+            "-m",
+            "hydra/launcher=seml",
+            "seconds=300",
+            "hydra.launcher.poll_interval_s=0.5",
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while test_db["sleep_app"].count_documents({"status": "RUNNING"}) < 1:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.2)
+        doc = test_db["sleep_app"].find_one()
+        subprocess.run(["scancel", str(doc["slurm"][0]["array_id"])], check=True)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    doc = test_db["sleep_app"].find_one()
+    assert doc["status"] == "KILLED"
+    assert doc["fail_trace"]
+    assert "is KILLED" in err
