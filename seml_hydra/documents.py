@@ -63,6 +63,43 @@ def to_bson_safe(value: Any) -> Any:
     return value
 
 
+BSON_INT_RANGE = (-(2**63), 2**63)
+
+
+def storable_result(value: Any) -> tuple[Any, list[str]]:
+    """A task's return value as MongoDB can store and every reader understands it (pure).
+
+    JSON-like values stay as they are; numpy scalars and arrays become numbers and lists
+    (``tolist``), OmegaConf containers plain dicts and lists, tuples lists, paths strings. Anything
+    else (an open file, a model, an int beyond 64 bits) is stored as its ``repr``.
+
+    Returns ``(value, problems)``: ``problems`` names each replaced part (``"result.thing:
+    Opaque"``) so the caller can warn.
+    """
+    from collections.abc import Sequence as AnySequence
+
+    problems: list[str] = []
+
+    def convert(v: Any, path: str) -> Any:
+        if v is None or isinstance(v, (bool, float, str, bytes, datetime)):
+            return v
+        if isinstance(v, int):
+            if BSON_INT_RANGE[0] <= v < BSON_INT_RANGE[1]:
+                return v
+        elif isinstance(v, Mapping):
+            return {str(k): convert(x, f"{path}.{k}") for k, x in v.items()}
+        elif isinstance(v, AnySequence) and not isinstance(v, (str, bytes)):
+            return [convert(x, f"{path}[{i}]") for i, x in enumerate(v)]
+        elif isinstance(v, PurePath):
+            return str(v)
+        elif type(v).__module__ == "numpy" and hasattr(v, "tolist"):
+            return convert(v.tolist(), path)
+        problems.append(f"{path}: {type(v).__name__}")
+        return repr(v)
+
+    return convert(value, "result"), problems
+
+
 def config_hash(config: Mapping[str, Any]) -> str:
     """MD5 hex digest of ``config`` as sorted JSON: SEML 0.5's ``make_hash``, so a config staged by
     SEML and by us with the same values gets the same hash. Non-JSON leaves hash by ``str()``."""

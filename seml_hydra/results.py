@@ -67,6 +67,9 @@ def get_results(
 
         with warnings.catch_warnings():  # sacred imports the deprecated pkg_resources
             warnings.simplefilter("ignore")
+            from .sacred_compat import import_sacred
+
+            import_sacred()
             from sacred.serializer import restore
 
         for doc in docs:

@@ -321,7 +321,7 @@ class JobRunner:
         on this rank."""
         from . import rank, requeue
         from .compose import job_config
-        from .documents import apply_diff
+        from .documents import apply_diff, storable_result
 
         exp_id = doc["_id"]
         plan = None
@@ -358,7 +358,15 @@ class JobRunner:
             holder["ret"] = ret
             if ret.status.name == "FAILED":
                 raise ret._return_value
-            return ret._return_value
+            value, problems = storable_result(ret._return_value)
+            if problems:
+                log.warning(
+                    "Experiment %s: part of the result cannot be stored in MongoDB and is stored "
+                    "as its repr: %s",
+                    exp_id,
+                    "; ".join(problems),
+                )
+            return value
 
         try:
             if plan.attach_observers:
@@ -489,6 +497,10 @@ def _run_observed(
     import warnings
 
     from hydra.utils import instantiate
+
+    from .sacred_compat import import_sacred
+
+    import_sacred()
     from sacred import SETTINGS, Experiment
     from sacred.observers import MongoObserver
 

@@ -193,6 +193,9 @@ def job_return_from_document(doc: Mapping[str, Any], hydra_base: Mapping[str, An
     ret.working_dir = hydra_doc.get("working_dir") or hydra_doc.get("output_dir")
     ret.task_name = hydra_doc.get("task_name") or hydra_doc.get("job_name")
     if doc.get("status") == states.COMPLETED:
+        from .sacred_compat import import_sacred
+
+        import_sacred()
         from sacred.serializer import restore
 
         ret.status = JobStatus.COMPLETED

@@ -1,0 +1,127 @@
+"""Bad input, one test each: a clear message, no traceback for a user mistake, nothing half-done
+(no experiment PENDING without a job, no document staged by a launch that failed early)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import MONGO_URL, ROOT, run_app
+
+from seml_hydra.documents import storable_result
+
+FAST = ["hydra.launcher.poll_interval_s=0.3"]
+
+
+def run_test_app(app: str, *args: str, cwd, env=None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tests/apps" / app), "-m", *args, *FAST],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def assert_clean_error(proc: subprocess.CompletedProcess, *phrases: str) -> None:
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for phrase in phrases:
+        assert phrase in proc.stderr, proc.stderr
+
+
+def test_memory_above_every_node_is_refused_by_sbatch_and_documents_stay_staged(
+    slurm, test_db, tmp_path
+):
+    proc = run_app("fail.py", "-m", "hydra/launcher=seml", "hydra.launcher.mem_gb=64", cwd=tmp_path)
+    assert_clean_error(proc, "Memory specification can not be satisfied", "stay STAGED")
+    assert [d["status"] for d in test_db["fail"].find()] == ["STAGED"]
+
+
+def test_unknown_sbatch_option_is_refused_and_documents_stay_staged(slurm, test_db, tmp_path):
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml",
+        "+hydra.launcher.additional_parameters.no-such-option=1",
+        cwd=tmp_path,
+    )
+    assert_clean_error(proc, "no-such-option", "stay STAGED")
+    assert [d["status"] for d in test_db["fail"].find()] == ["STAGED"]
+
+
+def test_task_that_cannot_be_pickled_is_detected_before_anything_is_staged(test_db, tmp_path):
+    proc = run_test_app("lock_app.py", "hydra/launcher=seml_local", cwd=tmp_path)
+    assert_clean_error(proc, "the task function cannot be pickled", "_thread.lock")
+    assert test_db["lock_app"].count_documents({}) == 0
+
+
+def test_wrong_database_password_is_a_clear_error_without_the_password(
+    mongo_client, test_db, tmp_path
+):
+    host = MONGO_URL.split("://", 1)[1]
+    url = f"mongodb://seml:not-the-password@{host}/seml?authSource=seml"
+    proc = run_app(
+        "fail.py", "-m", "hydra/launcher=seml_local", cwd=tmp_path, env={"SEML_MONGODB_URI": url}
+    )
+    assert_clean_error(proc, "authentication failed for user 'seml'")
+    assert "not-the-password" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.parametrize("name", ["bad$name", "system.things", ".leading"])
+def test_invalid_collection_name_is_refused_before_staging(test_db, tmp_path, name):
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml_local",
+        f"hydra.launcher.collection='{name}'",
+        cwd=tmp_path,
+    )
+    assert_clean_error(proc, name)
+    assert test_db.list_collection_names() == [] or name not in test_db.list_collection_names()
+
+
+def test_result_that_bson_cannot_store_is_stored_as_its_repr_with_a_warning(test_db, tmp_path):
+    proc = run_test_app("bad_app.py", "hydra/launcher=seml_local", "mode=unstorable", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = test_db["bad_app"].find_one()
+    assert doc["status"] == "COMPLETED"
+    assert doc["result"] == {"score": 1.0, "thing": "<Opaque handle>"}
+    assert "stored as its repr: result.thing: Opaque" in doc["captured_out"]
+
+
+def test_task_killed_by_sigkill_is_killed_and_the_multirun_exits_non_zero(slurm, test_db, tmp_path):
+    proc = run_test_app("bad_app.py", "hydra/launcher=seml", "mode=sigkill", cwd=tmp_path)
+    assert proc.returncode != 0
+    doc = test_db["bad_app"].find_one()
+    assert doc["status"] == "KILLED"
+    assert doc["fail_trace"]
+    assert "is KILLED" in proc.stderr
+
+
+def test_task_output_with_invalid_utf8_prints_with_replacement_characters(slurm, test_db, tmp_path):
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    proc = run_test_app("bad_app.py", "hydra/launcher=seml", "mode=bad_utf8", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = CliRunner().invoke(app, ["bad_app", "print-output"])
+    assert result.exit_code == 0, result.output
+    assert "before \ufffd\ufffd after" in result.output
+
+
+def test_storable_result_keeps_json_values_and_converts_the_rest():
+    numpy = pytest.importorskip("numpy")
+    value, problems = storable_result(
+        {"a": (1, 2.5), "b": numpy.float64(0.5), "c": numpy.arange(3), "d": 2**70, "e": object}
+    )
+    assert value["a"] == [1, 2.5] and value["b"] == 0.5 and value["c"] == [0, 1, 2]
+    assert value["d"] == repr(2**70) and value["e"] == repr(object)
+    assert problems == ["result.d: int", "result.e: type"]
+    assert storable_result({"x": [1, "y", None]}) == ({"x": [1, "y", None]}, [])
+
