@@ -22,8 +22,9 @@ from typing import Any, TypedDict
 
 from . import states
 
-#: SEML-style version triple written to ``seml.version``
-VERSION = [0, 1, 0]
+#: ``seml.version``: the SEML schema our documents follow. SEML >= 0.5 silently "migrates" (rewrites)
+#: every document below [0, 5, 0] on any command, so this is SEML's version, not ours
+VERSION = [0, 5, 7]
 
 
 class GitDoc(TypedDict):

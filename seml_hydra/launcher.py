@@ -73,6 +73,13 @@ class SemlLauncher(Launcher):
                 f"[bold red]Error:[/] {error}"
             )
             raise SystemExit(1) from None
+        except KeyboardInterrupt:
+            collection = self.params.get("collection")
+            Console(stderr=True, highlight=False, soft_wrap=True).print(
+                "Interrupted. Experiments that were not submitted stay STAGED: submit them with "
+                f"`seml {collection} start`, or launch the sweep again."
+            )
+            raise SystemExit(130) from None
 
     def _launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, console: Any
@@ -270,11 +277,15 @@ class _Launch:
                 bool(self.params.get("force")),
                 batch_id,
             )
-        except Exception:
+        except BaseException:
             from bson import ObjectId
 
             fs.delete(ObjectId(payload_id))
             raise
+        if not result.to_submit:  # everything was there already: no job will need the payload
+            from bson import ObjectId
+
+            fs.delete(ObjectId(payload_id))
         self._say_staged(result)
         from .manage import refresh_collection_cache
 
@@ -335,10 +346,11 @@ class _Launch:
             )
         except SubmissionError as error:
             raise LaunchError(
-                f"submission failed: {error}\nThe experiment(s) not submitted stay STAGED in "
-                f"collection {self.collection_name}. Fix the launcher option named above "
-                f"(e.g. hydra.launcher.partition=...) and run the sweep again, or submit "
-                f"them with `seml {self.collection_name} start`."
+                f"sbatch refused the job: {error}\nThe experiment(s) not submitted stay STAGED "
+                f"in collection {self.collection_name}. Change the resources sbatch objects to "
+                "(hydra.launcher.partition, mem_gb, gres, additional_parameters... or the slurm "
+                "preset) and launch the sweep again: it submits the staged experiments with the "
+                f"new options (`seml {self.collection_name} start` would reuse the old ones)."
             ) from None
         jobs: dict[str, tuple[Any, list[int]]] = {}
         for array in arrays:

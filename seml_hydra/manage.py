@@ -34,8 +34,18 @@ CONFIRM_THRESHOLD = 10
 CANCEL_WAIT_S = 60.0
 #: lines of the job's output kept as ``fail_trace`` of a KILLED experiment
 TRACE_LINES = 40
-#: the ``slurm[0]`` fields a submission writes; cleared on reset (a reset experiment has no job)
-SLURM_JOB_FIELDS = ("array_id", "task_id", "job_id", "num_tasks", "output_files_template")
+#: the ``slurm[i]`` fields a submission writes (ours, and SEML 0.5's ``reschedule_file``);
+#: cleared on reset (a reset experiment has no job)
+SLURM_JOB_FIELDS = (
+    "array_id",
+    "task_id",
+    "job_id",
+    "num_tasks",
+    "output_files_template",
+    "reschedule_file",
+)
+#: sbatch options a submission sets itself; removed on reset, as SEML's ``reset_slurm_dict``
+SUBMISSION_SBATCH_OPTIONS = ("job-name", "output", "array", "comment")
 #: where ``cancel`` records that the user asked for the interruption (Sacred's observer never
 #: writes ``execution``; ``stage.RUN_FIELDS`` clears it on a re-run)
 CANCEL_MARK = "execution.cancel_time"
@@ -207,6 +217,30 @@ def task_of(doc: Mapping[str, Any]) -> tuple[str, str] | None:
         isinstance(job_id, str) and "_" not in job_id or first.get("num_tasks") == 1
     )
     return cluster, str(array) if single and task == 0 else f"{array}_{task}"
+
+
+def array_of(doc: Mapping[str, Any]) -> str | None:
+    """The array job of an experiment SEML 0.5 submitted but no task claimed yet, or None.
+
+    SEML records only ``slurm[i].array_id`` at submission: any pending task of that array may
+    claim any of its experiments, so such an experiment belongs to the array, not to a task.
+    None when :func:`task_of` knows the experiment's task, or it was never submitted (pure).
+    """
+    if task_of(doc) is not None:
+        return None
+    slurm = doc.get("slurm")
+    entries = slurm if isinstance(slurm, list) else [slurm]
+    for entry in entries:
+        if isinstance(entry, Mapping) and entry.get("array_id") is not None:
+            array = str(entry["array_id"])
+            return array if array.isdigit() else None
+    return None
+
+
+def _array_values(arrays: Iterable[str]) -> list[Any]:
+    """``array_id`` values to match in MongoDB: SEML stores integers, strings appear too."""
+    arrays = sorted(set(arrays))
+    return [int(a) for a in arrays] + arrays
 
 
 def _job_sort_key(job: str) -> tuple[int, ...]:
@@ -430,13 +464,16 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
     docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
     tasks = {task_of(d) for d in docs}
     jobs = sorted({t[1] for t in tasks if is_slurm_task(t)})
-    if not jobs:
+    seml_arrays = {a for a in map(array_of, docs) if a}  # SEML 0.5's unclaimed experiments
+    if not jobs and not seml_arrays:
         return DetectResult()
-    arrays = sorted({j.split("_")[0] for j in jobs}, key=int)
+    arrays = sorted({j.split("_")[0] for j in jobs} | seml_arrays, key=int)
     try:
         rows = slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True)
         alive = _squeue_alive(rows)
+        alive_arrays = {j.split("_")[0] for j in alive}
         missing = [j for j in jobs if j not in alive]
+        missing += sorted(seml_arrays - alive_arrays, key=int)
         sacct: dict[str, list[str]] = {}
         if missing:
             for row in slurm.sacct_jobs(missing):
@@ -451,6 +488,17 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
             "KILLED."
         )
     killed, interrupted = decide_killed(docs, alive, sacct)
+    # an experiment waiting for any task of its SEML array is lost when no task of the array
+    # is alive in squeue, nor in sacct
+    for doc in docs:
+        array = array_of(doc)
+        if not array or array in alive_arrays:
+            continue
+        recorded = [st for job, sts in sacct.items() if job.split("_")[0] == array for st in sts]
+        if any(slurm.is_alive(st) for st in recorded):
+            continue
+        cancelled = (doc.get("execution") or {}).get("cancel_time") is not None
+        (interrupted if cancelled else killed).append(doc["_id"])
     by_id = {d["_id"]: d for d in docs}
     from pymongo import UpdateOne
 
@@ -518,16 +566,22 @@ def status(collection: Any, query: Mapping[str, Any] | None = None) -> dict[str,
 
 def reset(collection: Any, query: Mapping[str, Any]) -> list[int]:
     """Set the matching experiments back to STAGED, clearing what their run wrote (Sacred's
-    fields, ``execution``, the job of ``slurm[0]``). Active experiments are never reset.
+    fields, ``execution``, the job of every ``slurm`` entry and the sbatch options the
+    submission set: what SEML 0.5's reset keeps is kept). Active experiments are never reset.
     Returns the ids reset."""
     from .stage import RUN_FIELDS
 
     q = and_(query, {"status": {"$nin": sorted(states.ACTIVE)}})
-    ids = [d["_id"] for d in select(collection, q, {"_id": 1})]
+    docs = select(collection, q, {"_id": 1, "slurm": 1})
+    ids = [d["_id"] for d in docs]
     if not ids:
         return []
     unset = {name: "" for name in RUN_FIELDS}
-    unset.update({f"slurm.0.{name}": "" for name in SLURM_JOB_FIELDS})
+    # every slurm entry: SEML 0.5 writes the job into the entry it submitted with, not slurm[0]
+    entries = max((len(d["slurm"]) for d in docs if isinstance(d.get("slurm"), list)), default=1)
+    for i in range(max(entries, 1)):
+        unset.update({f"slurm.{i}.{name}": "" for name in SLURM_JOB_FIELDS})
+        unset.update({f"slurm.{i}.sbatch_options.{o}": "" for o in SUBMISSION_SBATCH_OPTIONS})
     collection.update_many(
         {"_id": {"$in": ids}, "status": {"$nin": sorted(states.ACTIVE)}},
         {"$set": {"status": states.STAGED}, "$unset": unset},
@@ -573,12 +627,13 @@ def cancel(
                 "_id": {"$nin": ids},
                 **active,
                 "$or": [
-                    {"slurm.0.array_id": {"$in": array_values}},
+                    {"slurm.array_id": {"$in": array_values}},
                     {"execution.array_id": {"$in": array_values}},
                 ],
             },
         )
     tasks = tasks_to_cancel(docs, others)
+    tasks += _orphaned_pending_tasks(collection, {a for a in map(array_of, docs) if a})
     result = CancelResult(
         interrupted=ids,
         cancelled_tasks=tasks,
@@ -598,6 +653,36 @@ def cancel(
         {"$set": {"status": states.INTERRUPTED}},
     )
     return result
+
+
+def _orphaned_pending_tasks(collection: Any, arrays: set[str]) -> list[str]:
+    """The pending tasks of SEML 0.5 arrays (see :func:`array_of`) that no longer have a
+    PENDING experiment to claim: SEML's ``cancel_jobs_without_experiments``. Tasks that
+    started run their own experiments and are left alone."""
+    from . import slurm
+
+    if not arrays:
+        return []
+    waiting = {
+        array
+        for array in map(
+            array_of,
+            select(
+                collection,
+                {
+                    "status": states.PENDING,
+                    "slurm.array_id": {"$in": _array_values(arrays)},
+                },
+            ),
+        )
+        if array
+    }
+    orphaned = sorted(arrays - waiting, key=int)
+    if not orphaned:
+        return []
+    rows = slurm.squeue_jobs(job_ids=orphaned, all_users=True, expand_arrays=True)
+    tasks = {job for row in rows if row.state == "PENDING" for job in _row_jobs(row)}
+    return sorted(tasks, key=_job_sort_key)
 
 
 def _alive_tasks(tasks: Sequence[str]) -> list[str]:
@@ -627,11 +712,71 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     Returns the ids deleted."""
     if cancel_first:
         cancel(collection, query)
-    ids = [d["_id"] for d in select(collection, query, {"_id": 1})]
+    docs = select(
+        collection, query, {"_id": 1, "experiment.sources": 1, "artifacts": 1, "info.metrics": 1}
+    )
+    ids = [d["_id"] for d in docs]
     if ids:
         collection.delete_many({"_id": {"$in": ids}})
         _delete_orphan_payloads(collection.database, collection.name)
+        _delete_run_files(collection.database, docs)
+        _delete_orphan_sources(collection.database, collection.name)
     return ids
+
+
+def _delete_run_files(db: Any, docs: Sequence[Mapping[str, Any]]) -> None:
+    """Delete what Sacred stored for the runs ``docs`` (already deleted): the files of
+    ``experiment.sources`` that no remaining run refers to (Sacred shares one file between
+    runs with the same source) and of ``artifacts``, as SEML's delete, and the ``metrics``
+    entries of ``info.metrics`` (by their ids: ``metrics.run_id`` alone is ambiguous across
+    collections)."""
+    import gridfs
+    from bson import ObjectId
+    from bson.errors import InvalidId
+
+    files, metrics = [], []
+    for doc in docs:
+        files += [s[1] for s in (doc.get("experiment") or {}).get("sources") or [] if len(s) > 1]
+        files += [a.get("file_id") for a in doc.get("artifacts") or [] if isinstance(a, Mapping)]
+        for entry in (doc.get("info") or {}).get("metrics") or []:
+            try:
+                metrics.append(ObjectId(str(entry.get("id"))))
+            except (InvalidId, TypeError, AttributeError):
+                continue
+    files = [f for f in files if f is not None]
+    if files:
+        # Sacred stores a source file once per content (any run, any collection may share it)
+        shared = set()
+        for name in db.list_collection_names():
+            if not is_listed_collection(name):
+                continue
+            for doc in db[name].find(
+                {"experiment.sources": {"$elemMatch": {"$elemMatch": {"$in": files}}}},
+                {"experiment.sources": 1},
+            ):
+                shared.update(str(s[1]) for s in doc["experiment"]["sources"] if len(s) > 1)
+        fs = gridfs.GridFS(db)
+        for file_id in files:
+            if str(file_id) not in shared:
+                fs.delete(file_id)
+    if metrics:
+        db["metrics"].delete_many({"_id": {"$in": metrics}})
+
+
+def _delete_orphan_sources(db: Any, name: str) -> None:
+    """Delete the code snapshot files of collection ``name`` (``metadata.type: source_file``,
+    written by SEML 0.5 or by us) that no experiment of the collection refers to any more."""
+    import gridfs
+
+    used = set()
+    for doc in db[name].find({"seml.source_files": {"$exists": True}}, {"seml.source_files": 1}):
+        used.update(str(entry[1]) for entry in doc["seml"]["source_files"] if len(entry) > 1)
+    fs = gridfs.GridFS(db)
+    for f in db["fs.files"].find(
+        {"metadata.collection_name": name, "metadata.type": "source_file"}, {"_id": 1}
+    ):
+        if str(f["_id"]) not in used:
+            fs.delete(f["_id"])
 
 
 def _delete_orphan_payloads(db: Any, name: str) -> None:
@@ -666,8 +811,13 @@ def drop(db: Any, names: Sequence[str]) -> None:
         if not is_listed_collection(name):
             raise ManageError(f"{name!r} is not an experiment collection; it is not dropped.")
         cancel(db[name], {})
+        runs = select(
+            db[name], {}, {"_id": 1, "experiment.sources": 1, "artifacts": 1, "info.metrics": 1}
+        )
         db.drop_collection(name)
         _delete_orphan_payloads(db, name)
+        _delete_run_files(db, runs)
+        _delete_orphan_sources(db, name)
         db[COUNTERS_COLLECTION].delete_many({"_id": {"$in": [f"{name}._id", f"{name}.batch_id"]}})
     forget_cached_collections(names)
 
@@ -680,19 +830,23 @@ def pending_tasks(collection: Any, query: Mapping[str, Any]) -> tuple[list[str],
     from . import slurm
 
     q = and_(query, {"status": states.PENDING})
-    tasks = sorted(
-        {t[1] for t in map(task_of, select(collection, q)) if is_slurm_task(t)}, key=_job_sort_key
-    )
-    if not tasks:
+    docs = select(collection, q)
+    tasks = {t[1] for t in map(task_of, docs) if is_slurm_task(t)}
+    # SEML 0.5's pending experiments belong to their whole array (any task may claim them)
+    seml_arrays = {a for a in map(array_of, docs) if a}
+    if not tasks and not seml_arrays:
         return [], []
-    arrays = sorted({t.split("_")[0] for t in tasks}, key=int)
+    arrays = sorted({t.split("_")[0] for t in tasks} | seml_arrays, key=int)
     held, free = set(), set()
     for row in slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True):
         if row.state != "PENDING":
             continue
         target = held if "held" in (row.reason or "").lower() else free
-        target.update(_squeue_alive([row]))
-    return [t for t in tasks if t in held], [t for t in tasks if t in free]
+        jobs = _squeue_alive([row])
+        if str(row.array_job_id) not in seml_arrays:
+            jobs &= tasks
+        target.update(jobs)
+    return sorted(held, key=_job_sort_key), sorted(free, key=_job_sort_key)
 
 
 def hold(collection: Any, query: Mapping[str, Any]) -> tuple[list[str], list[str]]:
@@ -743,10 +897,16 @@ def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str
         seml = doc.get("seml") or {}
         payload = seml.get("payload_file")
         if not payload:
+            executable = seml.get("executable")
+            origin = (
+                f"it was staged by SEML from a YAML file (executable {executable!r})"
+                if executable
+                else "it was not staged by the seml-hydra launcher"
+            )
             raise ManageError(
-                f"Experiment {doc['_id']} has no seml.payload_file: it was not staged by the "
-                "seml-hydra launcher (SEML itself?), so `seml start` cannot run it. Start it with "
-                "SEML, or launch the sweep again with hydra/launcher=seml."
+                f"Experiment {doc['_id']} has no seml.payload_file: {origin}, so there is no "
+                "Hydra app for seml-hydra to run. Start it with SEML's own `seml <collection> "
+                "start`, or launch the sweep again with hydra/launcher=seml. Nothing was submitted."
             )
         cluster = EXECUTORS.get(str(seml.get("launcher")))
         if cluster is None:
@@ -899,19 +1059,28 @@ class Output:
 def read_outputs(
     collection: Any, query: Mapping[str, Any], *, tail: int | None = None
 ) -> list[Output]:
-    """The job output of each matching experiment (``execution.slurm_output_file``), decoded
-    as UTF-8 with invalid bytes as U+FFFD; ``tail`` keeps the last lines only."""
+    """The output of each matching experiment, decoded as UTF-8 with invalid bytes as U+FFFD;
+    ``tail`` keeps the last lines only. As SEML 0.5's ``print-output``: the experiment's own
+    output file (``seml.output_file``, written by SEML) when there is one, else the job's
+    (``execution.slurm_output_file``); Sacred's ``captured_out`` when the file is unreadable."""
     out = []
-    for doc in select(collection, query):
-        path = _output_file(doc) if (doc.get("execution") or {}) else None
+    projection = {**_PROJECTION, "captured_out": 1}
+    for doc in select(collection, query, projection):
+        own = (doc.get("seml") or {}).get("output_file")
+        path = own or (_output_file(doc) if (doc.get("execution") or {}) else None)
         if not path:
             out.append(Output(doc["_id"], doc.get("status"), None, None, "no output file yet"))
             continue
         try:
             data = Path(path).read_bytes()
         except OSError as error:
-            out.append(Output(doc["_id"], doc.get("status"), path, None, error.strerror))
-            continue
+            captured = doc.get("captured_out")
+            if isinstance(captured, str) and captured:
+                data = captured.encode("utf-8")
+                path = f"{path} is unreadable ({error.strerror}); Sacred's captured_out"
+            else:
+                out.append(Output(doc["_id"], doc.get("status"), path, None, error.strerror))
+                continue
         text = data.decode("utf-8", errors="replace")
         if tail:
             text = "\n".join(text.splitlines()[-tail:])
@@ -973,15 +1142,18 @@ def queue(
         for doc in db[name].find(
             {
                 "$or": [
-                    {"slurm.0.array_id": {"$in": values}},
+                    {"slurm.array_id": {"$in": values}},
                     {"execution.array_id": {"$in": values}},
                 ]
             },
-            {"_id": 1, "slurm": 1, "execution": 1},
+            {"_id": 1, "slurm": 1, "execution": 1, "status": 1},
         ):
             task = task_of(doc)
             if task is not None:
                 exp_of.setdefault((name, task[1]), []).append(doc["_id"])
+            elif doc.get("status") == states.PENDING and array_of(doc):
+                # SEML 0.5: a pending experiment waits for any pending task of its array
+                exp_of.setdefault((name, f"{array_of(doc)}_*"), []).append(doc["_id"])
     out = []
     for row in rows:
         known = row.comment in names
@@ -991,6 +1163,8 @@ def queue(
         if known:
             for job in _row_jobs(row):
                 ids.extend(exp_of.get((row.comment, job), []))
+            if row.state == "PENDING" and row.array_job_id is not None:
+                ids.extend(exp_of.get((row.comment, f"{row.array_job_id}_*"), []))
         out.append(
             QueueRow(
                 collection=row.comment if known else None,
@@ -1000,7 +1174,7 @@ def queue(
                 nodes=row.nodelist,
                 elapsed_s=row.elapsed_s,
                 name=row.name,
-                exp_ids=sorted(ids),
+                exp_ids=sorted(set(ids)),
             )
         )
     return out

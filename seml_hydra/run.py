@@ -498,6 +498,7 @@ def _run_observed(
 
     from hydra.utils import instantiate
 
+    from . import metrics
     from .sacred_compat import import_sacred
 
     import_sacred()
@@ -520,6 +521,7 @@ def _run_observed(
     ex.logger = quiet
     ex.add_config({**doc["config"], "seed": doc.get("seed", 0)})
     ex.main(task)
+    ex.pre_run_hook(lambda _run: metrics.bind_run(_run))  # seml_hydra.metrics.log_scalar
 
     class DocumentObserver(MongoObserver):
         """Never writes ``config``: the document keeps the config staged for it (Sacred would

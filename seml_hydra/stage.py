@@ -174,7 +174,7 @@ def stage(
         new_ids = list(id_range)
         try:
             collection.insert_many(docs, ordered=True)
-        except Exception:
+        except BaseException:  # Ctrl-C included: no half-staged batch
             collection.delete_many({"_id": {"$in": new_ids}, "status": states.STAGED})
             raise
         for i, exp_id in zip(plan.new, new_ids):

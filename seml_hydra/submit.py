@@ -18,6 +18,17 @@ from typing import Any
 
 from . import states
 
+
+def _launcher_fields() -> tuple[str, ...]:
+    import dataclasses
+
+    from .config import SemlLauncherConf
+
+    return tuple(f.name for f in dataclasses.fields(SemlLauncherConf))
+
+
+#: the fields of ``hydra.launcher`` (``seml_hydra.config.SemlLauncherConf``)
+LAUNCHER_FIELDS = _launcher_fields()
 #: generic submitit executor keys (applied to the Slurm and the local executor)
 GENERIC_KEYS = (
     "nodes",
@@ -63,13 +74,30 @@ class SubmissionError(Exception):
 def validate_launcher(launcher: Mapping[str, Any]) -> None:
     """Reject launcher values that cannot work, before anything is staged.
 
-    Raises ``ValueError`` with the field and what to do: reserved sbatch options in
+    Raises ``ValueError`` with the field and what to do: unknown fields (a typo added with
+    ``+hydra.launcher.mem_gbb=4``), non-positive counts, times or sizes, reserved sbatch options in
     ``additional_parameters``; ``experiments_per_job > 1`` with more than one task (mutually
     exclusive, as in SEML's multi-task change); non-positive counts.
     """
-    for key in ("nodes", "tasks_per_node", "experiments_per_job"):
+    unknown = sorted(set(launcher) - set(LAUNCHER_FIELDS) - {"_target_"})
+    if unknown:
+        import difflib
+
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, LAUNCHER_FIELDS, n=1)
+            hints.append(f"{key}" + (f" (did you mean {close[0]}?)" if close else ""))
+        raise ValueError(
+            f"unknown launcher field(s) hydra.launcher.{', '.join(hints)}; the fields are listed "
+            "in the README (raw sbatch options go in hydra.launcher.additional_parameters)."
+        )
+    for key in ("nodes", "tasks_per_node", "experiments_per_job", "timeout_min"):
         if not isinstance(launcher.get(key), int) or launcher[key] < 1:
             raise ValueError(f"hydra.launcher.{key}={launcher.get(key)!r}: must be an integer >= 1")
+    for key in ("cpus_per_task", "gpus_per_node", "mem_gb", "array_parallelism"):
+        value = launcher.get(key)
+        if value is not None and (isinstance(value, bool) or not value > 0):
+            raise ValueError(f"hydra.launcher.{key}={value!r}: must be positive (or null)")
     reserved = [
         k for k in (launcher.get("additional_parameters") or {}) if k in RESERVED_SBATCH_OPTIONS
     ]
@@ -207,10 +235,12 @@ def submit_group(
         stderr = io.StringIO()
         with clean_environment(), contextlib.redirect_stderr(stderr):
             jobs = executor.map_array(runner, [list(g) for g in id_groups])
-    except Exception as error:
+    except BaseException as error:  # Ctrl-C during sbatch too: never PENDING without a job
         collection.update_many(
             {"_id": {"$in": all_ids}, "status": states.PENDING}, {"$set": {"status": states.STAGED}}
         )
+        if not isinstance(error, Exception):
+            raise
         message = str(error).strip() or type(error).__name__
         raise SubmissionError(message) from None
     for task_id, (job, group) in enumerate(zip(jobs, id_groups)):
