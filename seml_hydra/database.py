@@ -9,7 +9,9 @@ launcher, the jobs and the CLI use. The first source that is set wins:
 2. the environment variable ``SEML_MONGODB_URI`` (a MongoDB URI; the database name is the
    URI's path, else ``seml``);
 3. SEML's config file ``~/.config/seml/mongodb.config`` (the file ``seml configure`` writes;
-   its path can be overridden with the environment variable ``SEML_MONGODB_CONFIG``);
+   its path can be overridden with the environment variable ``SEML_MONGODB_CONFIG``),
+   including its ``ssh_config`` block: MongoDB is then reached through an SSH tunnel that
+   :func:`connect` opens transparently (:mod:`seml_hydra.tunnel`);
 4. the embedded default: a local ``mongod`` from the ``local-db`` extra, started on demand
    (see :mod:`seml_hydra.embedded_db`).
 
@@ -62,6 +64,35 @@ COUNTERS_COLLECTION = "seml_hydra_counters"
 DB_CFG_KEYS = ("url", "config_file", "database")
 #: Keys SEML 0.5 requires in mongodb.config (``seml.database.get_mongodb_config``).
 SEML_REQUIRED_KEYS = ("username", "password", "port", "host", "database")
+#: Keys accepted in a config file's ``ssh_config`` block: ``sshtunnel.SSHTunnelForwarder``'s
+#: arguments, SEML's retry/lock settings and our ``health_check_interval`` (seconds).
+SSH_KEYS = (
+    "ssh_address_or_host",
+    "ssh_port",
+    "ssh_username",
+    "ssh_pkey",
+    "ssh_password",
+    "ssh_private_key_password",
+    "ssh_config_file",
+    "ssh_host_key",
+    "ssh_proxy_enabled",
+    "allow_agent",
+    "host_pkey_directories",
+    "compression",
+    "set_keepalive",
+    "local_bind_address",
+    "remote_bind_address",
+    "retries_max",
+    "retries_delay",
+    "lock_file",
+    "lock_timeout",
+    "health_check_interval",
+)
+#: ``ssh_config`` keys holding secrets: never shown, never on a command line.
+SSH_SECRET_KEYS = ("ssh_password", "ssh_private_key_password")
+#: Server selection timeout of clients that go through a tunnel: long enough to ride out a
+#: reconnection of the SSH connection (the tunnel process checks it every few seconds).
+TUNNEL_SELECTION_TIMEOUT_S = 60.0
 
 _HOW_TO_CONFIGURE = (
     "set hydra.launcher.db.url=mongodb://USER:PASSWORD@HOST:PORT/DATABASE, "
@@ -103,6 +134,11 @@ class DbSettings:
             connects with the URI (``host``/``port``/``username`` are informational).
         source: where the settings came from, for messages: ``"launcher db.url"``,
             ``"env SEML_MONGODB_URI"``, a config file path, or ``"embedded mongod at ..."``.
+        ssh: the config file's ``ssh_config`` block as sorted ``(key, value)`` pairs (lists
+            made tuples), or None. ``host``/``port`` are then MongoDB's address as seen from
+            the SSH host, and :func:`connect` goes through a tunnel. Secrets are hidden from
+            ``repr``.
+        config_file: the config file the settings were read from, or None.
     """
 
     host: str
@@ -114,6 +150,8 @@ class DbSettings:
     extra: tuple[tuple[str, Any], ...] = ()
     uri: str | None = None
     source: str = "explicit settings"
+    ssh: tuple[tuple[str, Any], ...] | None = field(default=None, repr=False)
+    config_file: str | None = None
 
     @property
     def is_embedded(self) -> bool:
@@ -135,14 +173,31 @@ class DbSettings:
         """
         user = f"{self.username}@" if self.username else ""
         scheme = _split_uri(self.uri)["scheme"] if self.uri is not None else "mongodb"
-        return f"{scheme}://{user}{self.server()}/{self.database} (from {self.source})"
+        via = f" via SSH {self.ssh_gateway()}" if self.ssh is not None else ""
+        return f"{scheme}://{user}{self.server()}/{self.database}{via} (from {self.source})"
+
+    def ssh_gateway(self) -> str:
+        """``user@host:port`` of the SSH host (``""`` without ``ssh_config``)."""
+        if self.ssh is None:
+            return ""
+        ssh = dict(self.ssh)
+        host = ssh.get("ssh_address_or_host")
+        port = ssh.get("ssh_port", 22)
+        if isinstance(host, tuple):
+            host, port = host[0], host[1]
+        user = ssh.get("ssh_username")
+        return f"{user + '@' if user else ''}{host}:{port}"
 
     def __repr__(self) -> str:
         uri = None if self.uri is None else _mask_uri(self.uri, "***")
+        ssh = None
+        if self.ssh is not None:
+            ssh = tuple((k, "***" if k in SSH_SECRET_KEYS else v) for k, v in self.ssh)
         return (
             f"DbSettings(host={self.host!r}, port={self.port!r}, database={self.database!r}, "
             f"username={self.username!r}, auth_source={self.auth_source!r}, "
-            f"extra={self.extra!r}, uri={uri!r}, source={self.source!r})"
+            f"extra={self.extra!r}, uri={uri!r}, source={self.source!r}, ssh={ssh!r}, "
+            f"config_file={self.config_file!r})"
         )
 
 
@@ -202,9 +257,8 @@ def resolve_db_settings(
 
     Raises:
         DatabaseError: unknown ``db_cfg`` keys, both ``url`` and ``config_file`` given, a
-            malformed URI, a bad or unreadable config file (message names the file and the
-            key), an ``ssh_config`` block (not supported yet), or the embedded server cannot
-            be used.
+            malformed URI, a bad or unreadable config file or ``ssh_config`` block (message
+            names the file and the key), or the embedded server cannot be used.
     """
     env = os.environ if env is None else env
     cfg = dict(db_cfg or {})
@@ -431,17 +485,14 @@ def _settings_from_config_file(path: Path) -> DbSettings:
             raise DatabaseError(f"MongoDB config file {path}: key '{key}' must be a string. {hint}")
     username = None if data["username"] in (None, "") else str(data["username"])
     password = None if data["password"] is None else str(data["password"])
-    if "ssh_config" in data:
-        raise DatabaseError(
-            f"MongoDB config file {path} has an 'ssh_config' block, but seml-hydra does not "
-            "support SSH tunnels yet. Open the tunnel yourself (e.g. "
-            f"`ssh -N -L 27017:{host}:{port} JUMPHOST`) and point seml-hydra at its local end "
-            f"with hydra.launcher.db.url or {ENV_URI}, or remove 'ssh_config' if the server "
-            "is reachable directly."
-        )
+    ssh = None
+    if data.get("ssh_config") is not None:
+        ssh = _parse_ssh_config(data["ssh_config"], path, hint)
     # SEML 0.5 compares with the string 'True'; a YAML boolean true is accepted here as well.
     direct = data.get("directConnection", False)
     direct = direct is True or str(direct).strip().lower() == "true"
+    if ssh is not None:
+        direct = True  # SEML does the same: one server, behind the tunnel
     return DbSettings(
         host=host.strip(),
         port=port,
@@ -451,7 +502,64 @@ def _settings_from_config_file(path: Path) -> DbSettings:
         auth_source=database if username is not None else None,
         extra=(("directConnection", direct),),
         source=str(path),
+        ssh=ssh,
+        config_file=str(path),
     )
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+def _parse_ssh_config(block: Any, path: Path, hint: str) -> tuple[tuple[str, Any], ...]:
+    """Check SEML's ``ssh_config`` block; returns it as sorted, hashable pairs."""
+    where = f"MongoDB config file {path}: 'ssh_config'"
+    if not isinstance(block, dict):
+        raise DatabaseError(f"{where} must be a mapping (ssh_address_or_host: ..., ...). {hint}")
+    unknown = sorted(str(k) for k in block if k not in SSH_KEYS)
+    if unknown:
+        raise DatabaseError(
+            f"{where} has unknown key(s) {', '.join(map(repr, unknown))}; allowed are "
+            f"{', '.join(SSH_KEYS)}. {hint}"
+        )
+    host = block.get("ssh_address_or_host")
+    if isinstance(host, list) and len(host) == 2:
+        host = host[0]
+    if not isinstance(host, str) or not host.strip():
+        raise DatabaseError(f"{where} needs 'ssh_address_or_host' (the SSH host). {hint}")
+    for key, value in block.items():
+        if isinstance(value, dict):
+            raise DatabaseError(f"{where}: key {key!r} must not be a mapping. {hint}")
+        if key in SSH_SECRET_KEYS and value is not None and not isinstance(value, str):
+            raise DatabaseError(f"{where}: key {key!r} must be a string. {hint}")
+    for key in ("ssh_port", "retries_max", "retries_delay", "lock_timeout", "set_keepalive"):
+        if key in block:
+            try:
+                if isinstance(block[key], bool) or float(block[key]) < 0:
+                    raise ValueError
+            except (TypeError, ValueError):
+                raise DatabaseError(
+                    f"{where}: key {key!r} must be a non-negative number, got {block[key]!r}. "
+                    f"{hint}"
+                ) from None
+    if "health_check_interval" in block:
+        try:
+            if float(block["health_check_interval"]) <= 0:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise DatabaseError(
+                f"{where}: key 'health_check_interval' must be a positive number of seconds. {hint}"
+            ) from None
+    # remote_bind_address is always the configured host/port (as in SEML); lock_file is
+    # replaced by per-user locks (seml_hydra.tunnel.runtime_dir).
+    cleaned = {
+        k: _hashable(v)
+        for k, v in block.items()
+        if k not in ("remote_bind_address", "lock_file") and v is not None
+    }
+    return tuple(sorted(cleaned.items()))
 
 
 # --------------------------------------------------------------------------- connecting
@@ -479,11 +587,12 @@ def reset_client_cache() -> None:
 
 
 def _scrub(text: str, settings: DbSettings) -> str:
-    if settings.password:
-        text = text.replace(settings.password, "***")
-        from urllib.parse import quote
+    from urllib.parse import quote
 
-        text = text.replace(quote(settings.password, safe=""), "***")
+    secrets = [settings.password] + [v for k, v in settings.ssh or () if k in SSH_SECRET_KEYS]
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***").replace(quote(secret, safe=""), "***")
     return text
 
 
@@ -523,6 +632,18 @@ def connect(settings: DbSettings, timeout_s: float = 5.0) -> pymongo.database.Da
         "appname": "seml-hydra",
     }
     options.update(dict(settings.extra))
+    host, port = settings.host, settings.port
+    if settings.ssh is not None:
+        from . import tunnel
+
+        try:
+            host, port = tunnel.ensure_tunnel(dict(settings.ssh), (settings.host, settings.port))
+        except tunnel.TunnelError as err:
+            raise DatabaseError(
+                _scrub(f"{err} Settings from {settings.source}.", settings)
+            ) from None
+        options["directConnection"] = True
+        options["serverSelectionTimeoutMS"] = max(ms, int(TUNNEL_SELECTION_TIMEOUT_S * 1000))
     try:
         if settings.uri is not None:
             client = pymongo.MongoClient(settings.uri, **options)
@@ -531,7 +652,7 @@ def connect(settings: DbSettings, timeout_s: float = 5.0) -> pymongo.database.Da
                 options.update(username=settings.username, password=settings.password or "")
                 if settings.auth_source is not None:
                     options["authSource"] = settings.auth_source
-            client = pymongo.MongoClient(host=settings.host, port=settings.port, **options)
+            client = pymongo.MongoClient(host=host, port=port, **options)
     except (errors.ConfigurationError, TypeError, ValueError) as err:
         raise DatabaseError(
             _scrub(f"Invalid MongoDB settings {settings.describe()}: {err}", settings)
@@ -715,12 +836,19 @@ def job_db_config(
     settings: DbSettings, launcher_db: Mapping[str, Any] | None
 ) -> dict[str, Any] | None:
     """What jobs resolve the database from on their node (issue: "jobs reach the database the
-    way the launcher did"): the launch's own ``db`` config when it had one, the embedded
-    server's URL (jobs cannot start it), else ``None`` (jobs inherit ``SEML_MONGODB_URI`` or read
-    SEML's config file, as the launching process did). No password is added."""
+    way the launcher did"), never adding a secret:
+
+    - the launch's own ``db`` config (``url``, ``config_file``, ``database``) when it had one;
+    - the config file the settings came from (its path, so a node reads the same file even
+      when its ``XDG_CONFIG_HOME``/``HOME`` differ; with an ``ssh_config`` block the node then
+      opens its own tunnel);
+    - the embedded server's URL (jobs cannot start it);
+    - else ``None`` (jobs inherit ``SEML_MONGODB_URI`` as the launching process had it).
+    """
     cfg = {k: v for k, v in dict(launcher_db or {}).items() if v}
-    if cfg:
-        return cfg
-    if settings.is_embedded:
-        return {"url": f"mongodb://{settings.host}:{settings.port}/{settings.database}"}
-    return None
+    if not cfg.get("url") and not cfg.get("config_file"):
+        if settings.config_file is not None:
+            cfg["config_file"] = settings.config_file
+        elif settings.is_embedded:
+            cfg["url"] = f"mongodb://{settings.host}:{settings.port}/{DEFAULT_DATABASE}"
+    return cfg or None

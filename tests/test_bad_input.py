@@ -124,4 +124,3 @@ def test_storable_result_keeps_json_values_and_converts_the_rest():
     assert value["d"] == repr(2**70) and value["e"] == repr(object)
     assert problems == ["result.d: int", "result.e: type"]
     assert storable_result({"x": [1, "y", None]}) == ({"x": [1, "y", None]}, [])
-

