@@ -278,7 +278,10 @@ def test_reset_puts_failed_back_to_staged_and_clears_run_fields(test_db):
     assert not {"execution", "start_time", "fail_trace", "captured_out"} & set(d)
     assert d["slurm"] == [{"experiments_per_job": 1, "sbatch_options": {}}]
     assert test_db["c"].find_one({"_id": 2})["status"] == "COMPLETED"
-    result = seml("c", "reset", "-s", "COMPLETED", "-id", "2")
+    result = seml("c", "reset", "-s", "COMPLETED", "-id", "2")  # asks: results would be lost
+    assert result.exit_code == 1 and "clear their results" in result.output
+    assert test_db["c"].find_one({"_id": 2})["status"] == "COMPLETED"
+    result = seml("c", "reset", "-s", "COMPLETED", "-id", "2", "-y")
     assert result.exit_code == 0 and test_db["c"].find_one({"_id": 2})["status"] == "STAGED"
     result = seml("c", "reset", "-s", "RUNNING")
     assert result.exit_code == 1 and test_db["c"].find_one({"_id": 3})["status"] == "RUNNING"

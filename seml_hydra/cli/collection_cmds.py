@@ -125,6 +125,7 @@ def reset(
     yes: Yes = False,
 ) -> None:
     """Put FAILED, KILLED and INTERRUPTED experiments back to STAGED (run with `start`)."""
+    from ..manage import and_
     from ..manage import reset as do_reset
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
@@ -135,6 +136,11 @@ def reset(
         if sel.filter_states
         else sel.query(default_states=sorted(states.RERUNNABLE))
     )
+    completed = coll.count_documents(and_(query, {"status": states.COMPLETED}))
+    if completed and not yes:  # their results would be cleared
+        typer.confirm(
+            f"Reset {completed} COMPLETED experiment(s) and clear their results?", abort=True
+        )
     confirm_if_many("Reset", coll.count_documents(query), yes)
     ids = do_reset(coll, query)
     if not ids:
@@ -201,14 +207,17 @@ def delete(
     yes: Yes = False,
 ) -> None:
     """Delete experiments (all states by default; running ones are cancelled first)."""
+    from ..manage import and_, refresh_collection_cache
     from ..manage import delete as do_delete
-    from ..manage import refresh_collection_cache
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     db, coll = _open(ctx)
     query = sel.query()
     confirm_if_many("Delete", coll.count_documents(query), yes)
+    active = coll.count_documents(and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
     ids = do_delete(coll, query, cancel_first=cancel_first)
+    if active and cancel_first:
+        console().print(f"Cancelled the Slurm tasks of {active} pending/running experiment(s).")
     refresh_collection_cache([collection_name(ctx)], replace=False)
     if not ids:
         console().print("No experiments to delete.")
@@ -265,12 +274,14 @@ def _restore_sources(
     filter_dict: str | None,
     yes: bool,
 ) -> None:
+    from ..manage import ManageError, snapshot_for
     from ..manage import restore_sources as do_restore
-    from ..manage import snapshot_for
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     _, coll = _open(ctx)
     files = snapshot_for(coll, sel.query())
+    if target.exists() and not target.is_dir():
+        raise ManageError(f"{target} exists and is not a directory; name a directory.")
     if target.exists() and any(target.iterdir()) and not yes:
         typer.confirm(f"{target} is not empty; write the sources into it anyway?", abort=True)
     written = do_restore(coll, files, target)
@@ -331,9 +342,6 @@ def print_fail_trace(
     filter_dict: FilterDict = None,
 ) -> None:
     """Print the fail trace of FAILED, KILLED and INTERRUPTED experiments."""
-    from rich.panel import Panel
-    from rich.text import Text
-
     from ..manage import fail_traces
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
@@ -342,14 +350,9 @@ def print_fail_trace(
     traces = fail_traces(coll, sel.query(default_states=default))
     if not traces:
         console().print("No experiments match.")
-    for exp_id, state, trace in traces:
-        console().print(
-            Panel(
-                Text(trace.rstrip() or "(no fail trace)"),
-                title=f"experiment {exp_id} ({state})",
-                title_align="left",
-            )
-        )
+    for exp_id, state, trace in traces:  # plain text: long lines must not be cropped
+        console().rule(f"experiment {exp_id} ({state})", align="left")
+        typer.echo(trace.rstrip() or "(no fail trace)")
 
 
 @command("print-output", rich_help_panel=COLLECTION_PANEL)

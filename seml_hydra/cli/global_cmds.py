@@ -28,12 +28,13 @@ def list_(
     db = connect_db()
     rows = list_collections(db, pattern)
     if not rows:
-        console().print(f"No experiment collections in database {db.name!r}.")
+        where = f" matching {pattern!r}" if pattern else ""
+        console().print(f"No experiment collections{where} in database {db.name!r}.")
         return
     present = [s for s in states.ALL if any(r.counts.get(s) for r in rows)]
     others = sorted({s for r in rows for s in r.counts} - set(states.ALL))
     table = Table(title=f"database {db.name}", title_justify="left")
-    table.add_column("Collection")
+    table.add_column("Collection", no_wrap=True, overflow="fold")
     for s in [*present, *others]:
         table.add_column(f"[{STATE_COLORS.get(s, 'white')}]{s}[/]", justify="right")
     table.add_column("Total", justify="right")
