@@ -359,10 +359,11 @@ class JobRunner:
             if ret.status.name == "FAILED":
                 raise ret._return_value
             value, problems = storable_result(ret._return_value)
+            value = _bounded(value, problems)
             if problems:
                 log.warning(
-                    "Experiment %s: part of the result cannot be stored in MongoDB and is stored "
-                    "as its repr: %s",
+                    "Experiment %s: (part of) the result cannot be stored in MongoDB and is "
+                    "stored as its repr: %s",
                     exp_id,
                     "; ".join(problems),
                 )
@@ -405,6 +406,23 @@ class JobRunner:
                 },
             )
         return outcome
+
+
+#: a result larger than this (bytes of BSON) is stored as a truncated repr: a MongoDB document
+#: holds at most 16 MB, and the result shares it with the captured output and the config
+MAX_RESULT_BYTES = 4 * 1024 * 1024
+
+
+def _bounded(value: Any, problems: list[str]) -> Any:
+    """``value``, or a truncated repr of it when its BSON is above :data:`MAX_RESULT_BYTES`
+    (then a line is added to ``problems``)."""
+    import bson
+
+    size = len(bson.encode({"result": value}))
+    if size <= MAX_RESULT_BYTES:
+        return value
+    problems.append(f"result: {size} bytes, above the {MAX_RESULT_BYTES} bytes kept")
+    return repr(value)[:1000] + f"... <{size} bytes, truncated>"
 
 
 def _rank_from_env(env: Mapping[str, str]) -> str:

@@ -94,6 +94,15 @@ def test_result_that_bson_cannot_store_is_stored_as_its_repr_with_a_warning(test
     assert "stored as its repr: result.thing: Opaque" in doc["captured_out"]
 
 
+def test_result_too_large_for_a_document_is_truncated_with_a_warning(test_db, tmp_path):
+    proc = run_test_app("bad_app.py", "hydra/launcher=seml_local", "mode=huge", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = test_db["bad_app"].find_one()
+    assert doc["status"] == "COMPLETED"
+    assert doc["result"].endswith("bytes, truncated>") and len(doc["result"]) < 2000
+    assert "above the 4194304 bytes kept" in doc["captured_out"]
+
+
 def test_task_killed_by_sigkill_is_killed_and_the_multirun_exits_non_zero(slurm, test_db, tmp_path):
     proc = run_test_app("bad_app.py", "hydra/launcher=seml", "mode=sigkill", cwd=tmp_path)
     assert proc.returncode != 0

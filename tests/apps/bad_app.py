@@ -25,6 +25,8 @@ class Opaque:
 def main(cfg: DictConfig):
     if cfg.mode == "unstorable":
         return {"score": 1.0, "thing": Opaque()}
+    if cfg.mode == "huge":
+        return "x" * (17 * 1024 * 1024)  # above MongoDB's 16 MB document limit
     if cfg.mode == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     if cfg.mode == "bad_utf8":
