@@ -38,6 +38,45 @@ class Submission:
     status: str
 
 
+#: squeue pending reasons after which a job does not start without someone acting
+STUCK_REASONS = {
+    "PartitionNodeLimit": "it asks for more nodes than the partition allows",
+    "PartitionTimeLimit": "its time limit is above the partition's",
+    "PartitionConfig": "it does not fit the partition's configuration",
+    "BadConstraints": "its constraints cannot be met",
+    "InvalidAccount": "the account is invalid",
+    "InvalidQOS": "the QOS is invalid",
+    "DependencyNeverSatisfied": "its dependency can never be satisfied",
+    "JobHeldUser": "it is held (release it with `seml <collection> release`)",
+    "JobHeldAdmin": "an administrator holds it",
+}
+
+
+def pending_reasons(collection: Any, ids: Sequence[int]) -> dict[str, str]:
+    """``{Slurm job id: reason}`` of the PENDING experiments' jobs that squeue lists as pending.
+    Raises ``seml_hydra.slurm.SlurmError`` when squeue fails."""
+    from . import slurm
+
+    arrays = sorted(
+        {
+            str(d["slurm"][0]["array_id"])
+            for d in collection.find(
+                {
+                    "_id": {"$in": list(ids)},
+                    "status": states.PENDING,
+                    "slurm.0.array_id": {"$exists": True},
+                },
+                {"slurm.array_id": 1},
+            )
+            if d.get("slurm") and str(d["slurm"][0].get("array_id", "")).isdigit()
+        }
+    )
+    if not arrays:
+        return {}
+    rows = slurm.squeue_jobs(job_ids=arrays, all_users=True)
+    return {r.job_id: r.reason for r in rows if r.state == "PENDING" and r.reason}
+
+
 def count_states(collection: Any, ids: Sequence[int]) -> dict[str, int]:
     """``{status: count}`` of the experiments ``ids``: one aggregate query."""
     pipeline = [
@@ -124,6 +163,7 @@ def wait_for(
     pending_jobs = dict(jobs)
     start = time.monotonic()
     next_slurm_check = start + (slurm_check_s or 0)
+    told: set[tuple[str, str]] = set()
 
     def render(counts: Mapping[str, int]) -> Text:
         done = sum(counts.get(s, 0) for s in states.TERMINAL)
@@ -149,6 +189,7 @@ def wait_for(
 
                     if detect_killed(collection, {"_id": {"$in": unique}}).killed:
                         continue
+                    _say_stuck(console, collection, unique, collection_name, told)
                 time.sleep(poll_interval_s)
         if not console.is_terminal:
             console.line()  # Live leaves no line break behind when not on a terminal
@@ -169,6 +210,26 @@ def _job_id(doc: Mapping[str, Any]) -> str | None:
     if execution.get("cluster") == "local":
         return str(execution["array_id"])
     return f"{execution['array_id']}_{execution.get('task_id', 0)}"
+
+
+def _say_stuck(
+    console: Any, collection: Any, ids: Sequence[int], name: str, told: set[tuple[str, str]]
+) -> None:
+    """Print, once per job and reason, why a pending job will not start by itself."""
+    from .slurm import SlurmError
+
+    try:
+        reasons = pending_reasons(collection, ids)
+    except SlurmError:
+        return
+    for job, reason in sorted(reasons.items()):
+        if reason in STUCK_REASONS and (job, reason) not in told:
+            told.add((job, reason))
+            console.print(
+                f"Slurm will not start job {job} ({reason}): "
+                f"{STUCK_REASONS[reason].replace('<collection>', name)}. Cancel it with "
+                f"`seml {name} cancel` and change the resources, or press Ctrl-C to detach."
+            )
 
 
 def job_return_from_document(doc: Mapping[str, Any], hydra_base: Mapping[str, Any]) -> Any:

@@ -106,3 +106,36 @@ def test_scancel_of_a_running_job_is_detected_as_killed_and_the_launcher_stops_w
     assert doc["status"] == "KILLED"
     assert doc["fail_trace"]
     assert "is KILLED" in err
+
+
+def test_a_job_slurm_will_never_start_is_reported_while_waiting(slurm, test_db, tmp_path):
+    import os
+    import time
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "examples/fail.py"),
+            "-m",
+            "hydra/launcher=seml",
+            "hydra.launcher.nodes=3",
+            "hydra.launcher.poll_interval_s=0.5",
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out = ""
+        deadline = time.monotonic() + 90
+        while "Slurm will not start job" not in out:
+            assert time.monotonic() < deadline and proc.poll() is None, out
+            out += proc.stdout.readline()
+        assert "PartitionNodeLimit" in out and "seml fail cancel" in out
+    finally:
+        proc.kill()
+        proc.communicate()
+        for doc in test_db["fail"].find():
+            subprocess.run(["scancel", str(doc["slurm"][0]["array_id"])], check=False)
