@@ -48,7 +48,9 @@ __all__ = [
     "get_collection",
     "next_ids",
     "reset_client_cache",
+    "job_db_config",
     "resolve_db_settings",
+    "settings_from_config_file",
     "validate_collection_name",
 ]
 
@@ -505,6 +507,15 @@ def _settings_from_config_file(path: Path) -> DbSettings:
         ssh=ssh,
         config_file=str(path),
     )
+
+
+def settings_from_config_file(path: str | Path) -> DbSettings:
+    """Read one SEML ``mongodb.config`` (as step 3 of :func:`resolve_db_settings` does).
+
+    Raises:
+        DatabaseError: the file is missing, unreadable or invalid (names the file and key).
+    """
+    return _settings_from_config_file(Path(path).expanduser())
 
 
 def _hashable(value: Any) -> Any:

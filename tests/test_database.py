@@ -685,6 +685,7 @@ def _seml_in_pty(args: list[str], env: dict[str, str], answers: list[tuple[str, 
     Returns everything the terminal showed, echo included."""
     import pty
     import select
+    import termios
 
     pid, fd = pty.fork()
     if pid == 0:  # child
@@ -711,9 +712,22 @@ def _seml_in_pty(args: list[str], env: dict[str, str], answers: list[tuple[str, 
             seen += chunk
         if pending and pending[0][0].encode() in seen.split(b"\n")[-1] + seen[-200:]:
             prompt, text = pending.pop(0)
+            if prompt in ("Password", "Passphrase"):
+                # answer once the terminal's echo is off (getpass flushes earlier input)
+                echo_off = time.monotonic() + 10
+                while termios.tcgetattr(fd)[3] & termios.ECHO:
+                    assert time.monotonic() < echo_off, f"echo stays on at {prompt!r}"
+                    time.sleep(0.02)
             seen += b"<<answered %s>>" % prompt.encode()
             os.write(fd, text.encode() + b"\n")
-    _, status = os.waitpid(pid, 0)  # before closing the terminal (that sends SIGHUP)
+    for _ in range(100):  # wait for the child before closing the terminal (SIGHUP)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        _, status = os.waitpid(pid, 0)
     os.close(fd)
     assert not pending, f"prompts not seen: {pending}; output: {seen!r}"
     assert os.waitstatus_to_exitcode(status) == 0, seen.decode(errors="replace")

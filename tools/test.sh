@@ -13,4 +13,6 @@ fi
 .venv/bin/python -c 'import seml_hydra, hydra, submitit, pymongo, sacred' # the install worked
 bash tools/testbed/up.sh >/tmp/seml-hydra-testbed.log 2>&1 || { tail -30 /tmp/seml-hydra-testbed.log; exit 1; }
 echo "testbed up (log: /tmp/seml-hydra-testbed.log)"
+# a throwaway sshd on 127.0.0.1 for the SSH tunnel tests
+bash tools/sshd_test.sh >/tmp/seml-hydra-sshd.log 2>&1 || { cat /tmp/seml-hydra-sshd.log; exit 1; }
 exec .venv/bin/pytest "$@"

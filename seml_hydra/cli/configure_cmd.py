@@ -165,12 +165,12 @@ def configure(
         config["ssh_config"] = block
 
     # check the content the way every reader will, before replacing anything
-    from ..database import DatabaseError, _settings_from_config_file
+    from ..database import DatabaseError, settings_from_config_file
 
     tmp_check = path.with_name(f".{path.name}.{os.getpid()}.check")
     write_config_file(tmp_check, config)
     try:
-        settings = _settings_from_config_file(tmp_check)
+        settings = settings_from_config_file(tmp_check)
     except DatabaseError as err:
         raise DatabaseError(str(err).replace(str(tmp_check), "the new settings")) from None
     finally:

@@ -1,0 +1,384 @@
+"""SSH tunnels to MongoDB (the ``ssh_config`` block of SEML's ``mongodb.config``).
+
+:func:`ensure_tunnel` returns the local address of a tunnel for an SSH configuration and a
+MongoDB address (as seen from the SSH host). There is at most one tunnel per distinct
+configuration, per machine user and host: processes of one user on one machine share it.
+
+The tunnel runs in its own process, ``python -m seml_hydra.tunnel_worker`` (a small module of
+ours: it never imports the user's script), started with the SSH options on a pipe (never on the
+command line). It checks its SSH connection every few seconds and reconnects under a listening
+socket that stays open, so the local port and the MongoDB clients using it keep working.
+
+Files live in a per-user runtime directory (:func:`runtime_dir`, mode 0700, checked to be ours),
+per tunnel ``<key>-<hostname>``:
+
+- ``.spawn.lock``: serialises starting a tunnel (``filelock``);
+- ``.alive.lock``: an exclusive ``flock`` the tunnel process holds for its whole life; a free
+  lock means no tunnel runs (whatever a stale state file says);
+- ``.json``: the state (pid, local host and port);
+- ``.log``: the tunnel process's log (never holds a password).
+
+The tunnel process ends when the process that started it ends. Every other process using the
+tunnel runs a small keeper thread that notices this within about a second and starts a new
+tunnel on the same port, so long-running jobs survive the end of the launcher that opened it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TunnelError", "close_tunnels", "ensure_tunnel", "runtime_dir", "tunnel_paths"]
+
+#: environment variable overriding the runtime directory (tests, unusual systems)
+ENV_RUNTIME_DIR = "SEML_HYDRA_RUNTIME_DIR"
+SECRET_KEYS = ("ssh_password", "ssh_private_key_password")
+#: seconds between two checks of the keeper thread
+KEEPER_INTERVAL_S = 1.0
+
+
+class TunnelError(Exception):
+    """The tunnel cannot be opened; the message is for the user and holds no secret."""
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The per-user directory of the tunnels' locks, state and logs (created mode 0700).
+
+    ``$SEML_HYDRA_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/seml-hydra`` when that directory
+    exists and belongs to this user, else ``<tmp>/seml-hydra-<uid>``. A directory that belongs
+    to another user or is open to others is refused (nobody can plant a lock or state there).
+
+    Raises:
+        TunnelError: the directory cannot be created or is not safe.
+    """
+    env = os.environ if env is None else env
+    uid = os.getuid()
+    if env.get(ENV_RUNTIME_DIR):
+        path = Path(env[ENV_RUNTIME_DIR]).expanduser().absolute()
+    else:
+        xdg = env.get("XDG_RUNTIME_DIR")
+        path = Path(tempfile.gettempdir()) / f"seml-hydra-{uid}"
+        if xdg:
+            try:
+                st = os.stat(xdg)
+                if st.st_uid == uid and os.access(xdg, os.W_OK):
+                    path = Path(xdg) / "seml-hydra"
+            except OSError:  # set by the login node, absent on this one
+                pass
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as err:
+        raise TunnelError(f"cannot create the tunnel directory {path}: {err}") from None
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
+        raise TunnelError(
+            f"the tunnel directory {path} is not a private directory of this user (uid {uid}, "
+            f"mode 0700 expected); remove it, or set {ENV_RUNTIME_DIR} to another directory."
+        )
+    return path
+
+
+def tunnel_key(ssh: Mapping[str, Any], remote: tuple[str, int]) -> str:
+    """A short name for a tunnel: a hash of its configuration without the secrets."""
+    public = {k: v for k, v in ssh.items() if k not in SECRET_KEYS}
+    text = json.dumps([public, list(remote)], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def tunnel_paths(key: str, env: Mapping[str, str] | None = None) -> dict[str, Path]:
+    """The files of tunnel ``key`` on this host: spawn/alive locks, state and log."""
+    base = runtime_dir(env) / f"tunnel-{key}-{socket.gethostname()}"
+    return {
+        "spawn": base.with_name(base.name + ".spawn.lock"),
+        "alive": base.with_name(base.name + ".alive.lock"),
+        "state": base.with_name(base.name + ".json"),
+        "log": base.with_name(base.name + ".log"),
+    }
+
+
+def _read_state(path: Path) -> dict[str, Any] | None:
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _alive_lock_held(path: Path) -> bool:
+    """True when a tunnel process holds the ``alive`` lock (it runs)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also releases our lock, if we got it
+    return False
+
+
+# --------------------------------------------------------------------------- spawning
+
+
+def _spawn(
+    ssh: Mapping[str, Any],
+    remote: tuple[str, int],
+    key: str,
+    paths: dict[str, Path],
+    port: int,
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start the tunnel process and wait for its answer; returns (process, local port)."""
+    log_path = paths["log"]
+    try:  # keep the log small: start afresh when it grew past 1 MB
+        if log_path.stat().st_size > 1_000_000:
+            log_path.unlink()
+    except OSError:
+        pass
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    cmd = [
+        sys.executable,
+        "-m",
+        "seml_hydra.tunnel_worker",
+        "--state",
+        str(paths["state"]),
+        "--lock",
+        str(paths["alive"]),
+        "--parent",
+        str(os.getpid()),
+        "--port",
+        str(port),
+        "--key",
+        key,
+    ]
+    # cwd: the private runtime directory, so `python -m` puts no user directory (where a
+    # module could shadow ours) first on sys.path.
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log_fd,
+            cwd=str(paths["state"].parent),
+            close_fds=True,
+            start_new_session=True,  # the terminal's Ctrl-C is for the parent, not the tunnel
+        )
+    finally:
+        os.close(log_fd)
+    assert proc.stdin is not None and proc.stdout is not None
+    payload = {"ssh": dict(ssh), "remote": list(remote)}
+    try:
+        proc.stdin.write(json.dumps(payload, default=str).encode() + b"\n")
+        proc.stdin.flush()  # stdin stays open: its EOF tells the tunnel that we ended
+    except OSError:
+        pass
+    retries = int(ssh.get("retries_max", 3))
+    delay = float(ssh.get("retries_delay", 1.0))
+    timeout = 30.0 + sum(delay * 2**i + 1 for i in range(retries))
+    line = _read_line(proc, timeout)
+    try:
+        answer = json.loads(line) if line else None
+    except ValueError:
+        answer = None
+    if not answer or not answer.get("ok"):
+        if proc.poll() is None:
+            proc.terminate()
+        why = (answer or {}).get("error") or (
+            f"the tunnel process gave no answer within {timeout:.0f} s"
+        )
+        raise TunnelError(f"SSH tunnel to MongoDB failed: {why} (log: {log_path}).")
+    return proc, int(answer["port"])
+
+
+def _read_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
+    import selectors
+
+    assert proc.stdout is not None
+    buf = b""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                break
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            buf += chunk
+    proc.stdout.close()
+    return buf.decode(errors="replace").split("\n")[0]
+
+
+# --------------------------------------------------------------------------- keeper
+
+
+class _Keeper(threading.Thread):
+    """Per process and tunnel: starts the tunnel (or finds the running one), then checks every
+    second that a tunnel still runs and starts a new one on the same port if not.
+
+    Tunnel processes are started from this long-lived thread only, so their
+    ``PR_SET_PDEATHSIG`` (which fires when the *thread* that started them ends) means "when
+    this process ends"."""
+
+    def __init__(self, ssh: Mapping[str, Any], remote: tuple[str, int], key: str) -> None:
+        super().__init__(name=f"seml-hydra-tunnel-{key}", daemon=True)
+        self.ssh = dict(ssh)
+        self.remote = remote
+        self.key = key
+        self.paths = tunnel_paths(key)
+        self.port: int | None = None
+        self.host = "127.0.0.1"
+        self.error: TunnelError | None = None
+        self.ready = threading.Event()
+        self.stopping = threading.Event()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def run(self) -> None:
+        try:
+            self._ensure()
+        except TunnelError as err:
+            self.error = err
+            self.ready.set()
+            return
+        except Exception as err:  # noqa: BLE001 - never let a secret out through a traceback
+            self.error = TunnelError(f"SSH tunnel to MongoDB failed: {type(err).__name__}")
+            self.ready.set()
+            return
+        self.ready.set()
+        failures = 0
+        while not self.stopping.wait(KEEPER_INTERVAL_S if not failures else min(30, 2**failures)):
+            try:
+                self._ensure()
+                failures = 0
+            except Exception as err:  # noqa: BLE001 - keep trying; clients retry meanwhile
+                failures += 1
+                _warn(f"seml-hydra: the SSH tunnel could not be restarted: {err}")
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+
+    def _ensure(self) -> None:
+        if self.port is not None and _alive_lock_held(self.paths["alive"]):
+            return  # the usual case: a tunnel runs
+        from filelock import FileLock, Timeout
+
+        lock_timeout = float(self.ssh.get("lock_timeout", 60))
+        try:
+            with FileLock(str(self.paths["spawn"]), timeout=lock_timeout, mode=0o600):
+                state = _read_state(self.paths["state"]) or {}
+                if _alive_lock_held(self.paths["alive"]) and state.get("port"):
+                    self._use(state["host"], int(state["port"]))
+                    return
+                if self.port is not None:
+                    _warn(f"seml-hydra: restarting the SSH tunnel on port {self.port}")
+                wanted = self.port or int(state.get("port") or 0)
+                proc, port = _spawn(self.ssh, self.remote, self.key, self.paths, wanted)
+                old, self.proc = self.proc, proc
+                if old is not None and old.poll() is None:
+                    old.terminate()
+                self._use("127.0.0.1", port)
+        except Timeout:
+            raise TunnelError(
+                f"SSH tunnel to MongoDB failed: could not take the lock {self.paths['spawn']} "
+                f"within {lock_timeout:g} s"
+            ) from None
+
+    def _use(self, host: str, port: int) -> None:
+        if self.port is not None and port != self.port:
+            _warn(
+                f"seml-hydra: the SSH tunnel moved from port {self.port} to {port}; MongoDB "
+                "clients opened before must be reopened"
+            )
+        self.host, self.port = host, port
+
+
+def _warn(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+_KEEPERS: dict[str, _Keeper] = {}
+_KEEPERS_LOCK = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    global _KEEPERS_LOCK
+    _KEEPERS.clear()  # threads do not survive fork: a child starts its own keepers
+    _KEEPERS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def ensure_tunnel(ssh: Mapping[str, Any], remote: tuple[str, int]) -> tuple[str, int]:
+    """The local address of a running tunnel to ``remote`` through ``ssh``.
+
+    Args:
+        ssh: the ``ssh_config`` block (``sshtunnel.SSHTunnelForwarder`` arguments such as
+            ``ssh_address_or_host``, ``ssh_port``, ``ssh_username``, ``ssh_pkey``, plus SEML's
+            ``retries_max``, ``retries_delay``, ``lock_timeout`` and our
+            ``health_check_interval``).
+        remote: MongoDB's ``(host, port)`` as seen from the SSH host.
+
+    Returns:
+        ``(host, port)`` to connect to, e.g. ``("127.0.0.1", 40211)``.
+
+    Raises:
+        TunnelError: the tunnel cannot be opened (message without secrets, naming the log).
+    """
+    if not sys.platform.startswith(("linux", "darwin")):
+        raise TunnelError("SSH tunnels are supported on Linux and macOS only")
+    key = tunnel_key(ssh, remote)
+    with _KEEPERS_LOCK:
+        keeper = _KEEPERS.get(key)
+        if keeper is None or (keeper.ready.is_set() and keeper.error is not None):
+            keeper = _Keeper(ssh, remote, key)
+            _KEEPERS[key] = keeper
+            keeper.start()
+    keeper.ready.wait()
+    if keeper.error is not None:
+        raise keeper.error
+    assert keeper.port is not None
+    return keeper.host, keeper.port
+
+
+def close_tunnels(timeout_s: float = 5.0) -> None:
+    """Stop this process's keepers and the tunnel processes it started (tests, shutdown)."""
+    with _KEEPERS_LOCK:
+        keepers = list(_KEEPERS.values())
+        _KEEPERS.clear()
+    for keeper in keepers:
+        keeper.stopping.set()
+    for keeper in keepers:
+        keeper.join(timeout_s)
+        proc = keeper.proc
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            if proc.stdin is not None:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass

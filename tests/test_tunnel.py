@@ -1,0 +1,430 @@
+"""SSH tunnels to MongoDB on real services: a throwaway sshd on 127.0.0.1
+(``tools/sshd_test.sh``, started here when not running) forwarding to the testbed mongod.
+
+Each test gets its own MongoDB user whose random password must never show up in a command line
+(``/proc/*/cmdline``), a log or a document; the SSH key is encrypted with a random passphrase
+that must not show up either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pymongo
+import pytest
+import yaml
+from conftest import MONGO_URL, ROOT, run_app
+
+from seml_hydra import database, tunnel
+from seml_hydra.database import DatabaseError, connect, resolve_db_settings
+
+SSHD_PORT = int(os.environ.get("SEML_TEST_SSHD_PORT", "22022"))
+SSHD_DIR = Path(os.environ.get("SEML_TEST_SSHD_DIR", "/tmp/seml-hydra-sshd"))
+FAST = ["hydra.launcher.poll_interval_s=0.3"]
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def sshd() -> dict:
+    """The test sshd (started by tools/sshd_test.sh, idempotent); fails when it cannot run."""
+    proc = subprocess.run(
+        ["bash", str(ROOT / "tools" / "sshd_test.sh")], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"tools/sshd_test.sh failed: {proc.stdout}{proc.stderr}")
+    return {
+        "port": SSHD_PORT,
+        "pid": int((SSHD_DIR / "sshd.pid").read_text()),
+        "key": str(SSHD_DIR / "client_key"),
+        "key_enc": str(SSHD_DIR / "client_key_enc"),
+        "passphrase": (SSHD_DIR / "client_key_enc.passphrase").read_text().strip(),
+    }
+
+
+@pytest.fixture
+def mongo_user():
+    """A fresh database with its own user and a random password on the test mongod."""
+    name = f"seml_hydra_tunnel_{uuid.uuid4().hex[:10]}"
+    user, password = f"u_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
+    client = pymongo.MongoClient(MONGO_URL, serverSelectionTimeoutMS=5000)
+    try:
+        client[name].command("createUser", user, pwd=password, roles=["readWrite"])
+    except pymongo.errors.PyMongoError as err:
+        pytest.fail(f"cannot create a user on the test mongod {MONGO_URL}: {err}")
+    yield {"database": name, "username": user, "password": password, "client": client}
+    client[name].command("dropUser", user)
+    client.drop_database(name)
+    client.close()
+
+
+@pytest.fixture
+def tunnel_env(tmp_path, monkeypatch, sshd, mongo_user):
+    """XDG_CONFIG_HOME with a mongodb.config that has an ssh_config block (encrypted key),
+    a private runtime dir; also applied to this process. Returns the env for subprocesses."""
+    server = resolve_db_settings({"url": MONGO_URL}, env={})
+    xdg = tmp_path / "xdg"
+    runtime = tmp_path / "run"
+    config = {
+        "host": server.host,  # as seen from the SSH host
+        "port": server.port,
+        "database": mongo_user["database"],
+        "username": mongo_user["username"],
+        "password": mongo_user["password"],
+        "ssh_config": {
+            "ssh_address_or_host": "127.0.0.1",
+            "ssh_port": sshd["port"],
+            "ssh_username": "root",
+            "ssh_pkey": sshd["key_enc"],
+            "ssh_private_key_password": sshd["passphrase"],
+            "allow_agent": False,
+            "health_check_interval": 1,
+        },
+    }
+    path = xdg / "seml" / "mongodb.config"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    env = {
+        "XDG_CONFIG_HOME": str(xdg),
+        "SEML_HYDRA_RUNTIME_DIR": str(runtime),
+        "SEML_MONGODB_URI": "",
+        "SEML_MONGODB_CONFIG": "",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    database.reset_client_cache()
+    yield {"env": env, "config": config, "path": path, "runtime": runtime}
+    database.reset_client_cache()
+    tunnel.close_tunnels()
+
+
+def secrets_of(tunnel_env: dict) -> list[str]:
+    cfg = tunnel_env["config"]
+    return [cfg["password"], cfg["ssh_config"]["ssh_private_key_password"]]
+
+
+def worker_pids(runtime: Path) -> list[int]:
+    """Tunnel processes whose files are in ``runtime``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"seml_hydra.tunnel_worker" in cmd and any(str(runtime).encode() in c for c in cmd):
+            pids.append(int(proc.name))
+    return pids
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+class CmdlineScanner(threading.Thread):
+    """Scans every process's command line for the secrets until stopped."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.secrets = [s.encode() for s in secrets]
+        self.found: list[str] = []
+        self.scans = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for proc in Path("/proc").iterdir():
+                if not proc.name.isdigit():
+                    continue
+                try:
+                    cmd = (proc / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                for s in self.secrets:
+                    if s in cmd:
+                        self.found.append(cmd.replace(b"\0", b" ").decode(errors="replace"))
+            self.scans += 1
+            self.stop.wait(0.05)
+
+
+def assert_no_secret_in_files(root: Path, secrets: list[str]) -> int:
+    """Every file under ``root`` is free of the secrets; returns how many were read."""
+    count = 0
+    for path in root.rglob("*"):
+        if path.is_file() and "mongodb.config" not in path.name:
+            data = path.read_bytes()
+            count += 1
+            for s in secrets:
+                assert s.encode() not in data, f"a secret is in {path}"
+    return count
+
+
+def assert_no_secret_in_database(db, secrets: list[str]) -> None:
+    from bson import json_util
+
+    for name in db.list_collection_names():
+        for doc in db[name].find():
+            text = json_util.dumps(doc)
+            for s in secrets:
+                assert s not in text, f"a secret is in a document of {name}"
+    for chunk in db["fs.chunks"].find():
+        for s in secrets:
+            assert s.encode() not in bytes(chunk["data"]), "a secret is in a GridFS file"
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+def test_ssh_config_is_resolved_and_connect_goes_through_the_tunnel(tunnel_env, mongo_user):
+    settings = resolve_db_settings(None)
+    assert settings.ssh is not None and settings.config_file == str(tunnel_env["path"])
+    text = repr(settings) + settings.describe()
+    for secret in secrets_of(tunnel_env):
+        assert secret not in text
+    assert "via SSH root@127.0.0.1:" in settings.describe()
+
+    db = connect(settings)
+    db["probe"].insert_one({"_id": 1})
+    host, port = db.client.address
+    assert host == "127.0.0.1" and port != settings.port  # the tunnel's local end
+    state = json.loads(next(tunnel_env["runtime"].glob("tunnel-*.json")).read_text())
+    assert state["port"] == port and worker_pids(tunnel_env["runtime"]) == [state["pid"]]
+    assert mongo_user["client"][mongo_user["database"]]["probe"].find_one() == {"_id": 1}
+    # the worker runs our module, never the caller's script
+    cmd = Path(f"/proc/{state['pid']}/cmdline").read_bytes().split(b"\0")
+    assert cmd[1:3] == [b"-m", b"seml_hydra.tunnel_worker"]
+    assert os.readlink(f"/proc/{state['pid']}/cwd") == str(tunnel_env["runtime"])
+
+
+def test_runtime_dir_is_private(tmp_path):
+    open_dir = tmp_path / "open"
+    open_dir.mkdir(mode=0o777)
+    open_dir.chmod(0o777)
+    with pytest.raises(tunnel.TunnelError, match="not a private directory"):
+        tunnel.runtime_dir({"SEML_HYDRA_RUNTIME_DIR": str(open_dir)})
+    if os.getuid() == 0:  # a directory planted by another user is refused as well
+        foreign = tmp_path / "foreign"
+        foreign.mkdir(mode=0o700)
+        os.chown(foreign, 65534, 65534)
+        with pytest.raises(tunnel.TunnelError, match="not a private directory"):
+            tunnel.runtime_dir({"SEML_HYDRA_RUNTIME_DIR": str(foreign)})
+    made = tunnel.runtime_dir({"SEML_HYDRA_RUNTIME_DIR": str(tmp_path / "new")})
+    assert made.stat().st_mode & 0o777 == 0o700
+    default = tunnel.runtime_dir({"XDG_RUNTIME_DIR": str(tmp_path / "absent")})
+    assert default.name == f"seml-hydra-{os.getuid()}"
+
+
+def test_bad_ssh_host_or_unreachable_mongodb_fail_clearly(tunnel_env, tmp_path):
+    cfg = json.loads(json.dumps(tunnel_env["config"]))
+    cfg["ssh_config"].update(ssh_port=1, retries_max=1, retries_delay=0.1)
+    path = tmp_path / "bad_ssh.config"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(DatabaseError) as exc:
+        connect(resolve_db_settings({"config_file": str(path)}))
+    msg = str(exc.value)
+    assert "cannot open an SSH connection to root@127.0.0.1:1" in msg and str(path) in msg
+    assert all(s not in msg for s in secrets_of(tunnel_env))
+
+    cfg = json.loads(json.dumps(tunnel_env["config"]))
+    cfg["port"] = 1  # nothing listens there on the SSH host
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(DatabaseError, match="cannot reach MongoDB at 127.0.0.1:1"):
+        connect(resolve_db_settings({"config_file": str(path)}))
+
+
+# --------------------------------------------------------------------------- sharing, parent death
+
+HOLDER = """
+import sys, time
+from seml_hydra.database import connect, resolve_db_settings
+db = connect(resolve_db_settings(None))
+print(db.client.address[1], flush=True)
+for line in sys.stdin:          # 'ping' -> one round trip through the tunnel
+    db.command("ping")
+    print("ok", flush=True)
+"""
+
+
+def _holder(env: dict) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
+    return proc
+
+
+def _ping(proc: subprocess.Popen) -> str:
+    proc.stdin.write("ping\n")
+    proc.stdin.flush()
+    return proc.stdout.readline().strip()
+
+
+def test_one_tunnel_per_user_ends_with_its_parent_and_is_taken_over_on_the_same_port(tunnel_env):
+    runtime = tunnel_env["runtime"]
+    first = _holder(tunnel_env["env"])
+    second = None
+    try:
+        port = int(first.stdout.readline())
+        (worker,) = wait_for(lambda: worker_pids(runtime), 10, "the tunnel process")
+        second = _holder(tunnel_env["env"])
+        assert int(second.stdout.readline()) == port  # shared: same tunnel
+        assert worker_pids(runtime) == [worker]
+        assert _ping(second) == "ok"
+
+        first.kill()  # the tunnel's parent dies: the tunnel ends with it ...
+        first.wait()
+        wait_for(lambda: worker not in worker_pids(runtime), 10, "the tunnel to end")
+        # ... and the other user of the tunnel starts a new one on the same port
+        (new_worker,) = wait_for(lambda: worker_pids(runtime), 15, "a new tunnel process")
+        assert new_worker != worker
+        state = wait_for(
+            lambda: tunnel._read_state(next(runtime.glob("tunnel-*.json"), Path("/nonexistent"))),
+            10,
+            "the new state file",
+        )
+        assert state["port"] == port and state["pid"] == new_worker
+        assert _ping(second) == "ok"  # its open client keeps working
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    wait_for(lambda: not worker_pids(runtime), 10, "every tunnel process to end")
+
+
+# --------------------------------------------------------------------------- sweeps
+
+
+def test_sweep_through_the_tunnel_completes_without_leaking_secrets(
+    tunnel_env, mongo_user, tmp_path
+):
+    secrets = secrets_of(tunnel_env)
+    scanner = CmdlineScanner(secrets)
+    scanner.start()
+    try:
+        proc = run_app(
+            "fail.py",
+            "-m",
+            "hydra/launcher=seml_local",
+            "x=1,3",
+            *FAST,
+            cwd=tmp_path,
+            env=tunnel_env["env"],
+        )
+    finally:
+        scanner.stop.set()
+        scanner.join()
+    assert proc.returncode == 0, proc.stderr
+    assert scanner.scans > 5 and scanner.found == []
+    db = mongo_user["client"][mongo_user["database"]]
+    docs = {d["config"]["x"]: d for d in db["fail"].find()}
+    assert {x: d["status"] for x, d in docs.items()} == {1: "COMPLETED", 3: "COMPLETED"}
+    assert (docs[1]["result"], docs[3]["result"]) == (10, 30)
+    for text in (proc.stdout, proc.stderr):
+        assert all(s not in text for s in secrets)
+    assert assert_no_secret_in_files(tmp_path / "multirun", secrets) > 0  # .submitit, logs
+    assert assert_no_secret_in_files(tunnel_env["runtime"], secrets) > 0  # tunnel log, state
+    log = next(tunnel_env["runtime"].glob("tunnel-*.log")).read_text()
+    assert "tunnel up" in log
+    assert_no_secret_in_database(db, secrets)
+    # the tunnel ended with the launcher
+    wait_for(lambda: not worker_pids(tunnel_env["runtime"]), 10, "the tunnel to end")
+
+
+def _sshd_children(sshd_pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(sshd_pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def test_killed_ssh_connection_is_restored_on_the_same_port_and_the_sweep_completes(
+    tunnel_env, mongo_user, sshd, tmp_path
+):
+    db = mongo_user["client"][mongo_user["database"]]
+    runtime = tunnel_env["runtime"]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "apps" / "sleep_app.py"),
+            "-m",
+            "hydra/launcher=seml_local",
+            "seconds=4",
+            "tag=a,b,c",
+            *FAST,
+        ],
+        cwd=tmp_path,
+        env={**os.environ, **tunnel_env["env"]},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(
+            lambda: db["sleep_app"].count_documents({"status": "RUNNING"}) == 3,
+            60,
+            "three RUNNING experiments",
+        )
+        state = json.loads(next(runtime.glob("tunnel-*.json")).read_text())
+        log_path = next(runtime.glob("tunnel-*.log"))
+        children = _sshd_children(sshd["pid"])
+        assert children, "the tunnel has no SSH connection to kill"
+        for pid in children:  # the sshd processes serving the tunnel's SSH connection
+            os.kill(pid, signal.SIGKILL)
+        wait_for(
+            lambda: "SSH connection re-established" in log_path.read_text(),
+            20,
+            "the tunnel to reconnect",
+        )
+        after = json.loads(next(runtime.glob("tunnel-*.json")).read_text())
+        assert (after["pid"], after["port"]) == (state["pid"], state["port"])
+        assert db["sleep_app"].count_documents({"status": "RUNNING"}) == 3
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    docs = list(db["sleep_app"].find())
+    assert len(docs) == 3
+    assert {d["status"] for d in docs} == {"COMPLETED"}
+    assert sorted(d["config"]["tag"] for d in docs) == ["a", "b", "c"]
+    assert all(d["result"] == 4 for d in docs)
+    assert "SSH connection lost" in log_path.read_text()
+    assert all(s not in out + err for s in secrets_of(tunnel_env))
+
+
+def test_slurm_jobs_open_their_own_tunnel_on_the_nodes(tunnel_env, mongo_user, slurm, tmp_path):
+    """The launcher passes the jobs only the config file's path: each node reads it and opens
+    its own tunnel (nodes have their own host names, so their own tunnel files)."""
+    proc = run_app(
+        "fail.py", "-m", "hydra/launcher=seml", "x=1,3", *FAST, cwd=tmp_path, env=tunnel_env["env"]
+    )
+    assert proc.returncode == 0, proc.stderr
+    db = mongo_user["client"][mongo_user["database"]]
+    docs = list(db["fail"].find())
+    assert {d["status"] for d in docs} == {"COMPLETED"} and len(docs) == 2
+    hosts = {d["host"]["hostname"] for d in docs}
+    logs = {p.name for p in tunnel_env["runtime"].glob("tunnel-*.log")}
+    assert {f"{name.rsplit('-', 1)[1]}" for name in logs} >= {f"{h}.log" for h in hosts}
+    assert_no_secret_in_files(tmp_path / "multirun", secrets_of(tunnel_env))
+    assert_no_secret_in_database(db, secrets_of(tunnel_env))
