@@ -709,12 +709,18 @@ def connect(settings: DbSettings, timeout_s: float = 5.0) -> pymongo.database.Da
 # --------------------------------------------------------------------------- collections
 
 
+#: collections that hold something else than experiments: our id counters, Sacred's metrics
+#: (where ``seml_hydra.metrics.log_scalar`` writes), GridFS's bucket
+RESERVED_COLLECTIONS = frozenset({COUNTERS_COLLECTION, "metrics", "fs"})
+
+
 def validate_collection_name(name: str) -> str:
     """Check a collection name before it reaches MongoDB.
 
     Rules (MongoDB's naming restrictions, plus a length cap): a non-empty string of at most
     100 characters, without ``$`` or a null character, not starting with ``system.``
-    (reserved), and without a leading or trailing dot.
+    (reserved), without a leading or trailing dot, and none of the collections the database
+    already uses for other things (:data:`RESERVED_COLLECTIONS`, GridFS's ``fs.*``).
 
     Args:
         name: the collection name, e.g. ``"my_sweep"``.
@@ -746,6 +752,11 @@ def validate_collection_name(name: str) -> str:
         raise bad("names starting with 'system.' are reserved by MongoDB")
     if name.startswith(".") or name.endswith("."):
         raise bad("it must not start or end with '.'")
+    if name in RESERVED_COLLECTIONS or name.startswith("fs."):
+        raise bad(
+            "it is used by seml-hydra, GridFS or Sacred (seml_hydra_counters, fs.*, metrics); "
+            "choose another name (hydra.launcher.collection=...)"
+        )
     return name
 
 

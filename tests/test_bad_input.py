@@ -72,7 +72,9 @@ def test_wrong_database_password_is_a_clear_error_without_the_password(
     assert "not-the-password" not in proc.stderr + proc.stdout
 
 
-@pytest.mark.parametrize("name", ["bad$name", "system.things", ".leading"])
+@pytest.mark.parametrize(
+    "name", ["bad$name", "system.things", ".leading", "seml_hydra_counters", "fs.files", "metrics"]
+)
 def test_invalid_collection_name_is_refused_before_staging(test_db, tmp_path, name):
     proc = run_app(
         "fail.py",
@@ -133,3 +135,15 @@ def test_storable_result_keeps_json_values_and_converts_the_rest():
     assert value["d"] == repr(2**70) and value["e"] == repr(object)
     assert problems == ["result.d: int", "result.e: type"]
     assert storable_result({"x": [1, "y", None]}) == ({"x": [1, "y", None]}, [])
+
+
+def test_seml_commands_refuse_internal_collections(test_db):
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    test_db["fs.files"].insert_one({"_id": 1, "filename": "keep.py"})
+    for args in (["fs.files", "status"], ["fs.files", "delete", "-y"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 1 and "used by seml-hydra, GridFS or Sacred" in result.output
+    assert test_db["fs.files"].count_documents({}) == 1
