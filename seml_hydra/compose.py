@@ -54,6 +54,9 @@ class SweepPoint:
         overrides: the point's task overrides as given by the sweeper.
         config: the resolved app config, plain containers, without the ``hydra`` key.
         hydra: the resolved ``hydra`` node, plain containers.
+
+    Points of one launch share the sub-dicts that do not differ between them (the fast path
+    copies only what changes): read them, never modify them in place.
     """
 
     index: int
@@ -339,6 +342,7 @@ class _Combination:
         self.interps: dict[tuple[Any, ...], _Interp] = {}
         _find_interpolations(cfg, (), self.interps)
         self.plans: dict[tuple[tuple[str, ...], ...], _Plan] = {}
+        self.located: dict[tuple[str, ...], tuple[Any, str, Any]] = {}
         # the base container: resolved with this job number and its output dir
         HydraConfig.instance().cfg = view
         self._write_inputs(job_num, None, None)
@@ -394,13 +398,21 @@ class _Combination:
         }
         try:
             for path, override in split.values:
-                parent, key, node = _locate(self.cfg, path)
+                located = self.located.get(path)
+                if located is None:
+                    located = self.located[path] = _locate(self.cfg, path)
+                parent, key, node = located
+                value = override.value()
+                if not plan.omegaconf and _stored_as_is(node, value):
+                    # an untyped leaf keeps a primitive unchanged, and nothing OmegaConf
+                    # resolves for this point reads it: no need to write it into the config
+                    patches[path] = value
+                    continue
                 saved.append((parent, key, node, node._val))
                 # what ``ConfigLoaderImpl._apply_overrides_to_config`` ends in for a plain
                 # override of an existing leaf (``OmegaConf.update`` -> ``parent.key = value``),
                 # without walking the path again; any error: the full composition reports it
-                parent.__setattr__(key, override.value())
-            for path, _ in split.values:
+                parent.__setattr__(key, value)
                 patches[path] = _resolved(self.cfg, path)
             if plan.omegaconf:
                 self._write_inputs(
@@ -670,6 +682,20 @@ def _locate(cfg: Any, path: tuple[str, ...]) -> tuple[Any, str, Any]:
     if not isinstance(node, ValueNode):
         raise _NotFast(f"{'.'.join(path)} is not an existing leaf")
     return parent, path[-1], node
+
+
+def _stored_as_is(node: Any, value: Any) -> bool:
+    """``parent.key = value`` would store ``value`` unchanged in this untyped leaf (OmegaConf's
+    ``AnyNode`` keeps primitives as they are); not for read-only nodes, ``None`` in a
+    non-optional node or the missing marker, which OmegaConf treats specially."""
+    from omegaconf import AnyNode
+
+    return (
+        type(node) is AnyNode
+        and type(value) in (str, int, float, bool)
+        and value != "???"
+        and not node._get_flag("readonly")
+    )
 
 
 def _resolved(cfg: Any, path: tuple[Any, ...]) -> Any:

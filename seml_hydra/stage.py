@@ -38,6 +38,10 @@ RUN_FIELDS = (
 )
 
 
+#: documents built and inserted at a time by :func:`stage`
+INSERT_CHUNK = 1000
+
+
 @dataclass
 class StagePlan:
     """What to do with each point (pure result of :func:`plan_staging`).
@@ -150,8 +154,8 @@ def stage(
         force: see :func:`plan_staging`.
         batch_id: from :func:`next_batch_id`.
 
-    New documents are written with one ``insert_many``; if it fails, the ones written are
-    removed again, so no half-staged batch remains. Raises pymongo errors.
+    New documents are written with ``insert_many``, :data:`INSERT_CHUNK` at a time; if one
+    fails, the ones written are removed again, so no half-staged batch remains. Raises pymongo errors.
     """
     from .database import next_ids
 
@@ -170,10 +174,16 @@ def stage(
         id_range = next_ids(
             db, f"{collection_name}._id", len(plan.new), floor=_max_of(collection, "_id")
         )
-        docs = [make_document(i, exp_id, batch_id) for i, exp_id in zip(plan.new, id_range)]
         new_ids = list(id_range)
+        pairs = list(zip(plan.new, new_ids))
         try:
-            collection.insert_many(docs, ordered=True)
+            # built and written INSERT_CHUNK documents at a time: all documents held at once
+            # (and pymongo's encoded batch of them) would raise the launcher's peak memory
+            for start in range(0, len(pairs), INSERT_CHUNK):
+                chunk = pairs[start : start + INSERT_CHUNK]
+                collection.insert_many(
+                    [make_document(i, exp_id, batch_id) for i, exp_id in chunk], ordered=True
+                )
         except BaseException:  # Ctrl-C included: no half-staged batch
             collection.delete_many({"_id": {"$in": new_ids}, "status": states.STAGED})
             raise

@@ -43,12 +43,19 @@ def test_timeout_with_checkpoint_is_rescheduled_requeued_and_completed_by_the_sa
     assert doc["requeues"] == 1
     array_id = doc["slurm"][0]["array_id"]
     assert doc["execution"]["array_id"] == array_id and doc["execution"]["task_id"] == 0
-    states = subprocess.run(
-        ["sacct", "-n", "-P", "-X", "-D", "-j", str(array_id), "-o", "State"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    import time
+
+    deadline = time.monotonic() + 60  # slurmdbd records the end a moment after the job ends
+    while True:
+        states = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "-D", "-j", str(array_id), "-o", "State"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        if states[-1:] != ["RUNNING"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert states == ["REQUEUED", "COMPLETED"]
 
 

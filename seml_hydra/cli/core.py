@@ -25,7 +25,11 @@ class SemlGroup(TyperGroup):
     """Root group: ``seml COMMAND ...`` or ``seml COLLECTION COMMAND ...``."""
 
     def collection_group(self) -> Any:
-        return typer.main.get_group(collection_app)
+        # built once: help asks for it per command, and typer builds a group in ~10 ms
+        group = self.__dict__.get("_collection_group")
+        if group is None:
+            group = self.__dict__["_collection_group"] = typer.main.get_group(collection_app)
+        return group
 
     def list_commands(self, ctx: Any) -> list[str]:
         return [*super().list_commands(ctx), *self.collection_group().list_commands(ctx)]
