@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,64 @@ def run_app(app: str, *args: str, cwd: Path, env: dict | None = None, timeout: f
         text=True,
         timeout=timeout,
     )
+
+
+def wait_until(what: str, predicate, timeout: float = 180.0, interval: float = 0.5):
+    """Poll ``predicate`` until it returns something truthy (returned); fail after ``timeout``
+    seconds saying what was awaited. No fixed sleeps in the tests: they wait for a state."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting until {what}")
+        time.sleep(interval)
+
+
+def statuses(collection) -> dict[int, str]:
+    """``{_id: status}`` of a collection's experiments."""
+    return {d["_id"]: d["status"] for d in collection.find({}, {"status": 1})}
+
+
+#: squeue states of a task that is still there
+ALIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")
+
+
+def squeue_tasks(array_id, alive_only: bool = True) -> dict[str, tuple[str, str]]:
+    """``{"<array>_<task>": (state, reason)}`` of an array's tasks as squeue lists them."""
+    out = subprocess.run(
+        ["squeue", "-h", "-r", "-j", str(array_id), "-o", "%i|%T|%r"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    rows = {}
+    for line in out.split():
+        job, state, reason = line.split("|")
+        if state in ALIVE or not alive_only:
+            rows[job] = (state, reason)
+    return rows
+
+
+def start_app(path: str, *args: str, cwd: Path) -> subprocess.Popen:
+    """Start an app (a path relative to the repository) with ``args`` in the background, its
+    output piped as text; the caller kills it if it is still running at the end."""
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / path), *args],
+        cwd=cwd,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_running(collection, proc: subprocess.Popen, count: int = 1, timeout: float = 60):
+    """Wait until ``count`` experiments of ``collection`` are RUNNING (the launcher ``proc`` must
+    still be alive meanwhile)."""
+
+    def running() -> bool:
+        assert proc.poll() is None, proc.communicate()
+        return collection.count_documents({"status": "RUNNING"}) >= count
+
+    wait_until(f"{count} RUNNING experiment(s)", running, timeout, 0.2)

@@ -13,7 +13,8 @@ import subprocess
 import time
 
 import pytest
-from conftest import run_app
+from conftest import run_app, statuses, wait_until
+from conftest import squeue_tasks as squeue
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app
@@ -32,36 +33,6 @@ def seml(*args: str):
     result = runner.invoke(app, list(args), prog_name="seml")
     assert result.exit_code == 0, (result.output, result.exception)
     return result.output
-
-
-def wait_until(what, predicate, timeout=180.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting until {what}")
-        time.sleep(0.5)
-
-
-def statuses(coll) -> dict[int, str]:
-    return {d["_id"]: d["status"] for d in coll.find({}, {"status": 1})}
-
-
-def squeue(array_id) -> dict[str, tuple[str, str]]:
-    """{"<array>_<task>": (state, reason)} of an array's tasks that Slurm still lists alive."""
-    out = subprocess.run(
-        ["squeue", "-h", "-r", "-j", str(array_id), "-o", "%i|%T|%r"],
-        capture_output=True,
-        text=True,
-    ).stdout
-    rows = {}
-    for line in out.split():
-        job, state, reason = line.split("|")
-        if state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"):
-            rows[job] = (state, reason)
-    return rows
 
 
 def launch(tmp_path, *overrides: str):

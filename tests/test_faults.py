@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, start_app, wait_running
 
 TIMEOUT = [
     "hydra.launcher.timeout_min=1",
@@ -79,29 +79,16 @@ def test_requeue_limit_ends_failed_with_a_clear_reason(slurm, test_db, tmp_path)
 def test_scancel_of_a_running_job_is_detected_as_killed_and_the_launcher_stops_waiting(
     slurm, test_db, tmp_path
 ):
-    import os
-    import time
-
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "tests/apps/sleep_app.py"),
-            "-m",
-            "hydra/launcher=seml",
-            "seconds=300",
-            "hydra.launcher.poll_interval_s=0.5",
-        ],
+    proc = start_app(
+        "tests/apps/sleep_app.py",
+        "-m",
+        "hydra/launcher=seml",
+        "seconds=300",
+        "hydra.launcher.poll_interval_s=0.5",
         cwd=tmp_path,
-        env=dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while test_db["sleep_app"].count_documents({"status": "RUNNING"}) < 1:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.2)
+        wait_running(test_db["sleep_app"], proc)
         doc = test_db["sleep_app"].find_one()
         subprocess.run(["scancel", str(doc["slurm"][0]["array_id"])], check=True)
         out, err = proc.communicate(timeout=120)
@@ -116,23 +103,15 @@ def test_scancel_of_a_running_job_is_detected_as_killed_and_the_launcher_stops_w
 
 
 def test_a_job_slurm_will_never_start_is_reported_while_waiting(slurm, test_db, tmp_path):
-    import os
     import time
 
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "examples/fail.py"),
-            "-m",
-            "hydra/launcher=seml",
-            "hydra.launcher.nodes=3",
-            "hydra.launcher.poll_interval_s=0.5",
-        ],
+    proc = start_app(
+        "examples/fail.py",
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.nodes=3",
+        "hydra.launcher.poll_interval_s=0.5",
         cwd=tmp_path,
-        env=dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
         out = ""

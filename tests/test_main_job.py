@@ -8,7 +8,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from conftest import ROOT, run_app
+from conftest import ROOT, run_app, start_app, wait_running
 
 FAST = ["hydra.launcher.poll_interval_s=0.3"]
 
@@ -239,30 +239,13 @@ def test_wait_false_with_a_sweeper_that_needs_results_is_refused(test_db, tmp_pa
 
 
 def test_ctrl_c_detaches_without_cancelling_anything(slurm, test_db, tmp_path):
-    import os
     import signal
-    import sys
 
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "tests/apps/sleep_app.py"),
-            "-m",
-            "hydra/launcher=seml",
-            "seconds=60",
-            *FAST,
-        ],
-        cwd=tmp_path,
-        env=dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_app(
+        "tests/apps/sleep_app.py", "-m", "hydra/launcher=seml", "seconds=60", *FAST, cwd=tmp_path
     )
     try:
-        deadline = time.monotonic() + 60
-        while test_db["sleep_app"].count_documents({"status": "RUNNING"}) < 1:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.2)
+        wait_running(test_db["sleep_app"], proc)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:

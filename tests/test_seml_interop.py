@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import MONGO_URL, ROOT, TEST_DB, run_app
+from conftest import MONGO_URL, ROOT, TEST_DB, run_app, squeue_tasks, statuses, wait_until
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app
@@ -123,35 +123,6 @@ def ours(*args: str, exit_code: int = 0) -> str:
     return result.output
 
 
-def wait_until(what, predicate, timeout=180.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting until {what}")
-        time.sleep(0.5)
-
-
-def statuses(coll) -> dict[int, str]:
-    return {d["_id"]: d["status"] for d in coll.find({}, {"status": 1})}
-
-
-def squeue(array_id) -> dict[str, tuple[str, str]]:
-    """{"<array>_<task>": (state, reason)} of the array's tasks Slurm still lists."""
-    out = subprocess.run(
-        ["squeue", "-h", "-r", "-j", str(array_id), "-o", "%i|%T|%r"],
-        capture_output=True,
-        text=True,
-    ).stdout
-    rows = {}
-    for line in out.split():
-        job, state, reason = line.split("|")
-        rows[job] = (state, reason)
-    return rows
-
-
 def copy_fixtures(project: Path, *names: str) -> None:
     for name in names:
         shutil.copy(FIXTURES / name, project / name)
@@ -247,7 +218,9 @@ def test_seml_made_pending_collection_is_queued_held_released_and_cancelled(seml
     assert statuses(coll) == {1: "PENDING", 2: "PENDING"}
     array_id = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
     try:
-        tasks = wait_until("Slurm lists the array", lambda: squeue(array_id))
+        tasks = wait_until(
+            "Slurm lists the array", lambda: squeue_tasks(array_id, alive_only=False)
+        )
         assert sorted(tasks) == [f"{array_id}_0", f"{array_id}_1"]
 
         # queue: the array's pending tasks with the experiments waiting for them
@@ -259,7 +232,7 @@ def test_seml_made_pending_collection_is_queued_held_released_and_cancelled(seml
         held = wait_until(
             "the tasks are held",
             lambda: (
-                (rows := squeue(array_id))
+                (rows := squeue_tasks(array_id, alive_only=False))
                 and all("held" in r.lower() for _, r in rows.values())
                 and rows
             ),
@@ -269,7 +242,10 @@ def test_seml_made_pending_collection_is_queued_held_released_and_cancelled(seml
         assert "Released 2 Slurm task(s)" in ours("semlwait", "release")
         wait_until(
             "the tasks are released",
-            lambda: all("held" not in r.lower() for _, r in squeue(array_id).values()),
+            lambda: all(
+                "held" not in r.lower()
+                for _, r in squeue_tasks(array_id, alive_only=False).values()
+            ),
         )
         assert statuses(coll) == {1: "PENDING", 2: "PENDING"}
 
@@ -277,12 +253,14 @@ def test_seml_made_pending_collection_is_queued_held_released_and_cancelled(seml
         out = ours("semlwait", "cancel", "-id", "1", "-y")
         assert "Cancelled 1 experiment(s) (1)" in out
         assert statuses(coll) == {1: "INTERRUPTED", 2: "PENDING"}
-        assert len(squeue(array_id)) == 2
+        assert len(squeue_tasks(array_id, alive_only=False)) == 2
         # cancel the last one: the array has nothing left to run and is cancelled
         out = ours("semlwait", "cancel", "-y")
         assert "Cancelled 1 experiment(s) (2)" in out
         assert statuses(coll) == {1: "INTERRUPTED", 2: "INTERRUPTED"}
-        wait_until("the array is gone", lambda: not squeue(array_id), timeout=60)
+        wait_until(
+            "the array is gone", lambda: not squeue_tasks(array_id, alive_only=False), timeout=60
+        )
 
         assert "Reset 2 experiment(s) to STAGED" in ours("semlwait", "reset")
         assert statuses(coll) == {1: "STAGED", 2: "STAGED"}
@@ -294,7 +272,9 @@ def test_seml_made_pending_collection_is_queued_held_released_and_cancelled(seml
         assert statuses(coll) == {1: "PENDING", 2: "PENDING"}
         assert "KILLED" not in ours("semlwait", "status")
         subprocess.run(["scancel", str(array_id)], check=True)
-        wait_until("the array is gone", lambda: not squeue(array_id), timeout=60)
+        wait_until(
+            "the array is gone", lambda: not squeue_tasks(array_id, alive_only=False), timeout=60
+        )
         out = wait_until(
             "status detects it",
             lambda: "Detected 2 killed" in (o := ours("semlwait", "status")) and o,
@@ -322,7 +302,9 @@ def test_seml_made_running_experiment_is_cancelled_by_our_cli(seml057, test_db):
             in (out)
         )
         # cancel waited until Slurm no longer lists the task alive (COMPLETING is its end)
-        assert {state for state, _ in squeue(array_id).values()} <= {"COMPLETING"}
+        assert {state for state, _ in squeue_tasks(array_id, alive_only=False).values()} <= {
+            "COMPLETING"
+        }
         time.sleep(2)  # a late heartbeat of SEML's observer would show here
         assert statuses(coll) == {1: "INTERRUPTED"}
         assert "INTERRUPTED" in ours("semlrun", "status")

@@ -14,14 +14,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import pymongo
 import pytest
 import yaml
-from conftest import MONGO_URL, ROOT, run_app
+from conftest import MONGO_URL, ROOT, run_app, wait_until
 
 from seml_hydra import database, tunnel
 from seml_hydra.database import DatabaseError, connect, resolve_db_settings
@@ -126,17 +125,6 @@ def worker_pids(runtime: Path) -> list[int]:
         if b"seml_hydra.tunnel_worker" in cmd and any(str(runtime).encode() in c for c in cmd):
             pids.append(int(proc.name))
     return pids
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 class CmdlineScanner(threading.Thread):
@@ -286,7 +274,7 @@ def test_one_tunnel_per_user_ends_with_its_parent_and_is_taken_over_on_the_same_
     second = None
     try:
         port = int(first.stdout.readline())
-        (worker,) = wait_for(lambda: worker_pids(runtime), 10, "the tunnel process")
+        (worker,) = wait_until("the tunnel process", lambda: worker_pids(runtime), 10, 0.1)
         second = _holder(tunnel_env["env"])
         assert int(second.stdout.readline()) == port  # shared: same tunnel
         assert worker_pids(runtime) == [worker]
@@ -294,14 +282,15 @@ def test_one_tunnel_per_user_ends_with_its_parent_and_is_taken_over_on_the_same_
 
         first.kill()  # the tunnel's parent dies: the tunnel ends with it ...
         first.wait()
-        wait_for(lambda: worker not in worker_pids(runtime), 10, "the tunnel to end")
+        wait_until("the tunnel to end", lambda: worker not in worker_pids(runtime), 10, 0.1)
         # ... and the other user of the tunnel starts a new one on the same port
-        (new_worker,) = wait_for(lambda: worker_pids(runtime), 15, "a new tunnel process")
+        (new_worker,) = wait_until("a new tunnel process", lambda: worker_pids(runtime), 15, 0.1)
         assert new_worker != worker
-        state = wait_for(
+        state = wait_until(
+            "the new state file",
             lambda: tunnel._read_state(next(runtime.glob("tunnel-*.json"), Path("/nonexistent"))),
             10,
-            "the new state file",
+            0.1,
         )
         assert state["port"] == port and state["pid"] == new_worker
         assert _ping(second) == "ok"  # its open client keeps working
@@ -310,7 +299,7 @@ def test_one_tunnel_per_user_ends_with_its_parent_and_is_taken_over_on_the_same_
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    wait_for(lambda: not worker_pids(runtime), 10, "every tunnel process to end")
+    wait_until("every tunnel process to end", lambda: not worker_pids(runtime), 10, 0.1)
 
 
 # --------------------------------------------------------------------------- sweeps
@@ -349,7 +338,7 @@ def test_sweep_through_the_tunnel_completes_without_leaking_secrets(
     assert "tunnel up" in log
     assert_no_secret_in_database(db, secrets)
     # the tunnel ended with the launcher
-    wait_for(lambda: not worker_pids(tunnel_env["runtime"]), 10, "the tunnel to end")
+    wait_until("the tunnel to end", lambda: not worker_pids(tunnel_env["runtime"]), 10, 0.1)
 
 
 def _sshd_children(sshd_pid: int) -> list[int]:
@@ -379,10 +368,11 @@ def test_killed_ssh_connection_is_restored_on_the_same_port_and_the_sweep_comple
         text=True,
     )
     try:
-        wait_for(
+        wait_until(
+            "three RUNNING experiments",
             lambda: db["sleep_app"].count_documents({"status": "RUNNING"}) == 3,
             60,
-            "three RUNNING experiments",
+            0.1,
         )
         state = json.loads(next(runtime.glob("tunnel-*.json")).read_text())
         log_path = next(runtime.glob("tunnel-*.log"))
@@ -390,10 +380,11 @@ def test_killed_ssh_connection_is_restored_on_the_same_port_and_the_sweep_comple
         assert children, "the tunnel has no SSH connection to kill"
         for pid in children:  # the sshd processes serving the tunnel's SSH connection
             os.kill(pid, signal.SIGKILL)
-        wait_for(
+        wait_until(
+            "the tunnel to reconnect",
             lambda: "SSH connection re-established" in log_path.read_text(),
             20,
-            "the tunnel to reconnect",
+            0.1,
         )
         after = json.loads(next(runtime.glob("tunnel-*.json")).read_text())
         assert (after["pid"], after["port"]) == (state["pid"], state["port"])

@@ -265,15 +265,27 @@ def release(
         console().print("Nothing held to release.")
 
 
-def _restore_sources(
+TargetDir = Annotated[
+    Path, typer.Argument(help="Directory to write the sources into.", show_default=False)
+]
+
+
+@command(
+    "download-sources",
+    rich_help_panel=COLLECTION_PANEL,
+    help="SEML's later name of restore-sources.",
+)
+@command("restore-sources", rich_help_panel=COLLECTION_PANEL)
+def restore_sources(
     ctx: typer.Context,
-    target: Path,
-    sacred_id: int | None,
-    batch_id: int | None,
-    filter_states: list[str] | None,
-    filter_dict: str | None,
-    yes: bool,
+    target: TargetDir,
+    sacred_id: SacredId = None,
+    batch_id: BatchId = None,
+    filter_states: States = None,
+    filter_dict: FilterDict = None,
+    yes: Yes = False,
 ) -> None:
+    """Write the code snapshot the selected experiments ran with into a directory."""
     from ..manage import ManageError, snapshot_for
     from ..manage import restore_sources as do_restore
 
@@ -286,39 +298,6 @@ def _restore_sources(
         typer.confirm(f"{target} is not empty; write the sources into it anyway?", abort=True)
     written = do_restore(coll, files, target)
     console().print(f"Restored {len(written)} source file(s) into {target}")
-
-
-TargetDir = Annotated[
-    Path, typer.Argument(help="Directory to write the sources into.", show_default=False)
-]
-
-
-@command("restore-sources", rich_help_panel=COLLECTION_PANEL)
-def restore_sources(
-    ctx: typer.Context,
-    target: TargetDir,
-    sacred_id: SacredId = None,
-    batch_id: BatchId = None,
-    filter_states: States = None,
-    filter_dict: FilterDict = None,
-    yes: Yes = False,
-) -> None:
-    """Write the code snapshot the selected experiments ran with into a directory."""
-    _restore_sources(ctx, target, sacred_id, batch_id, filter_states, filter_dict, yes)
-
-
-@command("download-sources", rich_help_panel=COLLECTION_PANEL)
-def download_sources(
-    ctx: typer.Context,
-    target: TargetDir,
-    sacred_id: SacredId = None,
-    batch_id: BatchId = None,
-    filter_states: States = None,
-    filter_dict: FilterDict = None,
-    yes: Yes = False,
-) -> None:
-    """SEML's later name of restore-sources."""
-    _restore_sources(ctx, target, sacred_id, batch_id, filter_states, filter_dict, yes)
 
 
 @command("detect-killed", rich_help_panel=COLLECTION_PANEL)
