@@ -93,7 +93,9 @@ class SemlLauncher(Launcher):
 
         params = self.params
         if not job_overrides:
-            raise LaunchError("the sweep has no points: nothing to launch")
+            raise LaunchError(
+                "the sweep has no points (an empty sweep such as x=range(0)?): nothing was staged"
+            )
         sweeper = OmegaConf.select(self.config, "hydra.sweeper._target_")
         if not params["wait"] and sweeper not in RETURN_AGNOSTIC_SWEEPERS:
             raise LaunchError(

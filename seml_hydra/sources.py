@@ -6,7 +6,7 @@ per content hash and collection, and listed in each document as ``seml.source_fi
 ``[[relative path, file id], ...]`` (SEML's field, so ``seml <col> download-sources`` of SEML
 0.5.7 reads them). On the node, each job writes the snapshot once per node into a temporary
 directory it creates, puts it (and its ``src/``) first on ``sys.path``, runs from it, and removes
-only that directory.
+only that directory. (It imports from the snapshot; its working directory stays Hydra's.)
 """
 
 from __future__ import annotations
@@ -195,7 +195,10 @@ def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -
     The directory ``<tmp>/seml_hydra_src_<job_key>`` is created by the first rank of the job on
     this node (``job_key`` = ``<array>_<task>``) under a file lock; the other ranks of that node
     reuse it, and the last one to leave removes it (a reference count under the lock). It and
-    its ``src/`` come first on ``sys.path`` and it is the working directory meanwhile.
+    its ``src/`` come first on ``sys.path``. The working directory stays what Hydra makes it
+    (the launch directory, or the output directory with ``hydra.job.chdir=true``): SEML runs
+    from its temporary copy, but a Hydra app's relative paths (data, caches) mean the launch
+    directory, and those files are not in the snapshot anyway.
 
     Raises :class:`SourceSnapshotError` when the node cannot create or fill the directory.
     """
@@ -223,12 +226,9 @@ def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -
         ) from None
     added = [str(directory / "src"), str(directory)]
     sys.path[:0] = added
-    old_cwd = os.getcwd()
-    os.chdir(directory)
     try:
         yield directory
     finally:
-        os.chdir(old_cwd)
         for entry in added:
             with contextlib.suppress(ValueError):
                 sys.path.remove(entry)

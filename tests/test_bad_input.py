@@ -147,3 +147,17 @@ def test_seml_commands_refuse_internal_collections(test_db):
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 1 and "used by seml-hydra, GridFS or Sacred" in result.output
     assert test_db["fs.files"].count_documents({}) == 1
+
+
+@pytest.mark.parametrize("sweeper", ["basic", "seml"])
+def test_a_sweep_with_zero_points_is_a_clear_error_and_stages_nothing(test_db, tmp_path, sweeper):
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml_local",
+        f"hydra/sweeper={sweeper}",
+        "x=range(0)",
+        cwd=tmp_path,
+    )
+    assert_clean_error(proc, "the sweep has no points")
+    assert test_db["fail"].count_documents({}) == 0

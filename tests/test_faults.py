@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import ROOT, start_app, wait_running
+from conftest import ROOT, run_app, start_app, wait_running, wait_until
 
 TIMEOUT = [
     "hydra.launcher.timeout_min=1",
@@ -125,3 +125,60 @@ def test_a_job_slurm_will_never_start_is_reported_while_waiting(slurm, test_db, 
         proc.communicate()
         for doc in test_db["fail"].find():
             subprocess.run(["scancel", str(doc["slurm"][0]["array_id"])], check=False)
+
+
+def test_a_throttled_foreign_array_does_not_disturb_status_or_queue(slurm, test_db, tmp_path):
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    proc = run_app("fail.py", "-m", "hydra/launcher=seml", "x=1,3", "fail_on=-1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    foreign = subprocess.run(
+        # (0-7: the testbed's MaxArraySize is 8)
+        ["sbatch", "--parsable", "--array=0-7%1", "--wrap", "sleep 60"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        test_db["fail"].update_one({"config.x": 3}, {"$set": {"status": "RUNNING"}})
+        runner = CliRunner()
+        status = runner.invoke(app, ["fail", "status"])
+        assert status.exit_code == 0, status.output
+        # the RUNNING one's job is gone (it completed): KILLED with evidence; nothing else moves
+        assert {d["config"]["x"]: d["status"] for d in test_db["fail"].find()} == {
+            1: "COMPLETED",
+            3: "KILLED",
+        }
+        queue = runner.invoke(app, ["queue", "--all"])
+        assert queue.exit_code == 0, queue.output
+        assert "Traceback" not in queue.output
+    finally:
+        subprocess.run(["scancel", foreign], check=False)
+
+
+def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(slurm, test_db, tmp_path):
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    proc = run_app("fail.py", "-m", "hydra/launcher=seml", "x=1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    test_db["fail"].update_one({}, {"$set": {"status": "RUNNING"}})
+    pid = int(open("/run/slurmctld.pid").read())
+    subprocess.run(["kill", str(pid)], check=True)
+    try:
+        wait_until(
+            "slurmctld to stop",
+            lambda: (
+                subprocess.run(["scontrol", "ping"], capture_output=True, text=True).returncode != 0
+            ),
+            30,
+        )
+        result = CliRunner().invoke(app, ["fail", "status"])
+        assert result.exit_code == 0, result.output
+        assert "no experiment was marked KILLED" in result.output
+        assert test_db["fail"].find_one()["status"] == "RUNNING"
+    finally:
+        subprocess.run(["bash", str(ROOT / "tools/testbed/up.sh")], capture_output=True, check=True)

@@ -111,7 +111,8 @@ def test_flat_project_job_runs_the_code_of_launch_time(slurm, test_db, tmp_path)
     assert done["status"] == "COMPLETED", done.get("fail_trace")
     assert done["result"]["value"] == 1
     assert "seml_hydra_src_" in done["result"]["file"]
-    assert not Path(done["result"]["cwd"]).exists()  # the job removed its directory
+    assert not Path(done["result"]["file"]).exists()  # the job removed its directory
+    assert done["result"]["cwd"] == str(app.parent)  # the launch directory, as Hydra has it
 
 
 @pytest.fixture

@@ -106,7 +106,7 @@ def test_materialized_runs_from_the_snapshot_and_removes_only_its_directory(
     sibling.mkdir()
     cwd = Path.cwd()
     with sources.materialized(test_db, snapshot, "7_0") as directory:
-        assert Path.cwd() == directory
+        assert Path.cwd() == cwd  # Hydra decides the working directory, not the snapshot
         assert sys.path[:2] == [str(directory / "src"), str(directory)]
         import importlib
 
