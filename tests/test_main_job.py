@@ -121,29 +121,20 @@ def test_failed_experiment_is_rerun_by_the_next_launch_and_force_stages_a_copy(t
     # a different config (fail_on changed) is a new experiment
     assert proc.returncode == 0, proc.stderr
     assert test_db["fail"].count_documents({}) == 2
-    test_db["fail"].update_one({"config.fail_on": 2}, {"$set": {"config.fail_on": 2}})
     proc = run_app("fail.py", "-m", "hydra/launcher=seml_local", "x=2", *FAST, cwd=tmp_path)
     assert "Re-running 1 earlier failed" in proc.stdout
     assert test_db["fail"].count_documents({}) == 2
-    proc = run_app(
-        "fail.py",
-        "-m",
-        "hydra/launcher=seml_local",
-        "x=3",
-        "hydra.launcher.force=true",
-        *FAST,
-        cwd=tmp_path,
-    )
-    proc = run_app(
-        "fail.py",
-        "-m",
-        "hydra/launcher=seml_local",
-        "x=3",
-        "hydra.launcher.force=true",
-        *FAST,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr
+    for _ in range(2):  # force: the same config is staged again, as a new experiment
+        proc = run_app(
+            "fail.py",
+            "-m",
+            "hydra/launcher=seml_local",
+            "x=3",
+            "hydra.launcher.force=true",
+            *FAST,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 0, proc.stderr
     assert test_db["fail"].count_documents({"config.x": 3}) == 2
 
 
