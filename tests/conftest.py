@@ -18,6 +18,14 @@ MONGO_URL = os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
 TEST_DB = f"seml_hydra_test_{os.getpid()}"
 
 
+@pytest.fixture(autouse=True)
+def _isolated_hydra_singletons(hydra_restore_singletons):
+    """Every test starts from the same Hydra singletons (version base, ConfigStore,
+    HydraConfig...): a test that composes with ``version_base="1.3"`` must not change what the
+    next test's jobs do (``hydra.job.chdir`` defaults on the version base)."""
+    yield
+
+
 @pytest.fixture(scope="session")
 def mongo_client():
     """A pymongo client of the test server; fails (never skips) when it does not answer."""
