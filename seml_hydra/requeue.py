@@ -15,7 +15,9 @@ the experiment RESCHEDULED and requeues the same array task; the requeued task r
 experiment by its ``execution.{cluster, array_id, task_id}`` (the claim rule) and runs the task
 again, which resumes from its state. After ``hydra.launcher.max_requeues`` requeues the
 experiment ends FAILED with that reason. A task that did not opt in ends FAILED with the
-reason "timed out or preempted without a requeue hook" instead of staying RUNNING.
+reason "timed out or preempted without a requeue hook" instead of staying RUNNING. A signal that
+arrives before the task started (Slurm may signal up to a minute early) requeues it: nothing is
+lost yet (it counts towards ``max_requeues``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable
 
 _hook: Callable[[], None] | None = None
 _requeues = 0
+_task_started = False
 
 
 def on_requeue(save: Callable[[], None]) -> None:
@@ -40,8 +43,18 @@ def requeues() -> int:
 
 def _begin(count: int) -> None:
     """Run step: a new experiment starts on this rank (no hook yet, ``count`` requeues so far)."""
-    global _hook, _requeues
-    _hook, _requeues = None, count
+    global _hook, _requeues, _task_started
+    _hook, _requeues, _task_started = None, count, False
+
+
+def _enter_task() -> None:
+    """Run step: the task function is about to run (from now on, no hook means no opt-in)."""
+    global _task_started
+    _task_started = True
+
+
+def _task_has_started() -> bool:
+    return _task_started
 
 
 def _current_hook() -> Callable[[], None] | None:

@@ -262,7 +262,7 @@ class JobRunner:
         if exp_id is None:  # between experiments: nothing to save, requeue the rest
             return submitit.helpers.DelayedSubmission(self, exp_ids)
         hook = requeue._current_hook()
-        if hook is None:
+        if hook is None and requeue._task_has_started():
             raise ExperimentInterrupted(
                 "Slurm signalled a timeout or preemption and the task did not opt in to "
                 "requeueing (seml_hydra.requeue.on_requeue), so it cannot resume: the experiment "
@@ -274,7 +274,8 @@ class JobRunner:
                 f"Slurm signalled a timeout or preemption again after {done} requeue(s); "
                 f"hydra.launcher.max_requeues={self.max_requeues} reached, the experiment ends."
             )
-        hook()
+        if hook is not None:  # None: signalled before the task started, nothing to save
+            hook()
         _freeze_observer()
         self._collection.update_one(
             {"_id": exp_id, "status": states.RUNNING},
@@ -354,6 +355,7 @@ class JobRunner:
         holder: dict[str, Any] = {}
 
         def main() -> Any:
+            requeue._enter_task()
             ret = _run_hydra_job(payload, cfg)
             holder["ret"] = ret
             if ret.status.name == "FAILED":

@@ -19,6 +19,7 @@ def main(cfg: DictConfig) -> dict:
     state["runs"] += 1
     if cfg.opt_in:
         requeue.on_requeue(lambda: state_file.write_text(json.dumps(state)))
+    print("started", flush=True)  # (the test signals the job after this line)
     if requeue.requeues() == 0:
         time.sleep(cfg.sleep_s)  # Slurm signals (and the hook saves) while we wait here
     return {"runs": state["runs"], "requeues": requeue.requeues()}
