@@ -30,6 +30,9 @@ HIDDEN_COLLECTIONS = ("seml_hydra_counters", "metrics")
 HIDDEN_PREFIXES = ("fs.", "system.")
 #: destructive commands ask for confirmation above this many experiments (SEML's threshold)
 CONFIRM_THRESHOLD = 10
+#: a heartbeat younger than this (seconds) proves a run alive when Slurm has no record of its
+#: job (Sacred beats every 10 s; see :func:`decide_killed`)
+HEARTBEAT_STALE_S = 60.0
 #: how long cancel waits for Slurm to end cancelled tasks before re-setting INTERRUPTED
 CANCEL_WAIT_S = 60.0
 #: lines of the job's output kept as ``fail_trace`` of a KILLED experiment
@@ -272,27 +275,52 @@ def is_slurm_task(task: tuple[str, str] | None) -> bool:
     return True
 
 
+def last_sign_of_life(doc: Mapping[str, Any]) -> datetime | None:
+    """The experiment's Sacred ``heartbeat`` (else ``start_time``) as a naive UTC datetime, or
+    None when the run never started (pure). pymongo returns Sacred's UTC times naive; aware
+    values are converted."""
+    for key in ("heartbeat", "start_time"):
+        value = doc.get(key)
+        if isinstance(value, datetime):
+            if value.tzinfo is not None:
+                value = value.astimezone(timezone.utc).replace(tzinfo=None)
+            return value
+    return None
+
+
 def decide_killed(
     docs: Sequence[Mapping[str, Any]],
     alive_tasks: Iterable[str],
     sacct_states: Mapping[str, list[str]],
-) -> tuple[list[int], list[int]]:
-    """Which active experiments lost their job (pure): ``(killed ids, interrupted ids)``.
+    *,
+    now: datetime | None = None,
+    heartbeat_stale_s: float = HEARTBEAT_STALE_S,
+) -> tuple[list[int], list[int], list[int]]:
+    """Which active experiments lost their job (pure): ``(killed, interrupted, unsure)`` ids.
 
     An experiment counts as lost only with evidence: its task is absent from squeue's alive
-    tasks AND sacct reports for it only terminal states or nothing at all. An experiment
-    without a Slurm task (local executor, not submitted yet) is never lost. One that the user
-    cancelled (``execution.cancel_time``) is INTERRUPTED rather than KILLED.
+    tasks AND sacct reports for it only terminal states, or nothing at all. With nothing at
+    all (accounting lagging, purged, or a job from another cluster) the heartbeat decides too:
+    a run whose Sacred heartbeat (or ``start_time``) is younger than ``heartbeat_stale_s``
+    seconds is alive whatever Slurm says, and is returned in ``unsure`` instead (checked again
+    later). A definitive terminal sacct state (CANCELLED, TIMEOUT, NODE_FAIL, ...) needs no
+    heartbeat: the job's processes are gone. An experiment without a Slurm task (local
+    executor, not submitted yet) is never lost. One that the user cancelled
+    (``execution.cancel_time``) is INTERRUPTED rather than KILLED.
 
     Args:
-        docs: active experiments (``_id``, ``status``, ``execution``, ``slurm``).
+        docs: active experiments (``_id``, ``status``, ``execution``, ``slurm``, ``heartbeat``).
         alive_tasks: ``"<array>_<task>"`` of every task squeue lists in a non-terminal state.
         sacct_states: ``{"<array>_<task>": [state, ...]}`` from sacct (missing = no record).
+        now: current naive UTC time (default: now).
+        heartbeat_stale_s: age in seconds from which a heartbeat no longer proves life.
     """
     from .slurm import is_alive
 
+    if now is None:
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
     alive = set(alive_tasks)
-    killed, interrupted = [], []
+    killed, interrupted, unsure = [], [], []
     for doc in docs:
         task = task_of(doc)
         if not is_slurm_task(task):
@@ -300,14 +328,20 @@ def decide_killed(
         job = task[1]  # type: ignore[index]
         if job in alive:
             continue
-        if any(is_alive(s) for s in sacct_states.get(job, [])):
+        recorded = sacct_states.get(job, [])
+        if any(is_alive(s) for s in recorded):
             continue
+        if not recorded:
+            sign = last_sign_of_life(doc)
+            if sign is not None and (now - sign).total_seconds() < heartbeat_stale_s:
+                unsure.append(doc["_id"])
+                continue
         execution = doc.get("execution") or {}
         if isinstance(execution, Mapping) and execution.get("cancel_time") is not None:
             interrupted.append(doc["_id"])
         else:
             killed.append(doc["_id"])
-    return killed, interrupted
+    return killed, interrupted, unsure
 
 
 def tasks_to_cancel(
@@ -357,7 +391,16 @@ def get_collection(db: Any, name: str, *, must_exist: bool = True) -> Any:
     return db[name]
 
 
-_PROJECTION = {"_id": 1, "status": 1, "batch_id": 1, "execution": 1, "slurm": 1, "seml": 1}
+_PROJECTION = {
+    "_id": 1,
+    "status": 1,
+    "batch_id": 1,
+    "execution": 1,
+    "slurm": 1,
+    "seml": 1,
+    "heartbeat": 1,
+    "start_time": 1,
+}
 
 
 def and_(query: Mapping[str, Any], condition: Mapping[str, Any]) -> dict[str, Any]:
@@ -450,15 +493,21 @@ def list_collections(db: Any, pattern: str | None = None) -> list[CollectionCoun
 
 @dataclass
 class DetectResult:
+    """What :func:`detect_killed` did: ids marked KILLED / INTERRUPTED, ids left RUNNING only
+    because their heartbeat is fresh (``unsure``), and a warning when Slurm could not be asked."""
+
     killed: list[int] = field(default_factory=list)
     interrupted: list[int] = field(default_factory=list)
     warning: str | None = None
+    #: gone from squeue, no sacct record, but a heartbeat younger than HEARTBEAT_STALE_S
+    unsure: list[int] = field(default_factory=list)
 
 
 def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> DetectResult:
     """Mark KILLED the active experiments whose Slurm task is gone (see :func:`decide_killed`);
-    INTERRUPTED when the user had cancelled them. A failed scheduler query marks nothing and
-    returns a warning. ``fail_trace`` = the last lines of ``execution.slurm_output_file``."""
+    INTERRUPTED when the user had cancelled them; a fresh heartbeat without any Slurm record
+    keeps a run RUNNING (``unsure``). A failed scheduler query marks nothing and returns a
+    warning. ``fail_trace`` = the last lines of ``execution.slurm_output_file``."""
     from . import slurm
 
     docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
@@ -487,7 +536,7 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
             warning=f"Could not ask Slurm about the jobs ({error}); no experiment was marked "
             "KILLED."
         )
-    killed, interrupted = decide_killed(docs, alive, sacct)
+    killed, interrupted, unsure = decide_killed(docs, alive, sacct)
     # an experiment waiting for any task of its SEML array is lost when no task of the array
     # is alive in squeue, nor in sacct
     for doc in docs:
@@ -520,7 +569,7 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
         )
     if updates:
         collection.bulk_write(updates, ordered=False)
-    return DetectResult(killed, interrupted)
+    return DetectResult(killed, interrupted, unsure=unsure)
 
 
 def _output_file(doc: Mapping[str, Any]) -> str | None:

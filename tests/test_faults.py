@@ -187,3 +187,33 @@ def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(slurm, t
         assert test_db["fail"].find_one()["status"] == "RUNNING"
     finally:
         subprocess.run(["bash", str(ROOT / "tools/testbed/up.sh")], capture_output=True, check=True)
+
+
+def test_a_run_slurm_has_no_record_of_is_killed_once_its_heartbeat_is_stale(slurm, test_db):
+    """Job id unknown to squeue and sacct (purged, other cluster): a fresh heartbeat keeps the
+    run RUNNING, a heartbeat older than HEARTBEAT_STALE_S makes it KILLED."""
+    from datetime import datetime, timedelta, timezone
+
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+    from seml_hydra.manage import HEARTBEAT_STALE_S
+
+    array = 9_000_000  # far above the testbed's job ids: squeue and sacct know nothing of it
+    task = {"cluster": "slurm", "array_id": array, "task_id": 0}
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    test_db["ghost"].insert_one(
+        {"_id": 1, "status": "RUNNING", "execution": task, "slurm": [task], "heartbeat": now}
+    )
+    result = CliRunner().invoke(app, ["ghost", "status"])
+    assert result.exit_code == 0, result.output
+    assert "left RUNNING" in result.output
+    assert test_db["ghost"].find_one()["status"] == "RUNNING"
+
+    stale = now - timedelta(seconds=HEARTBEAT_STALE_S + 5)
+    test_db["ghost"].update_one({"_id": 1}, {"$set": {"heartbeat": stale}})
+    result = CliRunner().invoke(app, ["ghost", "detect-killed"])
+    assert result.exit_code == 0, result.output
+    doc = test_db["ghost"].find_one()
+    assert doc["status"] == "KILLED"
+    assert f"Slurm job {array}_0 ended" in doc["fail_trace"][0]

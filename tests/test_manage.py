@@ -120,9 +120,33 @@ def test_decide_killed_needs_absence_from_squeue_and_a_terminal_or_missing_sacct
         running(7, 10, 4, cancel_time="t"),  # cancelled by the user -> interrupted
     ]
     sacct = {"10_1": ["CANCELLED by 0"], "10_2": ["RUNNING"], "10_4": ["CANCELLED"]}
-    killed, interrupted = manage.decide_killed(docs, {"10_0"}, sacct)
+    killed, interrupted, unsure = manage.decide_killed(docs, {"10_0"}, sacct)
     assert killed == [2, 4]
     assert interrupted == [7]
+    assert unsure == []
+
+
+def test_decide_killed_without_a_slurm_record_needs_a_stale_heartbeat():
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime(2026, 11, 30, 12, 0, 0)
+    fresh, stale = now - timedelta(seconds=20), now - timedelta(seconds=61)
+    docs = [
+        {**running(1, 10, 0), "heartbeat": fresh},  # no record, fresh heartbeat -> unsure
+        {**running(2, 10, 1), "heartbeat": stale},  # no record, stale heartbeat -> killed
+        {**running(3, 10, 2), "heartbeat": fresh},  # sacct NODE_FAIL: definitive -> killed
+        {**running(4, 10, 3), "start_time": fresh},  # no heartbeat yet: start_time counts
+        # tz-aware values are compared in UTC (12:00 at UTC+2 = 10:00 UTC: stale)
+        {**running(5, 10, 4), "heartbeat": now.replace(tzinfo=timezone(timedelta(hours=2)))},
+        running(6, 10, 5),  # never started (no heartbeat, no start_time) -> killed
+    ]
+    sacct = {"10_2": ["NODE_FAIL"]}
+    killed, interrupted, unsure = manage.decide_killed(
+        docs, set(), sacct, now=now, heartbeat_stale_s=60
+    )
+    assert killed == [2, 3, 5, 6]
+    assert unsure == [1, 4]
+    assert interrupted == []
 
 
 def test_tasks_to_cancel_spares_tasks_shared_with_experiments_not_cancelled():

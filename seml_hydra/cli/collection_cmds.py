@@ -52,6 +52,13 @@ def _report_detect(result: Any) -> None:
             f"{len(result.interrupted)} cancelled experiment(s) ended: "
             f"{_ids(result.interrupted)} are INTERRUPTED"
         )
+    if result.unsure:
+        from ..manage import HEARTBEAT_STALE_S
+
+        console().print(
+            f"Slurm has no record of the job(s) of {_ids(result.unsure)}, but their heartbeat "
+            f"is younger than {HEARTBEAT_STALE_S:.0f} s: left RUNNING, checked again next time."
+        )
 
 
 @command(rich_help_panel=COLLECTION_PANEL)
