@@ -607,6 +607,22 @@ def _scrub(text: str, settings: DbSettings) -> str:
     return text
 
 
+def skip_exit_join() -> None:
+    """Let the interpreter exit without waiting for pymongo's monitor threads.
+
+    pymongo (>= 4.9) registers an atexit hook that joins its monitor threads, which sleep in
+    0.5 s steps: a process that used MongoDB idles up to ~0.5 s at exit. Call this once every
+    write is done (the ``seml`` command when it returns, a job when its experiments are
+    recorded): the hook is dropped and the daemon monitor threads end with the interpreter.
+    Without pymongo imported, or with other pymongo internals, it does nothing.
+    """
+    hook = getattr(sys.modules.get("pymongo.synchronous.monitor"), "_shutdown_resources", None)
+    if hook is not None:
+        import atexit
+
+        atexit.unregister(hook)
+
+
 def connect(settings: DbSettings, timeout_s: float = 5.0) -> pymongo.database.Database:
     """Connect to the database of ``settings`` and check that the server answers.
 

@@ -112,7 +112,7 @@ class SemlLauncher(Launcher):
                 validate_launcher(point.launcher)
             except ValueError as error:
                 raise LaunchError(str(error)) from None
-        blob = self._pickled_payload()
+        blob = self._pickled_payload(points[0].hydra)
         settings = resolve_db_settings(params.get("db"))
         if settings.is_embedded:
             console.print(
@@ -122,15 +122,21 @@ class SemlLauncher(Launcher):
         db = connect(settings)
         return _Launch(self, db, settings, collection_name, points, blob, console).run()
 
-    def _pickled_payload(self) -> bytes:
+    def _pickled_payload(self, hydra_base: dict[str, Any]) -> bytes:
         """The batch payload, pickled now so an unpicklable task fails before anything is
-        staged (a lock in a closure, an open file...)."""
+        staged (a lock in a closure, an open file...). ``hydra_base`` is the batch's base Hydra
+        node (the first point's), stored typed for the jobs (``Payload.typed_hydra_base``)."""
+        import pickle
+
         import cloudpickle
         from hydra.core.singleton import Singleton
 
+        from .compose import typed_hydra_node
+        from .documents import to_bson_safe
         from .run import Payload
 
-        payload = Payload(self.task_function, self.hydra_context, Singleton.get_state())
+        typed = pickle.dumps(typed_hydra_node(to_bson_safe(hydra_base)))
+        payload = Payload(self.task_function, self.hydra_context, Singleton.get_state(), typed)
         try:
             return cloudpickle.dumps(payload)
         except Exception as error:

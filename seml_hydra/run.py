@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pickle
 import socket
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +39,8 @@ class Payload:
         task_function: the ``@hydra.main`` task (cloudpickled by value when defined in __main__).
         hydra_context: Hydra's ``HydraContext`` (config loader and callbacks) for ``run_job``.
         singleton_state: ``Singleton.get_state()`` of the launching process (ConfigStore...).
+        typed_hydra_base: pickled ``compose.typed_hydra_node`` of the base Hydra node (None in
+            payloads from before it existed).
 
     The batch's base Hydra node (each document stores its own diff to it) is kept as JSON in the
     GridFS file's ``metadata.hydra_base``, readable without unpickling (:func:`hydra_base`).
@@ -46,6 +49,7 @@ class Payload:
     task_function: Any
     hydra_context: Any
     singleton_state: Any
+    typed_hydra_base: bytes | None = None
 
 
 class ExperimentInterrupted(RuntimeError):
@@ -223,14 +227,17 @@ class JobRunner:
         Returns one outcome per experiment (``"COMPLETED"``, ``"FAILED"`` or ``"SKIPPED: why"``).
         Raises :class:`ExperimentsFailed` after the last one when any failed on this rank.
         """
-        from .database import connect, resolve_db_settings
+        from .database import connect, resolve_db_settings, skip_exit_join
 
         db = connect(resolve_db_settings(self.db_cfg, start_embedded=False))
         collection = db[self.collection]
         self._collection = collection  # for checkpoint(), which submitit calls on this object
         execution = execution_identity(os.environ)
         execution.update(_output_files())
-        outcomes = [self._run_one(db, collection, exp_id, execution) for exp_id in exp_ids]
+        try:
+            outcomes = [self._run_one(db, collection, exp_id, execution) for exp_id in exp_ids]
+        finally:
+            skip_exit_join()  # every write of this task is done
         failed = [str(i) for i, o in zip(exp_ids, outcomes) if o == states.FAILED]
         if failed:
             raise ExperimentsFailed(
@@ -340,7 +347,14 @@ class JobRunner:
                 rank.apply_seed(plan.seed)
             payload, base = load_payload(db, self.payload_id)
             node = adapt_hydra_node(apply_diff(base, doc["hydra"].get("node_diff", [])), plan)
-            cfg = job_config(doc["config"], node, plan.job_id)
+            typed = payload.typed_hydra_base
+            cfg = job_config(
+                doc["config"],
+                node,
+                plan.job_id,
+                typed_base=pickle.loads(typed) if typed else None,
+                base_node=base,
+            )
         except Exception:
             # Claimed but cannot start (malformed rank variables, a payload gone, a library
             # that fails to import while seeding...): FAILED with this rank's trace, never left
@@ -484,12 +498,32 @@ def _output_files() -> dict[str, str]:
         return {}
 
 
+def restore_singletons(state: Mapping[str, Any]) -> None:
+    """Hydra's ``Singleton.set_state(state)`` without its eager plugin scan.
+
+    hydra-core 1.3 (``core/singleton.py``) restores the instances (ConfigStore, JobRuntime...)
+    and OmegaConf resolvers, then calls ``Plugins.instance()``, which imports every
+    ``hydra_plugins`` module (~20-35 ms in a job). ``run_job`` needs no plugin, and
+    ``Plugins.instance()`` creates the singleton on first use anyway, so the scan is left to
+    whatever needs it. A state of another shape goes to Hydra's ``set_state`` unchanged.
+    """
+    import copy
+
+    from hydra.core.singleton import Singleton
+    from omegaconf.basecontainer import BaseContainer
+
+    if set(state) != {"instances", "omegaconf_resolvers"}:
+        Singleton.set_state(state)
+        return
+    Singleton._instances = state["instances"]
+    BaseContainer._resolvers = copy.deepcopy(state["omegaconf_resolvers"])
+
+
 def _run_hydra_job(payload: Payload, cfg: Any) -> Any:
     """Hydra's ``run_job`` with the launching process' singletons (ConfigStore, JobRuntime)."""
-    from hydra.core.singleton import Singleton
     from hydra.core.utils import run_job, setup_globals
 
-    Singleton.set_state(payload.singleton_state)
+    restore_singletons(payload.singleton_state)
     setup_globals()
     return run_job(
         hydra_context=payload.hydra_context,
@@ -519,25 +553,18 @@ def _run_observed(
     from hydra.utils import instantiate
 
     from . import metrics
-    from .sacred_compat import import_sacred
+    from .sacred_compat import experiment
 
-    import_sacred()
-    from sacred import SETTINGS, Experiment
+    # the app's own sources are snapshotted by seml-hydra and its git state is in the
+    # document's ``git`` block: the Experiment discovers neither
+    ex = experiment(doc.get("seml", {}).get("name", collection_name))
+    from sacred import SETTINGS
     from sacred.observers import MongoObserver
 
-    SETTINGS.DISCOVER_SOURCES = "none"  # our own source snapshot is separate
-    SETTINGS.DISCOVER_DEPENDENCIES = "none"
     SETTINGS.CAPTURE_MODE = "sys"
     SETTINGS.CONFIG.READ_ONLY_CONFIG = False
     quiet = logging.getLogger("seml_hydra.sacred")
     quiet.setLevel(logging.WARNING)
-
-    ex = Experiment(
-        doc.get("seml", {}).get("name", collection_name), interactive=True, save_git_info=False
-    )
-    # Sacred would store this module as the run's main file and source: the app's own sources
-    # are snapshotted by seml-hydra, and its git state is in the document's ``git`` block
-    ex.mainfile, ex.sources, ex.dependencies = None, set(), set()
     ex.logger = quiet
     ex.add_config({**doc["config"], "seed": doc.get("seed", 0)})
     ex.main(task)

@@ -1,22 +1,137 @@
-"""Import Sacred without its setuptools warning.
+"""Import Sacred fast and without its setuptools warning.
 
-sacred 0.8.7 imports ``pkg_resources``, which setuptools (pinned below 81, where it still
-exists) deprecates with a ``UserWarning`` at import. A filter set at package import does not
-last: Hydra imports plugins inside ``warnings.catch_warnings()``, which restores the filters.
+sacred 0.8.7 imports ``pkg_resources`` at module level (``sacred.dependencies``,
+``sacred.observers.mongo``). Importing setuptools' ``pkg_resources`` costs ~40 ms (half of
+Sacred's import in a job) and warns that it is deprecated (setuptools 81 removed it). Sacred
+needs only two things from it: ``resource_filename`` for its ``mime.types`` when the Mongo
+observer is imported, and ``working_set`` when it discovers dependencies (which seml-hydra's
+runs turn off). So while Sacred is imported, ``pkg_resources`` is a stand-in module that answers
+``resource_filename`` with ``importlib.resources`` and imports the real ``pkg_resources`` on any
+other attribute (then with the deprecation warning silenced). A filter set at package import
+would not last: Hydra imports plugins inside ``warnings.catch_warnings()``.
 """
 
 from __future__ import annotations
 
+import sys
+import types
 import warnings
 from typing import Any
 
+#: the modules imported with the stand-in in place (Sacred's package and its Mongo observer)
+_SACRED_MODULES = ("sacred", "sacred.observers", "sacred.observers.mongo")
 
-def import_sacred() -> Any:
-    """Import and return the ``sacred`` package, silencing only the ``pkg_resources`` warning."""
+
+def _real_pkg_resources() -> types.ModuleType:
+    """Setuptools' ``pkg_resources`` (imported now if needed), without its warning.
+
+    Raises:
+        ImportError: setuptools is not installed (or is >= 81).
+    """
+    import importlib
+
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore", message="pkg_resources is deprecated", category=UserWarning
         )
-        import sacred
+        return importlib.import_module("pkg_resources")
 
-    return sacred
+
+def _resource_filename(package: str, resource: str) -> str:
+    """``pkg_resources.resource_filename`` for a resource inside an installed package."""
+    from importlib.resources import files
+
+    return str(files(package).joinpath(resource))
+
+
+def _stand_in() -> types.ModuleType:
+    """The module Sacred binds as ``pkg_resources`` (see the module docstring)."""
+    module = types.ModuleType("pkg_resources", "seml_hydra stand-in; see seml_hydra.sacred_compat")
+    module.resource_filename = _resource_filename  # type: ignore[attr-defined]
+    module.__getattr__ = lambda name: getattr(_real_pkg_resources(), name)  # type: ignore
+    return module
+
+
+def import_sacred() -> Any:
+    """Import and return the ``sacred`` package (and its Mongo observer) as described in the
+    module docstring. Importing it again costs nothing; ``pkg_resources`` in ``sys.modules`` is
+    left as it was (a later ``import pkg_resources`` gets the real one)."""
+    if "sacred.observers.mongo" in sys.modules:
+        return sys.modules["sacred"]
+    installed = "pkg_resources" not in sys.modules
+    if installed:
+        sys.modules["pkg_resources"] = _stand_in()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message="pkg_resources is deprecated", category=UserWarning
+            )
+            for name in _SACRED_MODULES:
+                __import__(name)
+    finally:
+        if installed:
+            sys.modules.pop("pkg_resources", None)
+    return sys.modules["sacred"]
+
+
+def experiment(name: str) -> Any:
+    """A Sacred ``Experiment`` for a run whose sources and dependencies seml-hydra records
+    itself: no source or dependency discovery, no git info, no main file.
+
+    With numpy installed, sacred 0.8.7's ``gather_sources_and_dependencies`` always adds numpy
+    as a dependency through ``PackageDependency.create``, which first reads ``top_level.txt`` of
+    every installed distribution (tens of ms in an ML environment). Its module -> distribution
+    cache is primed with numpy's entry (``importlib.metadata``) so that scan never runs. And
+    ``Experiment.__init__`` takes its caller's globals from ``inspect.stack()``, which also reads
+    every frame's file and source line: the first call maps every imported module to its file
+    (~20-30 ms in a job); the frames alone give the same globals.
+
+    Args:
+        name: the experiment's name (SEML's ``seml.name``).
+    Returns:
+        ``sacred.Experiment`` with ``interactive=True``, ``mainfile=None`` and empty
+        ``sources``/``dependencies``.
+    """
+    import_sacred()
+    from sacred import SETTINGS, Experiment
+    from sacred.dependencies import PackageDependency
+
+    SETTINGS.DISCOVER_SOURCES = "none"
+    SETTINGS.DISCOVER_DEPENDENCIES = "none"
+    if "numpy" not in PackageDependency.modname_to_dist:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("numpy")
+        except metadata.PackageNotFoundError:
+            version = None
+        PackageDependency.modname_to_dist["numpy"] = ("numpy", version)
+    ex = _without_source_lookup(lambda: Experiment(name, interactive=True, save_git_info=False))
+    ex.mainfile, ex.sources, ex.dependencies = None, set(), set()
+    return ex
+
+
+def _frames(context: int = 1) -> list[tuple[Any, ...]]:
+    """``inspect.stack()`` reduced to what Sacred reads (``stack()[i][0]``, a frame): one
+    1-tuple per frame, from the caller outwards, without file names or source lines."""
+    frames, frame = [], sys._getframe(1)
+    while frame is not None:
+        frames.append((frame,))
+        frame = frame.f_back
+    return frames
+
+
+def _without_source_lookup(make: Any) -> Any:
+    """``make()`` while ``sacred.experiment`` sees an ``inspect`` whose ``stack()`` is
+    :func:`_frames`; only that module's global is swapped, and restored."""
+    import inspect
+
+    import sacred.experiment as module
+
+    frames_only = types.SimpleNamespace(**vars(inspect))
+    frames_only.stack = _frames
+    module.inspect = frames_only  # type: ignore[attr-defined]
+    try:
+        return make()
+    finally:
+        module.inspect = inspect  # type: ignore[attr-defined]

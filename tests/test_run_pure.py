@@ -358,3 +358,64 @@ def test_job_config_does_not_reinterpret_resolved_strings(composed_hydra):
     cfg = job_config(stored, copy.deepcopy(composed_hydra.resolved), "1_0")
     assert cfg.cmd == "echo ${HOME}"
     assert cfg.tpl == "${oc.env:USER}"
+
+
+def _fast_and_full(base, node, monkeypatch):
+    """``job_config`` of ``node`` from the typed ``base`` and from scratch, and how often the
+    fast path had to type a node from scratch."""
+    import pickle
+
+    from seml_hydra import compose
+
+    typed = pickle.dumps(compose.typed_hydra_node(base))
+    calls = []
+    real = compose.typed_hydra_node
+    monkeypatch.setattr(compose, "typed_hydra_node", lambda n: calls.append(1) or real(n))
+    fast = job_config(
+        copy.deepcopy(APP_CONFIG), node, "5_1", typed_base=pickle.loads(typed), base_node=base
+    )
+    from_scratch = len(calls)
+    full = job_config(copy.deepcopy(APP_CONFIG), copy.deepcopy(node), "5_1")
+    return fast, full, from_scratch
+
+
+@pytest.mark.parametrize("global_rank, world_size", [(0, 1), (1, 2), (0, 4)])
+def test_job_config_from_the_typed_base_equals_the_full_merge(
+    composed_hydra, global_rank, world_size, monkeypatch
+):
+    """The jobs' fast path (typed base of the batch + the point's changed leaves) builds the
+    same typed ``hydra`` node as merging the point's whole node onto the schema."""
+    from hydra.conf import HydraConf
+
+    base = copy.deepcopy(composed_hydra.resolved)
+    point = copy.deepcopy(base)  # another sweep point of the batch
+    point["job"]["num"] = 7
+    point["job"]["override_dirname"] = "lr=${oc.env:HOME}"  # a literal "${" survives
+    point["runtime"]["output_dir"] = "/tmp/seml_hydra_test/out/7"
+    point["overrides"]["task"] = ["lr=0.5"]
+    point["sweeper"]["new_key"] = {"nested": [1, 2]}
+    node = adapt_hydra_node(point, fake_plan(global_rank, world_size, logging.ERROR))
+
+    fast, full, from_scratch = _fast_and_full(base, node, monkeypatch)
+    assert from_scratch == 0
+    assert OmegaConf.get_type(fast, "hydra") is HydraConf
+    assert OmegaConf.to_container(fast, resolve=False) == OmegaConf.to_container(
+        full, resolve=False
+    )
+    assert fast.hydra.job.override_dirname == "lr=${oc.env:HOME}"
+    assert ("file" in fast.hydra.job_logging.handlers) == (global_rank == 0)
+
+
+def test_job_config_falls_back_to_the_full_merge_when_a_change_is_refused(
+    composed_hydra, monkeypatch
+):
+    """A change the typed base refuses (deleting a field of Hydra's schema) is merged from
+    scratch, with the same result as before the fast path existed."""
+    base = copy.deepcopy(composed_hydra.resolved)
+    node = copy.deepcopy(base)
+    del node["job"]["env_set"]
+    fast, full, from_scratch = _fast_and_full(base, node, monkeypatch)
+    assert from_scratch == 1
+    assert OmegaConf.to_container(fast, resolve=False) == OmegaConf.to_container(
+        full, resolve=False
+    )

@@ -7,21 +7,11 @@ from .core import app
 
 
 def main() -> None:
-    """Console script ``seml``.
-
-    A command that touched MongoDB would otherwise idle ~0.5 s at interpreter exit: pymongo's
-    atexit hook joins its monitor threads, which sleep in 0.5 s steps. Every command has
-    finished its writes when it returns, so the hook is dropped and the (daemon) monitor threads
-    end with the interpreter.
-    """
-    import sys
+    """Console script ``seml``. Every command has finished its writes when it returns, so the
+    exit does not wait for pymongo's monitor threads (``database.skip_exit_join``)."""
+    from ..database import skip_exit_join
 
     try:
         app(prog_name="seml")
     finally:
-        # pymongo >= 4.9 internals; without them the hook simply stays
-        hook = getattr(sys.modules.get("pymongo.synchronous.monitor"), "_shutdown_resources", None)
-        if hook is not None:
-            import atexit
-
-            atexit.unregister(hook)
+        skip_exit_join()
