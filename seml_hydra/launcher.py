@@ -234,6 +234,8 @@ class _Launch:
         from .stage import next_batch_id, stage
         from .submit import sbatch_options
 
+        hashes = [experiment_hash(to_bson_safe(p.config), p.launcher) for p in self.points]
+        self._recover(hashes)
         fs = gridfs.GridFS(self.db)
         payload_id = str(
             fs.put(
@@ -254,7 +256,6 @@ class _Launch:
         git = git_info(seml["working_dir"])
         now = datetime.now(timezone.utc)
         rng = random.SystemRandom()
-        hashes = [experiment_hash(to_bson_safe(p.config), p.launcher) for p in self.points]
 
         def make_document(index: int, exp_id: int, batch_id: int) -> dict[str, Any]:
             point = self.points[index]
@@ -302,6 +303,21 @@ class _Launch:
 
         refresh_collection_cache([self.collection_name], replace=False)  # shell completion
         return result
+
+    def _recover(self, hashes: Sequence[str]) -> None:
+        """Points an earlier launch left PENDING without a job (it died during sbatch) are
+        STAGED again, so this launch submits them (``submit.recover_interrupted_submissions``)."""
+        from .ranges import format_ids
+        from .submit import recover_interrupted_submissions
+
+        recovered = recover_interrupted_submissions(
+            self.collection, {"config_hash": {"$in": sorted(set(hashes))}}
+        )
+        if recovered:
+            self.console.print(
+                f"{len(recovered)} experiment(s) whose submission was interrupted (left PENDING "
+                f"without a Slurm job) are STAGED again: ids {format_ids(recovered)}"
+            )
 
     def _say_staged(self, result: Any) -> None:
         from .ranges import format_ids

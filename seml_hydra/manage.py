@@ -46,6 +46,7 @@ SLURM_JOB_FIELDS = (
     "num_tasks",
     "output_files_template",
     "reschedule_file",
+    "submitting",
 )
 #: sbatch options a submission sets itself; removed on reset, as SEML's ``reset_slurm_dict``
 SUBMISSION_SBATCH_OPTIONS = ("job-name", "output", "array", "comment")
@@ -557,7 +558,12 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
         updates.append(
             UpdateOne(
                 {"_id": exp_id, "status": doc["status"]},
-                {"$set": {"status": states.KILLED, "fail_trace": _killed_trace(doc)}},
+                {
+                    "$set": {
+                        "status": states.KILLED,
+                        "fail_trace": _killed_trace(doc, _recorded(doc, sacct)),
+                    }
+                },
             )
         )
     for exp_id in interrupted:
@@ -584,10 +590,23 @@ def _output_file(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _killed_trace(doc: Mapping[str, Any]) -> list[str]:
+def _recorded(doc: Mapping[str, Any], sacct: Mapping[str, list[str]]) -> list[str]:
+    """sacct's states of the experiment's task (``[]`` without a task or a record)."""
     task = task_of(doc)
+    return list(sacct.get(task[1], [])) if task else []
+
+
+def _killed_trace(doc: Mapping[str, Any], slurm_states: Sequence[str] = ()) -> list[str]:
+    """``fail_trace`` of a KILLED experiment: what Slurm said of its job (``slurm_states``, from
+    sacct), then the last lines of its output file."""
+    task = task_of(doc)
+    ended = (
+        f"ended ({', '.join(dict.fromkeys(slurm_states))})"
+        if slurm_states
+        else "ended (or is unknown to Slurm)"
+    )
     head = (
-        f"Slurm job {task[1] if task else '?'} ended (or is unknown to Slurm) while the experiment "
+        f"Slurm job {task[1] if task else '?'} {ended} while the experiment "
         f"was {doc.get('status')}; detected by `seml detect-killed`."
     )
     path = _output_file(doc)
@@ -647,6 +666,8 @@ class CancelResult:
     cancelled_tasks: list[str] = field(default_factory=list)
     local_ids: list[int] = field(default_factory=list)
     still_alive: list[str] = field(default_factory=list)
+    #: experiments an earlier, unfinished cancel had marked, whose tasks were cancelled now
+    finished: list[int] = field(default_factory=list)
 
 
 def cancel(
@@ -656,24 +677,31 @@ def cancel(
     ``scancel`` of exactly their array tasks, wait (at most ``wait_s``) until Slurm no longer
     lists those tasks alive, then INTERRUPTED again: Sacred's heartbeat rewrites ``status``
     until the process is gone. Tasks shared with active experiments not cancelled are spared.
-    Experiments of the local executor are marked but their processes are not stopped."""
+    Experiments of the local executor are marked but their processes are not stopped.
+
+    Safe to run again: a cancel that stopped between marking and ``scancel`` (killed, or Slurm
+    failed) is finished by the next one, which also cancels the tasks squeue still lists alive
+    of the matching experiments a cancel marked INTERRUPTED (:func:`_unfinished_cancels`)."""
     from . import slurm
 
     docs = select(collection, and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
-    if not docs:
+    unfinished = _unfinished_cancels(collection, query)
+    if not docs and not unfinished:
         return CancelResult()
     ids = [d["_id"] for d in docs]
     mark = {"status": states.INTERRUPTED, CANCEL_MARK: datetime.now(timezone.utc)}
     active = {"status": {"$in": sorted(states.ACTIVE)}}
-    collection.update_many({"_id": {"$in": ids}, **active}, {"$set": mark})
-    arrays = sorted({t[1].split("_")[0] for t in map(task_of, docs) if is_slurm_task(t)})
+    if ids:
+        collection.update_many({"_id": {"$in": ids}, **active}, {"$set": mark})
+    cancelled = docs + unfinished
+    arrays = sorted({t[1].split("_")[0] for t in map(task_of, cancelled) if is_slurm_task(t)})
     others = []
     if arrays:
         array_values = [int(a) for a in arrays] + arrays
         others = select(
             collection,
             {
-                "_id": {"$nin": ids},
+                "_id": {"$nin": [d["_id"] for d in cancelled]},
                 **active,
                 "$or": [
                     {"slurm.array_id": {"$in": array_values}},
@@ -681,13 +709,15 @@ def cancel(
                 ],
             },
         )
-    tasks = tasks_to_cancel(docs, others)
+    tasks = tasks_to_cancel(cancelled, others)
     tasks += _orphaned_pending_tasks(collection, {a for a in map(array_of, docs) if a})
     result = CancelResult(
         interrupted=ids,
         cancelled_tasks=tasks,
         local_ids=[d["_id"] for d in docs if (task_of(d) or ("",))[0] == "local"],
+        finished=[d["_id"] for d in unfinished if task_of(d)[1] in tasks],  # type: ignore[index]
     )
+    ids = [*ids, *result.finished]
     if tasks:
         try:
             slurm.scancel(tasks)
@@ -695,13 +725,36 @@ def cancel(
         except slurm.SlurmError as error:
             raise ManageError(
                 f"Experiment(s) {', '.join(map(str, ids))} are INTERRUPTED, but Slurm could not "
-                f"cancel their task(s) {', '.join(tasks)}: {error}"
+                f"cancel their task(s) {', '.join(tasks)}: {error}. Run the command again to "
+                "cancel them."
             ) from None
     collection.update_many(
         {"_id": {"$in": ids}, "status": {"$in": [*sorted(states.ACTIVE), states.KILLED]}},
         {"$set": {"status": states.INTERRUPTED}},
     )
     return result
+
+
+def _unfinished_cancels(collection: Any, query: Mapping[str, Any]) -> list[dict]:
+    """The matching experiments a cancel marked INTERRUPTED (``execution.cancel_time``) whose
+    Slurm task squeue still lists alive: that cancel stopped before its ``scancel`` took effect.
+    A failed squeue finds none (the cancel's own squeue then reports the problem)."""
+    from . import slurm
+
+    marked = [
+        doc
+        for doc in select(
+            collection, and_(query, {"status": states.INTERRUPTED, CANCEL_MARK: {"$exists": True}})
+        )
+        if is_slurm_task(task_of(doc))
+    ]
+    if not marked:
+        return []
+    try:
+        alive = set(_alive_tasks(sorted({task_of(d)[1] for d in marked})))  # type: ignore[index]
+    except (slurm.SlurmError, ValueError):
+        return []
+    return [d for d in marked if task_of(d)[1] in alive]  # type: ignore[index]
 
 
 def _orphaned_pending_tasks(collection: Any, arrays: set[str]) -> list[str]:
@@ -1083,12 +1136,25 @@ def snapshot_for(collection: Any, query: Mapping[str, Any]) -> list[list[Any]]:
 
 def restore_sources(collection: Any, files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
     """Write a snapshot from :func:`snapshot_for` into ``target`` (SEML's ``restore-sources``,
-    later ``download-sources``); returns the written files. Raises :class:`ManageError`."""
+    later ``download-sources``); returns the files written: files already there with the
+    snapshot's content are kept (``sources.write_sources``). Raises :class:`ManageError`."""
     from .sources import SourceSnapshotError, write_sources
 
     target.mkdir(parents=True, exist_ok=True)
     try:
         return write_sources(collection.database, files, target)
+    except SourceSnapshotError as error:
+        raise ManageError(str(error)) from None
+
+
+def foreign_files(collection: Any, files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
+    """The files in ``target`` that are not the snapshot's (``sources.foreign_files``): a
+    restore there mixes with or overwrites them. Raises :class:`ManageError`."""
+    from .sources import SourceSnapshotError
+    from .sources import foreign_files as foreign
+
+    try:
+        return foreign(collection.database, files, target)
     except SourceSnapshotError as error:
         raise ManageError(str(error)) from None
 

@@ -164,8 +164,10 @@ def upload_sources(
     return out
 
 
-def write_sources(db: Any, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
-    """Write a snapshot (``seml.source_files``) into ``target``; returns the written paths.
+def read_sources(
+    db: Any, source_files: Sequence[Sequence[Any]], target: Path
+) -> list[tuple[Path, bytes]]:
+    """The files of a snapshot (``seml.source_files``) as ``(path under target, content)``.
 
     Raises :class:`SourceSnapshotError` when a file is missing from GridFS or a path would
     leave ``target``.
@@ -174,18 +176,52 @@ def write_sources(db: Any, source_files: Sequence[Sequence[Any]], target: Path) 
 
     fs = gridfs.GridFS(db)
     target = Path(target).resolve()
-    written = []
+    out = []
     for rel_path, file_id in source_files:
-        out = (target / rel_path).resolve()
-        if target not in out.parents:
+        path = (target / rel_path).resolve()
+        if target not in path.parents:
             raise SourceSnapshotError(f"source file path {rel_path!r} leaves {target}")
         grid_out = fs.find_one({"_id": file_id})
         if grid_out is None:
             raise SourceSnapshotError(f"source file {rel_path} ({file_id}) is not in GridFS")
-        out.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        out.write_bytes(grid_out.read())
-        written.append(out)
+        out.append((path, grid_out.read()))
+    return out
+
+
+def write_sources(db: Any, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
+    """Write a snapshot (``seml.source_files``) into ``target``; returns the paths written.
+
+    Safe to run again: a file already there with the snapshot's content is left as it is, and
+    each file is written under a temporary name and then renamed, so an interrupted write leaves
+    no partial file and writing again writes only what is missing or different.
+
+    Raises :class:`SourceSnapshotError` as :func:`read_sources`.
+    """
+    written = []
+    for path, data in read_sources(db, source_files, target):
+        if path.is_file() and path.read_bytes() == data:
+            continue
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+        written.append(path)
     return written
+
+
+def foreign_files(db: Any, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
+    """The files in ``target`` that are not the snapshot's: not in it, or with other content
+    (what writing the snapshot there would mix with or overwrite). Raises as
+    :func:`read_sources`."""
+    target = Path(target)
+    if not target.is_dir():
+        return []
+    snapshot = dict(read_sources(db, source_files, target))
+    return sorted(
+        path
+        for path in target.rglob("*")
+        if path.is_file() and snapshot.get(path.resolve()) != path.read_bytes()
+    )
 
 
 @contextlib.contextmanager

@@ -1,8 +1,10 @@
 """Submission: staged experiment ids -> submitit array jobs (one per resource set).
 
-Documents go to PENDING just before ``sbatch`` (so a job that starts at once can claim them) and
-back to STAGED if submission fails; after ``sbatch`` they record ``slurm[0].array_id``,
-``num_tasks`` and the sbatch options used. The array's ``--comment`` is the collection (``seml
+Documents go to PENDING just before ``sbatch`` (so a job that starts at once can claim them),
+marked with the submitting process (``slurm[0].submitting``), and back to STAGED if submission
+fails; after ``sbatch`` they record ``slurm[0].array_id``, ``num_tasks`` and the sbatch options
+used instead of the mark. A submission whose process died in between is undone by the next one
+(:func:`recover_interrupted_submissions`). The array's ``--comment`` is the collection (``seml
 queue`` groups by it, as SEML does) and its job name ``<collection>_<batch_id>``.
 """
 
@@ -12,6 +14,7 @@ import contextlib
 import io
 import json
 import os
+import socket
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -199,6 +202,99 @@ def clean_environment() -> Iterator[None]:
         os.environ.update(saved)
 
 
+#: a submission mark of a process on another machine (which cannot be checked from here) counts
+#: as a dead submission after this many seconds; sbatch answers or fails well within it
+SUBMIT_TIMEOUT_S = 600.0
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of running process ``pid`` (Linux: field 22 of ``/proc/<pid>/stat``), which
+    tells it from a later process with the same pid; ``""`` for an existing pid where there is
+    no ``/proc``; None when no such process runs (a zombie does not run)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        if os.path.exists("/proc/self/stat"):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return ""
+    except OSError:
+        return None
+    state, *fields = stat.rsplit(")", 1)[1].split()
+    return None if state in ("Z", "X") else fields[18]
+
+
+def submission_mark() -> dict[str, Any]:
+    """``slurm[0].submitting`` of the experiments this process is about to submit."""
+    from datetime import datetime, timezone
+
+    pid = os.getpid()
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "started": process_start(pid),
+        "time": datetime.now(timezone.utc),
+    }
+
+
+def submitter_gone(mark: Mapping[str, Any]) -> bool:
+    """Whether the process of a ``slurm[0].submitting`` mark no longer runs: on this host, no
+    process with its pid and start time; on another host, marked over :data:`SUBMIT_TIMEOUT_S`
+    ago."""
+    from datetime import datetime, timezone
+
+    if mark.get("host") == socket.gethostname():
+        try:
+            return process_start(int(mark["pid"])) != mark.get("started")
+        except (KeyError, TypeError, ValueError):
+            return True
+    since = mark.get("time")
+    if not isinstance(since, datetime):
+        return True
+    if since.tzinfo is None:  # pymongo returns naive UTC datetimes by default
+        since = since.replace(tzinfo=timezone.utc)
+    return (datetime.now(timezone.utc) - since).total_seconds() > SUBMIT_TIMEOUT_S
+
+
+def recover_interrupted_submissions(
+    collection: Any, query: Mapping[str, Any] | None = None
+) -> list[int]:
+    """Put the matching experiments whose submission died half-way back to STAGED; their ids.
+
+    The rule: an experiment is PENDING without a Slurm job (``slurm[0].array_id``) only while
+    the process submitting it waits for sbatch: :func:`submit_group` marks it with
+    ``slurm[0].submitting`` (that process's host, pid, start time, and the time) and replaces
+    the mark with the job's ids. Once the marking process is gone (SIGKILL, a closed terminal,
+    a crash: see :func:`submitter_gone`) an experiment still marked, and claimed by no job (no
+    ``execution``), would stay PENDING forever: a launch of its sweep and ``seml start`` call
+    this first, and submit it again. No experiment runs twice: a job the dead process's sbatch
+    still created mostly cannot start a task (submitit moves its pickles into place only after
+    sbatch returned), and a job claims only a PENDING experiment, atomically, so of two jobs of
+    one experiment only one runs it.
+    """
+    lost_filter = {
+        "status": states.PENDING,
+        "slurm.0.submitting": {"$exists": True},
+        "slurm.0.array_id": {"$exists": False},
+        "execution": {"$exists": False},
+    }
+    selected = {"$and": [dict(query), lost_filter]} if query else lost_filter
+    docs = collection.find(selected, {"slurm": 1}).sort("_id", 1)
+    lost = [d["_id"] for d in docs if submitter_gone(d["slurm"][0]["submitting"])]
+    if lost:
+        collection.update_many(
+            {"_id": {"$in": lost}, **lost_filter},
+            {"$set": {"status": states.STAGED}, "$unset": {"slurm.0.submitting": ""}},
+        )
+    return lost
+
+
 def submit_group(
     collection: Any,
     *,
@@ -211,9 +307,11 @@ def submit_group(
 ) -> list[Any]:
     """Submit one resource group as one array job; returns submitit ``Job``s (one per group).
 
-    The groups' documents are set PENDING (from STAGED) first, then submitted; on success each
-    records its ``slurm[0]`` fields, on failure every one of them goes back to STAGED and
-    :class:`SubmissionError` carries sbatch's message.
+    The groups' documents are set PENDING (from STAGED) and marked as being submitted by this
+    process first (:func:`submission_mark`), then submitted; on success each records its
+    ``slurm[0]`` fields instead of the mark, on failure every one of them goes back to STAGED and
+    :class:`SubmissionError` carries sbatch's message. Should this process die in between, the
+    next submission of them recovers them (:func:`recover_interrupted_submissions`).
     """
     import submitit
 
@@ -222,7 +320,10 @@ def submit_group(
     stale = ("array_id", "task_id", "job_id", "num_tasks", "output_files_template")
     collection.update_many(
         {"_id": {"$in": all_ids}, "status": states.STAGED},
-        {"$set": {"status": states.PENDING}, "$unset": {f"slurm.0.{k}": "" for k in stale}},
+        {
+            "$set": {"status": states.PENDING, "slurm.0.submitting": submission_mark()},
+            "$unset": {f"slurm.0.{k}": "" for k in stale},
+        },
     )
     try:
         # submitit's own limit on timeout requeues stays above ours (JobRunner.max_requeues)
@@ -237,7 +338,8 @@ def submit_group(
             jobs = executor.map_array(runner, [list(g) for g in id_groups])
     except BaseException as error:  # Ctrl-C during sbatch too: never PENDING without a job
         collection.update_many(
-            {"_id": {"$in": all_ids}, "status": states.PENDING}, {"$set": {"status": states.STAGED}}
+            {"_id": {"$in": all_ids}, "status": states.PENDING},
+            {"$set": {"status": states.STAGED}, "$unset": {"slurm.0.submitting": ""}},
         )
         if not isinstance(error, Exception):
             raise
@@ -256,7 +358,8 @@ def submit_group(
                     "slurm.0.sbatch_options": dict(options),
                     "slurm.0.cluster": cluster,
                     "slurm.0.output_files_template": str(job.paths.stdout),
-                }
+                },
+                "$unset": {"slurm.0.submitting": ""},
             },
         )
     return jobs

@@ -105,12 +105,20 @@ def start(
         int, typer.Option("-n", "--num-experiments", help="Start at most this many; 0 = all.")
     ] = 0,
 ) -> None:
-    """Submit STAGED experiments to Slurm (e.g. after `reset`), from the database alone."""
+    """Submit STAGED experiments to Slurm (e.g. after `reset`), from the database alone; also
+    those an interrupted submission left PENDING without a job."""
     from ..manage import start as do_start
+    from ..submit import recover_interrupted_submissions
 
     sel = selection(sacred_id, batch_id, None, filter_dict)
-    db, _ = _open(ctx)
+    db, coll = _open(ctx)
     name = collection_name(ctx)
+    recovered = recover_interrupted_submissions(coll, sel.query())
+    if recovered:
+        console().print(
+            f"{len(recovered)} experiment(s) whose submission was interrupted (left PENDING "
+            f"without a Slurm job) are STAGED again: {_ids(recovered)}"
+        )
     arrays = do_start(db, name, sel.query(), limit=num_experiments)
     if not arrays:
         console().print(f"No STAGED experiments in {name} match: nothing to start.")
@@ -165,26 +173,37 @@ def cancel(
     filter_dict: FilterDict = None,
     yes: Yes = False,
 ) -> None:
-    """Cancel PENDING and RUNNING experiments: INTERRUPTED, and `scancel` of their array tasks."""
+    """Cancel PENDING and RUNNING experiments: INTERRUPTED, and `scancel` of their array tasks
+    (without -s, also finishes an earlier cancel that was interrupted before its `scancel`)."""
     from ..manage import cancel as do_cancel
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     _, coll = _open(ctx)
     query = sel.query(allowed=[s for s in states.ALL if s in states.ACTIVE])
     confirm_if_many("Cancel", coll.count_documents(query), yes)
-    result = do_cancel(coll, query)
+    # without -s: the whole selection, so experiments an unfinished cancel left INTERRUPTED
+    # with live tasks are found too (manage.cancel acts on active ones and those only)
+    result = do_cancel(coll, query if sel.filter_states else sel.query())
     _report_cancel(result)
 
 
 def _report_cancel(result: Any) -> None:
-    if not result.interrupted:
+    if not result.interrupted and not result.finished:
         console().print("No PENDING or RUNNING experiments to cancel.")
         return
+    done = []
+    if result.interrupted:
+        done.append(
+            f"Cancelled {len(result.interrupted)} experiment(s) ({_ids(result.interrupted)}), "
+            "now INTERRUPTED"
+        )
+    if result.finished:
+        done.append(
+            f"{'f' if done else 'F'}inished the interrupted cancel of {len(result.finished)} "
+            f"INTERRUPTED experiment(s) ({_ids(result.finished)})"
+        )
     tasks = ", ".join(result.cancelled_tasks) or "none"
-    console().print(
-        f"Cancelled {len(result.interrupted)} experiment(s) ({_ids(result.interrupted)}), now "
-        f"INTERRUPTED; Slurm tasks cancelled: {tasks}"
-    )
+    console().print(f"{'; '.join(done)}; Slurm tasks cancelled: {tasks}")
     if result.local_ids:
         err_console().print(
             f"[yellow]Warning:[/] experiment(s) {_ids(result.local_ids)} run with the local "
@@ -292,8 +311,9 @@ def restore_sources(
     filter_dict: FilterDict = None,
     yes: Yes = False,
 ) -> None:
-    """Write the code snapshot the selected experiments ran with into a directory."""
-    from ..manage import ManageError, snapshot_for
+    """Write the code snapshot the selected experiments ran with into a directory (asks when
+    the directory holds other files; files already restored are kept)."""
+    from ..manage import ManageError, foreign_files, snapshot_for
     from ..manage import restore_sources as do_restore
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
@@ -301,10 +321,24 @@ def restore_sources(
     files = snapshot_for(coll, sel.query())
     if target.exists() and not target.is_dir():
         raise ManageError(f"{target} exists and is not a directory; name a directory.")
-    if target.exists() and any(target.iterdir()) and not yes:
-        typer.confirm(f"{target} is not empty; write the sources into it anyway?", abort=True)
+    foreign = foreign_files(coll, files, target) if not yes else []
+    if foreign:  # a restore of this very snapshot there before (even interrupted) does not ask
+        typer.confirm(
+            f"{target} is not empty: {len(foreign)} file(s) there are not this snapshot's (such "
+            f"as {foreign[0].relative_to(target)}); write the sources into it anyway?",
+            abort=True,
+        )
     written = do_restore(coll, files, target)
-    console().print(f"Restored {len(written)} source file(s) into {target}")
+    kept = len(files) - len(written)
+    if not written:
+        console().print(
+            f"The {kept} source file(s) in {target} are already the snapshot's: nothing to write."
+        )
+    else:
+        console().print(
+            f"Restored {len(written)} source file(s) into {target}"
+            + (f" ({kept} already there)" if kept else "")
+        )
 
 
 @command("detect-killed", rich_help_panel=COLLECTION_PANEL)
