@@ -572,16 +572,19 @@ def _run_observed(
 
     class DocumentObserver(MongoObserver):
         """Never writes ``config``: the document keeps the config staged for it (Sacred would
-        store its own copy with an added ``seed`` key)."""
+        store its own copy with an added ``seed`` key). Never creates the document either:
+        Sacred's ``final_save`` upserts, which would bring back, as a fragment, an experiment
+        deleted while it ran (``seml delete --no-cancel``)."""
 
         @contextlib.contextmanager
         def _without_config(self) -> Iterator[None]:
-            entry = self.run_entry
+            entry, runs = self.run_entry, self.runs
             self.run_entry = {k: v for k, v in entry.items() if k != "config"}
+            self.runs = _WithoutUpsert(runs)
             try:
                 yield
             finally:
-                self.run_entry = entry
+                self.run_entry, self.runs = entry, runs
 
         def save(self) -> None:
             if not self.frozen:
@@ -608,6 +611,19 @@ def _run_observed(
         return ex.run().result
     finally:
         _ACTIVE_OBSERVERS.remove(observer)
+
+
+class _WithoutUpsert:
+    """A pymongo collection whose ``update_one`` never inserts (``upsert`` is dropped)."""
+
+    def __init__(self, collection: Any) -> None:
+        self._collection = collection
+
+    def update_one(self, filter: Any, update: Any, upsert: bool = False, **kwargs: Any) -> Any:
+        return self._collection.update_one(filter, update, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._collection, name)
 
 
 #: the document observers of runs in progress in this process (``_freeze_observer``)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from conftest import ROOT, run_app, start_app, wait_running, wait_until
+from conftest import ROOT, run_app, squeue_tasks, start_app, wait_running, wait_until
 
 #: a time limit Slurm does not reach during a test: the tests send the signal Slurm sends
 #: before a time limit or on preemption themselves (``scancel --signal=USR2``), because Slurm
@@ -217,3 +217,34 @@ def test_a_run_slurm_has_no_record_of_is_killed_once_its_heartbeat_is_stale(slur
     doc = test_db["ghost"].find_one()
     assert doc["status"] == "KILLED"
     assert f"Slurm job {array}_0 ended" in doc["fail_trace"][0]
+
+
+def test_an_experiment_deleted_while_it_runs_is_not_brought_back_by_its_job(
+    slurm, test_db, tmp_path
+):
+    """``seml delete --no-cancel`` of a RUNNING experiment: its job finishes, and Sacred's
+    final save must not recreate a fragment of the document."""
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    coll = test_db["gate"]
+    gate = tmp_path / "open"
+    proc = start_app(
+        "tests/apps/gate.py",
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.wait=false",
+        f"gate={gate}",
+        cwd=tmp_path,
+    )
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    doc = wait_until("the run to start", lambda: coll.find_one({"host": {"$exists": True}}))
+    result = CliRunner().invoke(app, ["gate", "delete", "--no-cancel", "-y"])
+    assert result.exit_code == 0, result.output
+    assert coll.count_documents({}) == 0
+    gate.touch()
+    array = doc["execution"]["array_id"]
+    wait_until("the job to end", lambda: not squeue_tasks(array), 120)
+    assert coll.count_documents({}) == 0
