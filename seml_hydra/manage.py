@@ -495,28 +495,34 @@ def list_collections(db: Any, pattern: str | None = None) -> list[CollectionCoun
 @dataclass
 class DetectResult:
     """What :func:`detect_killed` did: ids marked KILLED / INTERRUPTED, ids left RUNNING only
-    because their heartbeat is fresh (``unsure``), and a warning when Slurm could not be asked."""
+    because their heartbeat is fresh (``unsure``), ids put back to STAGED (``recovered``), and
+    a warning when Slurm could not be asked."""
 
     killed: list[int] = field(default_factory=list)
     interrupted: list[int] = field(default_factory=list)
     warning: str | None = None
     #: gone from squeue, no sacct record, but a heartbeat younger than HEARTBEAT_STALE_S
     unsure: list[int] = field(default_factory=list)
+    #: PENDING without a job because their submitting process died: STAGED again
+    recovered: list[int] = field(default_factory=list)
 
 
 def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> DetectResult:
     """Mark KILLED the active experiments whose Slurm task is gone (see :func:`decide_killed`);
     INTERRUPTED when the user had cancelled them; a fresh heartbeat without any Slurm record
     keeps a run RUNNING (``unsure``). A failed scheduler query marks nothing and returns a
-    warning. ``fail_trace`` = the last lines of ``execution.slurm_output_file``."""
+    warning. First, experiments left PENDING without a job by a submitting process that died
+    go back to STAGED (``submit.recover_interrupted_submissions``; ``recovered``). ``fail_trace`` = the last lines of ``execution.slurm_output_file``."""
     from . import slurm
+    from .submit import recover_interrupted_submissions
 
+    recovered = recover_interrupted_submissions(collection, query)
     docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
     tasks = {task_of(d) for d in docs}
     jobs = sorted({t[1] for t in tasks if is_slurm_task(t)})
     seml_arrays = {a for a in map(array_of, docs) if a}  # SEML 0.5's unclaimed experiments
     if not jobs and not seml_arrays:
-        return DetectResult()
+        return DetectResult(recovered=recovered)
     arrays = sorted({j.split("_")[0] for j in jobs} | seml_arrays, key=int)
     try:
         rows = slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True)
@@ -535,7 +541,8 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
     except (slurm.SlurmError, ValueError) as error:
         return DetectResult(
             warning=f"Could not ask Slurm about the jobs ({error}); no experiment was marked "
-            "KILLED."
+            "KILLED.",
+            recovered=recovered,
         )
     killed, interrupted, unsure = decide_killed(docs, alive, sacct)
     # an experiment waiting for any task of its SEML array is lost when no task of the array
@@ -575,7 +582,7 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
         )
     if updates:
         collection.bulk_write(updates, ordered=False)
-    return DetectResult(killed, interrupted, unsure=unsure)
+    return DetectResult(killed, interrupted, unsure=unsure, recovered=recovered)
 
 
 def _output_file(doc: Mapping[str, Any]) -> str | None:

@@ -187,7 +187,15 @@ def wait_for(
                     next_slurm_check = time.monotonic() + slurm_check_s
                     from .manage import detect_killed
 
-                    if detect_killed(collection, {"_id": {"$in": unique}}).killed:
+                    detected = detect_killed(collection, {"_id": {"$in": unique}})
+                    if detected.recovered:
+                        console.print(
+                            f"{len(detected.recovered)} awaited experiment(s) were left PENDING "
+                            "without a job by a launch that died while submitting them: they "
+                            f"are STAGED again; submit them with `seml {collection_name} start` "
+                            "(this launch keeps waiting)."
+                        )
+                    if detected.killed:
                         continue
                     _say_stuck(console, collection, unique, collection_name, told)
                 time.sleep(poll_interval_s)

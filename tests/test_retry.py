@@ -513,3 +513,26 @@ def test_only_experiments_whose_submitting_process_is_gone_are_recovered(test_db
         6: ("PENDING", True),
         7: ("PENDING", True),
     }
+
+
+def test_status_puts_experiments_of_a_dead_submission_back_to_staged_and_says_how_to_start(
+    test_db,
+):
+    """``seml status`` (and ``detect-killed``) finish the recovery a relaunch would do, so such
+    experiments do not look PENDING forever."""
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+    from seml_hydra.submit import submission_mark
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    coll = test_db["marks"]
+    dead = {**submission_mark(), "pid": ended.pid}
+    coll.insert_one({"_id": 1, "status": "PENDING", "slurm": [{"submitting": dead}]})
+    result = CliRunner().invoke(app, ["marks", "status"])
+    assert result.exit_code == 0, result.output
+    assert "STAGED again; submit them with `seml marks start`" in result.output
+    assert coll.find_one()["status"] == "STAGED"
+    result = CliRunner().invoke(app, ["marks", "detect-killed"])
+    assert "No killed experiments detected." in result.output

@@ -40,7 +40,13 @@ def _ids(ids: list[int]) -> str:
     return format_ids(ids)
 
 
-def _report_detect(result: Any) -> None:
+def _report_detect(result: Any, name: str) -> None:
+    if result.recovered:
+        console().print(
+            f"{len(result.recovered)} experiment(s) were left PENDING without a job by a "
+            f"submission that died: {_ids(result.recovered)} are STAGED again; submit them with "
+            f"`seml {name} start`."
+        )
     if result.warning:
         err_console().print(f"[yellow]Warning:[/] {result.warning}", markup=True)
     if result.killed:
@@ -78,9 +84,9 @@ def status(
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     _, coll = _open(ctx)
     query = sel.query()
-    _report_detect(detect_killed(coll, query))
-    by_state = get_status(coll, query)
     name = collection_name(ctx)
+    _report_detect(detect_killed(coll, query), name)
+    by_state = get_status(coll, query)
     if not by_state:
         console().print(f"No experiments in {name} match.")
         return
@@ -348,8 +354,8 @@ def detect_killed(ctx: typer.Context) -> None:
 
     _, coll = _open(ctx)
     result = do_detect(coll)
-    _report_detect(result)
-    if not result.killed and not result.interrupted and not result.warning:
+    _report_detect(result, collection_name(ctx))
+    if not (result.killed or result.interrupted or result.warning or result.recovered):
         console().print("No killed experiments detected.")
 
 
