@@ -3,9 +3,11 @@
     python benchmarks/run.py                 # everything: (a) staging, (b) overhead, (c) CLI
     python benchmarks/run.py --only a,c --points 1000 --reps 2
 
-Needs the project's environment (this interpreter, with seml-hydra installed), the MongoDB at
-``--mongo`` and the Slurm testbed. SEML 0.5.7 and hydra-submitit-launcher 1.2.0 are installed
-into their own virtualenvs under ``--cache`` (default ``~/.cache/seml-hydra-bench``) on first use.
+Needs pymongo in this interpreter, the MongoDB at ``--mongo`` and the Slurm testbed. Each tool
+runs from its own virtualenv under ``--cache`` (default ``~/.cache/seml-hydra-bench``), holding
+only what installing it pulls: SEML 0.5.7 and hydra-submitit-launcher 1.2.0 (installed once),
+and this checkout (installed as a wheel on every run). ``PYTHONDONTWRITEBYTECODE`` is dropped
+from every tool's environment, as on a user's machine.
 Prints a table of medians and ratios (ours / theirs) with peak memory, and writes the raw
 numbers to ``benchmarks/results.json``. Not part of the test suite.
 
@@ -71,6 +73,19 @@ def ensure_venv(cache: Path, name: str, requirement: str) -> Path:
     )
     marker.write_text(requirement)
     return venv / "bin"
+
+
+def ours_venv(cache: Path) -> Path:
+    """A virtualenv ``cache/venv-ours`` with this checkout installed as a user installs it (a
+    wheel, byte-compiled, only the package's own dependencies); the checkout is re-installed on
+    every run so the measured code is this tree. Returns its bin dir."""
+    bin_dir = ensure_venv(cache, "venv-ours", str(ROOT))
+    say(f"installing this checkout into {bin_dir.parent} ...")
+    subprocess.run(
+        [str(bin_dir / "pip"), "install", "-q", "--no-deps", "--force-reinstall", str(ROOT)],
+        check=True,
+    )
+    return bin_dir
 
 
 def seml_home(cache: Path, mongo: str) -> Path:
@@ -177,7 +192,7 @@ def bench_staging(args, envs, work: Path) -> dict:
             run_dir = work / f"stage-{name}-{rep}"
             run_dir.mkdir()
             result = measure(
-                ours_stage_cmd(sys.executable, args.points, "bench_stage"),
+                ours_stage_cmd(str(envs["ours_bin"] / "python"), args.points, "bench_stage"),
                 env=env,
                 cwd=run_dir,
                 label="stage",
@@ -228,7 +243,7 @@ def bench_overhead(args, envs, work: Path) -> dict:
         run_dir.mkdir()
         log = run_dir / "entries.txt"
         cmd = [
-            sys.executable,
+            str(envs["ours_bin"] / "python"),
             str(APP),
             "-m",
             "hydra/launcher=seml",
@@ -278,7 +293,7 @@ def bench_cli(args, envs, work: Path) -> dict:
         "list": (["seml", "list"], ["seml", "list"]),
         "--help": (["seml", "--help"], ["seml", "--help"]),
     }
-    ours_bin = Path(sys.executable).parent
+    ours_bin = envs["ours_bin"]
     runs: dict[str, dict[str, list]] = {}
     run_dir = work / "cli"
     run_dir.mkdir()
@@ -405,7 +420,13 @@ def main() -> None:
 
     seml_bin = ensure_venv(cache, "venv-seml", SEML_VERSION) if only & {"a", "c"} else None
     hsl_bin = ensure_venv(cache, "venv-hsl", HSL_VERSION) if "b" in only else None
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
+    ours_bin = ours_venv(cache)
+    # as on a user's machine: Python writes and reuses its bytecode caches for every tool
+    base_env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "SBATCH_")) and k != "PYTHONDONTWRITEBYTECODE"
+    }
     envs = {
         "ours": {
             **base_env,
@@ -415,6 +436,7 @@ def main() -> None:
         "hsl": dict(base_env),
         "seml_bin": seml_bin,
         "hsl_bin": hsl_bin,
+        "ours_bin": ours_bin,
     }
     work = Path(tempfile.mkdtemp(prefix="seml-hydra-bench-"))
     say(f"work dir {work}")
