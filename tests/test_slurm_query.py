@@ -7,12 +7,10 @@ polling with a bounded deadline, never by sleeping a fixed time.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
-from typing import TypeVar
 
 import pytest
+from conftest import wait_until
 
 from seml_hydra import slurm as sl
 from seml_hydra.slurm import SlurmError
@@ -21,22 +19,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
 
 #: a job id slurmctld will not have (below MAX_JOB_ID 0x03FFFFFF, far above the testbed's)
 UNKNOWN_JOB_ID = "67000000"
-
-T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T], what: str, timeout_s: float = 60) -> T:
-    """Call ``check`` until it returns something truthy; fail after ``timeout_s`` seconds."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.1
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}; last: {result!r}")
-        time.sleep(delay)
-        delay = min(delay * 1.5, 1.0)
 
 
 @pytest.fixture
@@ -63,7 +45,7 @@ def test_held_array_is_found_released_and_cancelled(submit):
     jid = int(job)
     me = sl.current_user()
 
-    rows = wait_for(lambda: sl.squeue_jobs(job_ids=[job]), f"squeue to list job {job}")
+    rows = wait_until(f"squeue to list job {job}", lambda: sl.squeue_jobs(job_ids=[job]))
     (row,) = rows
     assert row.job_id == f"{job}_[0-3%2]"
     assert (row.job_id_raw, row.array_job_id, row.array_task) == (jid, jid, "0-3%2")
@@ -92,7 +74,7 @@ def test_held_array_is_found_released_and_cancelled(submit):
     assert (rec["JobState"], rec["Reason"]) == ("PENDING", "JobHeldUser")
     assert rec["Comment"] == comment and rec["JobName"] == "seml hydra|test"
 
-    acct = wait_for(lambda: sl.sacct_jobs([job]), f"sacct to record job {job}")
+    acct = wait_until(f"sacct to record job {job}", lambda: sl.sacct_jobs([job]))
     assert [(a.job_id, a.state, a.alive) for a in acct] == [(f"{job}_[0-3%2]", "PENDING", True)]
 
     sl.release([job])
@@ -101,22 +83,22 @@ def test_held_array_is_found_released_and_cancelled(submit):
         rows = sl.squeue_jobs(job_ids=[job])
         return rows if rows and all(r.reason != "JobHeldUser" for r in rows) else None
 
-    released = wait_for(released_rows, "the release to show in squeue")
+    released = wait_until("the release to show in squeue", released_rows)
     assert all(r.alive for r in released)
 
     sl.scancel([job])
-    done = wait_for(
-        lambda: [r for r in sl.squeue_jobs(job_ids=[job], states=["all"]) if not r.alive],
+    done = wait_until(
         "squeue to show the cancelled job",
+        lambda: [r for r in sl.squeue_jobs(job_ids=[job], states=["all"]) if not r.alive],
     )
     assert {r.state for r in done} == {"CANCELLED"}
-    wait_for(
-        lambda: not any(r.alive for r in sl.squeue_jobs(job_ids=[job], states=["all"])),
+    wait_until(
         "every task to end",
+        lambda: not any(r.alive for r in sl.squeue_jobs(job_ids=[job], states=["all"])),
     )
-    acct = wait_for(
-        lambda: (rows := sl.sacct_jobs([job])) and all(not r.alive for r in rows) and rows,
+    acct = wait_until(
         "sacct to record the cancellation",
+        lambda: (rows := sl.sacct_jobs([job])) and all(not r.alive for r in rows) and rows,
     )
     assert {r.state for r in acct} == {"CANCELLED"}
     assert all(r.state_raw.startswith("CANCELLED by ") for r in acct)
@@ -124,15 +106,15 @@ def test_held_array_is_found_released_and_cancelled(submit):
 
 def test_failed_job_is_dead_with_its_exit_code(submit):
     job = submit("-J", "seml-hydra-fail", "--time=1", "--wrap", "exit 3")
-    (row,) = wait_for(
-        lambda: [r for r in sl.squeue_jobs(job_ids=[job], states=["all"]) if not r.alive],
+    (row,) = wait_until(
         f"job {job} to fail",
-        timeout_s=120,
+        lambda: [r for r in sl.squeue_jobs(job_ids=[job], states=["all"]) if not r.alive],
+        120,
     )
     assert (row.job_id, row.state, row.reason) == (job, "FAILED", "NonZeroExitCode")
     assert row.array_job_id is None and row.task_ids is None
-    (acct,) = wait_for(
-        lambda: [r for r in sl.sacct_jobs([job]) if r.state == "FAILED"], "sacct to say FAILED"
+    (acct,) = wait_until(
+        "sacct to say FAILED", lambda: [r for r in sl.sacct_jobs([job]) if r.state == "FAILED"]
     )
     assert (acct.job_id, acct.job_id_raw, acct.exit_code, acct.exit_signal) == (job, job, 3, 0)
     assert acct.start is not None and acct.end is not None and acct.nodelist is not None
@@ -174,5 +156,5 @@ def test_config_and_max_array_size():
 
 def test_current_user_is_who_slurm_sees(submit):
     job = submit("--hold", "--time=1", "--wrap", "true")
-    (row,) = wait_for(lambda: sl.squeue_jobs(job_ids=[job]), f"squeue to list job {job}")
+    (row,) = wait_until(f"squeue to list job {job}", lambda: sl.squeue_jobs(job_ids=[job]))
     assert row.user == sl.current_user()
