@@ -822,15 +822,36 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     if cancel_first:
         cancel(collection, query)
     docs = select(
-        collection, query, {"_id": 1, "experiment.sources": 1, "artifacts": 1, "info.metrics": 1}
+        collection,
+        query,
+        {
+            "_id": 1,
+            "experiment.sources": 1,
+            "artifacts": 1,
+            "info.metrics": 1,
+            "seml.payload_file": 1,
+            "seml.source_files": 1,
+        },
     )
     ids = [d["_id"] for d in docs]
     if ids:
         collection.delete_many({"_id": {"$in": ids}})
-        _delete_orphan_payloads(collection.database, collection.name)
+        # only files the deleted experiments used: a launch staging into the collection right
+        # now has uploaded its payload and snapshot before inserting the documents using them
+        payloads = {
+            str(d["seml"]["payload_file"]) for d in docs if d.get("seml", {}).get("payload_file")
+        }
+        sources = {str(e[1]) for d in docs for e in _source_files(d) if len(e) > 1}
+        _delete_orphan_payloads(collection.database, collection.name, payloads)
         _delete_run_files(collection.database, docs)
-        _delete_orphan_sources(collection.database, collection.name)
+        _delete_orphan_sources(collection.database, collection.name, sources)
     return ids
+
+
+def _source_files(doc: Mapping[str, Any]) -> list[Any]:
+    """``seml.source_files`` of a document (``[]`` when it has none)."""
+    seml = doc.get("seml")
+    return list(seml.get("source_files") or []) if isinstance(seml, Mapping) else []
 
 
 def _delete_run_files(db: Any, docs: Sequence[Mapping[str, Any]]) -> None:
@@ -872,23 +893,26 @@ def _delete_run_files(db: Any, docs: Sequence[Mapping[str, Any]]) -> None:
         db["metrics"].delete_many({"_id": {"$in": metrics}})
 
 
-def _delete_orphan_sources(db: Any, name: str) -> None:
+def _delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> None:
     """Delete the code snapshot files of collection ``name`` (``metadata.type: source_file``,
-    written by SEML 0.5 or by us) that no experiment of the collection refers to any more."""
+    written by SEML 0.5 or by us) that no experiment of the collection refers to any more;
+    with ``only``, just those of these file ids."""
     import gridfs
 
     used = set()
     for doc in db[name].find({"seml.source_files": {"$exists": True}}, {"seml.source_files": 1}):
-        used.update(str(entry[1]) for entry in doc["seml"]["source_files"] if len(entry) > 1)
+        used.update(str(entry[1]) for entry in _source_files(doc) if len(entry) > 1)
     fs = gridfs.GridFS(db)
     for f in db["fs.files"].find(
         {"metadata.collection_name": name, "metadata.type": "source_file"}, {"_id": 1}
     ):
-        if str(f["_id"]) not in used:
+        if str(f["_id"]) not in used and (only is None or str(f["_id"]) in only):
             fs.delete(f["_id"])
 
 
-def _delete_orphan_payloads(db: Any, name: str) -> None:
+def _delete_orphan_payloads(db: Any, name: str, only: set[str] | None = None) -> None:
+    """Delete the batch payloads of collection ``name`` no experiment refers to any more; with
+    ``only``, just those of these file ids."""
     import gridfs
 
     used = {str(p) for p in db[name].distinct("seml.payload_file") if p}
@@ -896,7 +920,7 @@ def _delete_orphan_payloads(db: Any, name: str) -> None:
     for f in db["fs.files"].find(
         {"metadata.collection": name, "metadata.kind": "seml_hydra_payload"}, {"_id": 1}
     ):
-        if str(f["_id"]) not in used:
+        if str(f["_id"]) not in used and (only is None or str(f["_id"]) in only):
             fs.delete(f["_id"])
 
 

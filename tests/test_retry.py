@@ -536,3 +536,35 @@ def test_status_puts_experiments_of_a_dead_submission_back_to_staged_and_says_ho
     assert coll.find_one()["status"] == "STAGED"
     result = CliRunner().invoke(app, ["marks", "detect-killed"])
     assert "No killed experiments detected." in result.output
+
+
+def test_delete_spares_the_payload_and_snapshot_of_a_launch_still_staging(test_db):
+    """A launch uploads its payload and code snapshot before it inserts the documents using
+    them: a ``seml delete`` at that moment removes only the files of what it deleted."""
+    import gridfs
+
+    from seml_hydra.manage import delete
+
+    fs = gridfs.GridFS(test_db)
+    coll = test_db["race"]
+
+    def payload() -> str:
+        meta = {"collection": "race", "kind": "seml_hydra_payload"}
+        return str(fs.put(b"payload", metadata=meta))
+
+    def source() -> str:
+        meta = {"collection_name": "race", "type": "source_file"}
+        return str(fs.put(b"print(1)", metadata=meta))
+
+    old_payload, old_source = payload(), source()
+    coll.insert_one(
+        {
+            "_id": 1,
+            "status": "COMPLETED",
+            "seml": {"payload_file": old_payload, "source_files": [["app.py", old_source]]},
+        }
+    )
+    staging_payload, staging_source = payload(), source()  # no document refers to them yet
+    assert delete(coll, {}) == [1]
+    left = {str(f["_id"]) for f in test_db["fs.files"].find()}
+    assert left == {staging_payload, staging_source}
