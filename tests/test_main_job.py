@@ -8,6 +8,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from conftest import ROOT, run_app, start_app, wait_running
 
 FAST = ["hydra.launcher.poll_interval_s=0.3"]
@@ -229,16 +230,22 @@ def test_wait_false_with_a_sweeper_that_needs_results_is_refused(test_db, tmp_pa
     assert test_db["train"].count_documents({}) == 0
 
 
-def test_ctrl_c_detaches_without_cancelling_anything(slurm, test_db, tmp_path):
+def test_ctrl_c_detaches_without_cancelling_anything(slurm, test_db, tmp_path, monkeypatch):
     import signal
 
+    monkeypatch.setenv("PYTHONFAULTHANDLER", "1")  # SIGABRT prints every thread's stack
     proc = start_app(
         "tests/apps/sleep_app.py", "-m", "hydra/launcher=seml", "seconds=60", *FAST, cwd=tmp_path
     )
     try:
         wait_running(test_db["sleep_app"], proc)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            out, err = proc.communicate(timeout=30)
+            pytest.fail(f"the launcher did not exit after SIGINT; where it was:\n{err}")
     finally:
         if proc.poll() is None:
             proc.kill()
