@@ -424,6 +424,25 @@ class JobRunner:
         return outcome
 
 
+#: ``captured_out`` keeps at most this many characters, the last ones: a MongoDB document holds
+#: at most 16 MB, and Sacred's final save of a bigger run fails (the run would end KILLED)
+MAX_CAPTURED_CHARS = 1_000_000
+
+
+def bounded_output(text: str) -> str:
+    """Sacred's ``captured_out_filter``: ``text`` or, above :data:`MAX_CAPTURED_CHARS`, a line
+    saying how much was dropped followed by the last ``MAX_CAPTURED_CHARS`` characters (the job's
+    output file keeps everything)."""
+    if len(text) <= MAX_CAPTURED_CHARS:
+        return text
+    marker = (
+        "[seml-hydra: earlier output dropped from captured_out; the job's output file has it]\n"
+    )
+    if text.startswith(marker):
+        text = text[len(marker) :]
+    return marker + text[-MAX_CAPTURED_CHARS:]
+
+
 #: a result larger than this (bytes of BSON) is stored as a truncated repr: a MongoDB document
 #: holds at most 16 MB, and the result shares it with the captured output and the config
 MAX_RESULT_BYTES = 4 * 1024 * 1024
@@ -566,6 +585,7 @@ def _run_observed(
     quiet = logging.getLogger("seml_hydra.sacred")
     quiet.setLevel(logging.WARNING)
     ex.logger = quiet
+    ex.captured_out_filter = bounded_output
     ex.add_config({**doc["config"], "seed": doc.get("seed", 0)})
     ex.main(task)
     ex.pre_run_hook(lambda _run: metrics.bind_run(_run))  # seml_hydra.metrics.log_scalar

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import MONGO_URL, ROOT, run_app
+from conftest import MONGO_URL, ROOT, run_app, start_app
 
 from seml_hydra.documents import storable_result
 
@@ -161,3 +161,26 @@ def test_a_sweep_with_zero_points_is_a_clear_error_and_stages_nothing(test_db, t
     )
     assert_clean_error(proc, "the sweep has no points")
     assert test_db["fail"].count_documents({}) == 0
+
+
+def test_a_task_that_prints_more_than_a_document_holds_completes_with_its_result(test_db, tmp_path):
+    """20 MB of output: MongoDB documents hold 16 MB, so ``captured_out`` keeps the last
+    MAX_CAPTURED_CHARS characters and says so; the run is COMPLETED with its result."""
+    from seml_hydra.run import MAX_CAPTURED_CHARS
+
+    proc = start_app(
+        "tests/apps/chatty_app.py",
+        "-m",
+        "hydra/launcher=seml_local",
+        "chars=20000000",
+        cwd=tmp_path,
+    )
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    doc = test_db["chatty_app"].find_one()
+    assert doc["status"] == "COMPLETED"
+    assert doc["result"] == 1
+    captured = doc["captured_out"]
+    assert captured.startswith("[seml-hydra: earlier output dropped")
+    assert captured.rstrip().endswith("last line")
+    assert MAX_CAPTURED_CHARS <= len(captured) < MAX_CAPTURED_CHARS + 200
