@@ -295,6 +295,20 @@ def recover_interrupted_submissions(
     return lost
 
 
+def finish_despite_interrupt(write: Any) -> None:
+    """Call ``write()`` until it completes, even when Ctrl-C (``KeyboardInterrupt``) arrives
+    meanwhile, then re-raise that interrupt. ``write`` must be safe to repeat (``$set``s)."""
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            write()
+            break
+        except KeyboardInterrupt as error:
+            interrupted = error
+    if interrupted is not None:
+        raise interrupted
+
+
 def submit_group(
     collection: Any,
     *,
@@ -345,23 +359,31 @@ def submit_group(
             raise
         message = str(error).strip() or type(error).__name__
         raise SubmissionError(message) from None
+    from pymongo import UpdateMany
+
+    records = []
     for task_id, (job, group) in enumerate(zip(jobs, id_groups)):
         array_id = str(job.job_id).split("_")[0]
-        collection.update_many(
-            {"_id": {"$in": list(group)}},
-            {
-                "$set": {
-                    "slurm.0.array_id": int(array_id) if array_id.isdigit() else array_id,
-                    "slurm.0.task_id": task_id,
-                    "slurm.0.job_id": str(job.job_id),
-                    "slurm.0.num_tasks": len(jobs),
-                    "slurm.0.sbatch_options": dict(options),
-                    "slurm.0.cluster": cluster,
-                    "slurm.0.output_files_template": str(job.paths.stdout),
+        records.append(
+            UpdateMany(
+                {"_id": {"$in": list(group)}},
+                {
+                    "$set": {
+                        "slurm.0.array_id": int(array_id) if array_id.isdigit() else array_id,
+                        "slurm.0.task_id": task_id,
+                        "slurm.0.job_id": str(job.job_id),
+                        "slurm.0.num_tasks": len(jobs),
+                        "slurm.0.sbatch_options": dict(options),
+                        "slurm.0.cluster": cluster,
+                        "slurm.0.output_files_template": str(job.paths.stdout),
+                    },
+                    "$unset": {"slurm.0.submitting": ""},
                 },
-                "$unset": {"slurm.0.submitting": ""},
-            },
+            )
         )
+    # the jobs exist now: their experiments must name them even if Ctrl-C comes meanwhile (a
+    # recovered "interrupted submission" would be submitted a second time)
+    finish_despite_interrupt(lambda: collection.bulk_write(records, ordered=False))
     return jobs
 
 

@@ -430,3 +430,22 @@ def test_clean_environment_without_leaky_variables(monkeypatch):
     with clean_environment():
         assert dict(os.environ) == before
     assert dict(os.environ) == before
+
+
+def test_recording_the_submitted_jobs_finishes_through_ctrl_c_then_reraises_it():
+    """After sbatch the jobs exist: Ctrl-C during the write that records them in the documents
+    must not leave them unrecorded (they would be submitted again)."""
+    from seml_hydra.submit import finish_despite_interrupt
+
+    calls = []
+
+    def write() -> None:
+        calls.append(1)
+        if len(calls) < 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        finish_despite_interrupt(write)
+    assert len(calls) == 3
+    finish_despite_interrupt(lambda: calls.append(1))  # no interrupt: one call, no raise
+    assert len(calls) == 4
