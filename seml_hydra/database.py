@@ -728,6 +728,9 @@ def connect(settings: DbSettings, timeout_s: float = 5.0) -> pymongo.database.Da
 #: collections that hold something else than experiments: our id counters, Sacred's metrics
 #: (where ``seml_hydra.metrics.log_scalar`` writes), GridFS's bucket
 RESERVED_COLLECTIONS = frozenset({COUNTERS_COLLECTION, "metrics", "fs"})
+#: the ``seml`` command's own first words: a collection so named could not be reached by
+#: ``seml NAME COMMAND``
+CLI_WORDS = frozenset({"list", "queue", "drop", "configure"})
 
 
 def validate_collection_name(name: str) -> str:
@@ -735,8 +738,9 @@ def validate_collection_name(name: str) -> str:
 
     Rules (MongoDB's naming restrictions, plus a length cap): a non-empty string of at most
     100 characters, without ``$`` or a null character, not starting with ``system.``
-    (reserved), without a leading or trailing dot, and none of the collections the database
-    already uses for other things (:data:`RESERVED_COLLECTIONS`, GridFS's ``fs.*``).
+    (reserved), without a leading or trailing dot, none of the collections the database
+    already uses for other things (:data:`RESERVED_COLLECTIONS`, GridFS's ``fs.*``), and not a
+    first word of the ``seml`` command (:data:`CLI_WORDS`, or starting with ``-``).
 
     Args:
         name: the collection name, e.g. ``"my_sweep"``.
@@ -768,6 +772,11 @@ def validate_collection_name(name: str) -> str:
         raise bad("names starting with 'system.' are reserved by MongoDB")
     if name.startswith(".") or name.endswith("."):
         raise bad("it must not start or end with '.'")
+    if name in CLI_WORDS or name.startswith("-"):
+        raise bad(
+            f"`seml {name} ...` is the seml command's own, so the collection could not be "
+            "managed; choose another name (hydra.launcher.collection=...)"
+        )
     if name in RESERVED_COLLECTIONS or name.startswith("fs."):
         raise bad(
             "it is used by seml-hydra, GridFS or Sacred (seml_hydra_counters, fs.*, metrics); "

@@ -305,3 +305,10 @@ def test_destructive_commands_ask_above_the_threshold(test_db):
     assert result.exit_code == 0 and "Deleted 3 experiment(s): 1-3" in result.output
     result = seml("c", "delete", "-y")
     assert result.exit_code == 0 and test_db["c"].count_documents({}) == 0
+
+
+def test_queue_with_something_that_is_not_a_job_id_is_one_line_and_exit_1(db_url):
+    result = runner.invoke(app, ["queue", "abc"])
+    assert result.exit_code == 1
+    assert "'abc' is not a Slurm job id" in result.output
+    assert "Traceback" not in result.output

@@ -403,6 +403,9 @@ def test_bad_uri_message_hides_password():
         (".hidden", "start or end with '.'"),
         ("trailing.", "start or end with '.'"),
         (42, "must be a string"),
+        ("list", "`seml list ...` is the seml command's own"),
+        ("queue", "`seml queue ...` is the seml command's own"),
+        ("-y", "`seml -y ...` is the seml command's own"),
     ],
 )
 def test_invalid_collection_names(name, message):
@@ -412,7 +415,9 @@ def test_invalid_collection_names(name, message):
     assert isinstance(exc.value, ValueError) and isinstance(exc.value, DatabaseError)
 
 
-@pytest.mark.parametrize("name", ["a", "my_sweep", "sweeps.v2", "a" * 100, "systems", "x.system.y"])
+@pytest.mark.parametrize(
+    "name", ["a", "my_sweep", "sweeps.v2", "a" * 100, "systems", "x.system.y", "listing", "status"]
+)
 def test_valid_collection_names(name):
     assert validate_collection_name(name) == name
 

@@ -99,9 +99,18 @@ def queue(
     """Your Slurm jobs by collection, with their experiments, run time, nodes or pending reason."""
     import re
 
-    from ..manage import connect_db
+    from ..manage import ManageError, connect_db
     from ..manage import queue as get_queue
+    from ..slurm import parse_job_id
 
+    for job in job_ids or ():
+        try:
+            parse_job_id(job)
+        except ValueError:
+            raise ManageError(
+                f"{job!r} is not a Slurm job id (e.g. 1234 or 1234_5); `seml queue` lists jobs, "
+                f"`seml {job} status` shows a collection."
+            ) from None
     wanted = [p for v in slurm_states or () for p in re.split(r"[,\s]+", v.upper()) if p]
     db = connect_db()
 
