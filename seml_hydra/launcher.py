@@ -374,7 +374,7 @@ class _Launch:
         except SubmissionError as error:
             raise LaunchError(
                 f"sbatch refused the job: {error}\nThe experiment(s) not submitted stay STAGED "
-                f"in collection {self.collection_name}. Change the resources sbatch objects to "
+                f"in collection {self.collection_name}. Change the resources sbatch refused "
                 "(hydra.launcher.partition, mem_gb, gres, additional_parameters... or the slurm "
                 "preset) and launch the sweep again: it submits the staged experiments with the "
                 f"new options (`seml {self.collection_name} start` would reuse the old ones)."

@@ -388,7 +388,9 @@ def print_output(
     batch_id: BatchId = None,
     filter_states: States = None,
     filter_dict: FilterDict = None,
-    tail: Annotated[int, typer.Option("-t", "--tail", help="Only the last N lines; 0 = all.")] = 0,
+    tail: Annotated[
+        int, typer.Option("-t", "--tail", min=0, help="Only the last N lines; 0 = all.")
+    ] = 0,
 ) -> None:
     """Print the Slurm output file of experiments (bytes that are not UTF-8 show as U+FFFD)."""
     from ..manage import read_outputs
