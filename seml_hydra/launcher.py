@@ -427,9 +427,10 @@ class _Launch:
         docs = {d["_id"]: d for d in self.collection.find({"_id": {"$in": ids}})}
         base = self.points[0].hydra
         returns = []
-        for exp_id in ids:
+        for point, exp_id in zip(self.points, ids):
             doc = docs.get(exp_id) or {
                 "_id": exp_id,
+                "hydra": {"overrides": list(point.overrides)},
                 "status": "DELETED",
                 "fail_trace": [
                     "the experiment was deleted from the collection while the launcher waited"

@@ -298,3 +298,28 @@ def test_without_configured_database_the_embedded_mongod_is_used(tmp_path):
         assert sorted(d["result"] for d in docs) == [10, 30]
     finally:
         embedded_db.stop_embedded_mongod(tmp_path / "data" / "mongodb")
+
+
+def test_an_experiment_deleted_while_the_launcher_waits_is_reported_with_its_overrides(
+    slurm, test_db, tmp_path
+):
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    gate = tmp_path / "open"
+    proc = start_app("tests/apps/gate.py", "-m", "hydra/launcher=seml", f"gate={gate}", "x=1,2",
+                     *FAST, cwd=tmp_path)  # fmt: skip
+    try:
+        wait_running(test_db["gate"], proc, count=2)
+        result = CliRunner().invoke(app, ["gate", "delete", "-id", "1", "-y"])
+        assert result.exit_code == 0, result.output
+        gate.touch()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert "Error executing job with overrides: ['gate=" in err and "'x=1']" in err, err
+    assert "deleted from the collection while the launcher waited" in err
+    assert test_db["gate"].find_one({"_id": 2})["status"] == "COMPLETED"
