@@ -614,7 +614,7 @@ def _killed_trace(doc: Mapping[str, Any], slurm_states: Sequence[str] = ()) -> l
     )
     head = (
         f"Slurm job {task[1] if task else '?'} {ended} while the experiment "
-        f"was {doc.get('status')}; detected by `seml detect-killed`."
+        f"was {doc.get('status')}; squeue and sacct no longer list it as alive."
     )
     path = _output_file(doc)
     lines = [head + "\n"]
