@@ -202,6 +202,8 @@ def wait_for(
         if not console.is_terminal:
             console.line()  # Live leaves no line break behind when not on a terminal
     except KeyboardInterrupt:
+        if not console.is_terminal:
+            console.line()  # after the last progress line
         console.print(
             f"Detached. Nothing was cancelled; follow the experiments with "
             f"`seml {collection_name} status` (or `seml queue`)."
