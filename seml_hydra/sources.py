@@ -172,20 +172,37 @@ def read_sources(
     Raises :class:`SourceSnapshotError` when a file is missing from GridFS or a path would
     leave ``target``.
     """
-    import gridfs
-
-    fs = gridfs.GridFS(db)
     target = Path(target).resolve()
-    out = []
+    paths = []
     for rel_path, file_id in source_files:
         path = (target / rel_path).resolve()
         if target not in path.parents:
             raise SourceSnapshotError(f"source file path {rel_path!r} leaves {target}")
-        grid_out = fs.find_one({"_id": file_id})
-        if grid_out is None:
+        paths.append((rel_path, file_id, path))
+    contents = _gridfs_contents(db, [file_id for _, file_id, _ in paths])
+    out = []
+    for rel_path, file_id, path in paths:
+        if file_id not in contents:
             raise SourceSnapshotError(f"source file {rel_path} ({file_id}) is not in GridFS")
-        out.append((path, grid_out.read()))
+        out.append((path, contents[file_id]))
     return out
+
+
+def _gridfs_contents(db: Any, file_ids: Sequence[Any]) -> dict[Any, bytes]:
+    """``{file id: content}`` of the complete GridFS files among ``file_ids``, in two queries
+    whatever their number (``fs.files`` lengths, then ``fs.chunks`` in ``(files_id, n)`` order,
+    the index GridFS keeps; the layout is the GridFS specification's). A file whose chunks do
+    not add up to its length is left out, as one that does not exist."""
+    ids = list(dict.fromkeys(file_ids))
+    lengths = {f["_id"]: f["length"] for f in db["fs.files"].find({"_id": {"$in": ids}})}
+    parts: dict[Any, list[bytes]] = {i: [] for i in lengths}
+    chunks = (
+        db["fs.chunks"].find({"files_id": {"$in": list(lengths)}}).sort([("files_id", 1), ("n", 1)])
+    )
+    for chunk in chunks:
+        parts[chunk["files_id"]].append(bytes(chunk["data"]))
+    contents = {i: b"".join(p) for i, p in parts.items()}
+    return {i: data for i, data in contents.items() if len(data) == lengths[i]}
 
 
 def write_sources(db: Any, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:

@@ -177,3 +177,43 @@ def test_restore_sources_command_writes_the_launched_files_and_refuses_bad_selec
     result = runner.invoke(app, ["exps", "restore-sources", str(out), "-id", "9"])
     assert result.exit_code == 1 and "No experiments match" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_snapshot_is_read_in_two_queries_whatever_its_number_of_files(test_db, tmp_path):
+    """Jobs read the snapshot at start: one query for the files, one for their chunks (not two
+    per file). An empty file and a file of several chunks come back byte for byte."""
+    import gridfs
+    import pymongo
+    from pymongo import monitoring
+
+    from seml_hydra.sources import read_sources
+
+    fs = gridfs.GridFS(test_db)
+    contents = {f"pkg/m{i}.py": f"x = {i}\n".encode() for i in range(20)}
+    contents["empty.py"] = b""
+    contents["big.bin"] = bytes(range(256)) * 2000  # 512 kB: two chunks of 255 kB and a rest
+    files = [[name, fs.put(data, chunk_size=255 * 1024)] for name, data in contents.items()]
+
+    class Count(monitoring.CommandListener):
+        def __init__(self):
+            self.finds = []
+
+        def started(self, event):
+            if event.command_name in ("find", "getMore"):
+                self.finds.append(event.command.get("find") or event.command.get("collection"))
+
+        def succeeded(self, event):
+            pass
+
+        def failed(self, event):
+            pass
+
+    listener = Count()
+    client = pymongo.MongoClient(test_db.client.address[0], test_db.client.address[1],
+                                 event_listeners=[listener])  # fmt: skip
+    try:
+        out = read_sources(client[test_db.name], files, tmp_path)
+    finally:
+        client.close()
+    assert {str(p.relative_to(tmp_path.resolve())): d for p, d in out} == contents
+    assert listener.finds == ["fs.files", "fs.chunks"]
