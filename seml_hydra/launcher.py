@@ -69,6 +69,7 @@ class SemlLauncher(Launcher):
         from .submit import SubmissionError
 
         console = Console(highlight=False, soft_wrap=True)
+        self._staging_started = False  # set by _Launch.stage: from then on documents may exist
         try:
             return self._launch(job_overrides, initial_job_idx, console)
         except (LaunchError, DatabaseError, SubmissionError) as error:
@@ -78,10 +79,13 @@ class SemlLauncher(Launcher):
             raise SystemExit(1) from None
         except KeyboardInterrupt:
             collection = self.params.get("collection")
-            Console(stderr=True, highlight=False, soft_wrap=True).print(
+            message = (
                 "Interrupted. Experiments that were not submitted stay STAGED: submit them with "
                 f"`seml {collection} start`, or launch the sweep again."
+                if self._staging_started
+                else "Interrupted before anything was staged: nothing was stored or submitted."
             )
+            Console(stderr=True, highlight=False, soft_wrap=True).print(message)
             raise SystemExit(130) from None
 
     def _launch(
@@ -235,6 +239,7 @@ class _Launch:
         from .submit import sbatch_options
 
         hashes = [experiment_hash(to_bson_safe(p.config), p.launcher) for p in self.points]
+        self.launcher._staging_started = True
         self._recover(hashes)
         fs = gridfs.GridFS(self.db)
         payload_id = str(
