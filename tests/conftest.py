@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+# A suite started in the background by a script (`bash .ci/run &`, nohup) inherits SIGINT
+# ignored, and so would every app it starts: the Ctrl-C tests need the apps to get SIGINT as
+# from a terminal. A handled signal is reset to its default in a child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parents[1]
 MONGO_URL = os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
