@@ -135,7 +135,9 @@ def test_a_job_slurm_will_never_start_is_reported_while_waiting(slurm, test_db, 
 def test_a_throttled_foreign_array_does_not_disturb_status_or_queue(slurm, test_db, tmp_path):
     from typer.testing import CliRunner
 
+    from seml_hydra import slurm as slurm_client
     from seml_hydra.cli import app
+    from seml_hydra.manage import task_of
 
     proc = run_app("fail.py", "-m", "hydra/launcher=seml", "x=1,3", "fail_on=-1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -148,6 +150,13 @@ def test_a_throttled_foreign_array_does_not_disturb_status_or_queue(slurm, test_
     ).stdout.strip()
     try:
         test_db["fail"].update_one({"config.x": 3}, {"$set": {"status": "RUNNING"}})
+        job = task_of(test_db["fail"].find_one({"config.x": 3}))[1]
+        # the run's heartbeat is fresh: only sacct's record of the end is evidence enough
+        wait_until(
+            "sacct to record the job's end",
+            lambda: any(not row.alive for row in slurm_client.sacct_jobs([job])),
+            60,
+        )
         runner = CliRunner()
         status = runner.invoke(app, ["fail", "status"])
         assert status.exit_code == 0, status.output
