@@ -143,7 +143,7 @@ def test_a_throttled_foreign_array_does_not_disturb_status_or_queue(slurm, test_
     assert proc.returncode == 0, proc.stderr
     foreign = subprocess.run(
         # (0-7: the testbed's MaxArraySize is 8)
-        ["sbatch", "--parsable", "--array=0-7%1", "--wrap", "sleep 60"],
+        ["sbatch", "--parsable", "--array=0-7%1", "--output=/dev/null", "--wrap", "sleep 60"],
         capture_output=True,
         text=True,
         check=True,
