@@ -317,10 +317,14 @@ def _embedded_settings(env: Mapping[str, str], start: bool) -> DbSettings:
                 f"No MongoDB is configured and the embedded server (data in {data_dir}) is "
                 f"not running; {_HOW_TO_CONFIGURE}."
             )
-    return DbSettings(
+    # its credentials file (0600, SEML's format) gives user, password and authSource; jobs
+    # get its path from job_db_config and read it on their node
+    settings = _settings_from_config_file(server.config_file)
+    return _replace(
+        settings,
         host=server.host,
         port=server.port,
-        database=DEFAULT_DATABASE,
+        extra=(("directConnection", True),),
         source=f"embedded mongod at {server.host}:{server.port} (data in {server.data_dir})",
     )
 
@@ -889,13 +893,12 @@ def job_db_config(
     - the config file the settings came from (its path, so a node reads the same file even
       when its ``XDG_CONFIG_HOME``/``HOME`` differ; with an ``ssh_config`` block the node then
       opens its own tunnel);
-    - the embedded server's URL (jobs cannot start it);
+      this includes the embedded server's 0600 credentials file (jobs cannot start it; they
+      read its current port, user and password there);
     - else ``None`` (jobs inherit ``SEML_MONGODB_URI`` as the launching process had it).
     """
     cfg = {k: v for k, v in dict(launcher_db or {}).items() if v}
     if not cfg.get("url") and not cfg.get("config_file"):
         if settings.config_file is not None:
             cfg["config_file"] = settings.config_file
-        elif settings.is_embedded:
-            cfg["url"] = f"mongodb://{settings.host}:{settings.port}/{DEFAULT_DATABASE}"
     return cfg or None

