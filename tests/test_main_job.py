@@ -294,8 +294,18 @@ def test_without_configured_database_the_embedded_mongod_is_used(tmp_path):
         assert server is not None
         import pymongo
 
-        docs = list(pymongo.MongoClient(server.host, server.port)["seml"]["fail"].find())
+        # the jobs wrote their results with the credentials of the 0600 file; without them
+        # the server refuses to list anything
+        user, password = embedded_db.credentials(server.data_dir)
+        client = pymongo.MongoClient(
+            server.host, server.port, username=user, password=password, authSource="seml"
+        )
+        docs = list(client["seml"]["fail"].find())
         assert sorted(d["result"] for d in docs) == [10, 30]
+        assert all(password not in repr(d) for d in docs)
+        anonymous = pymongo.MongoClient(server.host, server.port, serverSelectionTimeoutMS=5000)
+        with pytest.raises(pymongo.errors.OperationFailure, match="requires authentication"):
+            anonymous["seml"].list_collection_names()
     finally:
         embedded_db.stop_embedded_mongod(tmp_path / "data" / "mongodb")
 
