@@ -373,14 +373,19 @@ def _client(port: int, creds: tuple[str, str], timeout_s: float):
     )
 
 
-def _serves_dbpath(port: int, dbpath: Path, creds: tuple[str, str], timeout_s: float = 2.0) -> bool:
-    """True if the mongod on 127.0.0.1:port accepts ``creds`` (SCRAM: the server proves it
-    knows them too) and uses ``dbpath`` as its dbPath."""
-    from pymongo.errors import PyMongoError
+def _serves_dbpath(
+    port: int, dbpath: Path, creds: tuple[str, str], timeout_s: float = 2.0
+) -> bool | None:
+    """Whether the mongod on 127.0.0.1:port accepts ``creds`` (SCRAM: the server proves it
+    knows them too) and uses ``dbpath`` as its dbPath: True, False (it refused the
+    credentials or serves another dbPath), or None (no answer within ``timeout_s``)."""
+    from pymongo.errors import ConnectionFailure, PyMongoError
 
     client = _client(port, creds, timeout_s)
     try:
         opts = client.admin.command("getCmdLineOpts")
+    except ConnectionFailure:
+        return None
     except PyMongoError:
         return False
     finally:
@@ -399,7 +404,7 @@ def find_running_embedded(data_dir: Path | None = None) -> EmbeddedServer | None
     if state is None or creds is None or _our_listener(state) is None:
         return None
     if not _serves_dbpath(state["port"], data_dir / "db", creds):
-        return None
+        return None  # refused, another dbPath, or no answer in time
     return EmbeddedServer(HOST, state["port"], data_dir, started=False)
 
 
@@ -631,26 +636,43 @@ def ensure_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0
         deadline = time.monotonic() + timeout_s
         state = _read_state(data_dir)
         stale = _our_unusable_server(data_dir, state) if state is not None else None
+        creds = credentials(data_dir)
         if stale is not None:
+            port = state["port"]
+            answer = _serves_dbpath(port, data_dir / "db", creds, 10.0) if creds else False
+            if answer:  # ours after all, only slow to answer the first probe
+                return EmbeddedServer(HOST, port, data_dir, started=False)
+            if answer is None:
+                raise DatabaseError(
+                    f"The embedded MongoDB (pid {stale}, port {port}, data in {data_dir}) "
+                    f"runs but does not answer; see {data_dir / 'mongod.log'}, or stop it "
+                    f"(kill {stale}) and try again."
+                )
+            # an older version's server without access control, or credentials lost
             os.kill(stale, signal.SIGTERM)
             _wait_gone(stale, timeout_s, data_dir)
         binary = find_mongod_binary()
-        creds = credentials(data_dir)
         for _ in range(2):
             if creds is None:
                 creds = _bootstrap_user(binary, data_dir, deadline - time.monotonic())
             port = _start_on_free_port(binary, data_dir, deadline)
             pid = _read_pid(data_dir / "mongod.pid")
-            if _serves_dbpath(port, data_dir / "db", creds, timeout_s=5.0):
+            state = {
+                "host": HOST,
+                "port": port,
+                "pid": pid,
+                "dbpath": str(data_dir / "db"),
+                "binary": str(binary),
+            }
+            _write_private(data_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
+            answer = _serves_dbpath(port, data_dir / "db", creds, timeout_s=10.0)
+            if answer is None:
+                raise DatabaseError(
+                    f"The embedded MongoDB started on port {port} (pid {pid}) but does not "
+                    f"answer; see {data_dir / 'mongod.log'}."
+                )
+            if answer:
                 _write_config(data_dir, creds, port)
-                state = {
-                    "host": HOST,
-                    "port": port,
-                    "pid": pid,
-                    "dbpath": str(data_dir / "db"),
-                    "binary": str(binary),
-                }
-                _write_private(data_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
                 return EmbeddedServer(HOST, port, data_dir, started=True)
             # it does not accept the recorded credentials (e.g. a copied db/): reset them
             if pid is not None:

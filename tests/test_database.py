@@ -893,6 +893,39 @@ def test_a_server_of_another_user_on_the_recorded_port_is_not_trusted(shared_dat
         other_user.run("rm", "-rf", str(home))
 
 
+def test_a_lost_credentials_file_gets_a_new_password_and_keeps_the_documents(shared_data_dir):
+    data_dir = shared_data_dir
+    first = ensure_embedded_mongod(data_dir)
+    user, old_password = embedded_db.credentials(data_dir)
+    client = pymongo.MongoClient(
+        first.host, first.port, username=user, password=old_password, authSource="seml"
+    )
+    client["seml"]["sweep"].insert_one({"_id": 7})
+    client.close()
+    (data_dir / "mongodb.config").unlink()  # the running server is ours but now unusable
+
+    second = ensure_embedded_mongod(data_dir)
+    assert second.started
+    user, password = embedded_db.credentials(data_dir)
+    assert password != old_password
+    client = pymongo.MongoClient(
+        second.host, second.port, username=user, password=password, authSource="seml"
+    )
+    assert [d["_id"] for d in client["seml"]["sweep"].find()] == [7]
+    client.close()
+    stale = pymongo.MongoClient(
+        second.host,
+        second.port,
+        username=user,
+        password=old_password,
+        authSource="seml",
+        serverSelectionTimeoutMS=5000,
+    )
+    with pytest.raises(pymongo.errors.OperationFailure, match="Authentication failed"):
+        stale["seml"].list_collection_names()
+    stale.close()
+
+
 # --------------------------------------------------------------------------- seml configure
 
 
