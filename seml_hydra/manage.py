@@ -394,12 +394,13 @@ class FileTail:
 def output_folder(doc: Mapping[str, Any]) -> str | None:
     """The experiment's own output folder: ``seml.output_dir`` (our submitit folder, recorded at
     staging; SEML 0.5's output directory) cut before its first component holding a submitit
-    placeholder such as ``%j``, made absolute against ``seml.working_dir``. ``None`` when the
-    document names none, or only ``/``."""
+    placeholder such as ``%j``, ``~`` expanded and made absolute against ``seml.working_dir``
+    (as SEML does). ``None`` when the document names none, or only ``/``."""
     seml = doc.get("seml")
     folder = seml.get("output_dir") if isinstance(seml, Mapping) else None
     if not isinstance(folder, str) or not folder:
         return None
+    folder = os.path.expanduser(folder)  # SEML expands it as well
     if not os.path.isabs(folder):
         workdir = seml.get("working_dir")  # type: ignore[union-attr]
         if not isinstance(workdir, str) or not os.path.isabs(workdir):

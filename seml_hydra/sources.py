@@ -443,10 +443,11 @@ def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -
     try:
         with lock:
             state = _read_registry(registry, stem)
-            if state is not None and state["users"]:
+            if state is not None and state["users"] and (base / state["dir"]).is_dir():
                 directory = base / state["dir"]
                 users = [*state["users"], me]
             else:  # nobody runs from a snapshot of this key: whatever is there is stale
+                # (or it was removed under its users, by a cleaner of old temporary files)
                 _clean_stem(base, stem, None)
                 directory = base / f"{stem}-{secrets.token_hex(8)}"
                 directory.mkdir(mode=0o700)
