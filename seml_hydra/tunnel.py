@@ -38,15 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "RuntimeDirError",
-    "TunnelError",
-    "close_tunnels",
-    "ensure_tunnel",
-    "private_dir_problem",
-    "runtime_dir",
-    "tunnel_paths",
-]
+__all__ = ["TunnelError", "close_tunnels", "ensure_tunnel", "runtime_dir", "tunnel_paths"]
 
 #: environment variable overriding the runtime directory (tests, unusual systems)
 ENV_RUNTIME_DIR = "SEML_HYDRA_RUNTIME_DIR"
