@@ -434,6 +434,33 @@ def _settings_from_uri(uri: str, source: str) -> DbSettings:
     )
 
 
+_WARNED_OPEN: set[str] = set()
+
+
+def warn_if_open_to_others(path: Path) -> str | None:
+    """Warn (once per file and process, one log line on ``seml_hydra.database``) when the
+    MongoDB config file ``path``, which holds the database password, can be read or written by
+    the group or other users; the warning says the fix (``chmod 600 <path>``, the mode
+    ``seml configure`` writes). Returns the warning, ``None`` when the file is private."""
+    import logging
+    import stat
+
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return None
+    if not mode & 0o066:
+        return None
+    message = (
+        f"Warning: the MongoDB config file {path} (mode {mode:04o}) can be read or changed "
+        f"by other users and holds your database password: run `chmod 600 {path}`."
+    )
+    if str(path) not in _WARNED_OPEN:
+        _WARNED_OPEN.add(str(path))
+        logging.getLogger(__name__).warning(message)
+    return message
+
+
 def _settings_from_config_file(path: Path) -> DbSettings:
     """Read a SEML 0.5 mongodb.config (``seml.database.get_mongodb_config``).
 
@@ -453,6 +480,7 @@ def _settings_from_config_file(path: Path) -> DbSettings:
         ) from None
     except (OSError, UnicodeDecodeError) as err:
         raise DatabaseError(f"Cannot read MongoDB config file {path}: {err}.") from None
+    warn_if_open_to_others(path)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:

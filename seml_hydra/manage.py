@@ -369,6 +369,125 @@ def tail_text(data: bytes, lines: int = TRACE_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+# ------------------------------------------------------------------- files a document names
+
+#: bytes read at most from the end of a job's output file for a ``fail_trace``
+TRACE_TAIL_BYTES = 64 * 1024
+#: bytes read at most from the end of an output file by ``print-output``
+OUTPUT_TAIL_BYTES = 1024 * 1024
+#: names of the job output files that may be read: submitit's ``<job>_<task>_log.out`` /
+#: ``.err``, SEML 0.5's ``<name>_<job>.out``
+OUTPUT_SUFFIXES = (".out", ".err")
+
+
+@dataclass(frozen=True)
+class FileTail:
+    """What :func:`read_output_tail` read: ``data`` (the file's last bytes, ``None`` when
+    nothing was read), ``skipped`` (bytes before them left out) and ``problem`` (why nothing was
+    read: the reason a path was refused, or the system's error text)."""
+
+    data: bytes | None
+    skipped: int = 0
+    problem: str | None = None
+
+
+def output_folder(doc: Mapping[str, Any]) -> str | None:
+    """The experiment's own output folder: ``seml.output_dir`` (our submitit folder, recorded at
+    staging; SEML 0.5's output directory) cut before its first component holding a submitit
+    placeholder such as ``%j``, ``~`` expanded and made absolute against ``seml.working_dir``
+    (as SEML does). ``None`` when the document names none, or only ``/``."""
+    seml = doc.get("seml")
+    folder = seml.get("output_dir") if isinstance(seml, Mapping) else None
+    if not isinstance(folder, str) or not folder:
+        return None
+    folder = os.path.expanduser(folder)  # SEML expands it as well
+    if not os.path.isabs(folder):
+        workdir = seml.get("working_dir")  # type: ignore[union-attr]
+        if not isinstance(workdir, str) or not os.path.isabs(workdir):
+            return None
+        folder = os.path.join(workdir, folder)
+    parts = []
+    for part in Path(folder).parts:
+        if "%" in part:
+            break
+        parts.append(part)
+    fixed = os.path.normpath(os.path.join(*parts)) if parts else "/"
+    return None if fixed == "/" else fixed
+
+
+def read_output_tail(
+    path: str | os.PathLike[str] | None,
+    folder: str | os.PathLike[str] | None,
+    *,
+    max_bytes: int = TRACE_TAIL_BYTES,
+) -> FileTail:
+    """The last ``max_bytes`` bytes of a job output file a document (or a job) names, read only
+    when it is safe to: an absolute path named ``*.out`` / ``*.err`` (:data:`OUTPUT_SUFFIXES`),
+    not a symlink, inside ``folder`` (the experiment's output folder, :func:`output_folder`;
+    compared after resolving both, so no symlink or ``..`` leads out of it), and, opened without
+    following a symlink nor blocking on a FIFO, a regular file owned by this user. So a forged
+    document cannot make ``status`` or ``print-output`` copy ``~/.ssh/id_ed25519`` or another
+    user's file into the database or onto the screen.
+
+    Returns a :class:`FileTail`: the bytes, or ``problem`` saying why nothing was read (never
+    raises for a bad or missing file).
+    """
+    import stat
+
+    if not path:
+        return FileTail(None, problem="no output file")
+    path = os.fspath(path)
+    if not folder:
+        return FileTail(None, problem="not read: the experiment names no output folder")
+    folder = os.fspath(folder)
+    if not os.path.isabs(path) or not os.path.isabs(folder):
+        return FileTail(None, problem="not read: not an absolute path")
+    if not path.endswith(OUTPUT_SUFFIXES):
+        return FileTail(None, problem="not read: not a job output file (*.out, *.err)")
+    try:
+        if os.path.islink(path):
+            return FileTail(None, problem="not read: a symbolic link")
+        real, root = os.path.realpath(path), os.path.realpath(folder)
+        if os.path.commonpath([real, root]) != root or real == root:
+            return FileTail(
+                None, problem=f"not read: outside the experiment's output folder {folder}"
+            )
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(real, flags | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        return FileTail(None, problem=error.strerror or str(error))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return FileTail(None, problem="not read: not a regular file")
+        if st.st_uid != os.getuid():
+            return FileTail(None, problem=f"not read: it belongs to uid {st.st_uid}, not to you")
+        start = max(0, st.st_size - max_bytes)
+        f.seek(start)
+        return FileTail(f.read(max_bytes), skipped=start)
+
+
+# ANSI/ECMA-48 sequences: CSI (ESC [ ... final), OSC/DCS/SOS/PM/APC strings (ESC ] P X ^ _ up to
+# BEL or ST, or the line's end), other ESC sequences, and their 8-bit C1 forms
+_ESCAPE_SEQUENCES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?"
+    r"|\x1b[\]PX^_][^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]?"
+    r"|\x9b[0-?]*[ -/]*[@-~]?"
+    r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
+)
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` without terminal escape sequences (colours, cursor moves, title or clipboard
+    changes: ``\\x1b[...``, ``\\x1b]...``) and control characters, except newline and tab; a
+    carriage return becomes a newline (so a progress bar's updates stay visible instead of
+    overwriting each other). For printing what a document or a job's output holds. Pure."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _CONTROL_CHARACTERS.sub("", _ESCAPE_SEQUENCES.sub("", text))
+
+
 # ------------------------------------------------------------------------------- database
 
 
@@ -619,15 +738,12 @@ def _killed_trace(doc: Mapping[str, Any], slurm_states: Sequence[str] = ()) -> l
     path = _output_file(doc)
     lines = [head + "\n"]
     if path:
-        try:
-            with open(path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 20000))
-                text = tail_text(f.read())
+        tail = read_output_tail(path, output_folder(doc))
+        if tail.data is None:
+            lines.append(f"(could not read {path}: {tail.problem})\n")
+        else:
             lines.append(f"Last lines of {path}:\n")
-            lines.extend(line + "\n" for line in text.splitlines())
-        except OSError as error:
-            lines.append(f"(could not read {path}: {error.strerror})\n")
+            lines.extend(line + "\n" for line in tail_text(tail.data).splitlines())
     return lines
 
 
@@ -1195,11 +1311,16 @@ def foreign_files(collection: Any, files: Sequence[Sequence[Any]], target: Path)
 
 @dataclass
 class Output:
+    """One experiment's output for ``print-output``: ``text`` (``None`` when there is none, then
+    ``problem`` says why), the ``path`` it came from, and ``skipped`` bytes left out at the
+    start of a file longer than :data:`OUTPUT_TAIL_BYTES`."""
+
     exp_id: int
     status: str
     path: str | None
     text: str | None
     problem: str | None = None
+    skipped: int = 0
 
 
 def read_outputs(
@@ -1208,7 +1329,10 @@ def read_outputs(
     """The output of each matching experiment, decoded as UTF-8 with invalid bytes as U+FFFD;
     ``tail`` keeps the last lines only. As SEML 0.5's ``print-output``: the experiment's own
     output file (``seml.output_file``, written by SEML) when there is one, else the job's
-    (``execution.slurm_output_file``); Sacred's ``captured_out`` when the file is unreadable."""
+    (``execution.slurm_output_file``); Sacred's ``captured_out`` when the file is unreadable
+    or not safe to read. Files are read as :func:`read_output_tail` allows (inside the
+    experiment's output folder, this user's, regular), at most their last
+    :data:`OUTPUT_TAIL_BYTES`."""
     out = []
     projection = {**_PROJECTION, "captured_out": 1}
     for doc in select(collection, query, projection):
@@ -1217,20 +1341,21 @@ def read_outputs(
         if not path:
             out.append(Output(doc["_id"], doc.get("status"), None, None, "no output file yet"))
             continue
-        try:
-            data = Path(path).read_bytes()
-        except OSError as error:
+        path = str(path)
+        read = read_output_tail(path, output_folder(doc), max_bytes=OUTPUT_TAIL_BYTES)
+        data = read.data
+        if data is None:
             captured = doc.get("captured_out")
             if isinstance(captured, str) and captured:
                 data = captured.encode("utf-8")
-                path = f"{path} is unreadable ({error.strerror}); Sacred's captured_out"
+                path = f"{path} ({read.problem}); Sacred's captured_out"
             else:
-                out.append(Output(doc["_id"], doc.get("status"), path, None, error.strerror))
+                out.append(Output(doc["_id"], doc.get("status"), path, None, read.problem))
                 continue
         text = data.decode("utf-8", errors="replace")
         if tail:
             text = "\n".join(text.splitlines()[-tail:])
-        out.append(Output(doc["_id"], doc.get("status"), path, text))
+        out.append(Output(doc["_id"], doc.get("status"), path, text, skipped=read.skipped))
     return out
 
 

@@ -4,9 +4,11 @@ At staging, the app's own files - the Python modules it imported from under its 
 (not site-packages, not a virtualenv) and its Hydra config directory - are stored in GridFS once
 per content hash and collection, and listed in each document as ``seml.source_files`` =
 ``[[relative path, file id], ...]`` (SEML's field, so ``seml <col> download-sources`` of SEML
-0.5.7 reads them). On the node, each job writes the snapshot once per node into a temporary
-directory it creates, puts it (and its ``src/``) first on ``sys.path``, runs from it, and removes
-only that directory. (It imports from the snapshot; its working directory stays Hydra's.)
+0.5.7 reads them). On the node, each job writes the snapshot once per node into a directory it
+creates inside this user's private runtime directory (mode 0700, checked with ``lstat``: nobody
+else can plant a module there), puts it (and its ``src/``) first on ``sys.path``, runs from it,
+and removes only that directory (and what killed jobs of this user left). (It imports from the
+snapshot; its working directory stays Hydra's.)
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import contextlib
 import hashlib
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,42 +242,241 @@ def foreign_files(db: Any, source_files: Sequence[Sequence[Any]], target: Path) 
     )
 
 
-@contextlib.contextmanager
-def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -> Iterator[Path]:
-    """Run inside the snapshot: once per node per job, in a directory this job creates.
+# ----------------------------------------------------------------------- on the node
 
-    The directory ``<tmp>/seml_hydra_src_<job_key>`` is created by the first rank of the job on
-    this node (``job_key`` = ``<array>_<task>``) under a file lock; the other ranks of that node
-    reuse it, and the last one to leave removes it (a reference count under the lock). It and
-    its ``src/`` come first on ``sys.path``. The working directory stays what Hydra makes it
-    (the launch directory, or the output directory with ``hydra.job.chdir=true``): SEML runs
-    from its temporary copy, but a Hydra app's relative paths (data, caches) mean the launch
-    directory, and those files are not in the snapshot anyway.
+#: seconds a rank waits for its node's snapshot lock before failing (the first rank of the
+#: node holds it while it writes the snapshot from GridFS)
+LOCK_TIMEOUT_S = 300.0
+#: name prefix of the snapshot files in the private runtime directory
+SNAPSHOT_PREFIX = "src-"
 
-    Raises :class:`SourceSnapshotError` when the node cannot create or fill the directory.
-    """
+
+def _safe_name(text: str) -> str:
+    """``text`` with every character outside ``[A-Za-z0-9._]`` replaced by ``_`` (a file name
+    part without separators; ``-`` separates the parts of a snapshot name)."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "._") else "_" for c in text)
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` (clock ticks since boot, field 22 of
+    ``/proc/<pid>/stat``), or ``None`` when it cannot be read (no such process, no ``/proc``).
+    With the pid it names one process for the whole uptime of the machine: a later process
+    that gets the same pid after a wrap has another start time."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+        return data[data.rindex(b")") + 2 :].split()[19].decode()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_alive(pid: int, start: str | None) -> bool:
+    """True when process ``pid`` runs and, if ``start`` is given and ``/proc`` tells, is the
+    process that had that :func:`process_start` (not a later one with a wrapped pid)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        pass
+    except (OSError, OverflowError):
+        return False
+    now = process_start(pid)
+    return start is None or now is None or now == start
+
+
+def live_users(users: Any) -> list[list[Any]]:
+    """The entries ``[pid, start]`` of a snapshot registry whose process still runs
+    (:func:`process_alive`); malformed entries are dropped."""
+    out = []
+    for entry in users if isinstance(users, list) else []:
+        if (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and isinstance(entry[0], int)
+            and isinstance(entry[1], (str, type(None)))
+            and process_alive(entry[0], entry[1])
+        ):
+            out.append(entry)
+    return out
+
+
+def _read_registry(path: Path, stem: str) -> dict[str, Any] | None:
+    """The registry ``{"dir": name, "users": [[pid, start], ...]}`` of a snapshot, or ``None``
+    when absent or not well formed (a ``dir`` must be ``<stem>-<token>``, a plain name)."""
+    import json
+
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict):
+        return None
+    name = state.get("dir")
+    if not isinstance(name, str) or "/" in name or not name.startswith(f"{stem}-"):
+        return None
+    return {"dir": name, "users": live_users(state.get("users"))}
+
+
+def _write_registry(path: Path, directory: str, users: list[list[Any]]) -> None:
+    import json
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"dir": directory, "users": users}))
+    os.replace(tmp, path)
+
+
+def _snapshot_dirs(base: Path, stem: str) -> list[Path]:
+    return [p for p in base.glob(f"{stem}-*") if p.name.rsplit("-", 1)[0] == stem]
+
+
+def _clean_stem(base: Path, stem: str, keep: str | None) -> None:
+    """Under the lock of ``stem`` (held by the caller): remove its snapshot directories other
+    than ``keep``; when ``keep`` is ``None`` its registry too."""
     import shutil
 
-    from filelock import FileLock
+    for path in _snapshot_dirs(base, stem):
+        if path.name != keep:
+            shutil.rmtree(path, ignore_errors=True)
+    if keep is None:
+        (base / f"{stem}.json").unlink(missing_ok=True)
 
-    base = Path(tempfile.gettempdir())
-    directory = base / f"seml_hydra_src_{job_key}"
-    lock = FileLock(str(base / f".seml_hydra_src_{job_key}.lock"))
-    count_file = base / f".seml_hydra_src_{job_key}.users"
+
+def remove_stale_snapshots(base: Path, host: str, *, skip: str = "") -> list[str]:
+    """Remove what killed jobs left in ``base`` for this ``host``: for each snapshot name
+    (``src-<job key>-<host>``) whose lock is free and whose registry lists no running process
+    (:func:`live_users`), its directories, registry and lock file; for one still in use, its
+    directories the registry does not name (a rank killed while writing one). ``skip`` is left
+    alone (the caller's own). Names of other hosts are never touched (their processes cannot
+    be checked from here). Returns the names cleaned."""
+    from filelock import FileLock, Timeout
+
+    suffix = f"-{_safe_name(host)}"
+    stems = set()
+    for path in base.glob(f"{SNAPSHOT_PREFIX}*"):
+        name = path.name
+        stem = name[: -len(".json")] if name.endswith(".json") else name
+        stem = stem[: -len(".lock")] if stem.endswith(".lock") else stem
+        if path.is_dir() and not path.is_symlink():
+            stem = name.rsplit("-", 1)[0]
+        if stem.endswith(suffix) and stem != skip:
+            stems.add(stem)
+    cleaned = []
+    for stem in sorted(stems):
+        lock_path = base / f"{stem}.lock"
+        lock = FileLock(str(lock_path))
+        try:
+            lock.acquire(timeout=0)
+        except (Timeout, OSError):  # a rank of that job is at work on it now
+            continue
+        try:
+            state = _read_registry(base / f"{stem}.json", stem)
+            alive = state is not None and bool(state["users"])
+            _clean_stem(base, stem, state["dir"] if alive else None)  # type: ignore[index]
+            if not alive:
+                lock_path.unlink(missing_ok=True)
+                cleaned.append(stem)
+        finally:
+            lock.release()
+    return cleaned
+
+
+def snapshot_base() -> Path:
+    """The private directory the snapshots of this user live in: the per-user runtime
+    directory (``seml_hydra.tunnel.runtime_dir``: mode 0700, checked with ``lstat`` to be a
+    directory of this user that nobody else can write).
+
+    Raises :class:`SourceSnapshotError` when it cannot be created or is not private (another
+    user made it, it is open to others, or it is a symlink): nothing is imported from it.
+    """
+    from .tunnel import RuntimeDirError, runtime_dir
+
+    try:
+        return runtime_dir()
+    except RuntimeDirError as error:
+        raise SourceSnapshotError(
+            f"no private place for the code snapshot on node {os.uname().nodename}: {error}"
+        ) from None
+
+
+@contextlib.contextmanager
+def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -> Iterator[Path]:
+    """Run inside the snapshot: once per node per job, in a private directory this job creates.
+
+    Everything lives in this user's private runtime directory (:func:`snapshot_base`), named
+    ``src-<job_key>-<host>`` (``job_key`` = ``<cluster>_<array>_<task>``): the lock
+    (``.lock``), the registry of the ranks using the snapshot (``.json``: its directory and
+    the ``[pid, start time]`` of each rank) and the snapshot directory
+    ``src-<job_key>-<host>-<random token>`` (mode 0700). Under the lock (at most
+    :data:`LOCK_TIMEOUT_S` seconds), the first rank of the job on this node - the first one
+    that finds no running process in the registry - removes what an earlier, killed job of the
+    same key left (a requeued task, or a local job whose process id wrapped) and writes a new
+    directory; the other ranks reuse the directory the registry names; the last one to leave
+    removes it. Creating a directory also removes the leftovers of this host's other killed
+    jobs (:func:`remove_stale_snapshots`).
+
+    Before anything is imported, the base and the snapshot directory are checked with
+    ``lstat`` (this user's, not open to others, not symlinks); then the directory and its
+    ``src/`` come first on ``sys.path``. The working directory stays what Hydra makes it (the
+    launch directory, or the output directory with ``hydra.job.chdir=true``): SEML runs from
+    its temporary copy, but a Hydra app's relative paths (data, caches) mean the launch
+    directory, and those files are not in the snapshot anyway.
+
+    Raises :class:`SourceSnapshotError` when the node has no private place for it, the lock is
+    not free within :data:`LOCK_TIMEOUT_S`, or the directory cannot be created or filled.
+    """
+    import secrets
+    import shutil
+    import socket
+
+    from filelock import FileLock, Timeout
+
+    from .tunnel import private_dir_problem
+
+    base = snapshot_base()
+    host = socket.gethostname()
+    stem = f"{SNAPSHOT_PREFIX}{_safe_name(job_key)}-{_safe_name(host)}"
+    registry = base / f"{stem}.json"
+    lock = FileLock(str(base / f"{stem}.lock"), timeout=LOCK_TIMEOUT_S)
+    me = [os.getpid(), process_start(os.getpid())]
+    created = False
+    directory = base / stem
     try:
         with lock:
-            users = int(count_file.read_text()) if count_file.exists() else 0
-            if users == 0:
-                if directory.exists():  # a crashed earlier attempt of this job: ours to redo
-                    shutil.rmtree(directory)
+            state = _read_registry(registry, stem)
+            if state is not None and state["users"] and (base / state["dir"]).is_dir():
+                directory = base / state["dir"]
+                users = [*state["users"], me]
+            else:  # nobody runs from a snapshot of this key: whatever is there is stale
+                # (or it was removed under its users, by a cleaner of old temporary files)
+                _clean_stem(base, stem, None)
+                directory = base / f"{stem}-{secrets.token_hex(8)}"
                 directory.mkdir(mode=0o700)
-                write_sources(db, source_files, directory)
-            count_file.write_text(str(users + 1))
+                created = True
+                try:
+                    write_sources(db, source_files, directory)
+                except BaseException:
+                    shutil.rmtree(directory, ignore_errors=True)
+                    raise
+                users = [me]
+            _write_registry(registry, directory.name, users)
+    except Timeout:
+        raise SourceSnapshotError(
+            f"the code snapshot lock {lock.lock_file} on node {os.uname().nodename} stayed "
+            f"held for {LOCK_TIMEOUT_S:.0f} s: another rank of this job is stuck writing the "
+            "snapshot. Cancel the job and start it again."
+        ) from None
     except OSError as error:
         raise SourceSnapshotError(
             f"cannot create the code snapshot directory {directory} on node "
             f"{os.uname().nodename}: {error}. Free space in {base} or set TMPDIR."
         ) from None
+    if created:
+        remove_stale_snapshots(base, host, skip=stem)
+    problem = private_dir_problem(base) or private_dir_problem(directory)
+    if problem:  # changed since it was checked: only root could have done that
+        raise SourceSnapshotError(
+            f"the code snapshot directory {directory} {problem}: not importing from it."
+        )
     added = [str(directory / "src"), str(directory)]
     sys.path[:0] = added
     try:
@@ -285,10 +485,36 @@ def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -
         for entry in added:
             with contextlib.suppress(ValueError):
                 sys.path.remove(entry)
+        _leave(lock, registry, stem, directory, me)
+
+
+def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any]) -> None:
+    """Take this rank out of the registry; the last rank removes the directory. A lock that
+    stays held only leaves the directory behind (removed by a later job,
+    :func:`remove_stale_snapshots`)."""
+    import shutil
+
+    from filelock import Timeout
+
+    try:
         with lock:
-            users = int(count_file.read_text()) - 1 if count_file.exists() else 0
-            if users <= 0:
+            state = _read_registry(registry, stem)
+            if state is None or state["dir"] != directory.name:  # no rank can be using it
                 shutil.rmtree(directory, ignore_errors=True)
-                count_file.unlink(missing_ok=True)
+                return
+            users = state["users"]
+            if me in users:
+                users.remove(me)
+            if users:
+                _write_registry(registry, directory.name, users)
             else:
-                count_file.write_text(str(users))
+                shutil.rmtree(directory, ignore_errors=True)
+                registry.unlink(missing_ok=True)
+    except (Timeout, OSError) as error:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "Could not remove the code snapshot %s (%s); a later job removes it.",
+            directory,
+            error,
+        )

@@ -54,15 +54,45 @@ class TunnelError(Exception):
 # --------------------------------------------------------------------------- paths
 
 
+class RuntimeDirError(TunnelError):
+    """The per-user runtime directory cannot be created or is not private to this user."""
+
+
+def private_dir_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` is not a private directory of this user, by ``lstat`` (a symlink is not
+    followed): ``None`` when it is a real directory owned by the current uid with no group or
+    other permission bits (mode ``0700`` or stricter), else a short reason such as
+    ``"belongs to uid 1001"``. A directory passing this check is one nobody else can plant a
+    file in or rename (apart from root)."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError as err:
+        return f"cannot be inspected ({err.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != os.getuid():
+        return f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+    if st.st_mode & 0o077:
+        return f"is open to others (mode {stat.S_IMODE(st.st_mode):04o}, 0700 expected)"
+    return None
+
+
 def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
-    """The per-user directory of the tunnels' locks, state and logs (created mode 0700).
+    """The per-user directory of the tunnels' locks, state and logs, and of the jobs' code
+    snapshots (``seml_hydra.sources.materialized``); created mode 0700.
 
     ``$SEML_HYDRA_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/seml-hydra`` when that directory
     exists and belongs to this user, else ``<tmp>/seml-hydra-<uid>``. A directory that belongs
-    to another user or is open to others is refused (nobody can plant a lock or state there).
+    to another user, is open to others or is a symlink is refused
+    (:func:`private_dir_problem`): nobody can plant a lock, a state file or a module there.
 
     Raises:
-        TunnelError: the directory cannot be created or is not safe.
+        RuntimeDirError: (a :class:`TunnelError`) the directory cannot be created or is not
+            safe.
     """
     env = os.environ if env is None else env
     uid = os.getuid()
@@ -80,15 +110,15 @@ def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
                 pass
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(path)
     except OSError as err:
-        raise TunnelError(f"cannot create the tunnel directory {path}: {err}") from None
-    import stat
-
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
-        raise TunnelError(
-            f"the tunnel directory {path} is not a private directory of this user (uid {uid}, "
-            f"mode 0700 expected); remove it, or set {ENV_RUNTIME_DIR} to another directory."
+        raise RuntimeDirError(
+            f"cannot create the private runtime directory {path}: {err}"
+        ) from None
+    problem = private_dir_problem(path)
+    if problem:
+        raise RuntimeDirError(
+            f"the runtime directory {path} is not a private directory of this user: it "
+            f"{problem}. Remove it, or set {ENV_RUNTIME_DIR} to another directory."
         )
     return path
 

@@ -86,15 +86,15 @@ def count_states(collection: Any, ids: Sequence[int]) -> dict[str, int]:
     return {row["_id"]: row["n"] for row in collection.aggregate(pipeline)}
 
 
-def _tail(path: str | None, lines: int = 40) -> str:
-    if not path:
-        return ""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()[-20000:]
-    except OSError:
-        return ""
-    return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
+def _tail(path: str | None, folder: str | None) -> str:
+    """The last lines of a job's output file in its submitit ``folder`` (read as
+    ``manage.read_output_tail`` allows), or why it was not read."""
+    from .manage import read_output_tail, tail_text
+
+    tail = read_output_tail(path, folder)
+    if tail.data is None:
+        return f"({path}: {tail.problem})" if path else ""
+    return tail_text(tail.data)
 
 
 def mark_dead_jobs(collection: Any, jobs: Mapping[str, tuple[Any, Sequence[int]]]) -> list[int]:
@@ -122,9 +122,9 @@ def mark_dead_jobs(collection: Any, jobs: Mapping[str, tuple[Any, Sequence[int]]
             trace = (
                 f"The job {job_id} ended (submitit state {job.state}) while the experiment was "
                 "not finished. Last lines of its output:\n"
-                + _tail(str(job.paths.stderr))
+                + _tail(str(job.paths.stderr), str(job.paths.folder))
                 + "\n"
-                + _tail(str(job.paths.stdout))
+                + _tail(str(job.paths.stdout), str(job.paths.folder))
             )
             result = collection.update_many(
                 {"_id": {"$in": active}, "status": {"$in": sorted(states.ACTIVE)}},

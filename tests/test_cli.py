@@ -191,14 +191,19 @@ def test_hold_and_release_with_nothing_pending_exit_0(test_db, slurm):
     assert result.exit_code == 0 and "Nothing held to release." in result.output
 
 
+def job_doc(exp_id, status, folder, **execution):
+    """An experiment whose submitit folder (``seml.output_dir``) is ``folder``."""
+    return doc(exp_id, status, seml={"output_dir": f"{folder}/%j"}, execution=dict(execution))
+
+
 def test_print_output_shows_invalid_utf8_as_replacement_characters(test_db, tmp_path):
     out = tmp_path / "job.out"
     out.write_bytes(b"epoch 1\nbad bytes: \xff\xfe\x80 end\nlast line\n")
     test_db["c"].insert_many(
         [
-            doc(1, "COMPLETED", execution={"slurm_output_file": str(out)}),
+            job_doc(1, "COMPLETED", tmp_path, slurm_output_file=str(out)),
             doc(2, "PENDING"),
-            doc(3, "FAILED", execution={"slurm_output_file": str(tmp_path / "gone.out")}),
+            job_doc(3, "FAILED", tmp_path, slurm_output_file=str(tmp_path / "gone.out")),
         ]
     )
     result = seml("c", "print-output")
@@ -232,7 +237,7 @@ def test_detect_killed_marks_only_with_evidence_and_keeps_the_output_tail(test_d
     gone = {"cluster": "slurm", "array_id": 999998, "task_id": 0}
     test_db["c"].insert_many(
         [
-            doc(1, "RUNNING", execution={**gone, "slurm_output_file": str(out)}),
+            job_doc(1, "RUNNING", tmp_path, **gone, slurm_output_file=str(out)),
             doc(2, "PENDING"),  # not submitted yet: no evidence
             doc(3, "RUNNING", execution={"cluster": "local", "array_id": 1, "task_id": 0}),
             doc(4, "RUNNING", execution={**gone, "task_id": 1, "cancel_time": "t"}),
@@ -247,6 +252,118 @@ def test_detect_killed_marks_only_with_evidence_and_keeps_the_output_tail(test_d
     trace = "".join(test_db["c"].find_one({"_id": 1})["fail_trace"])
     assert "999998_0" in trace and "oom \ufffd" in trace and "line 99" in trace
     assert "line 10\n" not in trace
+
+
+@pytest.fixture
+def secret_elsewhere(tmp_path):
+    """A private file of this user outside any experiment's folder (as ``~/.ssh/id_ed25519``),
+    and a symlink to it inside an experiment's folder (``<folder>/123/123_0_log.out``)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    secret = tmp_path / "private" / "id_ed25519"
+    secret.parent.mkdir(mode=0o700)
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY----- s3cr3t\n")
+    secret.chmod(0o600)
+    # in /tmp, so that the other user can reach it (tmp_path is private)
+    folder = Path(tempfile.mkdtemp(prefix="seml-hydra-test-sweep-", dir="/tmp"))
+    folder.chmod(0o755)
+    (folder / "123").mkdir(parents=True)
+    link = folder / "123" / "123_0_log.out"
+    link.symlink_to(secret)
+    yield secret, folder, link
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_status_and_print_output_do_not_read_files_a_forged_document_names(
+    test_db, slurm, tmp_path, secret_elsewhere, other_user
+):
+    """Documents whose output file is a private file outside the experiment's folder, a
+    symlink to it inside the folder, a file with a job output's name outside the folder, and
+    another user's file inside the folder: ``status`` (its KILLED detection copies the output's
+    tail into ``fail_trace``) and ``print-output`` read none of them, and say why."""
+    secret, folder, link = secret_elsewhere
+    outside = tmp_path / "private" / "999_0_log.out"
+    outside.write_text("s3cr3t too\n")
+    theirs = folder / "124" / "124_0_log.out"
+    theirs.parent.mkdir()
+    theirs.parent.chmod(0o777)
+    other_user.run("sh", "-c", f"echo s3cr3t of theirs > {theirs}", check=True)
+    gone = {"cluster": "slurm", "array_id": 999996, "task_id": 0}
+    named = {1: secret, 2: link, 3: outside, 4: theirs}
+    test_db["c"].insert_many(
+        [
+            job_doc(i, "RUNNING", folder, **{**gone, "task_id": i}, slurm_output_file=str(path))
+            for i, path in named.items()
+        ]
+    )
+    result = seml("c", "status")
+    assert result.exit_code == 0, result.output
+    traces = {d["_id"]: "".join(d["fail_trace"]) for d in test_db["c"].find()}
+    assert set(traces) == set(named)
+    for trace in traces.values():
+        assert "999996" in trace and "s3cr3t" not in trace, trace
+    assert "not a job output file" in traces[1]
+    assert "a symbolic link" in traces[2]
+    assert "outside the experiment's output folder" in traces[3]
+    assert f"belongs to uid {other_user.uid}" in traces[4]
+    result = seml("c", "print-output")
+    assert result.exit_code == 0, result.output
+    assert "s3cr3t" not in result.output
+    assert result.output.count("not read") == 4
+
+
+def test_output_files_are_read_from_their_end_only(tmp_path):
+    """A huge output file: only its last bytes are read (the rest is seeked over)."""
+    out = tmp_path / "1" / "1_0_log.out"
+    out.parent.mkdir()
+    with open(out, "wb") as f:
+        f.write(b"head line\n")
+        f.seek(50 * 1024 * 1024)
+        f.write(b"\nlast line\n")
+    tail = manage.read_output_tail(out, tmp_path, max_bytes=100)
+    assert tail.data is not None and tail.data.endswith(b"last line\n")
+    assert len(tail.data) == 100 and tail.skipped == out.stat().st_size - 100
+
+
+def test_print_commands_strip_terminal_escape_sequences(test_db, tmp_path):
+    """A document's ``fail_trace``/``captured_out`` and an output file with escape sequences
+    that would retitle the terminal, write the clipboard, clear the screen or hide text: the
+    CLI prints the text without them (newlines and tabs kept)."""
+    evil = "\x1b]0;owned\x07\x1b]52;c;cm0gLXJmIH4=\x1b\\\x1b[2J\x1b[8mhidden\x1b[0m\x9b31m"
+    out = tmp_path / "1" / "1_0_log.out"
+    out.parent.mkdir()
+    out.write_text(f"epoch\t1 {evil}done\nprogress 10%\rprogress 100%\n")
+    test_db["c"].insert_many(
+        [
+            {**job_doc(1, "FAILED", tmp_path, slurm_output_file=str(out)),
+             "fail_trace": [f"Traceback {evil}\n", "ValueError: x\x07\x08\n"]},
+            {**job_doc(2, "FAILED", tmp_path, slurm_output_file=str(tmp_path / "gone.out")),
+             "captured_out": f"captured {evil}end\n"},
+            doc(3, f"FAILED{evil}"),
+        ]
+    )  # fmt: skip
+
+    def clean(text: str) -> None:
+        assert not any(c in text for c in "\x1b\x07\x08\r\x9b"), repr(text)
+
+    result = seml("c", "print-fail-trace")
+    assert result.exit_code == 0, result.output
+    clean(result.stdout)
+    assert "Traceback hiddendone" not in result.stdout
+    assert "Traceback hidden\nValueError: x\n" in result.stdout
+    result = seml("c", "print-output", "-id", "1")
+    assert result.exit_code == 0, result.output
+    clean(result.stdout)
+    assert "epoch\t1 hiddendone\nprogress 10%\nprogress 100%\n" in result.stdout
+    result = seml("c", "print-output", "-id", "2")
+    clean(result.stdout)
+    assert "captured hiddenend" in result.stdout
+    result = seml("c", "print-output", "-id", "3")  # a status with escape sequences
+    clean(result.stdout)
+    assert "experiment 3 (FAILEDhidden)" in result.stdout
+    assert manage.terminal_safe(f"a{evil}b\tc\n") == "ahiddenb\tc\n"
 
 
 def test_detect_killed_marks_nothing_when_slurm_cannot_be_asked(test_db, tmp_path, monkeypatch):

@@ -152,6 +152,32 @@ def test_config_file_from_env_override(env, tmp_path):
     assert hash(s) == hash(resolve_db_settings(None, env))
 
 
+def test_a_config_file_other_users_can_read_is_warned_about_once_with_the_fix(env, tmp_path):
+    """A 0644 mongodb.config (the password readable by every local user): one warning line on
+    stderr naming the fix, once per process however often the settings are resolved; none for
+    a 0600 file. In a subprocess, as the ``seml`` CLI runs (logging not configured)."""
+    path = write_config(tmp_path / "m.config")
+    code = (
+        "from seml_hydra.database import resolve_db_settings\n"
+        "for _ in range(3):\n    resolve_db_settings(None)\n"
+    )
+    run_env = {"PATH": os.environ["PATH"], **env, "SEML_MONGODB_CONFIG": str(path)}
+
+    def stderr_lines() -> list[str]:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=run_env, timeout=60
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stderr.splitlines()
+
+    path.chmod(0o644)
+    (line,) = stderr_lines()
+    assert str(path) in line and "mode 0644" in line and f"chmod 600 {path}" in line
+    assert SECRET not in line
+    path.chmod(0o600)
+    assert stderr_lines() == []
+
+
 def test_config_file_at_seml_default_path(env):
     path = write_config(Path(env["HOME"]) / ".config" / "seml" / "mongodb.config")
     s = resolve_db_settings(None, env)

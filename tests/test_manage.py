@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from seml_hydra import manage
@@ -180,3 +182,64 @@ def test_hidden_collections_are_not_listed():
 
 def test_tail_text_replaces_invalid_utf8():
     assert manage.tail_text(b"a\nb\xff\nc\n", 2) == "b\ufffd\nc"
+
+
+@pytest.mark.parametrize(
+    ("seml", "expected"),
+    [
+        ({"output_dir": "/sweep/.submitit/%j"}, "/sweep/.submitit"),
+        ({"output_dir": "/sweep/out"}, "/sweep/out"),
+        ({"output_dir": "/sweep/a%j/b"}, "/sweep"),
+        ({"output_dir": "logs", "working_dir": "/proj"}, "/proj/logs"),
+        ({"output_dir": "logs"}, None),  # relative, and no working directory to anchor it
+        ({"output_dir": "/%j"}, None),  # would be the whole file system
+        ({}, None),
+    ],
+)
+def test_output_folder_is_the_submitit_folder_before_its_placeholders(seml, expected):
+    assert manage.output_folder({"seml": seml}) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("title \x1b]0;owned\x07ok", "title ok"),  # OSC ended by BEL
+        ("clip \x1b]52;c;ZWNobyBoaQ==\x1b\\ok", "clip ok"),  # OSC ended by ST
+        ("\x1b[31mred\x1b[0m \x1b[2J\x1b[1;1H", "red "),  # CSI: colour, clear, cursor
+        ("8-bit \x9b2J\x9d0;t\x9cok", "8-bit ok"),  # C1 forms of CSI and OSC
+        ("open \x1b]8;;http://x\nnext", "open \nnext"),  # unterminated: ends at the line
+        ("\x1bPdcs\x1b\\ \x1b(B\x1bc", " "),  # DCS, charset, reset
+        ("a\tb\nc\x00\x07\x08\x7f", "a\tb\nc"),  # tab and newline kept
+        ("10%\r100%\r\n", "10%\n100%\n"),  # carriage returns do not overwrite
+        ("héllo ✓", "héllo ✓"),
+    ],
+)
+def test_terminal_safe_strips_escape_sequences_and_control_characters(text, expected):
+    assert manage.terminal_safe(text) == expected
+
+
+def test_the_waiting_launcher_copies_only_the_dead_jobs_own_output(test_db, tmp_path):
+    """Two local submitit jobs end while their experiments are RUNNING: the one's output tail
+    goes into ``fail_trace``; the other's output file was replaced by a symlink to a private
+    file, which is not read."""
+    import submitit
+
+    from seml_hydra.wait import mark_dead_jobs
+
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("s3cr3t\n")
+    executor = submitit.LocalExecutor(folder=str(tmp_path / "submitit" / "%j"))
+    executor.update_parameters(timeout_min=1)
+    job_a = executor.submit(print, "line from job a")
+    job_b = executor.submit(print, "line from job b")
+    job_a.result(), job_b.result()
+    stdout_b = Path(job_b.paths.stdout)
+    stdout_b.unlink()
+    stdout_b.symlink_to(secret)
+    test_db["c"].insert_many([{"_id": 1, "status": "RUNNING"}, {"_id": 2, "status": "RUNNING"}])
+    marked = mark_dead_jobs(test_db["c"], {"a": (job_a, [1]), "b": (job_b, [2])})
+    assert sorted(marked) == [1, 2]
+    trace_a = "".join(test_db["c"].find_one({"_id": 1})["fail_trace"])
+    trace_b = "".join(test_db["c"].find_one({"_id": 2})["fail_trace"])
+    assert "line from job a" in trace_a
+    assert "s3cr3t" not in trace_b and "a symbolic link" in trace_b

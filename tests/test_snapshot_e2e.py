@@ -110,7 +110,7 @@ def test_flat_project_job_runs_the_code_of_launch_time(slurm, test_db, tmp_path)
     done = release_and_wait(doc, test_db["app"])
     assert done["status"] == "COMPLETED", done.get("fail_trace")
     assert done["result"]["value"] == 1
-    assert "seml_hydra_src_" in done["result"]["file"]
+    assert "/src-semltest_" in done["result"]["file"]  # in the private runtime directory
     assert not Path(done["result"]["file"]).exists()  # the job removed its directory
     assert done["result"]["cwd"] == str(app.parent)  # the launch directory, as Hydra has it
 
@@ -138,5 +138,33 @@ def test_src_layout_project_installed_editable_runs_from_the_snapshot(
     done = release_and_wait(doc, test_db["app"])
     assert done["status"] == "COMPLETED", done.get("fail_trace")
     assert done["result"]["value"] == 1
-    assert "seml_hydra_src_" in done["result"]["file"]
+    assert "/src-semltest_" in done["result"]["file"]
     assert done["result"]["file"].endswith("src/mypkg/__init__.py")
+
+
+def test_a_module_another_user_plants_for_the_job_is_not_imported(
+    slurm, test_db, tmp_path, other_user
+):
+    """Job ids are public: while the job waits, another user creates the snapshot directory
+    the job used to take (``/tmp/seml_hydra_src_<cluster>_<array>_<task>``, with a counter
+    saying it is in use) holding its own ``helper.py``. The job imports the launched one from
+    its private directory."""
+    app = write_flat_project(tmp_path / "flat")
+    doc = launch_held(app, test_db["app"])
+    key = f"semltest_{doc['slurm'][0]['array_id']}_0"
+    planted = Path("/tmp") / f"seml_hydra_src_{key}"
+    counter = Path("/tmp") / f".seml_hydra_src_{key}.users"
+    try:
+        other_user.run(
+            "sh",
+            "-c",
+            f"mkdir -m 755 {planted} && echo 'VALUE = 666' > {planted}/helper.py"
+            f" && echo 1 > {counter}",
+            check=True,
+        )
+        done = release_and_wait(doc, test_db["app"])
+        assert done["status"] == "COMPLETED", done.get("fail_trace")
+        assert done["result"]["value"] == 1
+        assert not done["result"]["file"].startswith(str(planted))
+    finally:
+        other_user.run("rm", "-rf", str(planted), str(counter))

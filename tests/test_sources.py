@@ -3,6 +3,7 @@ restore, the per-node directory, and `seml <collection> restore-sources`."""
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -94,18 +95,64 @@ def test_write_sources_refuses_paths_outside_the_target(test_db, tmp_path):
         sources.write_sources(test_db, [["../evil.py", file_id]], tmp_path / "t")
 
 
+@pytest.fixture
+def private_runtime(tmp_path, monkeypatch):
+    """The runtime directory (the snapshots' private base) of this test."""
+    runtime = tmp_path / "runtime"
+    monkeypatch.setenv("SEML_HYDRA_RUNTIME_DIR", str(runtime))
+    return runtime
+
+
+@pytest.fixture
+def shared_tmp(monkeypatch):
+    """A directory like /tmp (mode 1777, every user may create in it) as the temporary
+    directory, and no runtime directory set: the snapshots' base is ``<it>/seml-hydra-<uid>``,
+    a name another user can take first."""
+    import shutil
+
+    shared = Path(tempfile.mkdtemp(prefix="seml-hydra-test-shared-", dir="/tmp"))
+    shared.chmod(0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    monkeypatch.delenv("SEML_HYDRA_RUNTIME_DIR", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    yield shared
+    shutil.rmtree(shared, ignore_errors=True)
+
+
+def module_snapshot(db, tmp_path: Path, name: str, value: int) -> list:
+    """A stored snapshot of one module ``<name>.py`` holding ``VALUE = value``."""
+    root = tmp_path / f"proj_{name}"
+    root.mkdir()
+    (root / f"{name}.py").write_text(f"VALUE = {value!r}\n")
+    files, _ = sources.select_sources([str(root / f"{name}.py")], [], root)
+    return sources.upload_sources(db, "col", 1, files)
+
+
+def import_value(name: str):
+    """``VALUE`` of module ``name`` imported afresh from ``sys.path``."""
+    import importlib
+
+    importlib.invalidate_caches()
+    sys.modules.pop(name, None)
+    try:
+        return importlib.import_module(name).VALUE
+    finally:
+        sys.modules.pop(name, None)
+
+
 def test_materialized_runs_from_the_snapshot_and_removes_only_its_directory(
-    test_db, tmp_path, monkeypatch
+    test_db, tmp_path, private_runtime
 ):
     root = make_project(tmp_path)
     files, _ = sources.select_sources([str(root / "src/mypkg/model.py")], [], root)
     snapshot = sources.upload_sources(test_db, "col", 1, files)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
-    sibling = tmp_path / "tmp" / "other_dir"
+    private_runtime.mkdir(mode=0o700)
+    sibling = private_runtime / "other_dir"
     sibling.mkdir()
     cwd = Path.cwd()
     with sources.materialized(test_db, snapshot, "7_0") as directory:
+        assert directory.parent == private_runtime
+        assert directory.stat().st_mode & 0o777 == 0o700
         assert Path.cwd() == cwd  # Hydra decides the working directory, not the snapshot
         assert sys.path[:2] == [str(directory / "src"), str(directory)]
         import importlib
@@ -127,10 +174,176 @@ def test_materialized_fails_clearly_when_the_node_cannot_create_the_directory(
 ):
     blocker = tmp_path / "not_a_dir"
     blocker.write_text("")
-    monkeypatch.setattr(tempfile, "tempdir", str(blocker))
-    with pytest.raises(sources.SourceSnapshotError, match="cannot create the code snapshot"):
+    monkeypatch.setenv("SEML_HYDRA_RUNTIME_DIR", str(blocker / "runtime"))
+    with pytest.raises(sources.SourceSnapshotError, match="cannot create the private runtime"):
         with sources.materialized(test_db, [], "8_0"):
             pass
+
+
+def test_a_module_planted_by_another_user_at_the_old_shared_path_is_not_imported(
+    test_db, tmp_path, shared_tmp, other_user
+):
+    """The old predictable ``<tmp>/seml_hydra_src_<key>`` with a counter saying "in use",
+    made by another user with a module of the snapshot's name: the job imports its own."""
+    snapshot = module_snapshot(test_db, tmp_path, "planted_a", 1)
+    key = "semltest_41_0"
+    planted = shared_tmp / f"seml_hydra_src_{key}"
+    other_user.run(
+        "sh",
+        "-c",
+        f"mkdir -m 755 {planted} && echo 'VALUE = 666' > {planted}/planted_a.py"
+        f" && echo 1 > {shared_tmp}/.seml_hydra_src_{key}.users",
+        check=True,
+    )
+    with sources.materialized(test_db, snapshot, key) as directory:
+        assert import_value("planted_a") == 1
+        assert directory.parent == shared_tmp / f"seml-hydra-{os.getuid()}"
+        assert str(planted) not in sys.path
+    assert (planted / "planted_a.py").exists()  # not ours: left alone
+
+
+def test_a_lock_another_user_holds_does_not_hang_the_job(test_db, tmp_path, shared_tmp, other_user):
+    """Another user holds the old shared lock file of the job's key (``flock``): the job's lock
+    is in its private directory, so it starts at once. (The thread join is a guard against the
+    old behaviour, a job hanging for ever.)"""
+    import subprocess
+    import threading
+
+    from tests.conftest import wait_until
+
+    snapshot = module_snapshot(test_db, tmp_path, "planted_b", 1)
+    key = "semltest_42_0"
+    lock = shared_tmp / f".seml_hydra_src_{key}.lock"
+    holder = subprocess.Popen(
+        ["runuser", "-u", other_user.name, "--", "flock", str(lock), "cat"],
+        stdin=subprocess.PIPE,
+        cwd="/",
+    )
+    try:
+        wait_until("the other user holds the lock", lambda: _is_locked(lock), timeout=30)
+        outcome = {}
+
+        def job():
+            with sources.materialized(test_db, snapshot, key):
+                outcome["value"] = import_value("planted_b")
+
+        thread = threading.Thread(target=job, daemon=True)
+        thread.start()
+        thread.join(60)
+        assert not thread.is_alive(), "the job waits for a lock another user holds"
+        assert outcome == {"value": 1}
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _is_locked(path: Path) -> bool:
+    import fcntl
+
+    if not path.exists():
+        return False
+    with open(path) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def test_a_lock_that_stays_held_fails_the_job_clearly(
+    test_db, tmp_path, private_runtime, monkeypatch
+):
+    """A rank stuck while holding the node's snapshot lock: the others fail after
+    ``LOCK_TIMEOUT_S`` with a message saying so, instead of waiting for ever."""
+    import socket
+    import subprocess
+
+    from tests.conftest import wait_until
+
+    snapshot = module_snapshot(test_db, tmp_path, "locked_c", 1)
+    private_runtime.mkdir(mode=0o700)
+    lock = private_runtime / f"src-slurm_43_0-{socket.gethostname()}.lock"
+    holder = subprocess.Popen(["flock", str(lock), "cat"], stdin=subprocess.PIPE)
+    try:
+        wait_until("a stuck rank holds the lock", lambda: _is_locked(lock), timeout=30)
+        monkeypatch.setattr(sources, "LOCK_TIMEOUT_S", 0.2)
+        with pytest.raises(sources.SourceSnapshotError, match="stayed held for"):
+            with sources.materialized(test_db, snapshot, "slurm_43_0"):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "locked_c" not in sys.modules
+
+
+@pytest.mark.parametrize("planted_as", ["open directory", "symlink"])
+def test_a_snapshot_base_made_by_another_user_is_refused(
+    test_db, tmp_path, shared_tmp, other_user, planted_as
+):
+    """Another user takes the name of this user's private base first (a directory of theirs
+    holding a module, or a symlink to one): nothing is imported, the job fails saying why."""
+    snapshot = module_snapshot(test_db, tmp_path, "planted_d", 1)
+    base = shared_tmp / f"seml-hydra-{os.getuid()}"
+    theirs = shared_tmp / "theirs"
+    if planted_as == "symlink":
+        plant = f"mkdir -m 777 {theirs} && ln -s {theirs} {base} && target={theirs}"
+    else:
+        plant = f"mkdir -m 777 {base} && target={base}"
+    other_user.run("sh", "-c", f"{plant} && echo 'VALUE = 666' > $target/planted_d.py", check=True)
+    path_before = list(sys.path)
+    with pytest.raises(sources.SourceSnapshotError, match="not a private directory") as error:
+        with sources.materialized(test_db, snapshot, "semltest_44_0"):
+            pass
+    assert str(base) in str(error.value)
+    assert sys.path == path_before
+    assert "planted_d" not in sys.modules
+
+
+def test_leftovers_of_killed_jobs_are_removed_and_a_wrapped_pid_never_reuses_one(
+    test_db, tmp_path, private_runtime
+):
+    """Local jobs are keyed by their process id. A killed job left its snapshot (old code)
+    and a registry naming a process with this pid but another start time (the pid wrapped
+    since): the new job writes a fresh snapshot. Another killed job's leftovers on this host
+    are removed; another host's are left alone (its processes cannot be checked here)."""
+    import json
+    import socket
+    import subprocess
+
+    host = socket.gethostname()
+    snapshot = module_snapshot(test_db, tmp_path, "stale_e", 1)
+    private_runtime.mkdir(mode=0o700)
+    key = f"local_{os.getpid()}_0"
+
+    def leftover(stem: str, users: list) -> Path:
+        directory = private_runtime / f"{stem}-0123456789abcdef"
+        directory.mkdir(mode=0o700)
+        (directory / "stale_e.py").write_text("VALUE = 2\n")
+        (private_runtime / f"{stem}.json").write_text(
+            json.dumps({"dir": directory.name, "users": users})
+        )
+        (private_runtime / f"{stem}.lock").write_text("")
+        return directory
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    wrapped = leftover(f"src-{key}-{host}", [[os.getpid(), "1"]])
+    killed = leftover(f"src-slurm_45_0-{host}", [[dead.pid, None]])
+    elsewhere = leftover("src-slurm_46_0-otherhost", [[dead.pid, None]])
+    with sources.materialized(test_db, snapshot, key) as directory:
+        assert directory != wrapped
+        assert import_value("stale_e") == 1
+        assert not wrapped.exists()
+        assert not killed.exists()
+        assert not (private_runtime / f"src-slurm_45_0-{host}.json").exists()
+        assert not (private_runtime / f"src-slurm_45_0-{host}.lock").exists()
+        assert elsewhere.exists()
+    assert not directory.exists()
+    assert sorted(p.name for p in private_runtime.iterdir() if not p.name.endswith(".lock")) == [
+        elsewhere.name,
+        "src-slurm_46_0-otherhost.json",
+    ]
 
 
 def test_snapshot_of_refuses_several_snapshots_and_names_the_batches():

@@ -367,8 +367,9 @@ def print_fail_trace(
     filter_states: States = None,
     filter_dict: FilterDict = None,
 ) -> None:
-    """Print the fail trace of FAILED, KILLED and INTERRUPTED experiments."""
-    from ..manage import fail_traces
+    """Print the fail trace of FAILED, KILLED and INTERRUPTED experiments (terminal escape
+    sequences and control characters removed)."""
+    from ..manage import fail_traces, terminal_safe
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     _, coll = _open(ctx)
@@ -377,8 +378,18 @@ def print_fail_trace(
     if not traces:
         console().print("No experiments match.")
     for exp_id, state, trace in traces:  # plain text: long lines must not be cropped
-        console().rule(f"experiment {exp_id} ({state})", align="left")
-        typer.echo(trace.rstrip() or "(no fail trace)")
+        _rule(exp_id, state)
+        typer.echo(terminal_safe(trace.rstrip()) or "(no fail trace)")
+
+
+def _rule(exp_id: Any, state: Any) -> None:
+    """The heading of one experiment's text, its fields made safe to print (a document's
+    status could hold escape sequences or rich markup)."""
+    from rich.markup import escape
+
+    from ..manage import terminal_safe
+
+    console().rule(escape(terminal_safe(f"experiment {exp_id} ({state})")), align="left")
 
 
 @command("print-output", rich_help_panel=COLLECTION_PANEL)
@@ -392,8 +403,12 @@ def print_output(
         int, typer.Option("-t", "--tail", min=0, help="Only the last N lines; 0 = all.")
     ] = 0,
 ) -> None:
-    """Print the Slurm output file of experiments (bytes that are not UTF-8 show as U+FFFD)."""
-    from ..manage import read_outputs
+    """Print the Slurm output file of experiments (its last MiB at most; bytes that are not
+    UTF-8 show as U+FFFD; terminal escape sequences and control characters removed). Only a
+    file inside the experiment's output folder that belongs to you is read."""
+    from rich.markup import escape
+
+    from ..manage import read_outputs, terminal_safe
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     _, coll = _open(ctx)
@@ -401,8 +416,11 @@ def print_output(
     if not outputs:
         console().print("No experiments match.")
     for out in outputs:
-        console().rule(f"experiment {out.exp_id} ({out.status})", align="left")
+        _rule(out.exp_id, out.status)
         if out.text is None:
-            console().print(f"[dim]{out.problem}{f': {out.path}' if out.path else ''}[/]")
-        else:
-            typer.echo(out.text)
+            about = terminal_safe(f"{out.problem}{f': {out.path}' if out.path else ''}")
+            console().print(f"[dim]{escape(about)}[/]")
+            continue
+        if out.skipped and not tail:
+            console().print(f"[dim](its first {out.skipped} bytes are left out)[/]")
+        typer.echo(terminal_safe(out.text))
