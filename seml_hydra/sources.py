@@ -229,11 +229,8 @@ def delete_unused_files(
     copy), and a document inserted before the lease is released is seen by ``used()``. Files
     marked but still used are unmarked.
     """
-    import uuid
-    from datetime import datetime, timezone
-
     files = db["fs.files"]
-    token = {"id": uuid.uuid4().hex, "time": datetime.now(timezone.utc)}
+    token = new_lease()  # this call's mark: an id and a time, like a lease
     unleased = {"metadata.leases": {"$not": {"$elemMatch": {"time": {"$gt": _stale_before()}}}}}
     marked = []
     for f in list(files.find({"$and": [dict(candidates), unleased]}, {"_id": 1})):
