@@ -180,6 +180,9 @@ def test_numpy_and_other_values_are_stored_as_queryable_data_by_a_real_launch(te
     assert runs.count_documents({"result.nested.m": [[1.0, 0.0], [0.0, 1.0]]}) == 1
     assert runs.count_documents({"result.nested.k": [1]}) == 1
     assert "py/" not in repr(doc["result"])
+    # numpy values logged as metrics are stored as numbers too
+    (score,) = list(test_db["seml_hydra_metrics.data_app"].find())
+    assert score["steps"] == [0, 1] and score["values"] == [7, 0.5]
     # and read back as the same plain data, without a warning
     with warnings.catch_warnings():
         warnings.simplefilter("error", StoredObjectWarning)
