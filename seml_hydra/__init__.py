@@ -7,9 +7,10 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    """Lazy public API: ``seml_hydra.get_results`` (``seml_hydra.results.get_results``)."""
-    if name == "get_results":
-        from .results import get_results
+    """Lazy public API: ``seml_hydra.get_results`` and ``seml_hydra.get_metrics`` (from
+    ``seml_hydra.results``)."""
+    if name in ("get_results", "get_metrics"):
+        from . import results
 
-        return get_results
+        return getattr(results, name)
     raise AttributeError(f"module 'seml_hydra' has no attribute {name!r}")

@@ -757,9 +757,22 @@ def connect(settings: DbSettings, timeout_s: float = 5.0) -> pymongo.database.Da
 # --------------------------------------------------------------------------- collections
 
 
-#: collections that hold something else than experiments: our id counters, Sacred's metrics
-#: (where ``seml_hydra.metrics.log_scalar`` writes), GridFS's bucket
+#: collections that hold something else than experiments: our id counters, Sacred's shared
+#: metrics collection (where runs before per-collection metrics wrote), GridFS's bucket
 RESERVED_COLLECTIONS = frozenset({COUNTERS_COLLECTION, "metrics", "fs"})
+#: the metrics of experiments collection ``C`` are in ``METRICS_PREFIX + C``
+#: (:func:`metrics_collection_name`); no experiments collection may start with it
+METRICS_PREFIX = "seml_hydra_metrics."
+
+
+def metrics_collection_name(collection: str) -> str:
+    """The metrics collection of experiments collection ``collection``:
+    ``"seml_hydra_metrics.<collection>"`` (documents ``{run_id, name, steps, values,
+    timestamps}``, Sacred's format; ``run_id`` is the experiment's ``_id``). It is Omniboard's
+    ``metricsCollectionName`` for runs collection ``collection``. Pure."""
+    return METRICS_PREFIX + collection
+
+
 #: the ``seml`` command's own first words: a collection so named could not be reached by
 #: ``seml NAME COMMAND``
 CLI_WORDS = frozenset({"list", "queue", "drop", "configure"})
@@ -771,7 +784,8 @@ def validate_collection_name(name: str) -> str:
     Rules (MongoDB's naming restrictions, plus a length cap): a non-empty string of at most
     100 characters, without ``$`` or a null character, not starting with ``system.``
     (reserved), without a leading or trailing dot, none of the collections the database
-    already uses for other things (:data:`RESERVED_COLLECTIONS`, GridFS's ``fs.*``), and not a
+    already uses for other things (:data:`RESERVED_COLLECTIONS`, GridFS's ``fs.*``, the metrics
+    collections ``seml_hydra_metrics.*``), and not a
     first word of the ``seml`` command (:data:`CLI_WORDS`, or starting with ``-``).
 
     Args:
@@ -809,10 +823,10 @@ def validate_collection_name(name: str) -> str:
             f"`seml {name} ...` is the seml command's own, so the collection could not be "
             "managed; choose another name (hydra.launcher.collection=...)"
         )
-    if name in RESERVED_COLLECTIONS or name.startswith("fs."):
+    if name in RESERVED_COLLECTIONS or name.startswith(("fs.", METRICS_PREFIX)):
         raise bad(
-            "it is used by seml-hydra, GridFS or Sacred (seml_hydra_counters, fs.*, metrics); "
-            "choose another name (hydra.launcher.collection=...)"
+            "it is used by seml-hydra, GridFS or Sacred (seml_hydra_counters, fs.*, metrics, "
+            f"{METRICS_PREFIX}*); choose another name (hydra.launcher.collection=...)"
         )
     return name
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import PurePath
@@ -79,35 +80,142 @@ BSON_INT_RANGE = (-(2**63), 2**63)
 def storable_result(value: Any) -> tuple[Any, list[str]]:
     """A task's return value as MongoDB can store and every reader understands it (pure).
 
-    JSON-like values stay as they are; numpy scalars and arrays become numbers and lists
-    (``tolist``), OmegaConf containers plain dicts and lists, tuples lists, paths strings. Anything
-    else (an open file, a model, an int beyond 64 bits) is stored as its ``repr``.
+    The value is stored as data, never as a pickled object, so MongoDB filters on it work
+    (``{"result.acc": {"$gt": 0.9}}``). Exact ``str``/``int``/``float``/``bool``/``bytes``/``None``
+    stay as they are; every numpy scalar and array, at any depth, becomes a Python number, bool,
+    string or (nested) list (``tolist``; ``numpy.float64`` too, although it subclasses ``float``);
+    ``datetime`` stays a ``datetime`` (a BSON date; ``date``/``time`` become ISO strings); an enum
+    member becomes its value; mappings become dicts with ``str`` keys; tuples, lists, sets and
+    other sequences lists; paths strings; other subclasses of ``str``/``int``/``float`` the plain
+    type. Anything else (an open file, a model, an int beyond 64 bits) is stored as its ``repr``.
+
+    The run step writes the value as it is (``seml_hydra.run``: Sacred's own serializer would
+    jsonpickle a ``datetime`` or a ``numpy.float64`` into a ``{"py/object": ...}`` dict).
 
     Returns ``(value, problems)``: ``problems`` names each replaced part (``"result.thing:
     Opaque"``) so the caller can warn.
     """
+    import enum
     from collections.abc import Sequence as AnySequence
+    from collections.abc import Set as AnySet
+    from datetime import date, time
 
     problems: list[str] = []
 
     def convert(v: Any, path: str) -> Any:
-        if v is None or isinstance(v, (bool, float, str, bytes, datetime)):
+        kind = type(v)
+        if v is None or kind is str or kind is float or kind is bool or kind is bytes:
             return v
+        if kind.__module__ == "numpy" and hasattr(v, "tolist"):
+            return convert(v.tolist(), path)  # before float/int: numpy.float64 is a float
+        if isinstance(v, enum.Enum):
+            return convert(v.value, path)
+        if isinstance(v, datetime):
+            return v
+        if isinstance(v, bool):
+            return bool(v)
         if isinstance(v, int):
             if BSON_INT_RANGE[0] <= v < BSON_INT_RANGE[1]:
-                return v
+                return int(v)
+        elif isinstance(v, float):
+            return float(v)
+        elif isinstance(v, str):
+            return str(v)
+        elif isinstance(v, bytes):
+            return bytes(v)
+        elif isinstance(v, (date, time)):
+            return v.isoformat()
         elif isinstance(v, Mapping):
             return {str(k): convert(x, f"{path}.{k}") for k, x in v.items()}
-        elif isinstance(v, AnySequence) and not isinstance(v, (str, bytes)):
+        elif isinstance(v, (AnySequence, AnySet)):
             return [convert(x, f"{path}[{i}]") for i, x in enumerate(v)]
         elif isinstance(v, PurePath):
             return str(v)
-        elif type(v).__module__ == "numpy" and hasattr(v, "tolist"):
-            return convert(v.tolist(), path)
         problems.append(f"{path}: {type(v).__name__}")
         return repr(v)
 
     return convert(value, "result"), problems
+
+
+#: jsonpickle tags (Sacred's serializer) restored as plain Python values by :func:`plain_result`
+_PLAIN_TAGS = ("py/tuple", "py/set", "py/b64")
+#: numpy classes whose jsonpickle form (``jsonpickle.ext.numpy``) holds its data as plain values
+_NUMPY_FORMS = re.compile(r"numpy\.(ndarray|[a-z]+[0-9]*|bool_|str_|bytes_)")
+
+
+def plain_result(value: Any, path: str = "result") -> tuple[Any, list[str]]:
+    """A stored result as plain data, without running any code (pure).
+
+    Results stored by Sacred's serializer (jsonpickle) may hold tagged dicts. Only tags that are
+    data are decoded: ``{"py/tuple": [...]}`` -> tuple, ``{"py/set": [...]}`` -> set,
+    ``{"py/b64": ...}`` -> bytes, a numpy array or scalar (``{"py/object": "numpy.ndarray",
+    "values": [...]}`` / ``{"py/object": "numpy.float64", "value": 0.9}``) -> its (nested) list or
+    number, and ``json://`` dict keys (jsonpickle's non-string keys) -> the plain key they encode.
+    Any other dict with a ``py/...`` key (``py/reduce``, ``py/object``, ``py/function``,
+    ``py/type``, ``py/id``, ...) would need code to rebuild (jsonpickle imports and calls what it
+    names): it is returned as it is stored, as a plain dict, and named in the problems.
+
+    Args:
+        value: the stored value (``doc["result"]``), as pymongo returns it.
+        path: the name of ``value`` in the problems (``"result"``).
+
+    Returns:
+        ``(plain value, problems)``; each problem is ``"<path>: <tag>"``, e.g.
+        ``"result.model: py/reduce"``.
+    """
+    import base64
+    import binascii
+    import json
+
+    problems: list[str] = []
+
+    def key_of(key: Any) -> Any:
+        if isinstance(key, str) and key.startswith("json://"):
+            try:
+                decoded = json.loads(key[len("json://") :])
+            except ValueError:
+                return key
+            if isinstance(decoded, (str, int, float, bool)) or decoded is None:
+                return decoded
+        return key
+
+    def restore(v: Any, where: str) -> Any:
+        if isinstance(v, list):
+            return [restore(x, f"{where}[{i}]") for i, x in enumerate(v)]
+        if not isinstance(v, dict):
+            return v
+        tags = [k for k in v if isinstance(k, str) and k.startswith("py/")]
+        if not tags:
+            return {key_of(k): restore(x, f"{where}.{k}") for k, x in v.items()}
+        if len(v) == 1 and tags[0] in _PLAIN_TAGS:
+            tag, inner = tags[0], v[tags[0]]
+            if tag == "py/b64" and isinstance(inner, str):
+                try:
+                    return base64.b64decode(inner, validate=True)
+                except (binascii.Error, ValueError):
+                    pass
+            elif tag != "py/b64" and isinstance(inner, list):
+                items = [restore(x, f"{where}[{i}]") for i, x in enumerate(inner)]
+                if tag == "py/tuple":
+                    return tuple(items)
+                try:
+                    return set(items)
+                except TypeError:  # an unhashable item: keep the list
+                    return items
+        cls = v.get("py/object")
+        data = [k for k in ("values", "value") if k in v]
+        if (
+            isinstance(cls, str)
+            and _NUMPY_FORMS.fullmatch(cls)
+            and tags == ["py/object"]
+            and len(data) == 1
+            and set(v) <= {"py/object", "dtype", data[0]}
+        ):
+            return restore(v[data[0]], where)
+        problems.append(f"{where}: {', '.join(sorted(tags))}")
+        return v
+
+    return restore(value, path), problems
 
 
 def config_hash(config: Mapping[str, Any]) -> str:

@@ -201,8 +201,9 @@ class _Launch:
             "payload_file": payload_id,
         }
 
-    def _snapshot(self, batch_id: int) -> list[list[Any]]:
-        """Store the app's sources in GridFS (``seml_hydra.sources``); say what was skipped."""
+    def _snapshot(self, batch_id: int, lease: dict[str, Any]) -> list[list[Any]]:
+        """Store the app's sources in GridFS (``seml_hydra.sources``), each file carrying
+        ``lease``; say what was skipped."""
         from .sources import imported_module_files, project_root, select_sources, upload_sources
 
         hydra = self.points[0].hydra
@@ -222,25 +223,43 @@ class _Launch:
         )
         for path, reason in skipped:
             self.console.print(f"Not in the code snapshot: {path} ({reason})")
-        return upload_sources(self.db, self.collection_name, batch_id, files)
+        return upload_sources(self.db, self.collection_name, batch_id, files, lease)
 
     def _job_name(self, batch_id: int) -> str:
         return f"{self.collection_name}_{batch_id}"
 
     def stage(self) -> Any:
+        from .documents import experiment_hash, to_bson_safe
+        from .sources import new_lease, release_lease
+
+        hashes = [experiment_hash(to_bson_safe(p.config), p.launcher) for p in self.points]
+        self.launcher._staging_started = True
+        self._recover(hashes)
+        # the payload and the snapshot files carry this launch's lease until the documents
+        # naming them are stored: a concurrent delete/drop leaves them alone meanwhile
+        lease = new_lease()
+        try:
+            return self._stage_leased(hashes, lease)
+        finally:
+            from pymongo.errors import PyMongoError
+
+            try:
+                release_lease(self.db, lease["id"])
+            except PyMongoError:  # the database is away: the lease expires (sources.LEASE_S)
+                log.warning("Could not release lease %s of the staged files", lease["id"])
+
+    def _stage_leased(self, hashes: Sequence[str], lease: dict[str, Any]) -> Any:
+        """:meth:`stage` once the GridFS files it stores are protected by ``lease``."""
         import random
         from datetime import datetime, timezone
 
         import gridfs
 
-        from .documents import build_document, experiment_hash, pick_seed, to_bson_safe
+        from .documents import build_document, pick_seed, to_bson_safe
         from .gitinfo import git_info
         from .stage import next_batch_id, stage
         from .submit import sbatch_options
 
-        hashes = [experiment_hash(to_bson_safe(p.config), p.launcher) for p in self.points]
-        self.launcher._staging_started = True
-        self._recover(hashes)
         fs = gridfs.GridFS(self.db)
         payload_id = str(
             fs.put(
@@ -250,6 +269,7 @@ class _Launch:
                     "collection": self.collection_name,
                     "kind": "seml_hydra_payload",
                     "hydra_base": to_bson_safe(self.points[0].hydra),
+                    "leases": [lease],
                 },
             )
         )
@@ -257,7 +277,7 @@ class _Launch:
         batch_id = next_batch_id(self.db, self.collection_name)
         seml = self._seml_doc(payload_id)
         if self.points[0].launcher.get("snapshot", True):
-            seml["source_files"] = self._snapshot(batch_id)
+            seml["source_files"] = self._snapshot(batch_id, lease)
         git = git_info(seml["working_dir"])
         now = datetime.now(timezone.utc)
         rng = random.SystemRandom()
@@ -441,7 +461,9 @@ class _Launch:
                     "the experiment was deleted from the collection while the launcher waited"
                 ],
             }
-            ret = job_return_from_document(doc, _base_for(self.db, doc, base, self.payload_id))
+            ret = job_return_from_document(
+                doc, _base_for(self.db, doc, base, self.payload_id), self.collection_name
+            )
             returns.append(ret)
         return returns
 

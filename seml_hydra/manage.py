@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from . import states
+from .database import METRICS_PREFIX, metrics_collection_name
 
 #: collections that are not experiment collections (never listed, dropped or completed)
 HIDDEN_COLLECTIONS = ("seml_hydra_counters", "metrics")
-HIDDEN_PREFIXES = ("fs.", "system.")
+HIDDEN_PREFIXES = ("fs.", "system.", METRICS_PREFIX)
 #: destructive commands ask for confirmation above this many experiments (SEML's threshold)
 CONFIRM_THRESHOLD = 10
 #: a heartbeat younger than this (seconds) proves a run alive when Slurm has no record of its
@@ -171,7 +172,8 @@ class Selection:
 
 
 def is_listed_collection(name: str) -> bool:
-    """Whether ``name`` is an experiment collection to show (not counters, GridFS, metrics)."""
+    """Whether ``name`` is an experiment collection to show (not counters, GridFS, metrics,
+    ``seml_hydra_metrics.*``)."""
     return name not in HIDDEN_COLLECTIONS and not name.startswith(HIDDEN_PREFIXES)
 
 
@@ -959,7 +961,7 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
         }
         sources = {str(e[1]) for d in docs for e in _source_files(d) if len(e) > 1}
         _delete_orphan_payloads(collection.database, collection.name, payloads)
-        _delete_run_files(collection.database, docs)
+        _delete_run_files(collection.database, collection.name, docs)
         _delete_orphan_sources(collection.database, collection.name, sources)
     return ids
 
@@ -970,12 +972,14 @@ def _source_files(doc: Mapping[str, Any]) -> list[Any]:
     return list(seml.get("source_files") or []) if isinstance(seml, Mapping) else []
 
 
-def _delete_run_files(db: Any, docs: Sequence[Mapping[str, Any]]) -> None:
-    """Delete what Sacred stored for the runs ``docs`` (already deleted): the files of
-    ``experiment.sources`` that no remaining run refers to (Sacred shares one file between
-    runs with the same source) and of ``artifacts``, as SEML's delete, and the ``metrics``
-    entries of ``info.metrics`` (by their ids: ``metrics.run_id`` alone is ambiguous across
-    collections)."""
+def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> None:
+    """Delete what Sacred stored for the runs ``docs`` of collection ``name`` (already
+    deleted): the files of ``experiment.sources`` that no remaining run refers to (Sacred shares
+    one file between runs with the same source) and of ``artifacts``, as SEML's delete, and
+    their metrics: those of the collection's own metrics collection
+    (``database.metrics_collection_name``) by ``run_id``, and the entries of ``info.metrics`` by
+    their ids in the shared ``metrics`` collection (where runs before per-collection metrics, and
+    SEML's, wrote; ``metrics.run_id`` alone is ambiguous across collections)."""
     import gridfs
     from bson import ObjectId
     from bson.errors import InvalidId
@@ -993,10 +997,10 @@ def _delete_run_files(db: Any, docs: Sequence[Mapping[str, Any]]) -> None:
     if files:
         # Sacred stores a source file once per content (any run, any collection may share it)
         shared = set()
-        for name in db.list_collection_names():
-            if not is_listed_collection(name):
+        for other in db.list_collection_names():
+            if not is_listed_collection(other):
                 continue
-            for doc in db[name].find(
+            for doc in db[other].find(
                 {"experiment.sources": {"$elemMatch": {"$elemMatch": {"$in": files}}}},
                 {"experiment.sources": 1},
             ):
@@ -1005,6 +1009,9 @@ def _delete_run_files(db: Any, docs: Sequence[Mapping[str, Any]]) -> None:
         for file_id in files:
             if str(file_id) not in shared:
                 fs.delete(file_id)
+    ids = [d["_id"] for d in docs]
+    if ids:
+        db[metrics_collection_name(name)].delete_many({"run_id": {"$in": ids}})
     if metrics:
         db["metrics"].delete_many({"_id": {"$in": metrics}})
 
@@ -1012,32 +1019,52 @@ def _delete_run_files(db: Any, docs: Sequence[Mapping[str, Any]]) -> None:
 def _delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> None:
     """Delete the code snapshot files of collection ``name`` (``metadata.type: source_file``,
     written by SEML 0.5 or by us) that no experiment of the collection refers to any more;
-    with ``only``, just those of these file ids."""
-    import gridfs
+    with ``only``, just those of these file ids. A file a launch has just reused (leased,
+    ``sources.delete_unused_files``) is kept."""
+    from .sources import delete_unused_files
 
-    used = set()
-    for doc in db[name].find({"seml.source_files": {"$exists": True}}, {"seml.source_files": 1}):
-        used.update(str(entry[1]) for entry in _source_files(doc) if len(entry) > 1)
-    fs = gridfs.GridFS(db)
-    for f in db["fs.files"].find(
-        {"metadata.collection_name": name, "metadata.type": "source_file"}, {"_id": 1}
-    ):
-        if str(f["_id"]) not in used and (only is None or str(f["_id"]) in only):
-            fs.delete(f["_id"])
+    def used() -> set[str]:
+        found = set()
+        for doc in db[name].find(
+            {"seml.source_files": {"$exists": True}}, {"seml.source_files": 1}
+        ):
+            found.update(str(entry[1]) for entry in _source_files(doc) if len(entry) > 1)
+        return found
+
+    candidates: dict[str, Any] = {"metadata.collection_name": name, "metadata.type": "source_file"}
+    delete_unused_files(db, _only(candidates, only), used)
 
 
 def _delete_orphan_payloads(db: Any, name: str, only: set[str] | None = None) -> None:
     """Delete the batch payloads of collection ``name`` no experiment refers to any more; with
-    ``only``, just those of these file ids."""
-    import gridfs
+    ``only``, just those of these file ids. The payload of a launch still staging (leased,
+    ``sources.delete_unused_files``) is kept."""
+    from .sources import delete_unused_files
 
-    used = {str(p) for p in db[name].distinct("seml.payload_file") if p}
-    fs = gridfs.GridFS(db)
-    for f in db["fs.files"].find(
-        {"metadata.collection": name, "metadata.kind": "seml_hydra_payload"}, {"_id": 1}
-    ):
-        if str(f["_id"]) not in used and (only is None or str(f["_id"]) in only):
-            fs.delete(f["_id"])
+    def used() -> set[str]:
+        return {str(p) for p in db[name].distinct("seml.payload_file") if p}
+
+    candidates: dict[str, Any] = {
+        "metadata.collection": name,
+        "metadata.kind": "seml_hydra_payload",
+    }
+    delete_unused_files(db, _only(candidates, only), used)
+
+
+def _only(candidates: dict[str, Any], only: set[str] | None) -> dict[str, Any]:
+    """``candidates`` restricted to the file ids ``only`` (strings of ObjectIds) when given."""
+    if only is None:
+        return candidates
+    from bson import ObjectId
+    from bson.errors import InvalidId
+
+    ids = []
+    for file_id in only:
+        try:
+            ids.append(ObjectId(file_id))
+        except (InvalidId, TypeError):
+            ids.append(file_id)
+    return {**candidates, "_id": {"$in": ids}}
 
 
 def matching_collections(db: Any, pattern: str) -> list[str]:
@@ -1052,8 +1079,9 @@ def matching_collections(db: Any, pattern: str) -> list[str]:
 
 
 def drop(db: Any, names: Sequence[str]) -> None:
-    """Drop collections: cancel their active experiments, drop them, their payloads and their
-    id counters, and forget them in the completion cache."""
+    """Drop collections: cancel their active experiments, drop them, their payloads, their
+    metrics (``database.metrics_collection_name``, and their entries in the shared ``metrics``)
+    and their id counters, and forget them in the completion cache."""
     from .database import COUNTERS_COLLECTION
 
     for name in names:
@@ -1065,7 +1093,8 @@ def drop(db: Any, names: Sequence[str]) -> None:
         )
         db.drop_collection(name)
         _delete_orphan_payloads(db, name)
-        _delete_run_files(db, runs)
+        _delete_run_files(db, name, runs)
+        db.drop_collection(metrics_collection_name(name))
         _delete_orphan_sources(db, name)
         db[COUNTERS_COLLECTION].delete_many({"_id": {"$in": [f"{name}._id", f"{name}.batch_id"]}})
     forget_cached_collections(names)

@@ -10,10 +10,13 @@ rank only; the task itself never sees Sacred's ``_run``. :func:`log_scalar` reac
         for epoch in range(cfg.epochs):
             metrics.log_scalar("train.loss", loss, step=epoch)
 
-Sacred stores the values the way every Sacred tool reads them: one document per metric in the
-database's ``metrics`` collection (``run_id`` = the experiment's ``_id``, ``name``, ``steps``,
-``values``, ``timestamps``), listed in the run's ``info.metrics``; they are flushed with each
-heartbeat and at the end of the run.
+Sacred stores the values the way every Sacred tool reads them: one document per metric
+(``run_id`` = the experiment's ``_id``, ``name``, ``steps``, ``values``, ``timestamps``), listed in
+the run's ``info.metrics``, in the experiments collection's own metrics collection
+``seml_hydra_metrics.<collection>`` (``seml_hydra.database.metrics_collection_name``; every
+collection's ids start at 1, so one shared collection keyed by ``run_id`` would mix them). They
+are flushed with each heartbeat and at the end of the run; read them with
+``seml_hydra.get_metrics``.
 
 How the run is found: the run step registers it with :func:`bind_run` (a Sacred pre-run hook:
 ``ex.pre_run_hook(metrics.bind_run)``); without that registration the Sacred ``Run`` whose

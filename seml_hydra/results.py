@@ -3,8 +3,11 @@
     from seml_hydra.results import get_results
     df = get_results("train", filter={"status": "COMPLETED"}, to_data_frame=True)
 
-Stored results are restored with Sacred's serializer (numpy arrays and the like come back as
-they were returned by the task).
+Stored results come back as plain data (numbers, strings, lists, dicts): the run step stores
+them so (``seml_hydra.documents.storable_result``). Reading never runs code: a result stored by
+Sacred's serializer that names an object to rebuild (``py/reduce``, ``py/object``...) comes
+back as the plain dict it is stored as, with a :class:`StoredObjectWarning`
+(``seml_hydra.documents.plain_result``).
 """
 
 from __future__ import annotations
@@ -16,12 +19,41 @@ from typing import Any
 DEFAULT_FIELDS = ("_id", "batch_id", "status", "config", "result")
 
 
+class StoredObjectWarning(UserWarning):
+    """A stored result holds an object that would need code to rebuild; it was returned as the
+    plain dict it is stored as (see :func:`restore_results`)."""
+
+
+def restore_results(docs: Sequence[dict[str, Any]], collection: str) -> None:
+    """Replace each ``doc["result"]`` of ``docs`` (in place) by its plain form
+    (``seml_hydra.documents.plain_result``: no code runs). When some part would need code to
+    rebuild, warns once for the whole read with a :class:`StoredObjectWarning` naming each
+    experiment (``collection`` and ``_id``) and key."""
+    import warnings
+
+    from .documents import plain_result
+
+    found = []
+    for doc in docs:
+        if "result" in doc:
+            doc["result"], problems = plain_result(doc["result"])
+            found += [f"experiment {doc.get('_id')}: {p}" for p in problems]
+    if found:
+        warnings.warn(
+            f"Results of collection {collection!r} hold stored objects that would need code to "
+            f"rebuild; they are returned as stored (plain dicts), not rebuilt: {'; '.join(found)}",
+            StoredObjectWarning,
+            stacklevel=3,
+        )
+
+
 def get_results(
     collection: str,
     filter: Mapping[str, Any] | None = None,
     fields: Sequence[str] | None = None,
     to_data_frame: bool = False,
     db: Any = None,
+    metrics: bool = False,
 ) -> Any:
     """Configs and results of the experiments of ``collection``, sorted by ``_id``.
 
@@ -34,9 +66,12 @@ def get_results(
         to_data_frame: return a ``pandas.DataFrame`` whose columns are the flattened fields
             (``config.optimizer.lr``); requires pandas (``pip install 'seml-hydra[pandas]'``).
         db: a pymongo database (default: resolved like the launcher and the ``seml`` command).
+        metrics: also return each experiment's metrics as ``metrics`` (see :func:`get_metrics`:
+            ``{name: {"steps": [...], "values": [...], "timestamps": [...]}}``).
 
     Returns:
-        A list of dicts (nested as stored), or a DataFrame.
+        A list of dicts (nested as stored; results as plain data, see
+        :func:`restore_results`), or a DataFrame.
 
     Raises:
         ImportError: ``to_data_frame=True`` without pandas.
@@ -59,26 +94,82 @@ def get_results(
     query = {"status": "COMPLETED"} if filter is None else dict(filter)
     wanted = list(fields) if fields else list(DEFAULT_FIELDS)
     projection = {name: 1 for name in wanted}
-    if "_id" not in wanted:
+    if "_id" not in wanted and not metrics:
         projection["_id"] = 0
     docs = list(db[collection].find(query, projection).sort("_id", 1))
     if any(name == "result" or name.startswith("result.") for name in wanted):
-        import warnings
-
-        with warnings.catch_warnings():  # sacred imports the deprecated pkg_resources
-            warnings.simplefilter("ignore")
-            from .sacred_compat import import_sacred
-
-            import_sacred()
-            from sacred.serializer import restore
-
+        restore_results(docs, collection)
+    if metrics:
+        by_id = get_metrics(collection, [d["_id"] for d in docs], db=db)
         for doc in docs:
-            if "result" in doc:
-                doc["result"] = restore(doc["result"])
+            doc["metrics"] = by_id.get(doc["_id"], {})
+            if "_id" not in wanted:
+                del doc["_id"]
     if not to_data_frame:
         return docs
     rows = [_flatten(doc) for doc in docs]
     return pandas.DataFrame(rows)
+
+
+def get_metrics(
+    collection: str, ids: Sequence[Any] | None = None, db: Any = None
+) -> dict[Any, dict[str, dict[str, list[Any]]]]:
+    """The metrics logged by experiments of ``collection`` (``seml_hydra.metrics.log_scalar``).
+
+    They are read from the collection's own metrics collection
+    (``database.metrics_collection_name``: ``seml_hydra_metrics.<collection>``, by ``run_id``);
+    a metric listed in an experiment's ``info.metrics`` but not found there (a run from before
+    per-collection metrics, or SEML's) is read from the shared ``metrics`` collection by the id
+    ``info.metrics`` gives (never by ``run_id``, which is ambiguous across collections).
+
+    Args:
+        collection: the experiments collection name.
+        ids: the experiments' ``_id`` s (default: every experiment of the collection).
+        db: a pymongo database (default: resolved like the launcher and the ``seml`` command).
+
+    Returns:
+        ``{experiment _id: {metric name: {"steps": [...], "values": [...], "timestamps":
+        [...]}}}`` (timestamps are ``datetime``); experiments without metrics are left out.
+
+    Raises:
+        seml_hydra.database.InvalidCollectionName: a bad ``collection``.
+        seml_hydra.database.DatabaseError: the database cannot be reached.
+    """
+    from bson import ObjectId
+    from bson.errors import InvalidId
+
+    from .database import metrics_collection_name, validate_collection_name
+
+    validate_collection_name(collection)
+    if db is None:
+        from .database import connect, resolve_db_settings
+
+        db = connect(resolve_db_settings(None))
+    query = {} if ids is None else {"_id": {"$in": list(ids)}}
+    docs = list(db[collection].find(query, {"_id": 1, "info.metrics": 1}))
+    out: dict[Any, dict[str, dict[str, list[Any]]]] = {}
+
+    def add(run_id: Any, metric: Mapping[str, Any]) -> None:
+        out.setdefault(run_id, {})[metric["name"]] = {
+            key: list(metric.get(key) or []) for key in ("steps", "values", "timestamps")
+        }
+
+    own = db[metrics_collection_name(collection)]
+    for metric in own.find({"run_id": {"$in": [d["_id"] for d in docs]}}):
+        add(metric["run_id"], metric)
+    legacy: dict[ObjectId, Any] = {}
+    for doc in docs:
+        for entry in (doc.get("info") or {}).get("metrics") or []:
+            if not isinstance(entry, Mapping) or entry.get("name") in out.get(doc["_id"], {}):
+                continue
+            try:
+                legacy[ObjectId(str(entry.get("id")))] = doc["_id"]
+            except (InvalidId, TypeError):
+                continue
+    if legacy:
+        for metric in db["metrics"].find({"_id": {"$in": list(legacy)}}):
+            add(legacy[metric["_id"]], metric)
+    return out
 
 
 def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

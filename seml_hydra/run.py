@@ -565,13 +565,17 @@ def _run_observed(
     Sacred 0.8.7 (``observers/mongo.py``) loads the whole document when asked to overwrite and
     writes it back with ``$set`` on every heartbeat, which would undo fields other processes
     change meanwhile (``slurm``, a CLI's INTERRUPTED). So the observer's entry starts from
-    ``{"_id": ...}`` alone and only ever holds the fields Sacred owns.
+    ``{"_id": ...}`` alone and only ever holds the fields Sacred owns. Metrics go to the
+    collection's own metrics collection (``database.metrics_collection_name``), and the result
+    is written as the task returned it (already plain: ``documents.storable_result``), not
+    through Sacred's jsonpickle ``flatten``.
     """
     import warnings
 
     from hydra.utils import instantiate
 
     from . import metrics
+    from .database import metrics_collection_name
     from .sacred_compat import experiment
 
     # the app's own sources are snapshotted by seml-hydra and its git state is in the
@@ -616,6 +620,20 @@ def _run_observed(
                 with self._without_config():
                     super().final_save(attempts)
 
+        # The task's value is already plain (``documents.storable_result``): Sacred's
+        # ``flatten`` (jsonpickle) would store a datetime, bytes or a tuple as a
+        # ``{"py/...": ...}`` dict instead of the BSON date, binary or array MongoDB can query.
+        def heartbeat_event(
+            self, info: Any, captured_out: Any, beat_time: Any, result: Any
+        ) -> None:
+            super().heartbeat_event(info, captured_out, beat_time, None)  # stored at completion
+
+        def completed_event(self, stop_time: Any, result: Any) -> None:
+            self.run_entry["stop_time"] = stop_time
+            self.run_entry["result"] = result
+            self.run_entry["status"] = "COMPLETED"
+            self.final_save(attempts=10)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         observer = DocumentObserver(
@@ -623,6 +641,9 @@ def _run_observed(
         )
     observer.overwrite = {"_id": doc["_id"]}
     observer.frozen = False
+    # the collection's own metrics collection: Sacred's default, the one shared ``metrics``
+    # keyed by ``run_id`` alone, mixes the runs of collections whose ids all start at 1
+    observer.metrics = db[metrics_collection_name(collection_name)]
     ex.observers.append(observer)
     _ACTIVE_OBSERVERS.append(observer)
     for node in extra_observers:

@@ -17,7 +17,7 @@ import contextlib
 import hashlib
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,13 +125,21 @@ def imported_module_files(modules: Mapping[str, Any] | None = None) -> list[str]
 
 
 def upload_sources(
-    db: Any, collection_name: str, batch_id: int, files: Sequence[SourceFile]
+    db: Any,
+    collection_name: str,
+    batch_id: int,
+    files: Sequence[SourceFile],
+    lease: Mapping[str, Any] | None = None,
 ) -> list[list[Any]]:
     """Store ``files`` in GridFS, reusing a file of this collection with the same path and
     content hash; returns ``seml.source_files`` (``[[relative path, ObjectId], ...]``).
 
     Metadata follows SEML 0.5 (``collection_name``, ``batch_id``, ``type: source_file``) plus
-    ``content_hash`` (MD5 of the bytes) for the deduplication.
+    ``content_hash`` (MD5 of the bytes) for the deduplication. With ``lease`` (from
+    :func:`new_lease`) every file used, reused or new, carries it in ``metadata.leases`` until
+    :func:`release_lease`: a concurrent ``delete``/``drop`` (:func:`delete_unused_files`) then
+    leaves it alone although no document names it yet. A file a deleter has marked is never
+    reused (a new copy is stored instead).
     """
     import gridfs
 
@@ -140,29 +148,110 @@ def upload_sources(
     for f in files:
         data = f.path.read_bytes()
         digest = hashlib.md5(data).hexdigest()
-        existing = db["fs.files"].find_one(
-            {
-                "filename": f.rel_path,
-                "metadata.collection_name": collection_name,
-                "metadata.content_hash": digest,
-            },
-            {"_id": 1},
-        )
+        query = {
+            "filename": f.rel_path,
+            "metadata.collection_name": collection_name,
+            "metadata.content_hash": digest,
+            **_not_being_deleted(),
+        }
+        if lease is None:
+            existing = db["fs.files"].find_one(query, {"_id": 1})
+        else:  # atomic with a deleter's mark (see delete_unused_files)
+            existing = db["fs.files"].find_one_and_update(
+                query, {"$push": {"metadata.leases": dict(lease)}}, {"_id": 1}
+            )
         if existing is not None:
             out.append([f.rel_path, existing["_id"]])
             continue
-        file_id = fs.put(
-            data,
-            filename=f.rel_path,
-            metadata={
-                "collection_name": collection_name,
-                "batch_id": batch_id,
-                "type": "source_file",
-                "content_hash": digest,
-            },
-        )
-        out.append([f.rel_path, file_id])
+        metadata = {
+            "collection_name": collection_name,
+            "batch_id": batch_id,
+            "type": "source_file",
+            "content_hash": digest,
+        }
+        if lease is not None:
+            metadata["leases"] = [dict(lease)]
+        out.append([f.rel_path, fs.put(data, filename=f.rel_path, metadata=metadata)])
     return out
+
+
+# ------------------------------------------------------------------ GridFS files in use
+
+#: a launch's lease on a GridFS file (a payload or snapshot file its documents will name)
+#: protects it from ``delete``/``drop`` this long, in seconds, unless released earlier: a
+#: launch that dies between upload and insert leaves a lease that expires
+LEASE_S = 3600.0
+
+
+def new_lease() -> dict[str, Any]:
+    """A fresh lease ``{"id": random hex, "time": now (UTC)}`` for ``metadata.leases``."""
+    import uuid
+    from datetime import datetime, timezone
+
+    return {"id": uuid.uuid4().hex, "time": datetime.now(timezone.utc)}
+
+
+def release_lease(db: Any, lease_id: str) -> None:
+    """Remove lease ``lease_id`` from every GridFS file (once the documents naming the files are
+    stored, or the launch gave up)."""
+    db["fs.files"].update_many(
+        {"metadata.leases.id": lease_id}, {"$pull": {"metadata.leases": {"id": lease_id}}}
+    )
+
+
+def _stale_before() -> Any:
+    from datetime import datetime, timedelta, timezone
+
+    return datetime.now(timezone.utc) - timedelta(seconds=LEASE_S)
+
+
+def _not_being_deleted() -> dict[str, Any]:
+    """``fs.files`` filter: no deleter's mark, or only a stale one (a deleter that died)."""
+    return {
+        "$or": [
+            {"metadata.deleting": {"$exists": False}},
+            {"metadata.deleting.time": {"$lt": _stale_before()}},
+        ]
+    }
+
+
+def delete_unused_files(
+    db: Any, candidates: Mapping[str, Any], used: Callable[[], Iterable[str]]
+) -> list[Any]:
+    """Delete the GridFS files matching ``candidates`` (an ``fs.files`` filter) that no launch
+    holds a live lease on and whose id is not in ``used()`` (the ids, as strings, documents
+    still name). Returns the ids deleted.
+
+    Closing the race with a launch reusing a file (:func:`upload_sources`): each candidate is
+    first marked ``metadata.deleting`` in one atomic update that requires no live lease; only
+    then is ``used()`` asked, and only a file still carrying this call's mark is deleted. A
+    launch leases a file in one atomic update that requires no mark. So either the launch's
+    lease came first (the file is not marked, so kept), or the mark did (the launch stores a new
+    copy), and a document inserted before the lease is released is seen by ``used()``. Files
+    marked but still used are unmarked.
+    """
+    files = db["fs.files"]
+    token = new_lease()  # this call's mark: an id and a time, like a lease
+    unleased = {"metadata.leases": {"$not": {"$elemMatch": {"time": {"$gt": _stale_before()}}}}}
+    marked = []
+    for f in list(files.find({"$and": [dict(candidates), unleased]}, {"_id": 1})):
+        mark = files.update_one(
+            {"_id": f["_id"], **unleased}, {"$set": {"metadata.deleting": token}}
+        )
+        if mark.modified_count:
+            marked.append(f["_id"])
+    if not marked:
+        return []
+    in_use = {str(i) for i in used()}
+    deleted = []
+    for file_id in marked:
+        mine = {"_id": file_id, "metadata.deleting.id": token["id"]}
+        if str(file_id) in in_use:
+            files.update_one(mine, {"$unset": {"metadata.deleting": ""}})
+        elif files.delete_one(mine).deleted_count:
+            db["fs.chunks"].delete_many({"files_id": file_id})
+            deleted.append(file_id)
+    return deleted
 
 
 def read_sources(

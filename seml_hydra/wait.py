@@ -242,11 +242,15 @@ def _say_stuck(
             )
 
 
-def job_return_from_document(doc: Mapping[str, Any], hydra_base: Mapping[str, Any]) -> Any:
+def job_return_from_document(
+    doc: Mapping[str, Any], hydra_base: Mapping[str, Any], collection: str = "?"
+) -> Any:
     """Build the Hydra ``JobReturn`` of a finished experiment from its document.
 
-    COMPLETED: status COMPLETED, ``return_value`` = the stored result (restored with Sacred's
-    serializer). Otherwise status FAILED and ``return_value`` raises :class:`ExperimentFailed`
+    COMPLETED: status COMPLETED, ``return_value`` = the stored result as plain data
+    (``seml_hydra.results.restore_results``: no code runs; a stored object that would need code
+    is returned as its plain dict, with a warning naming ``collection``, the experiment and the
+    key). Otherwise status FAILED and ``return_value`` raises :class:`ExperimentFailed`
     with the experiment's ``fail_trace``.
     """
     from hydra.core.utils import JobReturn, JobStatus
@@ -264,13 +268,12 @@ def job_return_from_document(doc: Mapping[str, Any], hydra_base: Mapping[str, An
     ret.working_dir = hydra_doc.get("working_dir") or hydra_doc.get("output_dir")
     ret.task_name = hydra_doc.get("task_name") or hydra_doc.get("job_name")
     if doc.get("status") == states.COMPLETED:
-        from .sacred_compat import import_sacred
+        from .results import restore_results
 
-        import_sacred()
-        from sacred.serializer import restore
-
+        restored = {"_id": doc.get("_id"), "result": doc.get("result")}
+        restore_results([restored], collection)
         ret.status = JobStatus.COMPLETED
-        ret._return_value = restore(doc.get("result"))
+        ret._return_value = restored["result"]
     else:
         trace = doc.get("fail_trace") or []
         text = "".join(trace) if isinstance(trace, list) else str(trace)

@@ -73,7 +73,16 @@ def test_wrong_database_password_is_a_clear_error_without_the_password(
 
 
 @pytest.mark.parametrize(
-    "name", ["bad$name", "system.things", ".leading", "seml_hydra_counters", "fs.files", "metrics"]
+    "name",
+    [
+        "bad$name",
+        "system.things",
+        ".leading",
+        "seml_hydra_counters",
+        "fs.files",
+        "metrics",
+        "seml_hydra_metrics.train",
+    ],
 )
 def test_invalid_collection_name_is_refused_before_staging(test_db, tmp_path, name):
     proc = run_app(

@@ -115,9 +115,11 @@ def test_list_counts_states_skips_internal_collections_and_fills_the_cache(test_
     test_db["seml_hydra_counters"].insert_one({"_id": "exp_a._id", "value": 3})
     test_db["fs.files"].insert_one({"filename": "x"})
     test_db["metrics"].insert_one({"x": 1})
+    test_db["seml_hydra_metrics.exp_a"].insert_one({"run_id": 1, "name": "loss"})
     result = seml("list")
     assert result.exit_code == 0, result.output
     assert "exp_a" in result.output and "exp_b" in result.output
+    assert "seml_hydra_metrics" not in result.output
     for hidden in ("seml_hydra_counters", "fs.files", "metrics"):
         assert hidden not in result.output
     header = next(line for line in result.output.splitlines() if "Collection" in line)

@@ -391,3 +391,106 @@ def test_experiment_hash_is_seml_hash_for_single_task_points_and_includes_other_
     assert experiment_hash(config, two_nodes) != experiment_hash(
         config, {**single, "tasks_per_node": 2}
     )
+
+
+# ------------------------------------------------------------------ storable / plain results
+
+
+def _exact_types(value) -> set[str]:
+    """Every type name in ``value`` (recursively through dicts and lists)."""
+    if isinstance(value, dict):
+        return {"dict"} | {t for v in value.values() for t in _exact_types(v)}
+    if isinstance(value, list):
+        return {"list"} | {t for v in value for t in _exact_types(v)}
+    return {type(value).__name__}
+
+
+def test_storable_result_turns_every_numpy_value_at_any_depth_into_plain_numbers_and_lists():
+    np = pytest.importorskip("numpy")
+    value, problems = documents.storable_result(
+        {
+            "acc": np.float64(0.93),  # a subclass of float
+            "n": np.int64(3),
+            "flag": np.bool_(True),
+            "arr": np.arange(3),
+            "deep": [{"x": (np.float32(0.5), np.array([[1, 2]]))}],
+            "s": np.str_("a"),
+        }
+    )
+    assert problems == []
+    assert value == {
+        "acc": 0.93,
+        "n": 3,
+        "flag": True,
+        "arr": [0, 1, 2],
+        "deep": [{"x": [0.5, [[1, 2]]]}],
+        "s": "a",
+    }
+    assert _exact_types(value) <= {"dict", "list", "float", "int", "bool", "str"}
+    assert type(value["acc"]) is float and type(value["flag"]) is bool
+
+
+def test_storable_result_stores_datetime_path_tuple_enum_in_their_natural_form():
+    import enum
+    from datetime import date
+
+    class Color(enum.Enum):
+        RED = "red"
+
+    class Level(enum.IntEnum):
+        HIGH = 2
+
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    value, problems = documents.storable_result(
+        {
+            "when": when,
+            "day": date(2026, 1, 2),
+            "path": Path("/a/b"),
+            "pure": PurePosixPath("x/y"),
+            "pair": (1, (2, "z")),
+            "color": Color.RED,
+            "level": Level.HIGH,
+            "tags": frozenset({"t"}),
+            "bytes": b"\x00\x01",
+        }
+    )
+    assert problems == []
+    assert value == {
+        "when": when,  # a BSON date
+        "day": "2026-01-02",
+        "path": "/a/b",
+        "pure": "x/y",
+        "pair": [1, [2, "z"]],
+        "color": "red",
+        "level": 2,
+        "tags": ["t"],
+        "bytes": b"\x00\x01",
+    }
+    assert type(value["level"]) is int
+
+
+def test_plain_result_decodes_only_data_tags_and_names_every_object_to_rebuild():
+    stored = {
+        "t": {"py/tuple": [1, {"py/set": [2]}]},
+        "b": {"py/b64": "YWI="},
+        "np": {"py/object": "numpy.float64", "dtype": "float64", "value": 0.9},
+        "arr": {"py/object": "numpy.ndarray", "dtype": "int64", "values": [0, 1]},
+        "json://1": "int key",
+        "reduce": {"py/reduce": [{"py/function": "os.system"}, {"py/tuple": ["id"]}]},
+        "obj": {"py/object": "numpy.ndarray", "py/state": {"x": 1}, "values": [1]},
+        "fn": [{"py/function": "os.system"}],
+        "ref": {"py/id": 1},
+    }
+    value, problems = documents.plain_result(stored)
+    assert value["t"] == (1, {2}) and value["b"] == b"ab"
+    assert value["np"] == 0.9 and value["arr"] == [0, 1] and value[1] == "int key"
+    for key in ("reduce", "obj", "ref"):
+        assert value[key] == stored[key]  # as stored, not rebuilt
+    assert value["fn"] == stored["fn"]
+    assert problems == [
+        "result.reduce: py/reduce",
+        "result.obj: py/object, py/state",
+        "result.fn[0]: py/function",
+        "result.ref: py/id",
+    ]
+    assert documents.plain_result({"a": [1.5, "x", None]}) == ({"a": [1.5, "x", None]}, [])

@@ -175,7 +175,14 @@ def test_id_ranges_by_state_orders_states_by_life_cycle():
 
 
 def test_hidden_collections_are_not_listed():
-    for name in ("seml_hydra_counters", "fs.files", "fs.chunks", "metrics", "system.views"):
+    for name in (
+        "seml_hydra_counters",
+        "fs.files",
+        "fs.chunks",
+        "metrics",
+        "system.views",
+        "seml_hydra_metrics.train",
+    ):
         assert not manage.is_listed_collection(name)
     assert manage.is_listed_collection("train")
 

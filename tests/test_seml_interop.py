@@ -379,7 +379,8 @@ def test_our_runs_read_the_way_incense_reads_sacred_runs(test_db, tmp_path):
     """incense 0.0.15's ``ExperimentLoader`` (``experiment_loader.py``, ``experiment.py``):
     runs from ``db[runs]`` by ``_id`` / ``{"config.<key>": value}`` / a query, sorted by
     ``start_time``; ``Experiment.from_db_object`` needs ``info`` (jsonpickle) and ``artifacts``;
-    metrics from ``db.metrics.find({"run_id": _id})`` as ``name``/``steps``/``values``."""
+    metrics from ``db[metrics_collection_name].find({"run_id": _id})`` as
+    ``name``/``steps``/``values``."""
     import json
 
     import jsonpickle
@@ -413,8 +414,12 @@ def test_our_runs_read_the_way_incense_reads_sacred_runs(test_db, tmp_path):
     assert "training with lr=0.2" in run["captured_out"]
     assert run["host"]["hostname"]
     assert run["format"].startswith("MongoObserver")
-    # Experiment.metrics
-    (metric,) = list(test_db["metrics"].find({"run_id": run["_id"]}))
+    # Experiment.metrics, with incense's metrics collection name set to the collection's own
+    # (ExperimentLoader(runs_collection_name="incensed",
+    # metrics_collection_name="seml_hydra_metrics.incensed"))
+    assert test_db["metrics"].count_documents({}) == 0
+    metrics = test_db["seml_hydra_metrics.incensed"]
+    (metric,) = list(metrics.find({"run_id": run["_id"]}))
     assert metric["name"] == "loss"
     assert metric["steps"] == [0, 1, 2]
     assert metric["values"] == pytest.approx([0.2, 0.1, 0.2 / 3])
@@ -426,7 +431,7 @@ def test_our_runs_read_the_way_incense_reads_sacred_runs(test_db, tmp_path):
 
     # deleting the experiments deletes their metrics too
     ours("incensed", "delete", "-y")
-    assert test_db["metrics"].count_documents({"_id": metric["_id"]}) == 0
+    assert metrics.count_documents({}) == 0
 
 
 def _launch_gated(tmp_path, collection: str, xs: str) -> None:

@@ -430,3 +430,134 @@ def test_a_snapshot_is_read_in_two_queries_whatever_its_number_of_files(test_db,
         client.close()
     assert {str(p.relative_to(tmp_path.resolve())): d for p, d in out} == contents
     assert listener.finds == ["fs.files", "fs.chunks"]
+
+
+# ------------------------------------------- a delete/drop racing a launch that reuses files
+
+
+def snapshot_files(root: Path) -> list:
+    files, _ = sources.select_sources([str(root / "train.py")], [root / "conf"], root)
+    return files
+
+
+def existing(test_db, snapshot) -> set:
+    ids = [file_id for _, file_id in snapshot]
+    return {f["_id"] for f in test_db["fs.files"].find({"_id": {"$in": ids}})}
+
+
+def test_a_file_a_launch_just_reused_survives_a_delete_of_its_last_experiment(test_db, tmp_path):
+    """Racy order: the launch reuses (leases) the files of experiment 1, experiment 1 is deleted
+    before the launch inserts its documents, then the launch inserts and releases."""
+    from seml_hydra.manage import delete
+
+    files = snapshot_files(make_project(tmp_path))
+    coll = test_db["race"]
+    first = sources.upload_sources(test_db, "race", 1, files)
+    coll.insert_one({"_id": 1, "status": "COMPLETED", "seml": {"source_files": first}})
+    lease = sources.new_lease()
+    second = sources.upload_sources(test_db, "race", 2, files, lease)
+    assert second == first  # reused by content hash
+    assert delete(coll, {"_id": 1}, cancel_first=False) == [1]
+    coll.insert_one({"_id": 2, "status": "STAGED", "seml": {"source_files": second}})
+    sources.release_lease(test_db, lease["id"])
+    assert existing(test_db, second) == {file_id for _, file_id in second}
+    assert sources.read_sources(test_db, second, tmp_path / "out")  # every file readable
+    # released: the last experiment's delete removes them
+    assert delete(coll, {"_id": 2}, cancel_first=False) == [2]
+    assert existing(test_db, second) == set()
+
+
+def test_a_launch_reusing_a_file_while_a_delete_removes_it_stores_a_new_copy(
+    test_db, tmp_path, monkeypatch
+):
+    """Racy order: the delete has marked experiment 1's files and is checking whether a
+    document still names them when the launch looks for a file to reuse; the launch then must
+    not reuse the file about to go, and the delete must not remove the launch's files."""
+    from seml_hydra.manage import delete
+
+    files = snapshot_files(make_project(tmp_path))
+    coll = test_db["race"]
+    first = sources.upload_sources(test_db, "race", 1, files)
+    coll.insert_one({"_id": 1, "status": "COMPLETED", "seml": {"source_files": first}})
+    launched = []
+    real = sources.delete_unused_files
+
+    def deleter_interrupted_by_a_launch(db, candidates, used):
+        def launch_then_used():
+            lease = sources.new_lease()
+            launched.extend(sources.upload_sources(db, "race", 2, files, lease))
+            coll.insert_one({"_id": 2, "status": "STAGED", "seml": {"source_files": launched}})
+            sources.release_lease(db, lease["id"])
+            return used()
+
+        return real(db, candidates, launch_then_used)
+
+    monkeypatch.setattr(sources, "delete_unused_files", deleter_interrupted_by_a_launch)
+    assert delete(coll, {"_id": 1}, cancel_first=False) == [1]
+    assert launched and {i for _, i in launched}.isdisjoint({i for _, i in first})
+    assert existing(test_db, launched) == {file_id for _, file_id in launched}
+    assert existing(test_db, first) == set()  # the deleted experiment's files did go
+    assert test_db["fs.files"].count_documents({"metadata.deleting": {"$exists": True}}) == 0
+
+
+def test_a_lease_of_a_launch_that_died_expires(test_db, tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from seml_hydra.manage import delete
+
+    files = snapshot_files(make_project(tmp_path))
+    coll = test_db["race"]
+    old = {"id": "dead", "time": datetime.now(timezone.utc) - timedelta(seconds=sources.LEASE_S)}
+    first = sources.upload_sources(test_db, "race", 1, files, old)
+    coll.insert_one({"_id": 1, "status": "COMPLETED", "seml": {"source_files": first}})
+    assert delete(coll, {}, cancel_first=False) == [1]
+    assert existing(test_db, first) == set()
+
+
+@pytest.mark.parametrize("operation", ["delete", "drop"])
+def test_a_real_launch_survives_a_delete_or_drop_while_it_stages(test_db, tmp_path, operation):
+    """A real ``seml_local`` launch whose staging is interleaved, right before it inserts its
+    documents (``seml_hydra.stage.stage``), with a delete of the experiment whose snapshot files
+    it reuses, or a drop of the collection (which also takes payloads no document names): its
+    experiment still runs from its payload and snapshot."""
+    import subprocess
+
+    from conftest import ROOT
+
+    app = str(ROOT / "tests/apps/data_app.py")
+
+    def launch(x: int, concurrently: str = "") -> subprocess.CompletedProcess:
+        code = "\n".join(
+            [
+                "import runpy, sys",
+                "import seml_hydra.stage as st",
+                "from seml_hydra import manage",
+                "from seml_hydra.database import connect, resolve_db_settings",
+                "real = st.stage",
+                "def racy(*args, **kwargs):",
+                "    db = connect(resolve_db_settings(None))",
+                f"    {concurrently or 'pass'}",
+                "    return real(*args, **kwargs)",
+                "st.stage = racy",
+                f"sys.argv = [{app!r}, '-m', 'hydra/launcher=seml_local', 'x={x}',",
+                f"            'hydra.sweep.dir={tmp_path / 'sweep'}']",
+                f"runpy.run_path({app!r}, run_name='__main__')",
+            ]
+        )
+        return subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
+
+    first = launch(1)
+    assert first.returncode == 0, first.stderr[-3000:]
+    doc = test_db["data_app"].find_one({"config.x": 1})
+    assert doc["seml"]["source_files"]
+    racing = {
+        "delete": "manage.delete(db['data_app'], {'config.x': 1}, cancel_first=False)",
+        "drop": "manage.drop(db, ['data_app'])",
+    }[operation]
+    second = launch(2, racing)
+    assert second.returncode == 0, second.stderr[-3000:] + second.stdout[-2000:]
+    (doc,) = list(test_db["data_app"].find())
+    assert doc["config"]["x"] == 2 and doc["status"] == "COMPLETED", doc.get("fail_trace")
+    assert test_db["fs.files"].count_documents({"metadata.leases.0": {"$exists": True}}) == 0
