@@ -128,11 +128,13 @@ def worker_pids(runtime: Path) -> list[int]:
 
 
 class CmdlineScanner(threading.Thread):
-    """Scans every process's command line for the secrets until stopped."""
+    """Scans every process's command line for the secrets until stopped (except the processes
+    ``ignore(pid)`` names: a launcher the user gave the secret on its own command line)."""
 
-    def __init__(self, secrets: list[str]) -> None:
+    def __init__(self, secrets: list[str], ignore=lambda pid: False) -> None:
         super().__init__(daemon=True)
         self.secrets = [s.encode() for s in secrets]
+        self.ignore = ignore
         self.found: list[str] = []
         self.scans = 0
         self.stop = threading.Event()
@@ -140,7 +142,7 @@ class CmdlineScanner(threading.Thread):
     def run(self) -> None:
         while not self.stop.is_set():
             for proc in Path("/proc").iterdir():
-                if not proc.name.isdigit():
+                if not proc.name.isdigit() or self.ignore(int(proc.name)):
                     continue
                 try:
                     cmd = (proc / "cmdline").read_bytes()
@@ -420,3 +422,67 @@ def test_slurm_jobs_open_their_own_tunnel_on_the_nodes(tunnel_env, mongo_user, s
     assert {f"{name.rsplit('-', 1)[1]}" for name in logs} >= {f"{h}.log" for h in hosts}
     assert_no_secret_in_files(tmp_path / "multirun", secrets_of(tunnel_env))
     assert_no_secret_in_database(db, secrets_of(tunnel_env))
+
+
+# --------------------------------------------------------------------------- a password in db.url
+
+
+@pytest.mark.parametrize("launcher", ["seml_local", "seml"])
+def test_password_in_db_url_is_written_nowhere_and_reaches_the_jobs_privately(
+    launcher, mongo_user, tmp_path, request
+):
+    """A password given in ``hydra.launcher.db.url`` on the command line: the launcher warns;
+    no other process's command line (jobs, sbatch, srun), no file of the sweep (multirun.yaml,
+    .hydra/*.yaml, .submitit pickles and logs), no document, GridFS payload or output holds it,
+    and the jobs still authenticate with it."""
+    if launcher == "seml":
+        request.getfixturevalue("slurm")
+    password = mongo_user["password"]
+    server = resolve_db_settings({"url": MONGO_URL}, env={})
+    url = (
+        f"mongodb://{mongo_user['username']}:{password}@{server.host}:{server.port}/"
+        f"{mongo_user['database']}"
+    )
+    env = {**os.environ, "SEML_MONGODB_URI": "", "SEML_MONGODB_CONFIG": str(tmp_path / "none")}
+    app = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "fail.py"),
+            "-m",
+            f"hydra/launcher={launcher}",
+            f"hydra.launcher.db.url={url}",
+            "x=1,3",
+            *FAST,
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # the launcher's own command line is the user's choice (and warned about): not scanned
+    scanner = CmdlineScanner([password], ignore=lambda pid: pid == app.pid)
+    scanner.start()
+    try:
+        out, err = app.communicate(timeout=300)
+    finally:
+        scanner.stop.set()
+        scanner.join()
+        if app.poll() is None:
+            app.kill()
+    assert app.returncode == 0, err
+    assert "carries a password" in out + err and "SEML_MONGODB_URI" in out + err
+    assert scanner.scans > 5 and scanner.found == []
+    db = mongo_user["client"][mongo_user["database"]]
+    docs = {d["config"]["x"]: d for d in db["fail"].find()}
+    assert {x: (d["status"], d["result"]) for x, d in docs.items()} == {
+        1: ("COMPLETED", 10),
+        3: ("COMPLETED", 30),
+    }
+    assert f"{mongo_user['username']}:***@" in docs[1]["seml"]["command"]
+    assert password not in out + err
+    sweep = tmp_path / "multirun"
+    assert next(sweep.rglob("multirun.yaml")) and next(sweep.rglob(".submitit"))
+    assert len(list(sweep.rglob(".hydra/hydra.yaml"))) == 2  # written by the jobs
+    assert assert_no_secret_in_files(sweep, [password]) > 5
+    assert_no_secret_in_database(db, [password])
