@@ -87,6 +87,7 @@ SSH_KEYS = (
     "set_keepalive",
     "local_bind_address",
     "remote_bind_address",
+    "ssh_known_hosts",
     "retries_max",
     "retries_delay",
     "lock_file",
@@ -590,11 +591,12 @@ def _parse_ssh_config(block: Any, path: Path, hint: str) -> tuple[tuple[str, Any
                 f"{where}: key 'health_check_interval' must be a positive number of seconds. {hint}"
             ) from None
     # remote_bind_address is always the configured host/port (as in SEML); lock_file is
-    # replaced by per-user locks (seml_hydra.tunnel.runtime_dir).
+    # replaced by per-user locks and local_bind_address by a Unix socket, both in the private
+    # seml_hydra.tunnel.runtime_dir (a TCP port would let every local user in).
     cleaned = {
         k: _hashable(v)
         for k, v in block.items()
-        if k not in ("remote_bind_address", "lock_file") and v is not None
+        if k not in ("remote_bind_address", "lock_file", "local_bind_address") and v is not None
     }
     return tuple(sorted(cleaned.items()))
 
@@ -688,10 +690,14 @@ def connect(settings: DbSettings, timeout_s: float = 5.0) -> pymongo.database.Da
     options.update(dict(settings.extra))
     host, port = settings.host, settings.port
     if settings.ssh is not None:
+        from urllib.parse import quote_plus
+
         from . import tunnel
 
-        try:
-            host, port = tunnel.ensure_tunnel(dict(settings.ssh), (settings.host, settings.port))
+        try:  # the tunnel's Unix socket: pymongo takes its percent-encoded path as the host
+            host = quote_plus(
+                tunnel.ensure_tunnel(dict(settings.ssh), (settings.host, settings.port)), safe=""
+            )
         except tunnel.TunnelError as err:
             raise DatabaseError(
                 _scrub(f"{err} Settings from {settings.source}.", settings)
