@@ -70,7 +70,8 @@ DB_CFG_KEYS = ("url", "config_file", "database")
 #: Keys SEML 0.5 requires in mongodb.config (``seml.database.get_mongodb_config``).
 SEML_REQUIRED_KEYS = ("username", "password", "port", "host", "database")
 #: Keys accepted in a config file's ``ssh_config`` block: ``sshtunnel.SSHTunnelForwarder``'s
-#: arguments, SEML's retry/lock settings and our ``health_check_interval`` (seconds).
+#: arguments, SEML's retry/lock settings, our ``health_check_interval`` (seconds) and
+#: ``ssh_known_hosts`` (file(s) the SSH host's key must be in, default ``~/.ssh/known_hosts``).
 SSH_KEYS = (
     "ssh_address_or_host",
     "ssh_port",

@@ -859,6 +859,7 @@ def test_configure_ssh_block_and_overwrite_prompt(configure_env, tmp_path):
         "ssh_private_key_password": passphrase,
     }
     assert "via SSH bob@jump.example.org:22" in out
+    assert "connect once with `ssh bob@jump.example.org`" in out  # its host key is checked
 
 
 def test_configure_refusing_overwrite_keeps_the_file(configure_env, tmp_path):

@@ -447,22 +447,60 @@ def test_slurm_jobs_open_their_own_tunnel_on_the_nodes(tunnel_env, mongo_user, s
 # --------------------------------------------------------------------------- a password in db.url
 
 
+@pytest.fixture
+def auth_mongod(tmp_path):
+    """A private mongod with ``--auth`` on a free port (so a job that lacks the password cannot
+    write): an admin (created through the localhost exception; its client is ``client``) and a
+    user of database ``exps`` with a random password (``url``). Stopped at the end."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = tmp_path / "mongod"
+    data.mkdir()
+    proc = subprocess.Popen(
+        ["/usr/local/bin/mongod", "--auth", "--port", str(port), "--bind_ip", "127.0.0.1"]
+        + ["--dbpath", str(data), "--logpath", str(data / "log")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    user, password = f"u_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
+    client = pymongo.MongoClient(port=port, serverSelectionTimeoutMS=2000)
+
+    def answers() -> bool:
+        assert proc.poll() is None, f"mongod ended: {(data / 'log').read_text()[-2000:]}"
+        try:
+            return bool(client.admin.command("ping"))
+        except pymongo.errors.PyMongoError:
+            return False
+
+    try:
+        wait_until("the private mongod to answer", answers, 60, 0.2)
+        admin_pw = uuid.uuid4().hex
+        client.admin.command("createUser", "admin", pwd=admin_pw, roles=["root"])
+        admin = pymongo.MongoClient(port=port, username="admin", password=admin_pw)
+        admin["exps"].command("createUser", user, pwd=password, roles=["readWrite"])
+        url = f"mongodb://{user}:{password}@127.0.0.1:{port}/exps"
+        yield {"url": url, "user": user, "password": password, "client": admin}
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(30)
+
+
 @pytest.mark.parametrize("launcher", ["seml_local", "seml"])
 def test_password_in_db_url_is_written_nowhere_and_reaches_the_jobs_privately(
-    launcher, mongo_user, tmp_path, request
+    launcher, auth_mongod, tmp_path, request
 ):
-    """A password given in ``hydra.launcher.db.url`` on the command line: the launcher warns;
-    no other process's command line (jobs, sbatch, srun), no file of the sweep (multirun.yaml,
-    .hydra/*.yaml, .submitit pickles and logs), no document, GridFS payload or output holds it,
-    and the jobs still authenticate with it."""
+    """A password given in ``hydra.launcher.db.url`` on the command line, for a MongoDB that
+    requires it: the launcher warns; no other process's command line (jobs, sbatch, srun, the
+    ``seml`` command), no file of the sweep (multirun.yaml, .hydra/*.yaml, .submitit pickles
+    and logs), no document, GridFS payload or output holds it; the jobs still authenticate
+    with it, also when ``seml start`` submits them again from the documents."""
     if launcher == "seml":
         request.getfixturevalue("slurm")
-    password = mongo_user["password"]
-    server = resolve_db_settings({"url": MONGO_URL}, env={})
-    url = (
-        f"mongodb://{mongo_user['username']}:{password}@{server.host}:{server.port}/"
-        f"{mongo_user['database']}"
-    )
+    password, url = auth_mongod["password"], auth_mongod["url"]
     env = {**os.environ, "SEML_MONGODB_URI": "", "SEML_MONGODB_CONFIG": str(tmp_path / "none")}
     app = subprocess.Popen(
         [
@@ -471,7 +509,7 @@ def test_password_in_db_url_is_written_nowhere_and_reaches_the_jobs_privately(
             "-m",
             f"hydra/launcher={launcher}",
             f"hydra.launcher.db.url={url}",
-            "x=1,3",
+            "x=1,2",  # x=2 fails: `seml start` runs it again below
             *FAST,
         ],
         cwd=tmp_path,
@@ -485,25 +523,45 @@ def test_password_in_db_url_is_written_nowhere_and_reaches_the_jobs_privately(
     scanner.start()
     try:
         out, err = app.communicate(timeout=300)
+        db = auth_mongod["client"]["exps"]
+        docs = {d["config"]["x"]: d for d in db["fail"].find()}
+        assert {x: d["status"] for x, d in docs.items()} == {1: "COMPLETED", 2: "FAILED"}, err
+        assert docs[1]["result"] == 10 and "x == 2" in docs[2]["fail_trace"][-1]
+        if launcher == "seml":  # `seml start` (its settings from SEML_MONGODB_URI) re-submits
+            seml_env = {**env, "SEML_MONGODB_URI": url}
+            for args in (["reset", "-y"], ["start"]):
+                cli = subprocess.run(
+                    [sys.executable, "-c", "from seml_hydra.cli import main; main()", "fail"]
+                    + args,
+                    cwd=tmp_path,
+                    env=seml_env,
+                    capture_output=True,
+                    text=True,
+                )
+                assert cli.returncode == 0, cli.stdout + cli.stderr
+                assert password not in cli.stdout + cli.stderr
+            first_start = docs[2]["start_time"]
+
+            def ran_again():
+                doc = db["fail"].find_one({"_id": docs[2]["_id"]})
+                return doc if doc["status"] == "FAILED" and doc["start_time"] > first_start else 0
+
+            assert (
+                "x == 2" in wait_until("the restarted run", ran_again, 120, 0.3)["fail_trace"][-1]
+            )
     finally:
         scanner.stop.set()
         scanner.join()
         if app.poll() is None:
             app.kill()
-    assert app.returncode == 0, err
+    assert app.returncode == 1 and "x == 2" in err  # the failed point, nothing else
     assert "carries a password" in out + err and "SEML_MONGODB_URI" in out + err
     assert scanner.scans > 5 and scanner.found == []
-    db = mongo_user["client"][mongo_user["database"]]
-    docs = {d["config"]["x"]: d for d in db["fail"].find()}
-    assert {x: (d["status"], d["result"]) for x, d in docs.items()} == {
-        1: ("COMPLETED", 10),
-        3: ("COMPLETED", 30),
-    }
-    assert f"{mongo_user['username']}:***@" in docs[1]["seml"]["command"]
+    assert f"{auth_mongod['user']}:***@" in docs[1]["seml"]["command"]
     assert password not in out + err
     sweep = tmp_path / "multirun"
     assert next(sweep.rglob("multirun.yaml")) and next(sweep.rglob(".submitit"))
-    assert len(list(sweep.rglob(".hydra/hydra.yaml"))) == 2  # written by the jobs
+    assert len(list(sweep.rglob(".hydra/hydra.yaml"))) >= 2  # written by the jobs
     assert assert_no_secret_in_files(sweep, [password]) > 5
     assert_no_secret_in_database(db, [password])
 
