@@ -25,6 +25,7 @@ inside the functions that need them, so that ``seml --help`` stays fast.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -49,6 +50,8 @@ __all__ = [
     "next_ids",
     "reset_client_cache",
     "job_db_config",
+    "job_db_environment",
+    "mask_credentials",
     "resolve_db_settings",
     "settings_from_config_file",
     "validate_collection_name",
@@ -67,7 +70,8 @@ DB_CFG_KEYS = ("url", "config_file", "database")
 #: Keys SEML 0.5 requires in mongodb.config (``seml.database.get_mongodb_config``).
 SEML_REQUIRED_KEYS = ("username", "password", "port", "host", "database")
 #: Keys accepted in a config file's ``ssh_config`` block: ``sshtunnel.SSHTunnelForwarder``'s
-#: arguments, SEML's retry/lock settings and our ``health_check_interval`` (seconds).
+#: arguments, SEML's retry/lock settings, our ``health_check_interval`` (seconds) and
+#: ``ssh_known_hosts`` (file(s) the SSH host's key must be in, default ``~/.ssh/known_hosts``).
 SSH_KEYS = (
     "ssh_address_or_host",
     "ssh_port",
@@ -84,6 +88,7 @@ SSH_KEYS = (
     "set_keepalive",
     "local_bind_address",
     "remote_bind_address",
+    "ssh_known_hosts",
     "retries_max",
     "retries_delay",
     "lock_file",
@@ -97,9 +102,10 @@ SSH_SECRET_KEYS = ("ssh_password", "ssh_private_key_password")
 TUNNEL_SELECTION_TIMEOUT_S = 60.0
 
 _HOW_TO_CONFIGURE = (
-    "set hydra.launcher.db.url=mongodb://USER:PASSWORD@HOST:PORT/DATABASE, "
-    f"or the environment variable {ENV_URI}, "
-    "or write ~/.config/seml/mongodb.config (`seml configure`)"
+    "write ~/.config/seml/mongodb.config (`seml configure`, mode 0600), "
+    f"or set the environment variable {ENV_URI}=mongodb://USER:PASSWORD@HOST:PORT/DATABASE, "
+    "or hydra.launcher.db.url=mongodb://HOST:PORT/DATABASE (a password on a command line is "
+    "visible to every user in `ps`)"
 )
 
 
@@ -381,6 +387,28 @@ def _mask_uri(uri: str, replacement: str | None) -> str:
     return f"{out}?{parts['query']}" if parts["query"] else out
 
 
+#: the password of a MongoDB URL anywhere in a text: ``scheme://user:`` + password + ``@``
+#: (a URI's password cannot hold a raw ``@`` or ``/``: they must be percent-encoded)
+_URL_PASSWORD = re.compile(r"(mongodb(?:\+srv)?://[^\s:/@]*:)[^\s@/]*@")
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with the password of every MongoDB URL in it replaced by ``***``.
+
+    Pure; for anything seml-hydra writes that may quote a URL: the launch command
+    (``seml.command``), Hydra's config and overrides (``multirun.yaml``, ``.hydra/*.yaml``, the
+    payload), messages. Only URL passwords are touched (``mongodb://alice:***@host/db``), never
+    other text, so a short password such as ``seml`` does not mangle ``hydra/launcher=seml``.
+
+    Args:
+        text: any text, e.g. ``"app.py hydra.launcher.db.url=mongodb://a:pw@h/db"``.
+
+    Returns:
+        The masked text (``text`` itself when it holds no URL with a password).
+    """
+    return _URL_PASSWORD.sub(r"\1***@", text)
+
+
 def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -596,11 +624,12 @@ def _parse_ssh_config(block: Any, path: Path, hint: str) -> tuple[tuple[str, Any
                 f"{where}: key 'health_check_interval' must be a positive number of seconds. {hint}"
             ) from None
     # remote_bind_address is always the configured host/port (as in SEML); lock_file is
-    # replaced by per-user locks (seml_hydra.tunnel.runtime_dir).
+    # replaced by per-user locks and local_bind_address by a Unix socket, both in the private
+    # seml_hydra.tunnel.runtime_dir (a TCP port would let every local user in).
     cleaned = {
         k: _hashable(v)
         for k, v in block.items()
-        if k not in ("remote_bind_address", "lock_file") and v is not None
+        if k not in ("remote_bind_address", "lock_file", "local_bind_address") and v is not None
     }
     return tuple(sorted(cleaned.items()))
 
@@ -632,6 +661,7 @@ def reset_client_cache() -> None:
 def _scrub(text: str, settings: DbSettings) -> str:
     from urllib.parse import quote
 
+    text = mask_credentials(text)
     secrets = [settings.password] + [v for k, v in settings.ssh or () if k in SSH_SECRET_KEYS]
     for secret in secrets:
         if secret:
@@ -693,10 +723,14 @@ def connect(settings: DbSettings, timeout_s: float = 5.0) -> pymongo.database.Da
     options.update(dict(settings.extra))
     host, port = settings.host, settings.port
     if settings.ssh is not None:
+        from urllib.parse import quote_plus
+
         from . import tunnel
 
-        try:
-            host, port = tunnel.ensure_tunnel(dict(settings.ssh), (settings.host, settings.port))
+        try:  # the tunnel's Unix socket: pymongo takes its percent-encoded path as the host
+            host = quote_plus(
+                tunnel.ensure_tunnel(dict(settings.ssh), (settings.host, settings.port)), safe=""
+            )
         except tunnel.TunnelError as err:
             raise DatabaseError(
                 _scrub(f"{err} Settings from {settings.source}.", settings)
@@ -925,22 +959,68 @@ def next_ids(
     return range(last - n + 1, last + 1)
 
 
+def _url_has_password(url: Any) -> bool:
+    """A MongoDB URL with a password part (also ``***``, a masked one)."""
+    try:
+        return isinstance(url, str) and ":" in _split_uri(url)["userinfo"]
+    except ValueError:
+        return False
+
+
 def job_db_config(
     settings: DbSettings, launcher_db: Mapping[str, Any] | None
 ) -> dict[str, Any] | None:
     """What jobs resolve the database from on their node (issue: "jobs reach the database the
-    way the launcher did"), never adding a secret:
+    way the launcher did"), never holding a secret (it is pickled into the submitit folder):
 
-    - the launch's own ``db`` config (``url``, ``config_file``, ``database``) when it had one;
+    - the launch's own ``db`` config (``url``, ``config_file``, ``database``) when it had one,
+      except a ``url`` with a password (also a masked one, as ``seml start`` reads it back from
+      the stored Hydra config): the password reaches the jobs through their environment
+      instead (:func:`job_db_environment`);
     - the config file the settings came from (its path, so a node reads the same file even
       when its ``XDG_CONFIG_HOME``/``HOME`` differ; with an ``ssh_config`` block the node then
       opens its own tunnel);
       this includes the embedded server's 0600 credentials file (jobs cannot start it; they
       read its current port, user and password there);
-    - else ``None`` (jobs inherit ``SEML_MONGODB_URI`` as the launching process had it).
+    - else ``None`` (jobs read ``SEML_MONGODB_URI``: inherited, or set by
+      :func:`job_db_environment`).
+
+    Args:
+        settings: the settings this process connected with (they may hold the password).
+        launcher_db: the launch's ``hydra.launcher.db`` mapping, or None.
+
+    Returns:
+        A ``db`` mapping for :func:`resolve_db_settings` on the node, or None.
     """
+    return _job_db(settings, launcher_db)[0]
+
+
+def job_db_environment(
+    settings: DbSettings, launcher_db: Mapping[str, Any] | None
+) -> dict[str, str]:
+    """Environment variables the jobs need besides :func:`job_db_config`: ``SEML_MONGODB_URI``
+    with the full URI (password included) when the settings came from a URI with a password
+    and the jobs get no URL or config file. The submission sets them in the environment of
+    ``sbatch`` / the local job process only (readable by their owner alone, in
+    ``/proc/<pid>/environ``; Slurm keeps a job's environment in its private state), never in a
+    file, a pickle or on a command line.
+
+    Returns:
+        ``{"SEML_MONGODB_URI": uri}`` or ``{}``.
+    """
+    return _job_db(settings, launcher_db)[1]
+
+
+def _job_db(
+    settings: DbSettings, launcher_db: Mapping[str, Any] | None
+) -> tuple[dict[str, Any] | None, dict[str, str]]:
     cfg = {k: v for k, v in dict(launcher_db or {}).items() if v}
+    if _url_has_password(cfg.get("url")):
+        del cfg["url"]  # the settings of this process hold it (or the seml command's own)
+    env: dict[str, str] = {}
     if not cfg.get("url") and not cfg.get("config_file"):
         if settings.config_file is not None:
             cfg["config_file"] = settings.config_file
-    return cfg or None
+        elif settings.uri is not None and settings.password is not None:
+            env[ENV_URI] = settings.uri
+    return cfg or None, env

@@ -54,9 +54,17 @@ class SemlLauncher(Launcher):
         self.task_function: Any = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        from hydra.core.hydra_config import HydraConfig
+
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
+        # The launcher has its db settings (self.params); what Hydra writes and what the jobs
+        # get (multirun.yaml, which the sweeper saves from this very object after setup, every
+        # point's config, .hydra/*.yaml on the nodes, the payload) holds the URL masked.
+        mask_db_credentials(config)
+        if HydraConfig.initialized():
+            mask_db_credentials(HydraConfig.instance().cfg)
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
@@ -96,6 +104,7 @@ class SemlLauncher(Launcher):
         from .submit import validate_launcher
 
         params = self.params
+        _warn_password_on_command_line(sys.argv[1:], console)
         if not job_overrides:
             raise LaunchError(
                 "the sweep has no points (an empty sweep such as x=range(0)?): nothing was staged"
@@ -151,6 +160,43 @@ class SemlLauncher(Launcher):
             ) from None
 
 
+def mask_db_credentials(config: Any) -> None:
+    """Mask, in place, the password of MongoDB URLs in a Hydra config's ``hydra`` node: the
+    value of ``hydra.launcher.db.url`` and the strings of ``hydra.overrides.hydra`` (where a
+    command-line ``hydra.launcher.db.url=...`` is kept). Interpolations are left as they are
+    (their resolved value is not written). Nothing else changes; a config without those keys
+    is left alone."""
+    from omegaconf import open_dict, read_write
+
+    from .database import mask_credentials
+
+    hydra = config.get("hydra") if OmegaConf.is_dict(config) else None
+    if hydra is None:
+        return
+    with read_write(hydra), open_dict(hydra):
+        overrides = OmegaConf.select(hydra, "overrides.hydra", default=None)
+        if overrides is not None:
+            for i, text in enumerate(OmegaConf.to_container(overrides)):
+                if isinstance(text, str) and mask_credentials(text) != text:
+                    overrides[i] = mask_credentials(text)
+        db = OmegaConf.select(hydra, "launcher.db", default=None)
+        if OmegaConf.is_dict(db):
+            url = OmegaConf.to_container(db).get("url")
+            if isinstance(url, str) and mask_credentials(url) != url:
+                db.url = mask_credentials(url)
+
+
+def _warn_password_on_command_line(argv: Sequence[str], console: Any) -> None:
+    from .database import mask_credentials
+
+    if any(mask_credentials(arg) != arg for arg in argv):
+        console.print(
+            "[yellow]Warning:[/] a MongoDB URL on the command line carries a password, which "
+            "every user of this machine can read (`ps`); put it in ~/.config/seml/mongodb.config "
+            "(`seml configure`) or SEML_MONGODB_URI instead."
+        )
+
+
 class _Launch:
     """One launch's state, from staging to the returns (I/O at this edge)."""
 
@@ -190,13 +236,15 @@ class _Launch:
         }
 
     def _seml_doc(self, payload_id: str) -> dict[str, Any]:
+        from .database import mask_credentials
+
         point = self.points[0]
         return {
             "executable": os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else "",
             "name": point.hydra["job"]["name"],
             "working_dir": point.hydra["runtime"]["cwd"],
             "output_dir": os.path.abspath(str(point.launcher["submitit_folder"])),
-            "command": " ".join(sys.argv),
+            "command": mask_credentials(" ".join(sys.argv)),
             "launcher": f"seml_hydra.{self.launcher.executor}",
             "payload_file": payload_id,
         }
@@ -372,7 +420,7 @@ class _Launch:
 
     # -- submission ------------------------------------------------------------------------
     def submit(self, result: Any) -> dict[str, tuple[Any, list[int]]]:
-        from .database import job_db_config
+        from .database import job_db_config, job_db_environment
         from .submit import SubmissionError, SubmitRequest, submit_requests
 
         to_submit = set(result.to_submit)
@@ -395,6 +443,7 @@ class _Launch:
                 self.collection_name,
                 requests,
                 db_cfg=job_db_config(self.settings, self.params.get("db")),
+                job_env=job_db_environment(self.settings, self.params.get("db")),
             )
         except SubmissionError as error:
             raise LaunchError(

@@ -1219,7 +1219,7 @@ def start(
     alone, one array job per batch and resource set. Submission runs in the launch's working
     directory (jobs start where the sweep was launched). Raises ``SubmissionError`` when sbatch
     refuses (those experiments stay STAGED)."""
-    from .database import job_db_config, resolve_db_settings
+    from .database import job_db_config, job_db_environment, resolve_db_settings
     from .submit import submit_requests
 
     q = and_(query, {"status": {"$in": _state_values([states.STAGED])}})
@@ -1240,9 +1240,15 @@ def start(
         by_dir.setdefault(workdir, []).append(request)
     started = []
     for workdir, requests in by_dir.items():
-        db_cfg = job_db_config(settings, requests[0].launcher.get("db"))
+        launch_db = requests[0].launcher.get("db")
         with _cwd(workdir):
-            arrays = submit_requests(db[collection_name], collection_name, requests, db_cfg=db_cfg)
+            arrays = submit_requests(
+                db[collection_name],
+                collection_name,
+                requests,
+                db_cfg=job_db_config(settings, launch_db),
+                job_env=job_db_environment(settings, launch_db),
+            )
         for array in arrays:
             ids = sorted(i for _, group in array.jobs.values() for i in group)
             started.append(

@@ -205,8 +205,8 @@ class JobRunner:
 
     Attributes:
         db_cfg: the database inputs (``seml_hydra.database.resolve_db_settings``), resolved again
-            on the node the way the launcher did; no password is pickled unless the user put it
-            in the URL.
+            on the node the way the launcher did; never holds a password (a URL's password
+            reaches the job in its environment: ``seml_hydra.database.job_db_environment``).
         collection: the collection name.
         payload_id: GridFS file id of the batch's :class:`Payload`.
         primary_log_level, other_log_level: log levels (names) of the primary and other ranks.

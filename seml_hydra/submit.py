@@ -187,18 +187,25 @@ def chunk(ids: Sequence[int], size: int) -> list[list[int]]:
 
 
 @contextlib.contextmanager
-def clean_environment() -> Iterator[None]:
-    """Temporarily drop the variables a job must not inherit (sbatch exports the environment)."""
+def clean_environment(extra: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Temporarily drop the variables a job must not inherit (sbatch exports the environment)
+    and set ``extra`` (e.g. ``seml_hydra.database.job_db_environment``: a secret reaches the job
+    through the environment of ``sbatch`` / the local job process, never a file or a command
+    line); everything is restored afterwards."""
+    extra = dict(extra or {})
     saved = {
         k: v
         for k, v in os.environ.items()
-        if k.startswith(LEAKY_ENV_PREFIXES) or k in LEAKY_ENV_NAMES
+        if k.startswith(LEAKY_ENV_PREFIXES) or k in LEAKY_ENV_NAMES or k in extra
     }
     for key in saved:
         del os.environ[key]
+    os.environ.update(extra)
     try:
         yield
     finally:
+        for key in extra:
+            os.environ.pop(key, None)
         os.environ.update(saved)
 
 
@@ -318,6 +325,7 @@ def submit_group(
     runner: Any,
     id_groups: Sequence[Sequence[int]],
     options: Mapping[str, Any],
+    job_env: Mapping[str, str] | None = None,
 ) -> list[Any]:
     """Submit one resource group as one array job; returns submitit ``Job``s (one per group).
 
@@ -325,7 +333,8 @@ def submit_group(
     process first (:func:`submission_mark`), then submitted; on success each records its
     ``slurm[0]`` fields instead of the mark, on failure every one of them goes back to STAGED and
     :class:`SubmissionError` carries sbatch's message. Should this process die in between, the
-    next submission of them recovers them (:func:`recover_interrupted_submissions`).
+    next submission of them recovers them (:func:`recover_interrupted_submissions`). ``job_env``
+    is set in the submitting environment only (:func:`clean_environment`).
     """
     import submitit
 
@@ -348,7 +357,7 @@ def submit_group(
         )
         executor.update_parameters(**params)
         stderr = io.StringIO()
-        with clean_environment(), contextlib.redirect_stderr(stderr):
+        with clean_environment(job_env), contextlib.redirect_stderr(stderr):
             jobs = executor.map_array(runner, [list(g) for g in id_groups])
     except BaseException as error:  # Ctrl-C during sbatch too: never PENDING without a job
         collection.update_many(
@@ -427,6 +436,7 @@ def submit_requests(
     requests: Sequence[SubmitRequest],
     *,
     db_cfg: Mapping[str, Any] | None,
+    job_env: Mapping[str, str] | None = None,
 ) -> list[SubmittedArray]:
     """Submit STAGED experiments, one array job per group of :func:`group_requests`.
 
@@ -434,7 +444,9 @@ def submit_requests(
     documents alone). Each array's runner is a ``seml_hydra.run.JobRunner`` on the group's
     payload. Slurm arrays longer than the cluster's ``MaxArraySize`` are split into several
     arrays. Raises :class:`SubmissionError` for the first group sbatch refuses (its documents
-    are back to STAGED; groups submitted before it stay submitted).
+    are back to STAGED; groups submitted before it stay submitted). ``db_cfg`` (pickled with
+    the runner: no secret) and ``job_env`` (the jobs' environment: the secret, if any) come from
+    ``seml_hydra.database.job_db_config`` / ``job_db_environment``.
     """
     from .run import JobRunner
 
@@ -476,6 +488,7 @@ def submit_requests(
                 runner=runner,
                 id_groups=part,
                 options=sbatch_options(launcher, comment=collection_name, name=name),
+                job_env=job_env,
             )
             arrays.append(
                 SubmittedArray(

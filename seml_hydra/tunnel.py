@@ -6,8 +6,11 @@ configuration, per machine user and host: processes of one user on one machine s
 
 The tunnel runs in its own process, ``python -m seml_hydra.tunnel_worker`` (a small module of
 ours: it never imports the user's script), started with the SSH options on a pipe (never on the
-command line). It checks its SSH connection every few seconds and reconnects under a listening
-socket that stays open, so the local port and the MongoDB clients using it keep working.
+command line). It checks the SSH host's key against ``known_hosts`` before authenticating, and
+its SSH connection every few seconds, reconnecting under a listening socket that stays open, so
+the MongoDB clients using it keep working. Its local end is a Unix socket in the private runtime
+directory (not a TCP port on 127.0.0.1, which every local user could use to reach MongoDB
+through your SSH session).
 
 Files live in a per-user runtime directory (:func:`runtime_dir`, mode 0700, checked to be ours),
 per tunnel ``<key>-<hostname>``:
@@ -15,12 +18,13 @@ per tunnel ``<key>-<hostname>``:
 - ``.spawn.lock``: serialises starting a tunnel (``filelock``);
 - ``.alive.lock``: an exclusive ``flock`` the tunnel process holds for its whole life; a free
   lock means no tunnel runs (whatever a stale state file says);
-- ``.json``: the state (pid, local host and port);
+- ``.json``: the state (pid, socket path);
+- ``.sock``: the tunnel's local end, a Unix socket (no access for group or others);
 - ``.log``: the tunnel process's log (never holds a password).
 
 The tunnel process ends when the process that started it ends. Every other process using the
 tunnel runs a small keeper thread that notices this within about a second and starts a new
-tunnel on the same port, so long-running jobs survive the end of the launcher that opened it.
+tunnel on the same socket, so long-running jobs survive the end of the launcher that opened it.
 """
 
 from __future__ import annotations
@@ -130,14 +134,35 @@ def tunnel_key(ssh: Mapping[str, Any], remote: tuple[str, int]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+#: the longest path of a Unix socket (``sun_path`` holds 108 bytes on Linux, with the NUL)
+MAX_SOCKET_PATH = 107
+
+
 def tunnel_paths(key: str, env: Mapping[str, str] | None = None) -> dict[str, Path]:
-    """The files of tunnel ``key`` on this host: spawn/alive locks, state and log."""
-    base = runtime_dir(env) / f"tunnel-{key}-{socket.gethostname()}"
+    """The files of tunnel ``key`` on this host: spawn/alive locks, state, log and socket.
+
+    The socket is ``tunnel-<key>-<hostname>.sock``, or ``tunnel-<key>-<hash of hostname>.sock``
+    when that path would be too long for a Unix socket.
+
+    Raises:
+        TunnelError: the runtime directory is not safe, or too long for a socket path.
+    """
+    host = socket.gethostname()
+    base = runtime_dir(env) / f"tunnel-{key}-{host}"
+    sock = base.with_name(base.name + ".sock")
+    if len(os.fsencode(sock)) > MAX_SOCKET_PATH:
+        sock = base.with_name(f"tunnel-{key}-{hashlib.sha256(host.encode()).hexdigest()[:8]}.sock")
+    if len(os.fsencode(sock)) > MAX_SOCKET_PATH:
+        raise TunnelError(
+            f"the tunnel's socket path {sock} is longer than {MAX_SOCKET_PATH} bytes (the limit "
+            f"of a Unix socket); set {ENV_RUNTIME_DIR} to a shorter private directory."
+        )
     return {
         "spawn": base.with_name(base.name + ".spawn.lock"),
         "alive": base.with_name(base.name + ".alive.lock"),
         "state": base.with_name(base.name + ".json"),
         "log": base.with_name(base.name + ".log"),
+        "socket": sock,
     }
 
 
@@ -174,9 +199,8 @@ def _spawn(
     remote: tuple[str, int],
     key: str,
     paths: dict[str, Path],
-    port: int,
-) -> tuple[subprocess.Popen[bytes], int]:
-    """Start the tunnel process and wait for its answer; returns (process, local port)."""
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the tunnel process and wait for its answer; returns (process, socket path)."""
     log_path = paths["log"]
     try:  # keep the log small: start afresh when it grew past 1 MB
         if log_path.stat().st_size > 1_000_000:
@@ -194,8 +218,8 @@ def _spawn(
         str(paths["alive"]),
         "--parent",
         str(os.getpid()),
-        "--port",
-        str(port),
+        "--socket",
+        str(paths["socket"]),
         "--key",
         key,
     ]
@@ -235,7 +259,7 @@ def _spawn(
             f"the tunnel process gave no answer within {timeout:.0f} s"
         )
         raise TunnelError(f"SSH tunnel to MongoDB failed: {why} (log: {log_path}).")
-    return proc, int(answer["port"])
+    return proc, str(answer["socket"])
 
 
 def _read_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
@@ -263,7 +287,7 @@ def _read_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
 
 class _Keeper(threading.Thread):
     """Per process and tunnel: starts the tunnel (or finds the running one), then checks every
-    second that a tunnel still runs and starts a new one on the same port if not.
+    second that a tunnel still runs and starts a new one on the same socket if not.
 
     Tunnel processes are started from this long-lived thread only, so their
     ``PR_SET_PDEATHSIG`` (which fires when the *thread* that started them ends) means "when
@@ -274,9 +298,8 @@ class _Keeper(threading.Thread):
         self.ssh = dict(ssh)
         self.remote = remote
         self.key = key
-        self.paths = tunnel_paths(key)
-        self.port: int | None = None
-        self.host = "127.0.0.1"
+        self.paths: dict[str, Path] = {}
+        self.socket: str | None = None
         self.error: TunnelError | None = None
         self.ready = threading.Event()
         self.stopping = threading.Event()
@@ -284,6 +307,7 @@ class _Keeper(threading.Thread):
 
     def run(self) -> None:
         try:
+            self.paths = tunnel_paths(self.key)
             self._ensure()
         except TunnelError as err:
             self.error = err
@@ -306,7 +330,7 @@ class _Keeper(threading.Thread):
             self.proc.terminate()
 
     def _ensure(self) -> None:
-        if self.port is not None and _alive_lock_held(self.paths["alive"]):
+        if self.socket is not None and _alive_lock_held(self.paths["alive"]):
             return  # the usual case: a tunnel runs
         from filelock import FileLock, Timeout
 
@@ -314,30 +338,20 @@ class _Keeper(threading.Thread):
         try:
             with FileLock(str(self.paths["spawn"]), timeout=lock_timeout, mode=0o600):
                 state = _read_state(self.paths["state"]) or {}
-                if _alive_lock_held(self.paths["alive"]) and state.get("port"):
-                    self._use(state["host"], int(state["port"]))
+                if _alive_lock_held(self.paths["alive"]) and state.get("socket"):
+                    self.socket = str(self.paths["socket"])
                     return
-                if self.port is not None:
-                    _warn(f"seml-hydra: restarting the SSH tunnel on port {self.port}")
-                wanted = self.port or int(state.get("port") or 0)
-                proc, port = _spawn(self.ssh, self.remote, self.key, self.paths, wanted)
+                if self.socket is not None:
+                    _warn(f"seml-hydra: restarting the SSH tunnel on {self.socket}")
+                proc, self.socket = _spawn(self.ssh, self.remote, self.key, self.paths)
                 old, self.proc = self.proc, proc
                 if old is not None and old.poll() is None:
                     old.terminate()
-                self._use("127.0.0.1", port)
         except Timeout:
             raise TunnelError(
                 f"SSH tunnel to MongoDB failed: could not take the lock {self.paths['spawn']} "
                 f"within {lock_timeout:g} s"
             ) from None
-
-    def _use(self, host: str, port: int) -> None:
-        if self.port is not None and port != self.port:
-            _warn(
-                f"seml-hydra: the SSH tunnel moved from port {self.port} to {port}; MongoDB "
-                "clients opened before must be reopened"
-            )
-        self.host, self.port = host, port
 
 
 def _warn(message: str) -> None:
@@ -358,21 +372,25 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def ensure_tunnel(ssh: Mapping[str, Any], remote: tuple[str, int]) -> tuple[str, int]:
-    """The local address of a running tunnel to ``remote`` through ``ssh``.
+def ensure_tunnel(ssh: Mapping[str, Any], remote: tuple[str, int]) -> str:
+    """The local end of a running tunnel to ``remote`` through ``ssh``.
 
     Args:
         ssh: the ``ssh_config`` block (``sshtunnel.SSHTunnelForwarder`` arguments such as
             ``ssh_address_or_host``, ``ssh_port``, ``ssh_username``, ``ssh_pkey``, plus SEML's
             ``retries_max``, ``retries_delay``, ``lock_timeout`` and our
-            ``health_check_interval``).
+            ``health_check_interval`` and ``ssh_known_hosts``: the ``known_hosts`` file(s) the
+            SSH host's key must be in, default ``~/.ssh/known_hosts``, plus
+            ``/etc/ssh/ssh_known_hosts``).
         remote: MongoDB's ``(host, port)`` as seen from the SSH host.
 
     Returns:
-        ``(host, port)`` to connect to, e.g. ``("127.0.0.1", 40211)``.
+        The path of the tunnel's Unix socket (in :func:`runtime_dir`; give it to pymongo as a
+        percent-encoded host ending in ``.sock``).
 
     Raises:
-        TunnelError: the tunnel cannot be opened (message without secrets, naming the log).
+        TunnelError: the tunnel cannot be opened, e.g. the SSH host's key is unknown or changed
+            (message without secrets, saying how to accept the key, naming the log).
     """
     if not sys.platform.startswith(("linux", "darwin")):
         raise TunnelError("SSH tunnels are supported on Linux and macOS only")
@@ -386,8 +404,8 @@ def ensure_tunnel(ssh: Mapping[str, Any], remote: tuple[str, int]) -> tuple[str,
     keeper.ready.wait()
     if keeper.error is not None:
         raise keeper.error
-    assert keeper.port is not None
-    return keeper.host, keeper.port
+    assert keeper.socket is not None
+    return keeper.socket
 
 
 def close_tunnels(timeout_s: float = 5.0) -> None:

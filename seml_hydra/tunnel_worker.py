@@ -2,7 +2,7 @@
 :mod:`seml_hydra.tunnel`, never by hand).
 
 It imports nothing of the user's (no ``__main__`` re-import, no pickles): its command line holds
-only paths, a port and the parent's pid; the SSH options (including any ``ssh_password`` or
+only paths and the parent's pid; the SSH options (including any ``ssh_password`` or
 ``ssh_private_key_password``) arrive as one JSON line on stdin, which then stays open as a
 "parent alive" pipe.
 
@@ -10,13 +10,16 @@ Life of the process:
 
 1. take the ``alive`` lock of its tunnel (an exclusive ``flock`` held until it exits: clients
    test it to know whether a tunnel runs);
-2. open the tunnel with ``sshtunnel`` on the requested local port (0: any free port), check
-   that the SSH host reaches MongoDB, write the state file, answer one JSON line on stdout
-   (``{"ok": true, "port": ...}`` or ``{"ok": false, "error": ...}``);
+2. open the tunnel with ``sshtunnel``, its local end a Unix socket (``--socket``, in the
+   private runtime directory, no access for group or others: no other user can connect to it,
+   unlike a TCP port on 127.0.0.1), after checking the SSH host's key against ``known_hosts`` before anything is
+   authenticated (:func:`check_host_key`); check that the SSH host reaches MongoDB, write the
+   state file, answer one JSON line on stdout (``{"ok": true, "socket": ...}`` or
+   ``{"ok": false, "error": ...}``);
 3. every 0.25 s check that the SSH transport is alive and every ``health_check_interval``
    seconds open a probe channel to MongoDB through it; when the SSH connection is lost, connect
-   again and hand the new transport to the listening socket, which never closes: the local
-   port stays the same and MongoDB clients reconnect through it;
+   again (host key checked again) and hand the new transport to the listening socket, which
+   never closes: the socket stays the same and MongoDB clients reconnect through it;
 4. end when the parent ends (``PR_SET_PDEATHSIG``, a changed parent pid, or EOF on stdin), on
    SIGTERM/SIGINT, removing its state file.
 """
@@ -44,7 +47,12 @@ OWN_KEYS = (
     "health_check_interval",
     "local_bind_address",
     "remote_bind_address",
+    "ssh_known_hosts",
 )
+#: the files the SSH host's key is looked up in when ``ssh_known_hosts`` is not set (OpenSSH's
+#: ``UserKnownHostsFile``); the system file is always read as well (``GlobalKnownHostsFile``)
+USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
+SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 SECRET_KEYS = ("ssh_password", "ssh_private_key_password")
 PROBE_TIMEOUT_S = 5.0
 #: how long a new local connection waits for a lost SSH connection to come back
@@ -55,6 +63,86 @@ log = logging.getLogger("seml_hydra.tunnel_worker")
 
 class TunnelFailed(Exception):
     """The tunnel cannot be opened; the message is for the user (no secrets)."""
+
+
+class HostKeyRejected(TunnelFailed):
+    """The SSH host's key is unknown or differs from ``known_hosts``: nothing was authenticated.
+    (Not a ``paramiko.SSHException``, so sshtunnel does not swallow it.)"""
+
+
+def known_hosts_name(host: str, port: int) -> str:
+    """The name OpenSSH files a host under in ``known_hosts``: ``host``, or ``[host]:port``
+    for a port other than 22."""
+    return host if int(port) == 22 else f"[{host}]:{port}"
+
+
+def known_hosts_files(setting: Any) -> list[str]:
+    """The ``known_hosts`` files to read: ``ssh_known_hosts`` (a path or a list of paths,
+    ``~`` expanded; default ``~/.ssh/known_hosts``) plus the system's ``/etc/ssh/ssh_known_hosts``."""
+    if setting in (None, "", []):
+        paths = [USER_KNOWN_HOSTS]
+    else:
+        paths = [setting] if isinstance(setting, str) else [str(p) for p in setting]
+    return [os.path.expanduser(p) for p in paths] + [SYSTEM_KNOWN_HOSTS]
+
+
+def load_known_hosts(files: list[str]) -> Any:
+    """A ``paramiko.HostKeys`` with the entries of those of ``files`` that exist (hashed host
+    names included; lines paramiko cannot parse are skipped, as OpenSSH does)."""
+    import paramiko
+
+    keys = paramiko.HostKeys()
+    for path in files:
+        if os.path.isfile(path):
+            try:
+                keys.load(path)
+            except (OSError, UnicodeDecodeError) as err:
+                log.warning("cannot read %s: %s", path, err)
+    return keys
+
+
+def check_host_key(
+    known: Any, host: str, port: int, key: Any, *, files: list[str], user: str | None
+) -> str | None:
+    """Whether the key an SSH host offered is the one ``known_hosts`` has for it.
+
+    Args:
+        known: a ``paramiko.HostKeys`` (:func:`load_known_hosts`).
+        host, port: the SSH host as connected to.
+        key: the ``paramiko.PKey`` it offered (``Transport.get_remote_server_key()``).
+        files: the files ``known`` was read from (for the message).
+        user: the SSH user (for the message).
+
+    Returns:
+        None when the key is known for that host; else a message for the user saying whether
+        the host is unknown or its key changed, and how to accept it.
+    """
+    name = known_hosts_name(host, port)
+    entries = known.lookup(name)
+    offered = f"{key.get_name()} key {_fingerprint(key)}"
+    where = " or ".join(files)
+    ssh = f"ssh{'' if int(port) == 22 else f' -p {port}'} {user + '@' if user else ''}{host}"
+    if entries is None or not entries.keys():
+        return (
+            f"the SSH host {name} is not in {where} (it offered the {offered}), so it was not "
+            f"trusted and nothing was sent to it. If that is its key, accept it by connecting "
+            f"once with `{ssh}` and answering yes (or set ssh_known_hosts in ssh_config)."
+        )
+    if entries.get(key.get_name()) == key:
+        return None
+    return (
+        f"the SSH host key of {name} does not match {where}: it offered the {offered}. Someone "
+        f"may be intercepting the connection, or the host's key changed; nothing was sent to "
+        f"it. If the change is expected, remove the old key with `ssh-keygen -R '{name}'` and "
+        f"connect once with `{ssh}`."
+    )
+
+
+def _fingerprint(key: Any) -> str:
+    try:
+        return str(key.fingerprint)  # "SHA256:..." (paramiko >= 3.2), as OpenSSH shows it
+    except AttributeError:  # pragma: no cover - older paramiko
+        return key.get_fingerprint().hex(":")
 
 
 def _set_pdeathsig() -> None:
@@ -80,16 +168,16 @@ def _scrub(text: str, secrets: list[str]) -> str:
 
 class Tunnel:
     """One ``SSHTunnelForwarder`` whose SSH connection can be replaced under a listening socket
-    that stays open (same local port)."""
+    that stays open (same socket)."""
 
-    def __init__(self, config: dict[str, Any], port: int) -> None:
+    def __init__(self, config: dict[str, Any], socket_path: str) -> None:
         self.config = config
         self.remote = (str(config["remote"][0]), int(config["remote"][1]))
         self.ssh = dict(config["ssh"])
         self.secrets = [str(self.ssh[k]) for k in SECRET_KEYS if self.ssh.get(k)]
-        local = self.ssh.get("local_bind_address") or ["127.0.0.1", 0]
-        self.local_host = str(local[0])
-        self.port = int(port or local[1] or 0)
+        #: the local end: a Unix socket in the private runtime directory
+        self.socket_path = socket_path
+        self.known_hosts = known_hosts_files(self.ssh.get("ssh_known_hosts"))
         self.retries_max = max(1, int(self.ssh.get("retries_max", 3)))
         self.retries_delay = float(self.ssh.get("retries_delay", 1.0))
         self.interval = float(self.ssh.get("health_check_interval", 3.0))
@@ -103,12 +191,27 @@ class Tunnel:
     # -- opening ---------------------------------------------------------------------------
     def _forwarder_class(self) -> Any:
         """``SSHTunnelForwarder`` whose connection handlers use the current SSH transport and,
-        while it is down, wait for it (instead of closing the client's connection at once)."""
+        while it is down, wait for it (instead of closing the client's connection at once), and
+        whose SSH transports check the host key before authenticating.
+
+        sshtunnel (0.4, 0.5) builds a bare ``paramiko.Transport`` per attempt
+        (``_get_transport``) and calls ``transport.connect(hostkey=None, ...)``, which runs the
+        key exchange (``start_client``) and then authenticates, with no host key check at all.
+        Our hook wraps that transport's ``start_client``: right after the key exchange, before
+        any key or password is sent, the server's key is checked against ``known_hosts``
+        (:func:`check_host_key`); a refused key closes the transport and raises
+        :class:`HostKeyRejected`. The host key types ``known_hosts`` has for the host are
+        offered first, as OpenSSH and ``paramiko.SSHClient`` do."""
         from sshtunnel import SSHTunnelForwarder
 
         tunnel = self
 
         class Forwarder(SSHTunnelForwarder):
+            def _get_transport(self) -> Any:
+                transport = super()._get_transport()
+                tunnel.guard_transport(transport, self.ssh_host, self.ssh_port, self.ssh_username)
+                return transport
+
             def _make_ssh_forward_handler_class(self, remote_address_: Any) -> Any:
                 base = super()._make_ssh_forward_handler_class(remote_address_)
                 forwarder = self
@@ -141,6 +244,39 @@ class Tunnel:
 
         return Forwarder
 
+    def guard_transport(self, transport: Any, host: str, port: int, user: str | None) -> None:
+        """Make ``transport`` check the host key right after its key exchange (see
+        :meth:`_forwarder_class`)."""
+        known = load_known_hosts(self.known_hosts)
+        entries = known.lookup(known_hosts_name(host, port))
+        if entries:
+            types = []
+            for name in entries.keys():
+                types += ["rsa-sha2-512", "rsa-sha2-256", name] if name == "ssh-rsa" else [name]
+            options = transport.get_security_options()
+            offered = list(options.key_types)
+            options.key_types = [t for t in types if t in offered] + [
+                t for t in offered if t not in types
+            ]
+        start_client = transport.start_client
+
+        def checked_start_client(*args: Any, **kwargs: Any) -> Any:
+            result = start_client(*args, **kwargs)
+            why = check_host_key(
+                known,
+                host,
+                port,
+                transport.get_remote_server_key(),
+                files=self.known_hosts[:-1],
+                user=user,
+            )
+            if why is not None:
+                transport.close()
+                raise HostKeyRejected(why)
+            return result
+
+        transport.start_client = checked_start_client
+
     def wait_for_transport(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         while not self.transport_alive():
@@ -150,7 +286,7 @@ class Tunnel:
             time.sleep(0.05)
         return True
 
-    def _make_forwarder(self, port: int) -> Any:
+    def _make_forwarder(self) -> Any:
         kwargs = {k: v for k, v in self.ssh.items() if k not in OWN_KEYS}
         if isinstance(kwargs.get("ssh_address_or_host"), list):
             kwargs["ssh_address_or_host"] = tuple(kwargs["ssh_address_or_host"])
@@ -161,7 +297,7 @@ class Tunnel:
         try:
             return self._forwarder_class()(
                 remote_bind_address=self.remote,
-                local_bind_address=(self.local_host, port),
+                local_bind_address=self.socket_path,
                 logger=logging.getLogger("seml_hydra.tunnel_worker.sshtunnel"),
                 mute_exceptions=False,
                 **kwargs,
@@ -169,22 +305,20 @@ class Tunnel:
         except (ValueError, TypeError) as err:  # unknown arguments, bad address...
             raise TunnelFailed(f"invalid ssh_config: {_scrub(str(err), self.secrets)}") from None
 
-    def open(self) -> int:
-        """Open the tunnel (retried with a jittered exponential back-off); returns the port."""
+    def open(self) -> str:
+        """Open the tunnel (retried with a jittered exponential back-off; a refused host key is
+        not retried); returns the socket path."""
         from sshtunnel import BaseSSHTunnelForwarderError
 
+        _remove_stale_socket(self.socket_path)
         delay, error = self.retries_delay, "unknown error"
         for attempt in range(self.retries_max):
-            forwarder = self.forwarder = self._make_forwarder(self.port)
+            forwarder = self.forwarder = self._make_forwarder()
             try:
                 forwarder.start()
                 break
             except BaseSSHTunnelForwarderError as err:
                 error = _scrub(str(err) or type(err).__name__, self.secrets)
-                if "might be in use" in error and self.port:
-                    # our old port is taken by someone else: take any free one
-                    log.warning("local port %s is in use; taking another one", self.port)
-                    self.port = 0
                 forwarder.stop(force=True)
                 self.forwarder = None
             if attempt + 1 < self.retries_max:
@@ -195,7 +329,6 @@ class Tunnel:
             raise TunnelFailed(
                 f"cannot open an SSH connection to {self.describe_gateway()}: {error}"
             )
-        self.port = int(self.forwarder.local_bind_port)
         ok, why = self.probe()
         if not ok:
             self.forwarder.stop(force=True)
@@ -204,13 +337,12 @@ class Tunnel:
                 f"{self.remote[0]}:{self.remote[1]}: {why}"
             )
         log.info(
-            "tunnel up: %s:%s -> %s:%s via %s",
-            self.local_host,
-            self.port,
+            "tunnel up: %s -> %s:%s via %s",
+            self.socket_path,
             *self.remote,
             self.describe_gateway(),
         )
-        return self.port
+        return self.socket_path
 
     def describe_gateway(self) -> str:
         host = self.ssh.get("ssh_address_or_host")
@@ -244,7 +376,7 @@ class Tunnel:
             return False, _scrub(f"{type(err).__name__}: {err}", self.secrets)
 
     def reconnect(self) -> None:
-        """Replace the SSH connection; the listening socket (local port) stays open."""
+        """Replace the SSH connection; the listening socket stays open."""
         fwd = self.forwarder
         old = getattr(fwd, "_transport", None)
         if old is not None:
@@ -256,11 +388,13 @@ class Tunnel:
         if not self.transport_alive():
             raise TunnelFailed(f"cannot connect to {self.describe_gateway()}")
 
-    def local_port_answers(self) -> bool:
+    def local_end_answers(self) -> bool:
         import socket
 
         try:
-            with socket.create_connection((self.local_host, self.port), timeout=2):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(2)
+                sock.connect(self.socket_path)
                 return True
         except OSError:
             return False
@@ -271,6 +405,20 @@ class Tunnel:
                 self.forwarder.stop(force=True)
             except Exception:  # noqa: BLE001
                 pass
+
+
+def _remove_stale_socket(path: str) -> None:
+    """Remove the socket a killed tunnel left (this process holds the tunnel's lock, so none
+    runs; the directory is private). Anything that is not a socket of ours is left alone (the
+    bind then fails and says so)."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid():
+        os.unlink(path)
 
 
 def _acquire_alive_lock(path: Path, timeout_s: float) -> int:
@@ -310,13 +458,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", required=True, help="state file (JSON) to write")
     parser.add_argument("--lock", required=True, help="the tunnel's 'alive' lock file")
     parser.add_argument("--parent", type=int, required=True, help="pid of the parent process")
-    parser.add_argument("--port", type=int, default=0, help="local port to bind (0: any)")
+    parser.add_argument("--socket", required=True, help="the Unix socket to listen on")
     parser.add_argument("--key", default="", help="the tunnel's key (for the state file)")
     args = parser.parse_args(argv)
 
     _set_pdeathsig()
     if os.getppid() != args.parent:  # the parent died before prctl
         return 1
+    os.umask(0o077)  # the socket (and every file) is the user's alone
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,  # the tunnel's log file (the parent redirects stderr)
@@ -358,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=watch_stdin, name="stdin-eof", daemon=True).start()
 
     state_path = Path(args.state)
-    tunnel = Tunnel(config, args.port)
+    tunnel = Tunnel(config, args.socket)
     try:
         lock_fd = _acquire_alive_lock(Path(args.lock), 5.0)
         tunnel.open()
@@ -374,13 +523,12 @@ def main(argv: list[str] | None = None) -> int:
     state = {
         "pid": os.getpid(),
         "parent": args.parent,
-        "host": tunnel.local_host,
-        "port": tunnel.port,
+        "socket": tunnel.socket_path,
         "key": args.key,
         "started": time.time(),
     }
     _write_state(state_path, state)
-    answer({"ok": True, "host": tunnel.local_host, "port": tunnel.port})
+    answer({"ok": True, "socket": tunnel.socket_path})
     try:  # stdout is not needed any more
         out.close()
     except OSError:
@@ -389,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _health_loop(tunnel, args.parent, stop)
     finally:
-        log.info("tunnel on port %s closing", tunnel.port)
+        log.info("tunnel on %s closing", tunnel.socket_path)
         tunnel.stop()
         _remove_own_state(state_path)
         os.close(lock_fd)
@@ -418,12 +566,12 @@ def _health_loop(tunnel: Tunnel, parent: int, stop: threading.Event) -> None:
                 continue
         if healthy:
             continue
-        log.warning("SSH connection lost; reconnecting (local port %s stays open)", tunnel.port)
+        log.warning("SSH connection lost; reconnecting (%s stays open)", tunnel.socket_path)
         delay = min(tunnel.retries_delay, 1.0)
         while not stop.is_set() and os.getppid() == parent:
             try:
                 tunnel.reconnect()
-                log.info("SSH connection re-established; tunnel on port %s", tunnel.port)
+                log.info("SSH connection re-established; tunnel on %s", tunnel.socket_path)
                 last_probe = 0.0
                 break
             except Exception as err:  # noqa: BLE001 - keep trying
@@ -435,8 +583,8 @@ def _health_loop(tunnel: Tunnel, parent: int, stop: threading.Event) -> None:
                 stop.wait(delay)
                 tunnel.wake.clear()
                 delay = min(delay * 2, tunnel.interval + 5.0)
-        if not tunnel.local_port_answers():
-            log.error("the local port %s does not answer any more", tunnel.port)
+        if not tunnel.local_end_answers():
+            log.error("the socket %s does not answer any more", tunnel.socket_path)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ from seml_hydra.database import (
     connect,
     get_collection,
     job_db_config,
+    job_db_environment,
+    mask_credentials,
     next_ids,
     resolve_db_settings,
     validate_collection_name,
@@ -396,6 +398,45 @@ def test_job_db_config_passes_no_secret(env, tmp_path):
     )
     assert job_db_config(embedded, None) == {"config_file": creds}
     assert job_db_config(embedded, {"database": "x"}) == {"database": "x", "config_file": creds}
+
+
+def test_a_url_password_reaches_jobs_in_their_environment_only():
+    url = "mongodb://alice:pw%40x@db.example:27017/exps?authSource=admin"
+    settings = resolve_db_settings({"url": url}, env={})
+    launch = {"url": url, "database": "other", "config_file": None}
+    # the launcher: the pickled db config holds no URL; the jobs' environment holds it all
+    assert job_db_config(settings, launch) == {"database": "other"}
+    assert job_db_environment(settings, launch) == {"SEML_MONGODB_URI": url}
+    # `seml start` reads the launch's db config back masked; its own settings are handed over
+    masked = {"url": mask_credentials(url), "database": "other"}
+    assert masked["url"] == "mongodb://alice:***@db.example:27017/exps?authSource=admin"
+    own = resolve_db_settings(None, env={"SEML_MONGODB_URI": url})
+    assert job_db_config(own, masked) == {"database": "other"}
+    assert job_db_environment(own, masked) == {"SEML_MONGODB_URI": url}
+    # without a password nothing changes: the URL travels in the db config
+    plain = "mongodb://db.example:27017/exps"
+    settings = resolve_db_settings({"url": plain}, env={})
+    assert job_db_config(settings, {"url": plain}) == {"url": plain}
+    assert job_db_environment(settings, {"url": plain}) == {}
+
+
+def test_mask_credentials_masks_url_passwords_only():
+    text = (
+        "app.py hydra/launcher=seml hydra.launcher.db.url=mongodb://seml:seml@h:1/seml "
+        "'x=mongodb+srv://u:p%2Fq@c.example/db' y=mongodb://h:27017/db z=mongodb://u@h/db"
+    )
+    assert mask_credentials(text) == (
+        "app.py hydra/launcher=seml hydra.launcher.db.url=mongodb://seml:***@h:1/seml "
+        "'x=mongodb+srv://u:***@c.example/db' y=mongodb://h:27017/db z=mongodb://u@h/db"
+    )
+
+
+def test_the_configuration_hint_recommends_no_password_on_the_command_line(env):
+    with pytest.raises(DatabaseError) as exc:
+        resolve_db_settings(None, env, start_embedded=False)
+    msg = str(exc.value)
+    assert "USER:PASSWORD" not in msg.split("SEML_MONGODB_URI=")[0]
+    assert "hydra.launcher.db.url=mongodb://HOST:PORT/DATABASE" in msg and "`ps`" in msg
 
 
 # --------------------------------------------------------------------------- no password leaks
@@ -1089,6 +1130,7 @@ def test_configure_ssh_block_and_overwrite_prompt(configure_env, tmp_path):
         "ssh_private_key_password": passphrase,
     }
     assert "via SSH bob@jump.example.org:22" in out
+    assert "connect once with `ssh bob@jump.example.org`" in out  # its host key is checked
 
 
 def test_configure_refusing_overwrite_keeps_the_file(configure_env, tmp_path):

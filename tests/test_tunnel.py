@@ -47,7 +47,13 @@ def sshd() -> dict:
         "key": str(SSHD_DIR / "client_key"),
         "key_enc": str(SSHD_DIR / "client_key_enc"),
         "passphrase": (SSHD_DIR / "client_key_enc.passphrase").read_text().strip(),
+        "host_key": (SSHD_DIR / "host_key.pub").read_text().split()[:2],
     }
+
+
+def known_hosts_line(host: str, port: int, key: list[str]) -> str:
+    """A ``known_hosts`` line for ``host:port`` and a public key ``[type, base64]``."""
+    return f"[{host}]:{port} {key[0]} {key[1]}\n"
 
 
 @pytest.fixture
@@ -68,11 +74,21 @@ def mongo_user():
 
 @pytest.fixture
 def tunnel_env(tmp_path, monkeypatch, sshd, mongo_user):
-    """XDG_CONFIG_HOME with a mongodb.config that has an ssh_config block (encrypted key),
-    a private runtime dir; also applied to this process. Returns the env for subprocesses."""
+    """XDG_CONFIG_HOME with a mongodb.config that has an ssh_config block (encrypted key), a
+    private HOME whose ~/.ssh/known_hosts has the test sshd's host key, a private runtime dir
+    right under /tmp (so another user can reach it: only its own mode keeps them out); also
+    applied to this process. Returns the env for subprocesses."""
+    import shutil
+    import tempfile
+
     server = resolve_db_settings({"url": MONGO_URL}, env={})
     xdg = tmp_path / "xdg"
-    runtime = tmp_path / "run"
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True, mode=0o700)
+    (home / ".ssh" / "known_hosts").write_text(
+        known_hosts_line("127.0.0.1", sshd["port"], sshd["host_key"])
+    )
+    runtime = Path(tempfile.mkdtemp(prefix="seml-hydra-test-run-", dir="/tmp"))
     config = {
         "host": server.host,  # as seen from the SSH host
         "port": server.port,
@@ -94,6 +110,7 @@ def tunnel_env(tmp_path, monkeypatch, sshd, mongo_user):
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     env = {
+        "HOME": str(home),
         "XDG_CONFIG_HOME": str(xdg),
         "SEML_HYDRA_RUNTIME_DIR": str(runtime),
         "SEML_MONGODB_URI": "",
@@ -102,9 +119,10 @@ def tunnel_env(tmp_path, monkeypatch, sshd, mongo_user):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     database.reset_client_cache()
-    yield {"env": env, "config": config, "path": path, "runtime": runtime}
+    yield {"env": env, "config": config, "path": path, "runtime": runtime, "home": home}
     database.reset_client_cache()
     tunnel.close_tunnels()
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
 def secrets_of(tunnel_env: dict) -> list[str]:
@@ -128,11 +146,13 @@ def worker_pids(runtime: Path) -> list[int]:
 
 
 class CmdlineScanner(threading.Thread):
-    """Scans every process's command line for the secrets until stopped."""
+    """Scans every process's command line for the secrets until stopped (except the processes
+    ``ignore(pid)`` names: a launcher the user gave the secret on its own command line)."""
 
-    def __init__(self, secrets: list[str]) -> None:
+    def __init__(self, secrets: list[str], ignore=lambda pid: False) -> None:
         super().__init__(daemon=True)
         self.secrets = [s.encode() for s in secrets]
+        self.ignore = ignore
         self.found: list[str] = []
         self.scans = 0
         self.stop = threading.Event()
@@ -140,7 +160,7 @@ class CmdlineScanner(threading.Thread):
     def run(self) -> None:
         while not self.stop.is_set():
             for proc in Path("/proc").iterdir():
-                if not proc.name.isdigit():
+                if not proc.name.isdigit() or self.ignore(int(proc.name)):
                     continue
                 try:
                     cmd = (proc / "cmdline").read_bytes()
@@ -191,10 +211,10 @@ def test_ssh_config_is_resolved_and_connect_goes_through_the_tunnel(tunnel_env, 
 
     db = connect(settings)
     db["probe"].insert_one({"_id": 1})
-    host, port = db.client.address
-    assert host == "127.0.0.1" and port != settings.port  # the tunnel's local end
+    host, _ = db.client.address
     state = json.loads(next(tunnel_env["runtime"].glob("tunnel-*.json")).read_text())
-    assert state["port"] == port and worker_pids(tunnel_env["runtime"]) == [state["pid"]]
+    assert host == state["socket"] and Path(host).parent == tunnel_env["runtime"]  # the tunnel
+    assert worker_pids(tunnel_env["runtime"]) == [state["pid"]]
     assert mongo_user["client"][mongo_user["database"]]["probe"].find_one() == {"_id": 1}
     # the worker runs our module, never the caller's script
     cmd = Path(f"/proc/{state['pid']}/cmdline").read_bytes().split(b"\0")
@@ -244,7 +264,7 @@ HOLDER = """
 import sys, time
 from seml_hydra.database import connect, resolve_db_settings
 db = connect(resolve_db_settings(None))
-print(db.client.address[1], flush=True)
+print(db.client.address[0], flush=True)
 for line in sys.stdin:          # 'ping' -> one round trip through the tunnel
     db.command("ping")
     print("ok", flush=True)
@@ -268,15 +288,17 @@ def _ping(proc: subprocess.Popen) -> str:
     return proc.stdout.readline().strip()
 
 
-def test_one_tunnel_per_user_ends_with_its_parent_and_is_taken_over_on_the_same_port(tunnel_env):
+def test_one_tunnel_per_user_ends_with_its_parent_and_is_taken_over_on_the_same_socket(
+    tunnel_env,
+):
     runtime = tunnel_env["runtime"]
     first = _holder(tunnel_env["env"])
     second = None
     try:
-        port = int(first.stdout.readline())
+        sock = first.stdout.readline().strip()  # the tunnel's socket
         (worker,) = wait_until("the tunnel process", lambda: worker_pids(runtime), 10, 0.1)
         second = _holder(tunnel_env["env"])
-        assert int(second.stdout.readline()) == port  # shared: same tunnel
+        assert second.stdout.readline().strip() == sock  # shared: same tunnel
         assert worker_pids(runtime) == [worker]
         assert _ping(second) == "ok"
 
@@ -284,7 +306,7 @@ def test_one_tunnel_per_user_ends_with_its_parent_and_is_taken_over_on_the_same_
         first.wait()
         # (bounds are generous: stopping sshtunnel joins its threads, slow on a loaded machine)
         wait_until("the tunnel to end", lambda: worker not in worker_pids(runtime), 30, 0.1)
-        # ... and the other user of the tunnel starts a new one on the same port
+        # ... and the other user of the tunnel starts a new one on the same socket
         (new_worker,) = wait_until("a new tunnel process", lambda: worker_pids(runtime), 30, 0.1)
         assert new_worker != worker
         state = wait_until(
@@ -293,7 +315,7 @@ def test_one_tunnel_per_user_ends_with_its_parent_and_is_taken_over_on_the_same_
             10,
             0.1,
         )
-        assert state["port"] == port and state["pid"] == new_worker
+        assert state["socket"] == sock and state["pid"] == new_worker
         assert _ping(second) == "ok"  # its open client keeps working
     finally:
         for proc in (first, second):
@@ -347,7 +369,7 @@ def _sshd_children(sshd_pid: int) -> list[int]:
     return [int(p) for p in out.stdout.split()]
 
 
-def test_killed_ssh_connection_is_restored_on_the_same_port_and_the_sweep_completes(
+def test_killed_ssh_connection_is_restored_on_the_same_socket_and_the_sweep_completes(
     tunnel_env, mongo_user, sshd, tmp_path
 ):
     db = mongo_user["client"][mongo_user["database"]]
@@ -388,7 +410,7 @@ def test_killed_ssh_connection_is_restored_on_the_same_port_and_the_sweep_comple
             0.1,
         )
         after = json.loads(next(runtime.glob("tunnel-*.json")).read_text())
-        assert (after["pid"], after["port"]) == (state["pid"], state["port"])
+        assert (after["pid"], after["socket"]) == (state["pid"], state["socket"])
         assert db["sleep_app"].count_documents({"status": "RUNNING"}) == 3
         out, err = proc.communicate(timeout=120)
     finally:
@@ -420,3 +442,279 @@ def test_slurm_jobs_open_their_own_tunnel_on_the_nodes(tunnel_env, mongo_user, s
     assert {f"{name.rsplit('-', 1)[1]}" for name in logs} >= {f"{h}.log" for h in hosts}
     assert_no_secret_in_files(tmp_path / "multirun", secrets_of(tunnel_env))
     assert_no_secret_in_database(db, secrets_of(tunnel_env))
+
+
+# --------------------------------------------------------------------------- a password in db.url
+
+
+@pytest.fixture
+def auth_mongod(tmp_path):
+    """A private mongod with ``--auth`` on a free port (so a job that lacks the password cannot
+    write): an admin (created through the localhost exception; its client is ``client``) and a
+    user of database ``exps`` with a random password (``url``). Stopped at the end."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = tmp_path / "mongod"
+    data.mkdir()
+    proc = subprocess.Popen(
+        ["/usr/local/bin/mongod", "--auth", "--port", str(port), "--bind_ip", "127.0.0.1"]
+        + ["--dbpath", str(data), "--logpath", str(data / "log")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    user, password = f"u_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
+    client = pymongo.MongoClient(port=port, serverSelectionTimeoutMS=2000)
+
+    def answers() -> bool:
+        assert proc.poll() is None, f"mongod ended: {(data / 'log').read_text()[-2000:]}"
+        try:
+            return bool(client.admin.command("ping"))
+        except pymongo.errors.PyMongoError:
+            return False
+
+    try:
+        wait_until("the private mongod to answer", answers, 60, 0.2)
+        admin_pw = uuid.uuid4().hex
+        client.admin.command("createUser", "admin", pwd=admin_pw, roles=["root"])
+        admin = pymongo.MongoClient(port=port, username="admin", password=admin_pw)
+        admin["exps"].command("createUser", user, pwd=password, roles=["readWrite"])
+        url = f"mongodb://{user}:{password}@127.0.0.1:{port}/exps"
+        yield {"url": url, "user": user, "password": password, "client": admin}
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.mark.parametrize("launcher", ["seml_local", "seml"])
+def test_password_in_db_url_is_written_nowhere_and_reaches_the_jobs_privately(
+    launcher, auth_mongod, tmp_path, request
+):
+    """A password given in ``hydra.launcher.db.url`` on the command line, for a MongoDB that
+    requires it: the launcher warns; no other process's command line (jobs, sbatch, srun, the
+    ``seml`` command), no file of the sweep (multirun.yaml, .hydra/*.yaml, .submitit pickles
+    and logs), no document, GridFS payload or output holds it; the jobs still authenticate
+    with it, also when ``seml start`` submits them again from the documents."""
+    if launcher == "seml":
+        request.getfixturevalue("slurm")
+    password, url = auth_mongod["password"], auth_mongod["url"]
+    env = {**os.environ, "SEML_MONGODB_URI": "", "SEML_MONGODB_CONFIG": str(tmp_path / "none")}
+    app = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "fail.py"),
+            "-m",
+            f"hydra/launcher={launcher}",
+            f"hydra.launcher.db.url={url}",
+            "x=1,2",  # x=2 fails: `seml start` runs it again below
+            *FAST,
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # the launcher's own command line is the user's choice (and warned about): not scanned
+    scanner = CmdlineScanner([password], ignore=lambda pid: pid == app.pid)
+    scanner.start()
+    try:
+        out, err = app.communicate(timeout=300)
+        db = auth_mongod["client"]["exps"]
+        docs = {d["config"]["x"]: d for d in db["fail"].find()}
+        assert {x: d["status"] for x, d in docs.items()} == {1: "COMPLETED", 2: "FAILED"}, err
+        assert docs[1]["result"] == 10 and "x == 2" in docs[2]["fail_trace"][-1]
+        if launcher == "seml":  # `seml start` (its settings from SEML_MONGODB_URI) re-submits
+            seml_env = {**env, "SEML_MONGODB_URI": url}
+            for args in (["reset", "-y"], ["start"]):
+                cli = subprocess.run(
+                    [sys.executable, "-c", "from seml_hydra.cli import main; main()", "fail"]
+                    + args,
+                    cwd=tmp_path,
+                    env=seml_env,
+                    capture_output=True,
+                    text=True,
+                )
+                assert cli.returncode == 0, cli.stdout + cli.stderr
+                assert password not in cli.stdout + cli.stderr
+            first_start = docs[2]["start_time"]
+
+            def ran_again():
+                doc = db["fail"].find_one({"_id": docs[2]["_id"]})
+                return doc if doc["status"] == "FAILED" and doc["start_time"] > first_start else 0
+
+            assert (
+                "x == 2" in wait_until("the restarted run", ran_again, 120, 0.3)["fail_trace"][-1]
+            )
+    finally:
+        scanner.stop.set()
+        scanner.join()
+        if app.poll() is None:
+            app.kill()
+    assert app.returncode == 1 and "x == 2" in err  # the failed point, nothing else
+    assert "carries a password" in out + err and "SEML_MONGODB_URI" in out + err
+    assert scanner.scans > 5 and scanner.found == []
+    assert f"{auth_mongod['user']}:***@" in docs[1]["seml"]["command"]
+    assert password not in out + err
+    sweep = tmp_path / "multirun"
+    assert next(sweep.rglob("multirun.yaml")) and next(sweep.rglob(".submitit"))
+    assert len(list(sweep.rglob(".hydra/hydra.yaml"))) >= 2  # written by the jobs
+    assert assert_no_secret_in_files(sweep, [password]) > 5
+    assert_no_secret_in_database(db, [password])
+
+
+# --------------------------------------------------------------------------- the local end
+
+ATTACKER = """
+import sys
+import pymongo
+from urllib.parse import quote_plus
+host, port = sys.argv[1], sys.argv[2]
+host = quote_plus(host, safe="") if host.endswith(".sock") else host
+try:
+    client = pymongo.MongoClient(host=host, port=int(port) if port != "None" else None,
+                                 directConnection=True, serverSelectionTimeoutMS=3000)
+    client.admin.command("ping")
+    print("REACHED MongoDB through the tunnel", client.list_database_names())
+except Exception as err:
+    print("refused:", type(err).__name__, err)
+"""
+
+
+def _tcp_listeners(pid: int) -> list[str]:
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if f"pid={pid}," in line]
+
+
+def test_another_user_cannot_use_the_tunnels_local_end(tunnel_env, other_user):
+    db = connect(resolve_db_settings(None))
+    host, port = db.client.address  # the tunnel's local end, as our clients use it
+    state = json.loads(next(tunnel_env["runtime"].glob("tunnel-*.json")).read_text())
+    attack = other_user.python(ATTACKER, str(host), str(port))
+    assert attack.returncode == 0, attack.stderr
+    assert "refused:" in attack.stdout and "REACHED" not in attack.stdout, attack.stdout
+    assert "Permission denied" in attack.stdout  # the socket is there, but not theirs
+    assert _tcp_listeners(state["pid"]) == []  # no TCP port anyone could use instead
+    assert os.stat(host).st_mode & 0o077 == 0  # nor may group or others write to it
+    assert db.command("ping")["ok"] == 1  # and it is ours to use
+
+
+# --------------------------------------------------------------------------- host keys
+
+
+class StrangerSSHServer(threading.Thread):
+    """Someone else's SSH server (a man in the middle) on a free port of 127.0.0.1, with its own
+    ed25519 host key: it records every authentication attempt (and every password) it gets."""
+
+    def __init__(self, key_path: Path) -> None:
+        import socket
+
+        import paramiko
+
+        super().__init__(daemon=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key_path)])
+        self.key = paramiko.Ed25519Key(filename=str(key_path))
+        self.public = (key_path.with_suffix(".pub")).read_text().split()[:2]
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.attempts: list[tuple] = []
+        self.transports: list = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        import paramiko
+
+        server = self
+
+        class Recorder(paramiko.ServerInterface):
+            def get_allowed_auths(self, username):
+                return "password,publickey"
+
+            def check_auth_none(self, username):
+                server.attempts.append(("none", username))
+                return paramiko.AUTH_FAILED
+
+            def check_auth_password(self, username, password):
+                server.attempts.append(("password", username, password))
+                return paramiko.AUTH_FAILED
+
+            def check_auth_publickey(self, username, key):
+                server.attempts.append(("publickey", username))
+                return paramiko.AUTH_FAILED
+
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(self.key)
+            self.transports.append(transport)
+            try:
+                transport.start_server(server=Recorder())
+            except (paramiko.SSHException, EOFError, OSError):
+                pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.join(5)
+        for transport in self.transports:
+            transport.close()
+        self.sock.close()
+
+
+def test_unknown_or_changed_ssh_host_keys_are_refused_before_authenticating(
+    tunnel_env, sshd, tmp_path
+):
+    ssh_password = f"sshpw-{uuid.uuid4().hex}"
+    stranger = StrangerSSHServer(tmp_path / "stranger_key")
+    stranger.start()
+    try:
+
+        def attempt(**ssh) -> str:
+            cfg = json.loads(json.dumps(tunnel_env["config"]))
+            cfg["ssh_config"].update(retries_max=1, retries_delay=0.1, **ssh)
+            path = tmp_path / f"m{uuid.uuid4().hex[:6]}.config"
+            path.write_text(yaml.safe_dump(cfg))
+            with pytest.raises(DatabaseError) as exc:
+                connect(resolve_db_settings({"config_file": str(path)}))
+            msg = str(exc.value)
+            assert all(s not in msg for s in [ssh_password, *secrets_of(tunnel_env)])
+            return msg
+
+        # unknown host: ~/.ssh/known_hosts (the test's HOME) has only the real sshd's key
+        msg = attempt(ssh_port=stranger.port, ssh_password=ssh_password)
+        assert stranger.connections >= 1 and stranger.attempts == []  # nothing was sent
+        assert f"the SSH host [127.0.0.1]:{stranger.port} is not in" in msg
+        assert f"`ssh -p {stranger.port} root@127.0.0.1`" in msg and "ssh-ed25519" in msg
+
+        # changed key: the stranger answers where known_hosts expects the real sshd's key
+        known = tmp_path / "known_hosts_changed"
+        known.write_text(known_hosts_line("127.0.0.1", stranger.port, sshd["host_key"]))
+        msg = attempt(ssh_port=stranger.port, ssh_password=ssh_password, ssh_known_hosts=str(known))
+        assert stranger.connections >= 2 and stranger.attempts == []
+        assert f"the SSH host key of [127.0.0.1]:{stranger.port} does not match {known}" in msg
+        assert f"ssh-keygen -R '[127.0.0.1]:{stranger.port}'" in msg
+    finally:
+        stranger.close()
+
+    # the real sshd, unknown to an empty known_hosts file: refused too
+    empty = tmp_path / "known_hosts_empty"
+    empty.write_text("")
+    msg = attempt(ssh_known_hosts=str(empty))
+    assert f"the SSH host [127.0.0.1]:{sshd['port']} is not in {empty}" in msg
+    # and once accepted (the line `ssh` would add), the tunnel opens
+    empty.write_text(known_hosts_line("127.0.0.1", sshd["port"], sshd["host_key"]))
+    cfg = json.loads(json.dumps(tunnel_env["config"]))
+    cfg["ssh_config"]["ssh_known_hosts"] = str(empty)
+    path = tmp_path / "accepted.config"
+    path.write_text(yaml.safe_dump(cfg))
+    assert connect(resolve_db_settings({"config_file": str(path)})).command("ping")["ok"] == 1
