@@ -61,6 +61,14 @@ STALE_SIGNS = {
         "heartbeat": datetime.now(timezone.utc) - STALE,
         "start_time": datetime.now(timezone.utc) - STALE,
     },
+    # the CI failure of the first attempt (branch claim-restart): test_node_failure.py kills
+    # the run as soon as Sacred started it, before its first heartbeat (Sacred beats after
+    # 10 s; until then the document holds ``heartbeat: None``), so only start_time tells
+    "killed before its first heartbeat": lambda: {
+        "heartbeat": None,
+        "start_time": sacred_time(STALE),
+        "claim_time": datetime.now(timezone.utc) - STALE,
+    },
     "stale claim, never started": lambda: {"claim_time": datetime.now(timezone.utc) - STALE},
     "nothing recorded (an old document)": lambda: {},
 }
