@@ -33,7 +33,7 @@ HIDDEN_PREFIXES = ("fs.", "system.", METRICS_PREFIX)
 CONFIRM_THRESHOLD = 10
 #: a heartbeat younger than this (seconds) proves a run alive when Slurm has no record of its
 #: job (Sacred beats every 10 s; see :func:`decide_killed`)
-HEARTBEAT_STALE_S = 60.0
+HEARTBEAT_STALE_S = states.HEARTBEAT_STALE_S
 #: how long cancel waits for Slurm to end cancelled tasks before re-setting INTERRUPTED
 CANCEL_WAIT_S = 60.0
 #: lines of the job's output kept as ``fail_trace`` of a KILLED experiment

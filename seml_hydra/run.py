@@ -17,9 +17,11 @@ import logging
 import os
 import pickle
 import socket
+import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from . import states
@@ -93,19 +95,66 @@ def execution_identity(env: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def claim_filter(exp_id: int, execution: Mapping[str, Any]) -> dict[str, Any]:
-    """MongoDB filter of the claim rule (SEML's multi-task change): the experiment may run when it
-    is PENDING, or RUNNING/RESCHEDULED with this very ``execution.{cluster, array_id, task_id}``
-    (another rank of this job, or this array task requeued). Anything else - COMPLETED, FAILED,
-    another job's RUNNING experiment - does not match, so it is never run twice."""
+def restart_count(env: Mapping[str, str]) -> int:
+    """How often Slurm restarted this job: ``SLURM_RESTART_COUNT`` (0 when unset, as in a job's
+    first run and under submitit's local executor). Slurm increments it in every requeued run,
+    whether Slurm requeued the job itself (a node failure) or ``scontrol requeue`` did
+    (``JobRunner.checkpoint``). Raises ``ValueError`` naming the variable when it is not an
+    integer."""
+    value = env.get("SLURM_RESTART_COUNT", "0")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"SLURM_RESTART_COUNT={value!r} is not an integer") from None
+
+
+def claim_filter(
+    exp_id: int, execution: Mapping[str, Any], *, stale_s: float = states.HEARTBEAT_STALE_S
+) -> dict[str, Any]:
+    """MongoDB filter of the claim rule (SEML's multi-task change, plus requeued runs).
+
+    The experiment may run when it is PENDING, or RUNNING/RESCHEDULED with this very
+    ``execution.{cluster, array_id, task_id}`` (another rank of this job, or this array task
+    requeued), under these conditions on the stored ``execution.restart`` (missing = 0) and this
+    run's ``execution["restart"]`` (:func:`restart_count`, missing = 0):
+
+    - RESCHEDULED (our own time-limit requeue): stored restart <= this run's.
+    - RUNNING, same restart: another rank of this very run.
+    - RUNNING, smaller stored restart: an earlier run of this array task (Slurm requeued the job,
+      e.g. after its node's slurmd died, while that run may live on): taken over only when it is
+      dead, i.e. the latest of its ``heartbeat``, ``start_time`` and ``execution.claim_time`` is
+      older than ``stale_s`` seconds (or none exists). The age is computed by the server
+      (``$$NOW``) from the stored dates, so no client clock or time zone takes part.
+
+    Anything else - COMPLETED, FAILED, another job's RUNNING experiment, a later run's - does
+    not match, so it is never run twice. Raises ``KeyError`` when an identity key is missing.
+    """
     same_job = {f"execution.{key}": execution[key] for key in ("cluster", "array_id", "task_id")}
+    mine = int(execution.get("restart") or 0)
+    stored = {"$ifNull": ["$execution.restart", 0]}
+    last_sign = {"$max": ["$heartbeat", "$start_time", "$execution.claim_time"]}
+    dead = {"$lt": [last_sign, {"$subtract": ["$$NOW", int(stale_s * 1000)]}]}
     return {
         "_id": exp_id,
         "$or": [
             {"status": states.PENDING},
-            {"status": {"$in": [states.RUNNING, states.RESCHEDULED]}, **same_job},
+            {"status": states.RESCHEDULED, **same_job, "$expr": {"$lte": [stored, mine]}},
+            {
+                "status": states.RUNNING,
+                **same_job,
+                "$expr": {
+                    "$or": [
+                        {"$eq": [stored, mine]},
+                        {"$and": [{"$lt": [stored, mine]}, dead]},
+                    ]
+                },
+            },
         ],
     }
+
+
+#: the fields :func:`claim` reads back to explain a refusal (and to tell an earlier run)
+_REFUSAL_FIELDS = {"status": 1, "execution": 1, "heartbeat": 1, "start_time": 1}
 
 
 def claim(
@@ -118,25 +167,102 @@ def claim(
     """Claim experiment ``exp_id`` for this rank with one atomic ``find_one_and_update``.
 
     Returns ``(document after the claim, None)`` when :func:`claim_filter` matches (the document
-    is then RUNNING with this job's identity), else ``(None, why)`` and nothing was written.
-    ``record_execution`` (the primary rank): ``execution`` - identity plus this rank's output
-    file paths - replaces the stored one; the other ranks only set the identity keys, so the
-    document names the primary's output files whatever order the ranks claim in.
+    is then RUNNING with this job's identity, ``execution.restart`` and ``execution.claim_time``,
+    an aware UTC datetime), else ``(None, why)`` and nothing was written. ``record_execution``
+    (the primary rank): ``execution`` - identity plus this rank's output file paths - replaces
+    the stored one; the other ranks only set the identity keys, so the document names the
+    primary's output files whatever order the ranks claim in.
     """
+    doc, why, _ = _claim_once(collection, exp_id, execution, record_execution=record_execution)
+    return doc, why
+
+
+def _claim_once(
+    collection: Any, exp_id: int, execution: Mapping[str, Any], *, record_execution: bool
+) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None]:
+    """:func:`claim`, also returning the document as read after a refusal (None otherwise)."""
     from pymongo import ReturnDocument
 
+    stamp = {"restart": int(execution.get("restart") or 0), "claim_time": _utcnow()}
     if record_execution:
-        update = {"status": states.RUNNING, "execution": dict(execution)}
+        update = {"status": states.RUNNING, "execution": {**execution, **stamp}}
     else:
         update = {"status": states.RUNNING}
         update.update({f"execution.{k}": execution[k] for k in ("cluster", "array_id", "task_id")})
+        update.update({f"execution.{k}": v for k, v in stamp.items()})
     doc = collection.find_one_and_update(
         claim_filter(exp_id, execution), {"$set": update}, return_document=ReturnDocument.AFTER
     )
     if doc is not None:
-        return doc, None
-    current = collection.find_one({"_id": exp_id}, {"status": 1, "execution": 1})
-    return None, "it no longer exists" if current is None else _claim_refusal(current)
+        return doc, None, None
+    current = collection.find_one({"_id": exp_id}, _REFUSAL_FIELDS)
+    if current is None:
+        return None, "it no longer exists", None
+    return None, _claim_refusal(current, execution), current
+
+
+#: how long a requeued task waits for an earlier run of it that is still alive (seconds), and
+#: how often it looks again
+EARLIER_RUN_WAIT_S = 3600.0
+EARLIER_RUN_POLL_S = 5.0
+
+
+def claim_after_earlier_run(
+    collection: Any,
+    exp_id: int,
+    execution: Mapping[str, Any],
+    *,
+    record_execution: bool = True,
+    max_wait_s: float = EARLIER_RUN_WAIT_S,
+    poll_s: float = EARLIER_RUN_POLL_S,
+) -> tuple[dict[str, Any] | None, str | None]:
+    """:func:`claim`, waiting while an earlier run of this array task still runs the experiment.
+
+    After Slurm requeued a job whose processes live on (its node's slurmd died), the requeued
+    task (larger ``execution["restart"]``) finds the experiment RUNNING in the earlier run. It
+    polls every ``poll_s`` seconds until the earlier run ends it (then ``(None, "it is
+    COMPLETED, not PENDING")``: nothing runs twice), or its heartbeat turns stale (then the claim
+    takes it over, see :func:`claim_filter`), at most ``max_wait_s`` seconds (then ``(None,
+    why)``: the earlier run keeps it). Returns what :func:`claim` returns.
+    """
+    deadline = time.monotonic() + max_wait_s
+    waited = False
+    while True:
+        doc, why, current = _claim_once(
+            collection, exp_id, execution, record_execution=record_execution
+        )
+        if doc is not None or current is None or not _earlier_run(current, execution):
+            if waited:
+                log.warning("Experiment %s: done waiting for the earlier run", exp_id)
+            return doc, why
+        if time.monotonic() >= deadline:
+            return None, f"{why}; gave up waiting after {max_wait_s:.0f} s"
+        if not waited:
+            log.warning(
+                "Experiment %s %s: waiting until it ends, or until its heartbeat is older than "
+                "%.0f s (then this run takes over), at most %.0f s",
+                exp_id,
+                why,
+                states.HEARTBEAT_STALE_S,
+                max_wait_s,
+            )
+            waited = True
+        time.sleep(poll_s)
+
+
+def _earlier_run(current: Mapping[str, Any], execution: Mapping[str, Any]) -> bool:
+    """Whether ``current`` is RUNNING in an earlier run (smaller restart count) of this very
+    array task (pure)."""
+    stored = current.get("execution") or {}
+    if current.get("status") != states.RUNNING or not isinstance(stored, Mapping):
+        return False
+    if any(stored.get(k) != execution[k] for k in ("cluster", "array_id", "task_id")):
+        return False
+    return int(stored.get("restart") or 0) < int(execution.get("restart") or 0)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
 
 
 def adapt_hydra_node(hydra_node: Mapping[str, Any], plan: Any) -> dict[str, Any]:
@@ -233,6 +359,7 @@ class JobRunner:
         collection = db[self.collection]
         self._collection = collection  # for checkpoint(), which submitit calls on this object
         execution = execution_identity(os.environ)
+        execution["restart"] = restart_count(os.environ)
         execution.update(_output_files())
         try:
             outcomes = [self._run_one(db, collection, exp_id, execution) for exp_id in exp_ids]
@@ -296,7 +423,7 @@ class JobRunner:
         (``seml_hydra.sources.materialized``: once per node, removed afterwards)."""
         from . import sources
 
-        doc, why = claim(
+        doc, why = claim_after_earlier_run(
             collection,
             exp_id,
             execution,
@@ -332,6 +459,7 @@ class JobRunner:
         from .documents import apply_diff, storable_result
 
         exp_id = doc["_id"]
+        fence = _fence(doc)
         plan = None
         try:
             plan = rank.plan_rank(
@@ -388,7 +516,7 @@ class JobRunner:
         try:
             if plan.attach_observers:
                 extra = (node.get("launcher") or {}).get("observers") or []
-                _run_observed(db, self.collection, doc, main, extra)
+                _run_observed(db, self.collection, doc, main, extra, fence=fence)
             else:
                 main()
             outcome = states.COMPLETED
@@ -397,7 +525,12 @@ class JobRunner:
             log.exception("Experiment %s failed on rank %d", exp_id, plan.global_rank)
             if plan.is_primary:  # Sacred records the task's failure; this covers Sacred's own
                 collection.update_one(
-                    {"_id": exp_id, "status": states.RUNNING, "fail_trace": {"$exists": False}},
+                    {
+                        "_id": exp_id,
+                        "status": states.RUNNING,
+                        "fail_trace": {"$exists": False},
+                        **fence,
+                    },
                     {"$set": {"status": states.FAILED, "fail_trace": _trace_lines()}},
                 )
             else:
@@ -412,7 +545,7 @@ class JobRunner:
         ret = holder.get("ret")
         if ret is not None and plan.is_primary:
             collection.update_one(
-                {"_id": exp_id},
+                {"_id": exp_id, **fence},
                 {
                     "$set": {
                         "hydra.working_dir": ret.working_dir,
@@ -460,6 +593,15 @@ def _bounded(value: Any, problems: list[str]) -> Any:
     return repr(value)[:1000] + f"... <{size} bytes, truncated>"
 
 
+def _fence(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Filter that keeps this run's writes to the claimed ``doc`` from undoing a later run's
+    (pure): once a requeued run of the same array task has taken the experiment over
+    (:func:`claim_filter`, larger ``execution.restart``), an earlier run that lives on writes
+    nothing any more."""
+    restart = int((doc.get("execution") or {}).get("restart") or 0)
+    return {"execution.restart": {"$not": {"$gt": restart}}}
+
+
 def _rank_from_env(env: Mapping[str, str]) -> str:
     """This process' global rank as the environment tells it (for messages only)."""
     return env.get("SLURM_PROCID") or env.get("SUBMITIT_LOCAL_GLOBALID") or "0"
@@ -477,33 +619,71 @@ def _trace_lines() -> list[str]:
 
 
 def _fail_if_a_rank_failed(collection: Any, exp_id: int) -> None:
-    """Mark the experiment FAILED when other ranks recorded failures and it is not FAILED yet;
-    its ``fail_trace`` names the failing ranks and holds their traces."""
-    doc = collection.find_one({"_id": exp_id}, {"rank_failures": 1, "status": 1, "fail_trace": 1})
-    failures = (doc or {}).get("rank_failures") or []
-    if not failures:
+    """Mark the experiment FAILED when ranks recorded failures (``rank_failures``); its
+    ``fail_trace`` gets, once per failing rank, a header naming the rank followed by its trace.
+
+    ``rank_failures`` only grows (``$push``), so reading it is safe; ``fail_trace`` is extended
+    by one atomic pipeline update that appends a rank's lines only when its header is not in
+    the stored trace yet, so ranks doing this at the same time (or Sacred's final save of the
+    primary in between) never drop each other's headers.
+    """
+    doc = collection.find_one({"_id": exp_id}, {"rank_failures": 1})
+    entries = [
+        [rank_failure_header(failure), *str(failure.get("trace", "")).splitlines(True)]
+        for failure in (doc or {}).get("rank_failures") or []
+    ]
+    if not entries:
         return
-    trace = list(doc.get("fail_trace") or [])
-    for failure in failures:
-        header = f"--- rank {failure['rank']} on {failure.get('host')} failed:\n"
-        if header not in trace:
-            trace.append(header)
-            trace.extend(failure["trace"].splitlines(True))
     collection.update_one(
         {"_id": exp_id, "status": {"$in": [states.RUNNING, states.COMPLETED, states.FAILED]}},
-        {"$set": {"status": states.FAILED, "fail_trace": trace}},
+        [{"$set": {"status": states.FAILED, "fail_trace": appended_once(entries)}}],
     )
 
 
-def _claim_refusal(current: Mapping[str, Any]) -> str:
+def rank_failure_header(failure: Mapping[str, Any]) -> str:
+    """The ``fail_trace`` line that starts failure ``{"rank", "host", ...}``'s trace (pure)."""
+    return f"--- rank {failure.get('rank')} on {failure.get('host')} failed:\n"
+
+
+def appended_once(entries: Sequence[Sequence[str]], field: str = "fail_trace") -> dict[str, Any]:
+    """Aggregation expression (pure): the list ``field`` (missing = ``[]``) with each entry's
+    lines appended unless the entry's first line (its header) is already in it. The lines go
+    in as ``$literal``, so a line starting with ``$`` stays text."""
+    return {
+        "$reduce": {
+            "input": {"$literal": [list(entry) for entry in entries]},
+            "initialValue": {"$ifNull": [f"${field}", []]},
+            "in": {
+                "$cond": [
+                    {"$in": [{"$arrayElemAt": ["$$this", 0]}, "$$value"]},
+                    "$$value",
+                    {"$concatArrays": ["$$value", "$$this"]},
+                ]
+            },
+        }
+    }
+
+
+def _claim_refusal(current: Mapping[str, Any], execution: Mapping[str, Any]) -> str:
+    """Why :func:`claim_filter` did not match ``current`` (pure; a one-line reason)."""
     status = current.get("status")
-    if status in (states.RUNNING, states.RESCHEDULED):
-        ex = current.get("execution", {})
-        return (
-            f"it is {status} in job {ex.get('array_id')}_{ex.get('task_id')} "
-            f"on {ex.get('cluster')}, not this job"
-        )
-    return f"it is {status}, not PENDING"
+    if status not in (states.RUNNING, states.RESCHEDULED):
+        return f"it is {status}, not PENDING"
+    ex = current.get("execution") or {}
+    if all(ex.get(k) == execution[k] for k in ("cluster", "array_id", "task_id")):
+        stored, mine = int(ex.get("restart") or 0), int(execution.get("restart") or 0)
+        if _earlier_run(current, execution):
+            sign = current.get("heartbeat") or current.get("start_time") or ex.get("claim_time")
+            return (
+                f"still runs in an earlier run of this array task (Slurm restart {stored}, this "
+                f"run is restart {mine}; its last sign of life: "
+                f"{f'{sign} UTC' if sign else 'none recorded'})"
+            )
+        return f"it is {status} in a later run of this array task (restart {stored} > {mine})"
+    return (
+        f"it is {status} in job {ex.get('array_id')}_{ex.get('task_id')} "
+        f"on {ex.get('cluster')}, not this job"
+    )
 
 
 def _output_files() -> dict[str, str]:
@@ -559,8 +739,13 @@ def _run_observed(
     doc: Mapping[str, Any],
     task: Any,
     extra_observers: Sequence[Mapping[str, Any]] = (),
+    *,
+    fence: Mapping[str, Any] | None = None,
 ) -> Any:
     """Run ``task`` as a Sacred run whose ``MongoObserver`` overwrites document ``doc['_id']``.
+
+    ``fence``: a filter every save of the observer must also match (:func:`_fence`), else the
+    save writes nothing.
 
     Sacred 0.8.7 (``observers/mongo.py``) loads the whole document when asked to overwrite and
     writes it back with ``$set`` on every heartbeat, which would undo fields other processes
@@ -604,7 +789,7 @@ def _run_observed(
         def _without_config(self) -> Iterator[None]:
             entry, runs = self.run_entry, self.runs
             self.run_entry = {k: v for k, v in entry.items() if k != "config"}
-            self.runs = _WithoutUpsert(runs)
+            self.runs = _WithoutUpsert(runs, fence or {})
             try:
                 yield
             finally:
@@ -655,13 +840,15 @@ def _run_observed(
 
 
 class _WithoutUpsert:
-    """A pymongo collection whose ``update_one`` never inserts (``upsert`` is dropped)."""
+    """A pymongo collection whose ``update_one`` never inserts (``upsert`` is dropped) and only
+    updates a document that also matches ``fence``."""
 
-    def __init__(self, collection: Any) -> None:
+    def __init__(self, collection: Any, fence: Mapping[str, Any]) -> None:
         self._collection = collection
+        self._fence = dict(fence)
 
     def update_one(self, filter: Any, update: Any, upsert: bool = False, **kwargs: Any) -> Any:
-        return self._collection.update_one(filter, update, **kwargs)
+        return self._collection.update_one({**filter, **self._fence}, update, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._collection, name)

@@ -19,3 +19,8 @@ ACTIVE = frozenset({PENDING, RUNNING, RESCHEDULED})
 RERUNNABLE = frozenset({FAILED, KILLED, INTERRUPTED})
 #: SEML 0.5 also calls STAGED "QUEUED" in old collections
 ALIASES = {"QUEUED": STAGED}
+
+#: a Sacred heartbeat (or start/claim time) younger than this (seconds) proves a run alive
+#: (Sacred beats every 10 s): ``manage.decide_killed`` and the claim of a requeued task
+#: (``run.claim_filter``) use it
+HEARTBEAT_STALE_S = 60.0

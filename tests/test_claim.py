@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+from datetime import datetime
 
 import pytest
 from conftest import run_app
@@ -35,13 +36,23 @@ def insert(collection, status, execution=None, **extra):
     return collection.find_one({"_id": 1})
 
 
+def recorded(execution: dict) -> dict:
+    """A claimed ``execution`` without its ``claim_time`` (checked to be a date)."""
+    assert isinstance(execution.get("claim_time"), datetime), execution
+    return {k: v for k, v in execution.items() if k != "claim_time"}
+
+
 def test_pending_is_claimed(test_db):
     coll = test_db["claims"]
     insert(coll, states.PENDING)
     doc, why = claim(coll, 1, {**THIS_JOB, "slurm_output_file": "/x/500_3_0_log.out"})
     assert why is None
     assert doc["status"] == states.RUNNING
-    assert doc["execution"] == {**THIS_JOB, "slurm_output_file": "/x/500_3_0_log.out"}
+    assert recorded(doc["execution"]) == {
+        **THIS_JOB,
+        "restart": 0,
+        "slurm_output_file": "/x/500_3_0_log.out",
+    }
 
 
 @pytest.mark.parametrize("status", [states.RUNNING, states.RESCHEDULED])
@@ -52,14 +63,18 @@ def test_running_with_this_jobs_execution_is_claimed(test_db, status):
     doc, why = claim(coll, 1, THIS_JOB, record_execution=False)
     assert why is None and doc["status"] == states.RUNNING
     # a non-primary rank keeps the primary's output file paths
-    assert doc["execution"] == {**THIS_JOB, "slurm_output_file": "/x/primary.out"}
+    assert recorded(doc["execution"]) == {
+        **THIS_JOB,
+        "restart": 0,
+        "slurm_output_file": "/x/primary.out",
+    }
 
 
 def test_non_primary_claiming_first_sets_the_identity_only(test_db):
     coll = test_db["claims"]
     insert(coll, states.PENDING)
     doc, why = claim(coll, 1, {**THIS_JOB, "slurm_output_file": "/x/r1"}, record_execution=False)
-    assert why is None and doc["execution"] == THIS_JOB
+    assert why is None and recorded(doc["execution"]) == {**THIS_JOB, "restart": 0}
 
 
 @pytest.mark.parametrize("other", OTHER_JOBS)
@@ -106,7 +121,7 @@ def test_only_one_of_two_jobs_claims_a_pending_experiment(test_db):
     first = claim(coll, 1, THIS_JOB)
     second = claim(coll, 1, OTHER_JOBS[0])
     assert first[1] is None and second[0] is None
-    assert coll.find_one({"_id": 1})["execution"] == THIS_JOB
+    assert recorded(coll.find_one({"_id": 1})["execution"]) == {**THIS_JOB, "restart": 0}
 
 
 def slurm_env(execution: dict, procid: int = 0) -> dict[str, str]:

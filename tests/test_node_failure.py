@@ -1,8 +1,9 @@
 """A node lost mid-run: its slurmd and every process of the job on it die at once (as when a
 machine loses power). Slurm notices after SlurmdTimeout (30 s on the testbed) and ends the job
 with NODE_FAIL; with the cluster default (JobRequeue=1) it requeues the job, without
-(``--no-requeue``) the experiment must end KILLED. Real Slurm and MongoDB; node2 is brought
-back at the end."""
+(``--no-requeue``) the experiment must end KILLED. And a slurmd crash: only slurmd dies, the
+task lives on while Slurm requeues the job elsewhere; the experiment must still run once.
+Real Slurm and MongoDB; node2 is brought back at the end."""
 
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ def raw_job_id(job: str) -> str:
     return re.search(r"\bJobId=(\d+)", out).group(1)
 
 
-def job_pids(job_id: str) -> list[int]:
+def job_pids(job_id: str, uts: str | None = None) -> list[int]:
     """The processes of Slurm job ``job_id`` on this machine: its slurmstepd daemons and every
-    process whose environment holds ``SLURM_JOB_ID=<job_id>``."""
+    process whose environment holds ``SLURM_JOB_ID=<job_id>``; with ``uts``, only those in that
+    UTS namespace (one virtual node's, see :func:`uts_namespace`)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -40,13 +42,42 @@ def job_pids(job_id: str) -> list[int]:
         try:
             cmdline = (entry / "cmdline").read_bytes()
             environ = (entry / "environ").read_bytes()
+            namespace = os.readlink(entry / "ns" / "uts")
         except OSError:
+            continue
+        if uts is not None and namespace != uts:
             continue
         if cmdline.startswith(f"slurmstepd: [{job_id}.".encode()) or (
             f"SLURM_JOB_ID={job_id}\0".encode() in environ
         ):
             pids.append(int(entry.name))
     return pids
+
+
+def uts_namespace(pid: int) -> str:
+    """Process ``pid``'s UTS namespace (``uts:[N]``): each virtual node's slurmd and its jobs
+    run in their own (tools/testbed/up.sh), so it tells the nodes' processes apart."""
+    return os.readlink(f"/proc/{pid}/ns/uts")
+
+
+def slurmd_pid(node: str) -> int:
+    return int(Path(f"/run/slurmd-{node}.pid").read_text())
+
+
+def bring_back(node: str) -> None:
+    """Restart ``node``'s slurmd (tools/testbed/up.sh starts what is not running) and wait until
+    Slurm has it back in service."""
+    subprocess.run(
+        ["bash", str(ROOT / "tools/testbed/up.sh")],
+        capture_output=True,
+        check=True,
+        env={**os.environ, "SMOKE_TEST": "0"},  # its srun may wait behind other users' jobs
+    )
+    wait_until(
+        f"{node} to be back in service",
+        lambda: node_state(node) in ("idle", "mixed", "allocated"),
+        120,
+    )
 
 
 def node_state(node: str) -> str:
@@ -63,8 +94,7 @@ def lose_node(slurm):
 
     def lose(job: str) -> None:
         job_id = raw_job_id(job)
-        slurmd = int(Path(f"/run/slurmd-{LOST}.pid").read_text())
-        os.kill(slurmd, signal.SIGKILL)
+        os.kill(slurmd_pid(LOST), signal.SIGKILL)
         pids = job_pids(job_id)
         assert pids, f"no process of job {job_id} found"
         for pid in pids:
@@ -74,12 +104,29 @@ def lose_node(slurm):
                 pass
 
     yield lose
-    subprocess.run(["bash", str(ROOT / "tools/testbed/up.sh")], capture_output=True, check=True)
-    wait_until(
-        f"{LOST} to be back in service",
-        lambda: node_state(LOST) in ("idle", "mixed", "allocated"),
-        120,
-    )
+    bring_back(LOST)
+
+
+@pytest.fixture
+def crash_slurmd(slurm):
+    """``crash(job)``: SIGKILL only the lost node's slurmd; the processes of ``job`` on it live
+    on. Afterwards whatever is left of the job on that node is killed, the node restarted and
+    awaited in service."""
+    crashed: list[tuple[str, str]] = []
+
+    def crash(job: str) -> None:
+        slurmd = slurmd_pid(LOST)
+        crashed.append((raw_job_id(job), uts_namespace(slurmd)))
+        os.kill(slurmd, signal.SIGKILL)
+
+    yield crash
+    for job_id, uts in crashed:
+        for pid in job_pids(job_id, uts):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    bring_back(LOST)
 
 
 def sacct_states(job: str) -> list[str]:
@@ -120,6 +167,17 @@ def test_a_lost_node_without_requeue_ends_the_experiment_killed_with_the_reason(
     assert doc["status"] == "KILLED"
     assert "NODE_FAIL" in doc["fail_trace"][0]
     assert sacct_states(job) == ["NODE_FAIL"]
+
+
+def cancel_jobs_in(directory: Path) -> None:
+    """scancel this test's Slurm jobs (those started in ``directory``), e.g. after the launcher
+    was killed: left queued they would start later on the shared cluster."""
+    out = subprocess.run(
+        ["squeue", "-h", "-o", "%i %Z"], capture_output=True, text=True, check=False
+    ).stdout
+    jobs = [line.split()[0] for line in out.splitlines() if line.endswith(f" {directory}")]
+    if jobs:
+        subprocess.run(["scancel", *jobs], capture_output=True, check=False)
 
 
 def set_node_state(node: str, state: str) -> None:
@@ -176,3 +234,67 @@ def test_a_lost_node_with_slurms_requeue_runs_the_experiment_again_and_completes
         lambda: sacct_states(job) == ["NODE_FAIL", "COMPLETED"],
         60,
     )
+
+
+def test_a_crashed_slurmd_whose_task_lives_on_runs_the_experiment_once(
+    crash_slurmd, test_db, tmp_path
+):
+    """Only node2's slurmd dies; its task keeps running. Slurm requeues the job on node1
+    (SLURM_RESTART_COUNT=1), where the same array task finds the experiment RUNNING in the
+    earlier run, whose heartbeat is fresh: it waits instead of starting it a second time. The
+    earlier run then completes, and the requeued task exits without running it. node1 is
+    drained while the first run starts on node2, as in the requeue test above."""
+    coll = test_db["gate"]
+    gate, starts = tmp_path / "open", tmp_path / "starts"
+    set_node_state("node1", "drain")
+    proc = None
+    try:
+        proc = start_app(
+            "tests/apps/gate.py",
+            "-m",
+            "hydra/launcher=seml",
+            "hydra.launcher.poll_interval_s=0.5",
+            f"gate={gate}",
+            "max_wait_s=900",
+            f"+marker={starts}",
+            cwd=tmp_path,
+        )
+        # node2 may be busy with other users' jobs first
+        wait_running(coll, proc, timeout=600)
+        doc = wait_until(
+            "the run to start", lambda: coll.find_one({"host": {"$exists": True}}), 600
+        )
+        assert doc["host"]["hostname"] == LOST
+        job = task_of(doc)[1]
+        crash_slurmd(job)
+        set_node_state("node1", "resume")
+        logs = [Path(doc["execution"][k]) for k in ("slurm_output_file", "slurm_error_file")]
+
+        def job_logs() -> str:
+            return "".join(p.read_text(errors="replace") for p in logs if p.exists())
+
+        def requeued_task_waits_or_runs() -> bool:
+            waits = "still runs in an earlier run of this array task" in job_logs()
+            return waits or len(starts.read_text().splitlines()) > 1
+
+        # SlurmdTimeout, Slurm's ~2 min delay before a requeued job may start, other users' jobs
+        wait_until("the requeued task to wait (or to run)", requeued_task_waits_or_runs, 600)
+        assert len(starts.read_text().splitlines()) == 1, (starts.read_text(), job_logs())
+        gate.touch()  # the earlier run, still alive on node2, completes
+        out, err = proc.communicate(timeout=300)
+    finally:
+        set_node_state("node1", "resume")
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            cancel_jobs_in(tmp_path)
+    assert proc.returncode == 0, (err, job_logs())
+    assert len(starts.read_text().splitlines()) == 1, (starts.read_text(), job_logs())
+    assert coll.count_documents({}) == 1
+    doc = coll.find_one()
+    assert doc["status"] == "COMPLETED"
+    assert doc["result"] == 0
+    assert doc["host"]["hostname"] == LOST  # recorded by the one run, the earlier one
+    assert doc["execution"]["restart"] == 0
+    # the requeued task sees it at its next look (every 5 s) and exits without running it
+    skipped = f"Not running experiment {doc['_id']} of gate: it is COMPLETED, not PENDING"
+    wait_until("the requeued task to skip the experiment", lambda: skipped in job_logs(), 60)

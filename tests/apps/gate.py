@@ -1,9 +1,12 @@
 """Test app that waits for a gate file before it returns (keeps an experiment RUNNING).
 
-python tests/apps/gate.py -m hydra/launcher=seml gate=/tmp/go x=1,2
+python tests/apps/gate.py -m hydra/launcher=seml gate=/tmp/go x=1,2 [+marker=/tmp/starts]
+
+With ``+marker=FILE`` every start of the task appends a line (pid, host) to FILE.
 """
 
 import os
+import socket
 import time
 
 import hydra
@@ -12,6 +15,9 @@ from omegaconf import DictConfig
 
 @hydra.main(version_base="1.3", config_path="conf_gate", config_name="config")
 def main(cfg: DictConfig) -> int:
+    if cfg.get("marker"):
+        with open(cfg.marker, "a") as starts:
+            starts.write(f"{os.getpid()} {socket.gethostname()}\n")
     deadline = time.monotonic() + cfg.max_wait_s
     while cfg.gate and not os.path.exists(cfg.gate) and time.monotonic() < deadline:
         time.sleep(0.2)
