@@ -17,12 +17,14 @@ import logging
 import os
 import pickle
 import socket
+import threading
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import states
+from .database import is_connection_error, retrying, short_reason
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +231,7 @@ class JobRunner:
         """
         from .database import connect, resolve_db_settings, skip_exit_join
 
-        db = connect(resolve_db_settings(self.db_cfg, start_embedded=False))
+        db = connect(resolve_db_settings(self.db_cfg, start_embedded=False), retry=True)
         collection = db[self.collection]
         self._collection = collection  # for checkpoint(), which submitit calls on this object
         execution = execution_identity(os.environ)
@@ -284,9 +286,13 @@ class JobRunner:
         if hook is not None:  # None: signalled before the task started, nothing to save
             hook()
         _freeze_observer()
-        self._collection.update_one(
-            {"_id": exp_id, "status": states.RUNNING},
-            {"$set": {"status": states.RESCHEDULED}, "$inc": {"requeues": 1}},
+        # idempotent despite the $inc: once applied, the status filter no longer matches
+        retrying(
+            lambda: self._collection.update_one(
+                {"_id": exp_id, "status": states.RUNNING},
+                {"$set": {"status": states.RESCHEDULED}, "$inc": {"requeues": 1}},
+            ),
+            f"marking experiment {exp_id} RESCHEDULED",
         )
         log.warning("Experiment %s: state saved, requeueing the same array task", exp_id)
         return submitit.helpers.DelayedSubmission(self, exp_ids)
@@ -296,11 +302,16 @@ class JobRunner:
         (``seml_hydra.sources.materialized``: once per node, removed afterwards)."""
         from . import sources
 
-        doc, why = claim(
-            collection,
-            exp_id,
-            execution,
-            record_execution=_rank_from_env(os.environ) == "0",
+        # repeating the claim is safe: once it applied, the document is RUNNING in this very
+        # job, which the claim filter accepts again
+        doc, why = retrying(
+            lambda: claim(
+                collection,
+                exp_id,
+                execution,
+                record_execution=_rank_from_env(os.environ) == "0",
+            ),
+            f"claiming experiment {exp_id}",
         )
         if doc is None:
             log.warning("Not running experiment %s of %s: %s", exp_id, self.collection, why)
@@ -345,7 +356,9 @@ class JobRunner:
             self._current = exp_id
             if plan.seed is not None:
                 rank.apply_seed(plan.seed)
-            payload, base = load_payload(db, self.payload_id)
+            payload, base = retrying(
+                lambda: load_payload(db, self.payload_id), "loading the batch payload"
+            )
             node = adapt_hydra_node(apply_diff(base, doc["hydra"].get("node_diff", [])), plan)
             typed = payload.typed_hydra_base
             cfg = job_config(
@@ -396,9 +409,13 @@ class JobRunner:
             outcome = states.FAILED
             log.exception("Experiment %s failed on rank %d", exp_id, plan.global_rank)
             if plan.is_primary:  # Sacred records the task's failure; this covers Sacred's own
-                collection.update_one(
-                    {"_id": exp_id, "status": states.RUNNING, "fail_trace": {"$exists": False}},
-                    {"$set": {"status": states.FAILED, "fail_trace": _trace_lines()}},
+                trace = _trace_lines()
+                retrying(
+                    lambda: collection.update_one(
+                        {"_id": exp_id, "status": states.RUNNING, "fail_trace": {"$exists": False}},
+                        {"$set": {"status": states.FAILED, "fail_trace": trace}},
+                    ),
+                    f"recording the failure of experiment {exp_id}",
                 )
             else:
                 _record_rank_failure(collection, exp_id, plan.global_rank, traceback.format_exc())
@@ -411,15 +428,14 @@ class JobRunner:
             _fail_if_a_rank_failed(collection, exp_id)
         ret = holder.get("ret")
         if ret is not None and plan.is_primary:
-            collection.update_one(
-                {"_id": exp_id},
-                {
-                    "$set": {
-                        "hydra.working_dir": ret.working_dir,
-                        "hydra.task_name": ret.task_name,
-                        "hydra.job_id": plan.job_id,
-                    }
-                },
+            fields = {
+                "hydra.working_dir": ret.working_dir,
+                "hydra.task_name": ret.task_name,
+                "hydra.job_id": plan.job_id,
+            }
+            retrying(
+                lambda: collection.update_one({"_id": exp_id}, {"$set": fields}),
+                f"recording the working directory of experiment {exp_id}",
             )
         return outcome
 
@@ -466,9 +482,26 @@ def _rank_from_env(env: Mapping[str, str]) -> str:
 
 
 def _record_rank_failure(collection: Any, exp_id: int, global_rank: Any, trace: str) -> None:
-    """Append this rank's failure to ``rank_failures`` (a field Sacred's observer never holds)."""
-    failure = {"rank": global_rank, "host": socket.gethostname(), "trace": trace}
-    collection.update_one({"_id": exp_id}, {"$push": {"rank_failures": failure}})
+    """Append this rank's failure to ``rank_failures`` (a field Sacred's observer never holds).
+
+    The ``$push`` is made idempotent for :func:`~seml_hydra.database.retrying`: the failure
+    carries a random ``id`` and the filter requires it absent, so a retry of a push that reached
+    the server before the connection dropped adds nothing."""
+    import uuid
+
+    failure = {
+        "rank": global_rank,
+        "host": socket.gethostname(),
+        "trace": trace,
+        "id": uuid.uuid4().hex,
+    }
+    retrying(
+        lambda: collection.update_one(
+            {"_id": exp_id, "rank_failures.id": {"$ne": failure["id"]}},
+            {"$push": {"rank_failures": failure}},
+        ),
+        f"recording the failure of rank {global_rank} of experiment {exp_id}",
+    )
 
 
 def _trace_lines() -> list[str]:
@@ -478,7 +511,15 @@ def _trace_lines() -> list[str]:
 
 def _fail_if_a_rank_failed(collection: Any, exp_id: int) -> None:
     """Mark the experiment FAILED when other ranks recorded failures and it is not FAILED yet;
-    its ``fail_trace`` names the failing ranks and holds their traces."""
+    its ``fail_trace`` names the failing ranks and holds their traces. Retried as a whole while
+    MongoDB is unreachable (read, then an idempotent ``$set``)."""
+    retrying(
+        lambda: _fail_if_a_rank_failed_once(collection, exp_id),
+        f"checking the other ranks of experiment {exp_id}",
+    )
+
+
+def _fail_if_a_rank_failed_once(collection: Any, exp_id: int) -> None:
     doc = collection.find_one({"_id": exp_id}, {"rank_failures": 1, "status": 1, "fail_trace": 1})
     failures = (doc or {}).get("rank_failures") or []
     if not failures:
@@ -594,7 +635,18 @@ def _run_observed(
         """Never writes ``config``: the document keeps the config staged for it (Sacred would
         store its own copy with an added ``seed`` key). Never creates the document either:
         Sacred's ``final_save`` upserts, which would bring back, as a fragment, an experiment
-        deleted while it ran (``seml delete --no-cancel``)."""
+        deleted while it ran (``seml delete --no-cancel``).
+
+        Rides out an unreachable MongoDB: a heartbeat that cannot be saved logs one line and
+        the next one saves again (the entry holds everything); metrics that could not be sent
+        go with the next heartbeat; the final save (result, captured output, status) is retried
+        through ``seml_hydra.database.retrying`` (Sacred 0.8.7 gives up after a few attempts
+        and leaves the run in a pickle on the node). One lock orders the heartbeat thread's
+        saves and the final save, and no heartbeat writes after the final save."""
+
+        _lock = threading.RLock()
+        _finished = False
+        _unsent: dict[str, dict[str, list[Any]]] | None = None
 
         @contextlib.contextmanager
         def _without_config(self) -> Iterator[None]:
@@ -607,20 +659,70 @@ def _run_observed(
                 self.run_entry, self.runs = entry, runs
 
         def save(self) -> None:
-            if not self.frozen:
+            with self._lock:
+                if self.frozen or self._finished:
+                    return
                 with self._without_config():
-                    super().save()
+                    entry = self.run_entry
+                    try:
+                        self.runs.update_one({"_id": entry["_id"]}, {"$set": entry})
+                    except Exception as error:
+                        if not is_connection_error(error):
+                            super().save()  # Sacred's errors (an unencodable entry)
+                            return
+                        log.warning(
+                            "Experiment %s: heartbeat not saved, MongoDB unreachable (%s); "
+                            "the next one tries again",
+                            entry["_id"],
+                            short_reason(error),
+                        )
 
         def final_save(self, attempts: int) -> None:
-            if not self.frozen:
+            with self._lock:
+                if self.frozen or self._finished:
+                    return
+                self._finished = True
                 with self._without_config():
-                    super().final_save(attempts)
+                    entry = self.run_entry
+                    try:
+                        retrying(
+                            lambda: self.runs.update_one({"_id": entry["_id"]}, {"$set": entry}),
+                            f"saving the outcome of experiment {entry['_id']} ({entry['status']})",
+                        )
+                    except Exception:  # Sacred's own path: unencodable entries, the pickle
+                        super().final_save(attempts)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        observer = DocumentObserver(
-            client=db.client, db_name=db.name, collection=collection_name, overwrite=doc["_id"]
-        )
+        def log_metrics(self, metrics_by_name: dict[str, Any], info: dict[str, Any]) -> None:
+            from pymongo.errors import ServerSelectionTimeoutError
+
+            with self._lock:
+                metrics_by_name = _merge_metrics(self._unsent, metrics_by_name)
+                self._unsent = None
+                try:
+                    super().log_metrics(metrics_by_name, info)
+                except Exception as error:
+                    if not is_connection_error(error):
+                        raise
+                    # nothing was sent when no server could be selected: send it again with
+                    # the next heartbeat; otherwise part of it may be stored (a $push), and
+                    # sending it again could duplicate values
+                    resend = isinstance(error, ServerSelectionTimeoutError)
+                    self._unsent = metrics_by_name if resend else None
+                    log.warning(
+                        "Experiment %s: metrics not saved, MongoDB unreachable (%s); %s",
+                        doc["_id"],
+                        short_reason(error),
+                        "the next heartbeat sends them" if resend else "these values are lost",
+                    )
+
+    def make_observer() -> DocumentObserver:  # reads the document (Sacred's overwrite)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return DocumentObserver(
+                client=db.client, db_name=db.name, collection=collection_name, overwrite=doc["_id"]
+            )
+
+    observer = retrying(make_observer, f"starting the Sacred run of experiment {doc['_id']}")
     observer.overwrite = {"_id": doc["_id"]}
     observer.frozen = False
     ex.observers.append(observer)
@@ -631,6 +733,21 @@ def _run_observed(
         return ex.run().result
     finally:
         _ACTIVE_OBSERVERS.remove(observer)
+
+
+def _merge_metrics(
+    earlier: Mapping[str, Mapping[str, list[Any]]] | None, later: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Sacred's ``linearize_metrics`` output ``{name: {"steps", "values", "timestamps"}}`` of
+    ``earlier`` followed by ``later``, per name (pure)."""
+    merged = {name: {k: list(v) for k, v in m.items()} for name, m in (earlier or {}).items()}
+    for name, m in later.items():
+        if name not in merged:
+            merged[name] = {k: list(v) for k, v in m.items()}
+            continue
+        for key in ("steps", "values", "timestamps"):
+            merged[name][key] = merged[name].get(key, []) + list(m.get(key, []))
+    return merged
 
 
 class _WithoutUpsert:

@@ -259,6 +259,8 @@ def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -
 
     from filelock import FileLock
 
+    from .database import retrying
+
     base = Path(tempfile.gettempdir())
     directory = base / f"seml_hydra_src_{job_key}"
     lock = FileLock(str(base / f".seml_hydra_src_{job_key}.lock"))
@@ -270,7 +272,11 @@ def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -
                 if directory.exists():  # a crashed earlier attempt of this job: ours to redo
                     shutil.rmtree(directory)
                 directory.mkdir(mode=0o700)
-                write_sources(db, source_files, directory)
+                # rewriting the files is harmless: retried while MongoDB is unreachable
+                retrying(
+                    lambda: write_sources(db, source_files, directory),
+                    "writing the code snapshot",
+                )
             count_file.write_text(str(users + 1))
     except OSError as error:
         raise SourceSnapshotError(
