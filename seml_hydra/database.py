@@ -663,7 +663,7 @@ def retrying(
 ) -> _T:
     """Run ``operation()`` and, while it fails because MongoDB is unreachable
     (:func:`is_connection_error`), run it again with a growing pause (:func:`backoff_delay`)
-    until ``budget_s`` seconds have passed since the first failure. Every retry logs one
+    until ``budget_s`` seconds have passed since the first attempt began. Every retry logs one
     warning (logger ``seml_hydra.database``) naming ``what`` and the reason; success after a
     failure logs that MongoDB is back.
 
@@ -678,7 +678,7 @@ def retrying(
         budget_s: seconds to keep retrying; None reads :func:`retry_budget_s` (300 s); 0 runs
             ``operation`` once, without retry or log.
         on_retry: called before each pause with ``(attempt, error, seconds since the first
-            failure)``, e.g. to show a waiting launcher's user what is going on.
+            attempt began)``, e.g. to show a waiting launcher's user what is going on.
         sleep, clock: ``time.sleep`` and ``time.monotonic`` (replaceable in unit tests).
 
     Returns:
@@ -691,7 +691,7 @@ def retrying(
     budget = retry_budget_s() if budget_s is None else float(budget_s)
     if budget <= 0:
         return operation()
-    first_failure: float | None = None
+    started = clock()
     attempt = 0
     while True:
         try:
@@ -699,11 +699,8 @@ def retrying(
         except Exception as error:
             if not is_connection_error(error):
                 raise
-            now = clock()
-            first_failure = now if first_failure is None else first_failure
-            waited = now - first_failure
+            waited = clock() - started
             attempt += 1
-            delay = min(backoff_delay(attempt), max(0.0, budget - waited))
             if waited >= budget:
                 log.error(
                     "MongoDB still unreachable after %.0f s while %s (%s): giving up (%s=%g).",
@@ -714,24 +711,24 @@ def retrying(
                     budget,
                 )
                 raise
+            delay = min(backoff_delay(attempt), budget - waited)
             log.warning(
-                "MongoDB unreachable while %s (%s); retry %d in %.1f s (giving up %.0f s after "
-                "the first failure, %s=%g).",
+                "MongoDB unreachable while %s (%s); retry %d in %.1f s (%.0f of %g s spent, %s).",
                 what,
                 short_reason(error),
                 attempt,
                 delay,
+                waited,
                 budget,
                 ENV_RETRY,
-                budget,
             )
             if on_retry is not None:
                 on_retry(attempt, error, waited)
             sleep(delay)
             continue
-        if first_failure is not None:
+        if attempt:
             log.warning(
-                "MongoDB reachable again after %.0f s: %s succeeded.", clock() - first_failure, what
+                "MongoDB reachable again after %.0f s: %s succeeded.", clock() - started, what
             )
         return result
 
