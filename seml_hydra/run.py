@@ -648,10 +648,16 @@ def _run_observed(
         _finished = False
         _unsent: dict[str, dict[str, list[Any]]] | None = None
 
+        def _entry(self) -> dict[str, Any]:
+            # a copy: swapping ``run_entry`` itself would lose what the main thread writes into
+            # it meanwhile (Sacred's completed_event sets status and result while a heartbeat
+            # save waits for the server)
+            return {k: v for k, v in self.run_entry.items() if k != "config"}
+
         @contextlib.contextmanager
         def _without_config(self) -> Iterator[None]:
             entry, runs = self.run_entry, self.runs
-            self.run_entry = {k: v for k, v in entry.items() if k != "config"}
+            self.run_entry = self._entry()
             self.runs = _WithoutUpsert(runs)
             try:
                 yield
@@ -662,34 +668,34 @@ def _run_observed(
             with self._lock:
                 if self.frozen or self._finished:
                     return
-                with self._without_config():
-                    entry = self.run_entry
-                    try:
-                        self.runs.update_one({"_id": entry["_id"]}, {"$set": entry})
-                    except Exception as error:
-                        if not is_connection_error(error):
-                            super().save()  # Sacred's errors (an unencodable entry)
-                            return
-                        log.warning(
-                            "Experiment %s: heartbeat not saved, MongoDB unreachable (%s); "
-                            "the next one tries again",
-                            entry["_id"],
-                            short_reason(error),
-                        )
+                _untee_log_handlers()
+                entry = self._entry()
+                try:
+                    self.runs.update_one({"_id": entry["_id"]}, {"$set": entry})
+                except Exception as error:
+                    if not is_connection_error(error):
+                        raise  # Sacred's run logs it and stops calling this observer
+                    log.warning(
+                        "Experiment %s: heartbeat not saved, MongoDB unreachable (%s); "
+                        "the next one tries again",
+                        entry["_id"],
+                        short_reason(error),
+                    )
 
         def final_save(self, attempts: int) -> None:
             with self._lock:
                 if self.frozen or self._finished:
                     return
                 self._finished = True
-                with self._without_config():
-                    entry = self.run_entry
-                    try:
-                        retrying(
-                            lambda: self.runs.update_one({"_id": entry["_id"]}, {"$set": entry}),
-                            f"saving the outcome of experiment {entry['_id']} ({entry['status']})",
-                        )
-                    except Exception:  # Sacred's own path: unencodable entries, the pickle
+                _untee_log_handlers()
+                entry = self._entry()
+                try:
+                    retrying(
+                        lambda: self.runs.update_one({"_id": entry["_id"]}, {"$set": entry}),
+                        f"saving the outcome of experiment {entry['_id']} ({entry['status']})",
+                    )
+                except Exception:  # Sacred's own path: unencodable entries, the pickle
+                    with self._without_config():
                         super().final_save(attempts)
 
         def log_metrics(self, metrics_by_name: dict[str, Any], info: dict[str, Any]) -> None:
@@ -733,6 +739,18 @@ def _run_observed(
         return ex.run().result
     finally:
         _ACTIVE_OBSERVERS.remove(observer)
+
+
+def _untee_log_handlers() -> None:
+    """Point the root logger's stream handlers back at the real stream once Sacred's output
+    capture is over. Hydra configures logging inside the captured run, so its console handler
+    writes to Sacred's tee, whose buffer is closed after the run: every later log line (the
+    final save's retries, the next experiment's claim) would end in a "Logging error"."""
+    for handler in logging.getLogger().handlers:
+        stream = getattr(handler, "stream", None)
+        out = getattr(stream, "_self_out", None)
+        if out is not None and getattr(out, "closed", False):
+            handler.setStream(stream.__wrapped__)
 
 
 def _merge_metrics(

@@ -201,6 +201,7 @@ def test_mongod_stopped_for_60_s_mid_task_loses_no_result_and_the_launcher_waits
     proc, markers = launch(tmp_path, "hydra.launcher.experiments_per_job=2")
     try:
         wait_running(coll, proc, count=1, timeout=120)
+        wait_until("the task runs", lambda: (markers / "run_1").exists(), 60, 0.2)
         doc = coll.find_one({"_id": 1})
         private_mongod.stop()
         stopped = time.monotonic()
@@ -248,6 +249,7 @@ def test_replica_set_primary_stepped_down_mid_run_loses_nothing_and_runs_nothing
     proc, markers = launch(tmp_path)  # two array tasks, both running at once
     try:
         wait_running(coll, proc, count=2, timeout=180)
+        wait_until("both tasks run", lambda: len(list(markers.iterdir())) == 2, 60, 0.2)
         docs = {d["_id"]: d for d in coll.find()}
         primary = primary_of(replica_set)
         assert primary is not None
