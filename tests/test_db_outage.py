@@ -419,3 +419,21 @@ def test_metrics_kept_for_the_next_heartbeat_are_sent_before_the_new_ones():
                               "timestamps": ["a", "b", "c"]}  # fmt: skip
     assert merged["acc"] == later["acc"]
     assert _merge_metrics(None, later) == later
+
+
+@pytest.mark.mongo
+def test_a_rank_failure_pushed_again_by_a_retry_is_recorded_once(test_db, monkeypatch):
+    """The retry of a ``$push`` that reached the server before the connection dropped (same
+    failure, same id) adds nothing."""
+    import uuid
+
+    from seml_hydra import run
+
+    coll = test_db["ranks"]
+    coll.insert_one({"_id": 1, "status": "RUNNING"})
+    same = uuid.uuid4()
+    monkeypatch.setattr(uuid, "uuid4", lambda: same)
+    run._record_rank_failure(coll, 1, 1, "trace\n")
+    run._record_rank_failure(coll, 1, 1, "trace\n")  # what a retry sends
+    failures = coll.find_one({"_id": 1})["rank_failures"]
+    assert [(f["rank"], f["trace"]) for f in failures] == [(1, "trace\n")]
