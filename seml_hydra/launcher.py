@@ -78,14 +78,14 @@ class SemlLauncher(Launcher):
             )
             raise SystemExit(1) from None
         except Exception as error:
-            from .database import ENV_RETRY, is_connection_error, short_reason
+            from .database import is_connection_error, short_reason
 
             if not is_connection_error(error):
                 raise
             Console(stderr=True, highlight=False, soft_wrap=True).print(
-                f"[bold red]Error:[/] MongoDB stayed unreachable ({short_reason(error)}) longer "
-                f"than {ENV_RETRY} allows. Submitted experiments keep running; follow them with "
-                f"`seml {self.params.get('collection')} status`."
+                f"[bold red]Error:[/] lost the connection to MongoDB ({short_reason(error)}). "
+                "What was already submitted keeps running; check it with "
+                f"`seml {self.params.get('collection')} status` once the database is back."
             )
             raise SystemExit(1) from None
         except KeyboardInterrupt:
