@@ -7,6 +7,7 @@ never stopped), and the real Slurm testbed:
   down: the job retries the final save until the server is back, both experiments of the task
   end COMPLETED with their results and captured output, and the launcher, which said it waits
   for the database, exits 0;
+- a job that starts while the mongod is down waits to connect and claim, then runs;
 - a 3-member replica set whose primary is stepped down mid-run (and no member can be elected
   until the test allows it): nothing lost, nothing run twice (the app writes a marker per run).
 
@@ -234,6 +235,52 @@ def test_mongod_stopped_for_60_s_mid_task_loses_no_result_and_the_launcher_waits
     assert "saving to MongoDB failed" not in log  # no Sacred failure pickle
     assert "MongoDB unreachable while saving the outcome of experiment 1 (COMPLETED)" in log
     assert "MongoDB reachable again" in log
+
+
+@pytest.mark.slurm
+@pytest.mark.mongo
+@pytest.mark.outage
+def test_a_job_starting_while_mongod_is_down_waits_to_connect_and_claim_then_runs(
+    slurm, private_mongod, tmp_path
+):
+    import subprocess
+
+    from conftest import squeue_tasks
+
+    coll = collection()
+    (tmp_path / "go").touch()  # the tasks do not wait: the outage is at the job's start
+    proc, markers = launch(
+        tmp_path,
+        "hydra.launcher.experiments_per_job=2",
+        "+hydra.launcher.additional_parameters.hold=true",
+    )
+    try:
+
+        def submitted():
+            assert proc.poll() is None, proc.communicate()
+            doc = coll.find_one({"_id": 1, "slurm.0.array_id": {"$exists": True}})
+            return doc and doc["slurm"][0]["array_id"]
+
+        array = wait_until("the held job is submitted", submitted, 120)
+        private_mongod.stop()
+        subprocess.run(["scontrol", "release", str(array)], check=True)
+
+        def job_waits() -> bool:
+            assert proc.poll() is None, proc.communicate()  # the launcher keeps waiting
+            logs = tmp_path.glob("multirun/*/*/.submitit/*/*_log.*")
+            return any("while connecting to" in p.read_text(errors="replace") for p in logs)
+
+        wait_until("the job waits for MongoDB", job_waits, 120)
+        assert squeue_tasks(array), "the job gave up"
+        private_mongod.start()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out, err)
+    assert statuses(coll) == {1: "COMPLETED", 2: "COMPLETED"}
+    assert {d["_id"]: d["result"] for d in coll.find()} == {1: 10, 2: 20}
+    assert runs_of(markers) == {"run_1": 1, "run_2": 1}
 
 
 @pytest.mark.slurm
