@@ -24,14 +24,16 @@ inside the functions that need them, so that ``seml --help`` stays fast.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import pymongo
@@ -46,6 +48,10 @@ __all__ = [
     "InvalidCollectionName",
     "connect",
     "default_config_path",
+    "is_connection_error",
+    "retry_budget_s",
+    "retrying",
+    "short_reason",
     "get_collection",
     "next_ids",
     "reset_client_cache",
@@ -63,6 +69,13 @@ DEFAULT_DATABASE = "seml"
 ENV_URI = "SEML_MONGODB_URI"
 #: Environment variable overriding the path of SEML's mongodb.config (precedence step 3).
 ENV_CONFIG = "SEML_MONGODB_CONFIG"
+#: Environment variable: how long (seconds) jobs and a waiting launcher keep retrying an
+#: operation while MongoDB is unreachable (:func:`retrying`); 0 turns retrying off.
+ENV_RETRY = "SEML_MONGODB_RETRY_S"
+#: Default of :data:`ENV_RETRY`: an outage of a few minutes (a restart, a replica set election)
+DEFAULT_RETRY_S = 300.0
+#: Longest pause between two attempts of :func:`retrying` (seconds)
+MAX_RETRY_DELAY_S = 10.0
 #: Collection that holds the id counters of :func:`next_ids`.
 COUNTERS_COLLECTION = "seml_hydra_counters"
 #: Keys accepted in the launcher's ``db`` config.
@@ -426,20 +439,30 @@ def _settings_from_uri(uri: str, source: str) -> DbSettings:
     masked = _mask_uri(uri, "***")
     if not parts["hosts"]:
         raise DatabaseError(f"Invalid MongoDB URI {masked!r} from {source}: no host.")
-    first = parts["hosts"].split(",")[0]
-    if first.startswith("["):
-        host, _, port_s = first[1:].partition("]")
-        port_s = port_s.lstrip(":")
-    else:
-        host, _, port_s = first.partition(":")
-    try:
-        port = int(port_s) if port_s else 27017
-        if not 0 < port < 65536:
-            raise ValueError
-    except ValueError:
-        raise DatabaseError(
-            f"Invalid MongoDB URI {masked!r} from {source}: bad port {port_s!r}."
-        ) from None
+    # a replica set's URI lists several hosts (mongodb://h1:p1,h2:p2/db?replicaSet=rs): each
+    # is checked; the first one is kept as host/port (informational, the URI is what connects)
+    servers = []
+    for entry in parts["hosts"].split(","):
+        if entry.startswith("["):
+            host, _, port_s = entry[1:].partition("]")
+            port_s = port_s.lstrip(":")
+        else:
+            host, _, port_s = entry.partition(":")
+        if not host:
+            raise DatabaseError(
+                f"Invalid MongoDB URI {masked!r} from {source}: empty host in "
+                f"{parts['hosts']!r} (hosts are separated by single commas)."
+            )
+        try:
+            port = int(port_s) if port_s else 27017
+            if not 0 < port < 65536:
+                raise ValueError
+        except ValueError:
+            raise DatabaseError(
+                f"Invalid MongoDB URI {masked!r} from {source}: bad port {port_s!r}."
+            ) from None
+        servers.append((host, port))
+    host, port = servers[0]
     user, colon, pw = parts["userinfo"].partition(":")
     username = unquote(user) if user else None
     password = unquote(pw) if colon else None
@@ -634,6 +657,143 @@ def _parse_ssh_config(block: Any, path: Path, hint: str) -> tuple[tuple[str, Any
     return tuple(sorted(cleaned.items()))
 
 
+# --------------------------------------------------------------------------- riding out outages
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+def retry_budget_s(env: Mapping[str, str] | None = None) -> float:
+    """How long :func:`retrying` keeps trying by default: ``SEML_MONGODB_RETRY_S`` in ``env``
+    (``os.environ`` when None), else :data:`DEFAULT_RETRY_S` (300 s).
+
+    Returns:
+        Seconds (``>= 0``; 0 means one attempt, no retry).
+
+    Raises:
+        DatabaseError: the variable is set to something else than a non-negative number.
+    """
+    env = os.environ if env is None else env
+    raw = env.get(ENV_RETRY, "").strip()
+    if not raw:
+        return DEFAULT_RETRY_S
+    try:
+        value = float(raw)
+        if not value >= 0 or value == float("inf"):
+            raise ValueError
+    except ValueError:
+        raise DatabaseError(
+            f"{ENV_RETRY}={raw!r} is not a number of seconds >= 0; set it to e.g. 300 "
+            "(how long to retry while MongoDB is unreachable) or unset it."
+        ) from None
+    return value
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """True for an error that says MongoDB could not be reached, not that the operation was
+    wrong: pymongo's ``ConnectionFailure`` family (``AutoReconnect``,
+    ``ServerSelectionTimeoutError``, ``NetworkTimeout``, ``NotPrimaryError`` during a replica set
+    election, ...) and any error labelled ``RetryableWriteError`` by the server. Pure."""
+    from pymongo import errors
+
+    if isinstance(error, errors.ConnectionFailure):
+        return True
+    return isinstance(error, errors.PyMongoError) and error.has_error_label("RetryableWriteError")
+
+
+def backoff_delay(attempt: int, cap_s: float = MAX_RETRY_DELAY_S) -> float:
+    """Pause (seconds) before retry number ``attempt`` (1, 2, ...): 0.5, 1, 2, 4, 8, then
+    ``cap_s``. Pure."""
+    return min(cap_s, 0.5 * 2 ** max(0, attempt - 1))
+
+
+def short_reason(error: BaseException) -> str:
+    """pymongo's error message without its long topology description (e.g.
+    ``"127.0.0.1:27017: [Errno 111] Connection refused"``). Pure."""
+    return str(error).split(", Timeout:")[0].split(" (configured timeouts")[0]
+
+
+def retrying(
+    operation: Callable[[], _T],
+    what: str,
+    *,
+    budget_s: float | None = None,
+    on_retry: Callable[[int, BaseException, float], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> _T:
+    """Run ``operation()`` and, while it fails because MongoDB is unreachable
+    (:func:`is_connection_error`), run it again with a growing pause (:func:`backoff_delay`)
+    until ``budget_s`` seconds have passed since the first attempt began. Every retry logs one
+    warning (logger ``seml_hydra.database``) naming ``what`` and the reason; success after a
+    failure logs that MongoDB is back.
+
+    Only for operations that are safe to repeat: a write that reached the server before the
+    connection dropped is done again, so it must be idempotent (a ``$set``, a filter that no
+    longer matches once applied; not a bare ``$push`` or ``$inc``). Each attempt itself waits
+    up to the client's server selection timeout (5 s for :func:`connect`'s clients).
+
+    Args:
+        operation: the database operation(s), called without arguments.
+        what: what it does, for the log (e.g. ``"saving the result of experiment 3"``).
+        budget_s: seconds to keep retrying; None reads :func:`retry_budget_s` (300 s); 0 runs
+            ``operation`` once, without retry or log.
+        on_retry: called before each pause with ``(attempt, error, seconds since the first
+            attempt began)``, e.g. to show a waiting launcher's user what is going on.
+        sleep, clock: ``time.sleep`` and ``time.monotonic`` (replaceable in unit tests).
+
+    Returns:
+        What ``operation()`` returned.
+
+    Raises:
+        The last connection error once the budget is spent (also logged), and any other error
+        of ``operation`` at once.
+    """
+    budget = retry_budget_s() if budget_s is None else float(budget_s)
+    if budget <= 0:
+        return operation()
+    started = clock()
+    attempt = 0
+    while True:
+        try:
+            result = operation()
+        except Exception as error:
+            if not is_connection_error(error):
+                raise
+            waited = clock() - started
+            attempt += 1
+            if waited >= budget:
+                log.error(
+                    "MongoDB still unreachable after %.0f s while %s (%s): giving up (%s=%g).",
+                    waited,
+                    what,
+                    short_reason(error),
+                    ENV_RETRY,
+                    budget,
+                )
+                raise
+            delay = min(backoff_delay(attempt), budget - waited)
+            log.warning(
+                "MongoDB unreachable while %s (%s); retry %d in %.1f s (%.0f of %g s spent, %s).",
+                what,
+                short_reason(error),
+                attempt,
+                delay,
+                waited,
+                budget,
+                ENV_RETRY,
+            )
+            if on_retry is not None:
+                on_retry(attempt, error, waited)
+            sleep(delay)
+            continue
+        if attempt:
+            log.warning(
+                "MongoDB reachable again after %.0f s: %s succeeded.", clock() - started, what
+            )
+        return result
+
+
 # --------------------------------------------------------------------------- connecting
 
 _CLIENTS: dict[tuple[DbSettings, float], Any] = {}
@@ -685,7 +845,9 @@ def skip_exit_join() -> None:
         atexit.unregister(hook)
 
 
-def connect(settings: DbSettings, timeout_s: float = 5.0) -> pymongo.database.Database:
+def connect(
+    settings: DbSettings, timeout_s: float = 5.0, *, retry: bool = False
+) -> pymongo.database.Database:
     """Connect to the database of ``settings`` and check that the server answers.
 
     One ``MongoClient`` is cached per ``(settings, timeout_s)`` and process (forgotten in a
@@ -694,7 +856,9 @@ def connect(settings: DbSettings, timeout_s: float = 5.0) -> pymongo.database.Da
     Args:
         settings: from :func:`resolve_db_settings`.
         timeout_s: seconds to wait for the server (``serverSelectionTimeoutMS`` and
-            ``connectTimeoutMS``).
+            ``connectTimeoutMS``) in each attempt.
+        retry: keep pinging an unreachable server through :func:`retrying` (jobs: an outage at
+            their start is ridden out) instead of failing after ``timeout_s``.
 
     Returns:
         The ``pymongo`` database ``settings.database``.
@@ -751,8 +915,13 @@ def connect(settings: DbSettings, timeout_s: float = 5.0) -> pymongo.database.Da
             _scrub(f"Invalid MongoDB settings {settings.describe()}: {err}", settings)
         ) from None
 
+    budget = retry_budget_s() if retry else 0.0
     try:
-        client.admin.command("ping")
+        retrying(
+            lambda: client.admin.command("ping"),
+            f"connecting to {settings.server()}",
+            budget_s=budget,
+        )
     except errors.OperationFailure as err:
         client.close()
         if err.code == 18:
@@ -766,11 +935,11 @@ def connect(settings: DbSettings, timeout_s: float = 5.0) -> pymongo.database.Da
         ) from None
     except errors.ConnectionFailure as err:  # includes ServerSelectionTimeoutError
         client.close()
-        reason = str(err).split(", Timeout:")[0].split(" (configured timeouts")[0]
         raise DatabaseError(
             _scrub(
                 f"Cannot reach MongoDB at {settings.server()} (settings from {settings.source}) "
-                f"within {timeout_s:g} s: {reason}. Start mongod there, or point seml-hydra at "
+                f"within {max(timeout_s, budget):g} s: {short_reason(err)}. Start mongod "
+                "there, or point seml-hydra at "
                 f"a reachable server: {_HOW_TO_CONFIGURE}.",
                 settings,
             )

@@ -85,6 +85,17 @@ class SemlLauncher(Launcher):
                 f"[bold red]Error:[/] {error}"
             )
             raise SystemExit(1) from None
+        except Exception as error:
+            from .database import is_connection_error, short_reason
+
+            if not is_connection_error(error):
+                raise
+            Console(stderr=True, highlight=False, soft_wrap=True).print(
+                f"[bold red]Error:[/] lost the connection to MongoDB ({short_reason(error)}). "
+                "What was already submitted keeps running; check it with "
+                f"`seml {self.params.get('collection')} status` once the database is back."
+            )
+            raise SystemExit(1) from None
         except KeyboardInterrupt:
             collection = self.params.get("collection")
             message = (
@@ -464,6 +475,7 @@ class _Launch:
 
     # -- run --------------------------------------------------------------------------------
     def run(self) -> list[JobReturn]:
+        from .database import retrying
         from .wait import Submission, job_return_from_document, wait_for
 
         result = self.stage()
@@ -498,7 +510,10 @@ class _Launch:
             collection_name=self.collection_name,
             slurm_check_s=SLURM_CHECK_S if shutil.which("squeue") else None,
         )
-        docs = {d["_id"]: d for d in self.collection.find({"_id": {"$in": ids}})}
+        docs = retrying(
+            lambda: {d["_id"]: d for d in self.collection.find({"_id": {"$in": ids}})},
+            "reading the results",
+        )
         base = self.points[0].hydra
         returns = []
         for point, exp_id in zip(self.points, ids):

@@ -17,6 +17,7 @@ import logging
 import os
 import pickle
 import socket
+import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,6 +26,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from . import states
+from .database import is_connection_error, retrying, short_reason
 
 log = logging.getLogger(__name__)
 
@@ -228,8 +230,11 @@ def claim_after_earlier_run(
     deadline = time.monotonic() + max_wait_s
     waited = False
     while True:
-        doc, why, current = _claim_once(
-            collection, exp_id, execution, record_execution=record_execution
+        # repeating the claim is safe: once it applied, the document is RUNNING in this very
+        # run, which the claim filter accepts again
+        doc, why, current = retrying(
+            lambda: _claim_once(collection, exp_id, execution, record_execution=record_execution),
+            f"claiming experiment {exp_id}",
         )
         if doc is not None or current is None or not _earlier_run(current, execution):
             if waited:
@@ -355,7 +360,7 @@ class JobRunner:
         """
         from .database import connect, resolve_db_settings, skip_exit_join
 
-        db = connect(resolve_db_settings(self.db_cfg, start_embedded=False))
+        db = connect(resolve_db_settings(self.db_cfg, start_embedded=False), retry=True)
         collection = db[self.collection]
         self._collection = collection  # for checkpoint(), which submitit calls on this object
         execution = execution_identity(os.environ)
@@ -411,9 +416,13 @@ class JobRunner:
         if hook is not None:  # None: signalled before the task started, nothing to save
             hook()
         _freeze_observer()
-        self._collection.update_one(
-            {"_id": exp_id, "status": states.RUNNING},
-            {"$set": {"status": states.RESCHEDULED}, "$inc": {"requeues": 1}},
+        # idempotent despite the $inc: once applied, the status filter no longer matches
+        retrying(
+            lambda: self._collection.update_one(
+                {"_id": exp_id, "status": states.RUNNING},
+                {"$set": {"status": states.RESCHEDULED}, "$inc": {"requeues": 1}},
+            ),
+            f"marking experiment {exp_id} RESCHEDULED",
         )
         log.warning("Experiment %s: state saved, requeueing the same array task", exp_id)
         return submitit.helpers.DelayedSubmission(self, exp_ids)
@@ -473,7 +482,9 @@ class JobRunner:
             self._current = exp_id
             if plan.seed is not None:
                 rank.apply_seed(plan.seed)
-            payload, base = load_payload(db, self.payload_id)
+            payload, base = retrying(
+                lambda: load_payload(db, self.payload_id), "loading the batch payload"
+            )
             node = adapt_hydra_node(apply_diff(base, doc["hydra"].get("node_diff", [])), plan)
             typed = payload.typed_hydra_base
             cfg = job_config(
@@ -524,14 +535,18 @@ class JobRunner:
             outcome = states.FAILED
             log.exception("Experiment %s failed on rank %d", exp_id, plan.global_rank)
             if plan.is_primary:  # Sacred records the task's failure; this covers Sacred's own
-                collection.update_one(
-                    {
-                        "_id": exp_id,
-                        "status": states.RUNNING,
-                        "fail_trace": {"$exists": False},
-                        **fence,
-                    },
-                    {"$set": {"status": states.FAILED, "fail_trace": _trace_lines()}},
+                trace = _trace_lines()
+                retrying(
+                    lambda: collection.update_one(
+                        {
+                            "_id": exp_id,
+                            "status": states.RUNNING,
+                            "fail_trace": {"$exists": False},
+                            **fence,
+                        },
+                        {"$set": {"status": states.FAILED, "fail_trace": trace}},
+                    ),
+                    f"recording the failure of experiment {exp_id}",
                 )
             else:
                 _record_rank_failure(collection, exp_id, plan.global_rank, traceback.format_exc())
@@ -544,15 +559,14 @@ class JobRunner:
             _fail_if_a_rank_failed(collection, exp_id)
         ret = holder.get("ret")
         if ret is not None and plan.is_primary:
-            collection.update_one(
-                {"_id": exp_id, **fence},
-                {
-                    "$set": {
-                        "hydra.working_dir": ret.working_dir,
-                        "hydra.task_name": ret.task_name,
-                        "hydra.job_id": plan.job_id,
-                    }
-                },
+            fields = {
+                "hydra.working_dir": ret.working_dir,
+                "hydra.task_name": ret.task_name,
+                "hydra.job_id": plan.job_id,
+            }
+            retrying(
+                lambda: collection.update_one({"_id": exp_id, **fence}, {"$set": fields}),
+                f"recording the working directory of experiment {exp_id}",
             )
         return outcome
 
@@ -608,9 +622,26 @@ def _rank_from_env(env: Mapping[str, str]) -> str:
 
 
 def _record_rank_failure(collection: Any, exp_id: int, global_rank: Any, trace: str) -> None:
-    """Append this rank's failure to ``rank_failures`` (a field Sacred's observer never holds)."""
-    failure = {"rank": global_rank, "host": socket.gethostname(), "trace": trace}
-    collection.update_one({"_id": exp_id}, {"$push": {"rank_failures": failure}})
+    """Append this rank's failure to ``rank_failures`` (a field Sacred's observer never holds).
+
+    The ``$push`` is made idempotent for :func:`~seml_hydra.database.retrying`: the failure
+    carries a random ``id`` and the filter requires it absent, so a retry of a push that reached
+    the server before the connection dropped adds nothing."""
+    import uuid
+
+    failure = {
+        "rank": global_rank,
+        "host": socket.gethostname(),
+        "trace": trace,
+        "id": uuid.uuid4().hex,
+    }
+    retrying(
+        lambda: collection.update_one(
+            {"_id": exp_id, "rank_failures.id": {"$ne": failure["id"]}},
+            {"$push": {"rank_failures": failure}},
+        ),
+        f"recording the failure of rank {global_rank} of experiment {exp_id}",
+    )
 
 
 def _trace_lines() -> list[str]:
@@ -625,8 +656,16 @@ def _fail_if_a_rank_failed(collection: Any, exp_id: int) -> None:
     ``rank_failures`` only grows (``$push``), so reading it is safe; ``fail_trace`` is extended
     by one atomic pipeline update that appends a rank's lines only when its header is not in
     the stored trace yet, so ranks doing this at the same time (or Sacred's final save of the
-    primary in between) never drop each other's headers.
+    primary in between) never drop each other's headers. Retried as a whole while MongoDB is
+    unreachable (a read, then an update that appends nothing twice).
     """
+    retrying(
+        lambda: _fail_if_a_rank_failed_once(collection, exp_id),
+        f"checking the other ranks of experiment {exp_id}",
+    )
+
+
+def _fail_if_a_rank_failed_once(collection: Any, exp_id: int) -> None:
     doc = collection.find_one({"_id": exp_id}, {"rank_failures": 1})
     entries = [
         [rank_failure_header(failure), *str(failure.get("trace", "")).splitlines(True)]
@@ -783,12 +822,33 @@ def _run_observed(
         """Never writes ``config``: the document keeps the config staged for it (Sacred would
         store its own copy with an added ``seed`` key). Never creates the document either:
         Sacred's ``final_save`` upserts, which would bring back, as a fragment, an experiment
-        deleted while it ran (``seml delete --no-cancel``)."""
+        deleted while it ran (``seml delete --no-cancel``).
+
+        Rides out an unreachable MongoDB: a heartbeat that cannot be saved logs one line and
+        the next one saves again (the entry holds everything); metrics that could not be sent
+        go with the next heartbeat; the final save (result, captured output, status) is retried
+        through ``seml_hydra.database.retrying`` (Sacred 0.8.7 gives up after a few attempts
+        and leaves the run in a pickle on the node). One lock orders the heartbeat thread's
+        saves and the final save, and no heartbeat writes after the final save."""
+
+        _lock = threading.RLock()
+        _finished = False
+        _unsent: dict[str, dict[str, list[Any]]] | None = None
+
+        def _entry(self) -> dict[str, Any]:
+            # a copy: swapping ``run_entry`` itself would lose what the main thread writes into
+            # it meanwhile (Sacred's completed_event sets status and result while a heartbeat
+            # save waits for the server)
+            return {k: v for k, v in self.run_entry.items() if k != "config"}
+
+        def _filter(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+            # the fence: an earlier run that a requeued task took over writes nothing
+            return {"_id": entry["_id"], **(fence or {})}
 
         @contextlib.contextmanager
         def _without_config(self) -> Iterator[None]:
             entry, runs = self.run_entry, self.runs
-            self.run_entry = {k: v for k, v in entry.items() if k != "config"}
+            self.run_entry = self._entry()
             self.runs = _WithoutUpsert(runs, fence or {})
             try:
                 yield
@@ -796,14 +856,38 @@ def _run_observed(
                 self.run_entry, self.runs = entry, runs
 
         def save(self) -> None:
-            if not self.frozen:
-                with self._without_config():
-                    super().save()
+            with self._lock:
+                if self.frozen or self._finished:
+                    return
+                _untee_log_handlers()
+                entry = self._entry()
+                try:
+                    self.runs.update_one(self._filter(entry), {"$set": entry})
+                except Exception as error:
+                    if not is_connection_error(error):
+                        raise  # Sacred's run logs it and stops calling this observer
+                    log.warning(
+                        "Experiment %s: heartbeat not saved, MongoDB unreachable (%s); "
+                        "the next one tries again",
+                        entry["_id"],
+                        short_reason(error),
+                    )
 
         def final_save(self, attempts: int) -> None:
-            if not self.frozen:
-                with self._without_config():
-                    super().final_save(attempts)
+            with self._lock:
+                if self.frozen or self._finished:
+                    return
+                self._finished = True
+                _untee_log_handlers()
+                entry = self._entry()
+                try:
+                    retrying(
+                        lambda: self.runs.update_one(self._filter(entry), {"$set": entry}),
+                        f"saving the outcome of experiment {entry['_id']} ({entry['status']})",
+                    )
+                except Exception:  # Sacred's own path: unencodable entries, the pickle
+                    with self._without_config():
+                        super().final_save(attempts)
 
         # The task's value is already plain (``documents.storable_result``): Sacred's
         # ``flatten`` (jsonpickle) would store a datetime, bytes or a tuple as a
@@ -819,11 +903,37 @@ def _run_observed(
             self.run_entry["status"] = "COMPLETED"
             self.final_save(attempts=10)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        observer = DocumentObserver(
-            client=db.client, db_name=db.name, collection=collection_name, overwrite=doc["_id"]
-        )
+        def log_metrics(self, metrics_by_name: dict[str, Any], info: dict[str, Any]) -> None:
+            from pymongo.errors import ServerSelectionTimeoutError
+
+            with self._lock:
+                metrics_by_name = _merge_metrics(self._unsent, metrics_by_name)
+                self._unsent = None
+                try:
+                    super().log_metrics(metrics_by_name, info)
+                except Exception as error:
+                    if not is_connection_error(error):
+                        raise
+                    # nothing was sent when no server could be selected: send it again with
+                    # the next heartbeat; otherwise part of it may be stored (a $push), and
+                    # sending it again could duplicate values
+                    resend = isinstance(error, ServerSelectionTimeoutError)
+                    self._unsent = metrics_by_name if resend else None
+                    log.warning(
+                        "Experiment %s: metrics not saved, MongoDB unreachable (%s); %s",
+                        doc["_id"],
+                        short_reason(error),
+                        "the next heartbeat sends them" if resend else "these values are lost",
+                    )
+
+    def make_observer() -> DocumentObserver:  # reads the document (Sacred's overwrite)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return DocumentObserver(
+                client=db.client, db_name=db.name, collection=collection_name, overwrite=doc["_id"]
+            )
+
+    observer = retrying(make_observer, f"starting the Sacred run of experiment {doc['_id']}")
     observer.overwrite = {"_id": doc["_id"]}
     observer.frozen = False
     # the collection's own metrics collection: Sacred's default, the one shared ``metrics``
@@ -837,6 +947,33 @@ def _run_observed(
         return ex.run().result
     finally:
         _ACTIVE_OBSERVERS.remove(observer)
+
+
+def _untee_log_handlers() -> None:
+    """Point the root logger's stream handlers back at the real stream once Sacred's output
+    capture is over. Hydra configures logging inside the captured run, so its console handler
+    writes to Sacred's tee, whose buffer is closed after the run: every later log line (the
+    final save's retries, the next experiment's claim) would end in a "Logging error"."""
+    for handler in logging.getLogger().handlers:
+        stream = getattr(handler, "stream", None)
+        out = getattr(stream, "_self_out", None)
+        if out is not None and getattr(out, "closed", False):
+            handler.setStream(stream.__wrapped__)
+
+
+def _merge_metrics(
+    earlier: Mapping[str, Mapping[str, list[Any]]] | None, later: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Sacred's ``linearize_metrics`` output ``{name: {"steps", "values", "timestamps"}}`` of
+    ``earlier`` followed by ``later``, per name (pure)."""
+    merged = {name: {k: list(v) for k, v in m.items()} for name, m in (earlier or {}).items()}
+    for name, m in later.items():
+        if name not in merged:
+            merged[name] = {k: list(v) for k, v in m.items()}
+            continue
+        for key in ("steps", "values", "timestamps"):
+            merged[name][key] = merged[name].get(key, []) + list(m.get(key, []))
+    return merged
 
 
 class _WithoutUpsert:

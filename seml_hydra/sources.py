@@ -519,6 +519,7 @@ def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -
 
     from filelock import FileLock, Timeout
 
+    from .database import retrying
     from .tunnel import private_dir_problem
 
     base = snapshot_base()
@@ -542,7 +543,11 @@ def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -
                 directory.mkdir(mode=0o700)
                 created = True
                 try:
-                    write_sources(db, source_files, directory)
+                    # rewriting the files is harmless: retried while MongoDB is unreachable
+                    retrying(
+                        lambda: write_sources(db, source_files, directory),
+                        "writing the code snapshot",
+                    )
                 except BaseException:
                     shutil.rmtree(directory, ignore_errors=True)
                     raise

@@ -155,15 +155,39 @@ def wait_for(
     this one waits for. An experiment deleted
     meanwhile stops being waited for. Raises ``SystemExit(130)``
     on Ctrl-C after saying how to follow the experiments; nothing is cancelled.
+
+    While MongoDB is unreachable every database step is retried
+    (``seml_hydra.database.retrying``: up to ``SEML_MONGODB_RETRY_S``, 300 s by default, per
+    step) and the console says once that the launcher waits for the database, and when it is
+    back; past that budget the connection error is raised.
     """
     from rich.live import Live
     from rich.text import Text
+
+    from .database import retrying, short_reason
 
     unique = sorted(set(ids))
     pending_jobs = dict(jobs)
     start = time.monotonic()
     next_slurm_check = start + (slurm_check_s or 0)
     told: set[tuple[str, str]] = set()
+    outage: dict[str, bool] = {"on": False}
+
+    def on_retry(attempt: int, error: BaseException, waited: float) -> None:
+        if not outage["on"]:
+            outage["on"] = True
+            console.print(
+                f"MongoDB is unreachable ({short_reason(error)}): waiting for the database; "
+                "the experiments keep running."
+            )
+
+    def db(operation: Any, what: str) -> Any:
+        """``operation()`` retried while MongoDB is away, saying so once per outage."""
+        value = retrying(operation, what, on_retry=on_retry)
+        if outage["on"]:
+            outage["on"] = False
+            console.print("MongoDB is reachable again; waiting for the experiments.")
+        return value
 
     def render(counts: Mapping[str, int]) -> Text:
         done = sum(counts.get(s, 0) for s in states.TERMINAL)
@@ -176,18 +200,23 @@ def wait_for(
     try:
         with Live(render({}), console=console, transient=False, auto_refresh=False) as live:
             while True:
-                counts = count_states(collection, unique)
+                counts = db(lambda: count_states(collection, unique), "counting states")
                 live.update(render(counts), refresh=True)
                 finished = sum(counts.get(s, 0) for s in states.TERMINAL)
                 if finished + (len(unique) - sum(counts.values())) >= len(unique):
                     break  # every experiment finished or was deleted meanwhile
-                if pending_jobs and mark_dead_jobs(collection, pending_jobs):
+                if pending_jobs and db(
+                    lambda: mark_dead_jobs(collection, pending_jobs), "checking local jobs"
+                ):
                     continue
                 if slurm_check_s is not None and time.monotonic() >= next_slurm_check:
                     next_slurm_check = time.monotonic() + slurm_check_s
                     from .manage import detect_killed
 
-                    detected = detect_killed(collection, {"_id": {"$in": unique}})
+                    detected = db(
+                        lambda: detect_killed(collection, {"_id": {"$in": unique}}),
+                        "checking Slurm for killed jobs",
+                    )
                     if detected.recovered:
                         console.print(
                             f"{len(detected.recovered)} awaited experiment(s) were left PENDING "
@@ -197,7 +226,10 @@ def wait_for(
                         )
                     if detected.killed:
                         continue
-                    _say_stuck(console, collection, unique, collection_name, told)
+                    db(
+                        lambda: _say_stuck(console, collection, unique, collection_name, told),
+                        "reading pending reasons",
+                    )
                 time.sleep(poll_interval_s)
         if not console.is_terminal:
             console.line()  # Live leaves no line break behind when not on a terminal

@@ -1,0 +1,486 @@
+"""MongoDB away for a while loses nothing (issue #15, point 4).
+
+Real mongod processes, started privately by these tests (the shared testbed mongod on 27017 is
+never stopped), and the real Slurm testbed:
+
+- a standalone mongod stopped for 60 s in the middle of a task, the task finishing while it is
+  down: the job retries the final save until the server is back, both experiments of the task
+  end COMPLETED with their results and captured output, and the launcher, which said it waits
+  for the database, exits 0;
+- a job that starts while the mongod is down waits to connect and claim, then runs;
+- a 3-member replica set whose primary is stepped down mid-run (and no member can be elected
+  until the test allows it): nothing lost, nothing run twice (the app writes a marker per run).
+
+The slow ones (a minute or more each) are marked ``outage``: ``pytest -m "not outage"`` leaves
+them out. The pure parts of the retry helper have fast unit tests at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import start_app, statuses, wait_running, wait_until
+
+MONGOD = "/usr/local/bin/mongod"
+#: the scenario: how long the standalone mongod stays down
+OUTAGE_S = 60.0
+FAST = ["hydra.launcher.poll_interval_s=0.3"]
+DB = "seml_outage_test"
+APP = "tests/apps/outage_app.py"
+
+# --------------------------------------------------------------------------- private mongod
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (a forked mongod is reparented away from us)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+class PrivateMongod:
+    """One mongod of this test: its own port, dbpath and log under ``base``; started and
+    stopped (SIGTERM, waited for) by the test, restarted on the same port and dbpath."""
+
+    def __init__(self, base: Path, repl_set: str | None = None) -> None:
+        self.port = free_port()
+        self.dir = base / f"mongod-{self.port}"
+        self.dir.mkdir(parents=True)
+        self.repl_set = repl_set
+        self.pid: int | None = None
+
+    def start(self) -> None:
+        argv = [MONGOD, "--dbpath", str(self.dir / "data"), "--port", str(self.port)]
+        argv += ["--bind_ip", "127.0.0.1", "--fork", "--logpath", str(self.dir / "mongod.log")]
+        argv += ["--logappend", "--pidfilepath", str(self.dir / "mongod.pid")]
+        argv += ["--wiredTigerCacheSizeGB", "0.25"]
+        argv += ["--setParameter", "diagnosticDataCollectionEnabled=false"]
+        if self.repl_set:
+            argv += ["--replSet", self.repl_set]
+        (self.dir / "data").mkdir(exist_ok=True)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+        self.pid = int((self.dir / "mongod.pid").read_text())
+        wait_until(f"mongod on {self.port} answers", self._answers, 60, 0.2)
+
+    def _answers(self) -> bool:
+        try:
+            self.direct().admin.command("ping")
+        except Exception:
+            return False
+        return True
+
+    def direct(self):
+        import pymongo
+
+        return pymongo.MongoClient(
+            "127.0.0.1", self.port, directConnection=True, serverSelectionTimeoutMS=2000
+        )
+
+    def stop(self) -> None:
+        if self.pid is not None and alive(self.pid):
+            os.kill(self.pid, signal.SIGTERM)
+            wait_until(f"mongod {self.pid} is gone", lambda: not alive(self.pid), 120, 0.2)
+        self.pid = None
+
+
+@pytest.fixture
+def private_mongod(tmp_path_factory, monkeypatch):
+    """A standalone mongod of this test, the launch's database (``SEML_MONGODB_URI``)."""
+    from seml_hydra import database
+
+    base = tmp_path_factory.mktemp("mongod")
+    server = PrivateMongod(base)
+    server.start()
+    monkeypatch.setenv("SEML_MONGODB_URI", f"mongodb://127.0.0.1:{server.port}/{DB}")
+    database.reset_client_cache()
+    try:
+        yield server
+    finally:
+        database.reset_client_cache()
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def replica_set(tmp_path_factory, monkeypatch):
+    """Three mongod of one replica set ``rs`` (elections after 2 s without a primary), the
+    launch's database through a multi-host URI. Yields the members."""
+    from seml_hydra import database
+
+    base = tmp_path_factory.mktemp("rs")
+    members = [PrivateMongod(base, repl_set="rs") for _ in range(3)]
+    try:
+        for member in members:
+            member.start()
+        config = {
+            "_id": "rs",
+            "members": [{"_id": i, "host": f"127.0.0.1:{m.port}"} for i, m in enumerate(members)],
+            "settings": {"electionTimeoutMillis": 2000},
+        }
+        members[0].direct().admin.command("replSetInitiate", config)
+        wait_until("the replica set has a primary", lambda: primary_of(members), 120)
+        hosts = ",".join(f"127.0.0.1:{m.port}" for m in members)
+        monkeypatch.setenv("SEML_MONGODB_URI", f"mongodb://{hosts}/{DB}?replicaSet=rs")
+        database.reset_client_cache()
+        yield members
+    finally:
+        database.reset_client_cache()
+        for member in members:
+            member.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def primary_of(members: list[PrivateMongod]) -> PrivateMongod | None:
+    for member in members:
+        try:
+            if member.direct().admin.command("hello").get("isWritablePrimary"):
+                return member
+        except Exception:
+            continue
+    return None
+
+
+def collection():
+    """The app's collection, through the launch's own URI (a client of the test)."""
+    import pymongo
+
+    client = pymongo.MongoClient(os.environ["SEML_MONGODB_URI"], serverSelectionTimeoutMS=5000)
+    return client[DB]["outage_app"]
+
+
+def job_output(doc: dict) -> str:
+    """The job's stdout and stderr (submitit's files, named in ``execution``)."""
+    text = ""
+    for key in ("slurm_output_file", "slurm_error_file"):
+        path = doc.get("execution", {}).get(key)
+        if path and Path(path).exists():
+            text += Path(path).read_text(errors="replace")
+    return text
+
+
+def launch(tmp_path: Path, *overrides: str):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    proc = start_app(APP, "-m", "hydra/launcher=seml", f"gate={tmp_path / 'go'}",
+                     f"marker_dir={markers}", "x=1,2", *FAST, *overrides, cwd=tmp_path)  # fmt: skip
+    return proc, markers
+
+
+def runs_of(markers: Path) -> dict[str, int]:
+    """``{marker file: number of runs}`` (one line per run)."""
+    return {p.name: len(p.read_text().splitlines()) for p in sorted(markers.iterdir())}
+
+
+# --------------------------------------------------------------------------- the scenarios
+
+
+@pytest.mark.slurm
+@pytest.mark.mongo
+@pytest.mark.outage
+def test_mongod_stopped_for_60_s_mid_task_loses_no_result_and_the_launcher_waits(
+    slurm, private_mongod, tmp_path
+):
+    coll = collection()
+    # both points in one array task: the second one runs after the outage
+    proc, markers = launch(tmp_path, "hydra.launcher.experiments_per_job=2")
+    try:
+        wait_running(coll, proc, count=1, timeout=120)
+        wait_until("the task runs", lambda: (markers / "run_1").exists(), 60, 0.2)
+        doc = coll.find_one({"_id": 1})
+        private_mongod.stop()
+        stopped = time.monotonic()
+        # released while the database is down: the task returns and its final save must wait
+        (tmp_path / "go").touch()
+
+        def task_returned() -> bool:
+            assert proc.poll() is None, proc.communicate()  # the launcher keeps waiting
+            return "gate open, x=1" in job_output(doc)
+
+        wait_until("the task returns during the outage", task_returned, OUTAGE_S)
+        # the scenario's definition, not a wait for a state: the server stays down 60 s
+        time.sleep(max(0.0, stopped + OUTAGE_S - time.monotonic()))
+        assert proc.poll() is None, proc.communicate()
+        private_mongod.start()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out, err)
+    assert "waiting for the database" in out + err, (out, err)
+    docs = {d["_id"]: d for d in coll.find()}
+    assert statuses(coll) == {1: "COMPLETED", 2: "COMPLETED"}, job_output(doc)
+    assert {i: d["result"] for i, d in docs.items()} == {1: 10, 2: 20}
+    assert "gate open, x=1" in docs[1]["captured_out"]
+    assert "gate open, x=2" in docs[2]["captured_out"]
+    assert docs[1]["hydra"]["working_dir"]  # the post-run update got through too
+    assert runs_of(markers) == {"run_1": 1, "run_2": 1}
+    log = job_output(doc)
+    assert "saving to MongoDB failed" not in log  # no Sacred failure pickle
+    assert "MongoDB unreachable while saving the outcome of experiment 1 (COMPLETED)" in log
+    assert "MongoDB reachable again" in log
+
+
+@pytest.mark.slurm
+@pytest.mark.mongo
+@pytest.mark.outage
+def test_a_job_starting_while_mongod_is_down_waits_to_connect_and_claim_then_runs(
+    slurm, private_mongod, tmp_path
+):
+    import subprocess
+
+    from conftest import squeue_tasks
+
+    coll = collection()
+    (tmp_path / "go").touch()  # the tasks do not wait: the outage is at the job's start
+    proc, markers = launch(
+        tmp_path,
+        "hydra.launcher.experiments_per_job=2",
+        "+hydra.launcher.additional_parameters.hold=true",
+    )
+    try:
+
+        def submitted():
+            assert proc.poll() is None, proc.communicate()
+            doc = coll.find_one({"_id": 1, "slurm.0.array_id": {"$exists": True}})
+            return doc and doc["slurm"][0]["array_id"]
+
+        array = wait_until("the held job is submitted", submitted, 120)
+        private_mongod.stop()
+        subprocess.run(["scontrol", "release", str(array)], check=True)
+
+        def job_waits() -> bool:
+            assert proc.poll() is None, proc.communicate()  # the launcher keeps waiting
+            logs = tmp_path.glob("multirun/*/*/.submitit/*/*_log.*")
+            return any("while connecting to" in p.read_text(errors="replace") for p in logs)
+
+        wait_until("the job waits for MongoDB", job_waits, 120)
+        assert squeue_tasks(array), "the job gave up"
+        private_mongod.start()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out, err)
+    assert statuses(coll) == {1: "COMPLETED", 2: "COMPLETED"}
+    assert {d["_id"]: d["result"] for d in coll.find()} == {1: 10, 2: 20}
+    assert runs_of(markers) == {"run_1": 1, "run_2": 1}
+
+
+@pytest.mark.slurm
+@pytest.mark.mongo
+@pytest.mark.outage
+def test_replica_set_primary_stepped_down_mid_run_loses_nothing_and_runs_nothing_twice(
+    slurm, replica_set, tmp_path
+):
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    coll = collection()
+    proc, markers = launch(tmp_path)  # two array tasks, both running at once
+    try:
+        wait_running(coll, proc, count=2, timeout=180)
+        wait_until("both tasks run", lambda: len(list(markers.iterdir())) == 2, 60, 0.2)
+        docs = {d["_id"]: d for d in coll.find()}
+        primary = primary_of(replica_set)
+        assert primary is not None
+        # no member may take over until the test says so: an election that takes a while
+        for member in replica_set:
+            if member is not primary:
+                member.direct().admin.command("replSetFreeze", 600)
+        from pymongo.errors import AutoReconnect
+
+        try:
+            primary.direct().admin.command("replSetStepDown", 600, force=True)
+        except AutoReconnect:  # the server may drop the connection while stepping down
+            pass
+        wait_until("the replica set has no primary", lambda: primary_of(replica_set) is None)
+        (tmp_path / "go").touch()
+
+        def both_saves_wait() -> bool:
+            assert proc.poll() is None, proc.communicate()  # the launcher keeps waiting
+            return all(
+                f"while saving the outcome of experiment {i} (COMPLETED)" in job_output(d)
+                for i, d in docs.items()
+            )
+
+        wait_until("both jobs retry their final save", both_saves_wait, 120)
+        for member in replica_set:
+            if member is not primary:
+                member.direct().admin.command("replSetFreeze", 0)
+        wait_until("a new primary", lambda: primary_of(replica_set), 120)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out, err)
+    assert "waiting for the database" in out + err, (out, err)
+    assert statuses(coll) == {1: "COMPLETED", 2: "COMPLETED"}
+    assert {d["_id"]: d["result"] for d in coll.find()} == {1: 10, 2: 20}
+    assert runs_of(markers) == {"run_1": 1, "run_2": 1}  # nothing ran twice
+    # the seml command works on the replica set's multi-host URI too
+    result = CliRunner().invoke(app, ["outage_app", "status"], prog_name="seml")
+    assert result.exit_code == 0, result.output
+    assert "COMPLETED" in result.output
+
+
+# --------------------------------------------------------------------------- pure units
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def failing(errors: list[BaseException], clock: FakeClock, cost_s: float = 5.0):
+    """An operation that raises ``errors`` one per call (each costing ``cost_s`` seconds, a
+    server selection timeout), then returns ``"done"``."""
+    calls = []
+
+    def operation() -> str:
+        calls.append(clock.now)
+        if errors:
+            clock.now += cost_s
+            raise errors.pop(0)
+        return "done"
+
+    return operation, calls
+
+
+def test_retrying_rides_out_connection_errors_with_backoff_and_one_log_line_each(caplog):
+    from pymongo.errors import AutoReconnect, NetworkTimeout, ServerSelectionTimeoutError
+
+    from seml_hydra.database import retrying
+
+    clock = FakeClock()
+    errors = [ServerSelectionTimeoutError("h:1: refused"), AutoReconnect("x"), NetworkTimeout("y")]
+    operation, calls = failing(errors, clock)
+    seen = []
+    with caplog.at_level(logging.WARNING, logger="seml_hydra.database"):
+        result = retrying(
+            operation,
+            "saving X",
+            budget_s=300,
+            on_retry=lambda n, e, waited: seen.append((n, type(e).__name__, waited)),
+            sleep=clock.sleep,
+            clock=clock,
+        )
+    assert result == "done" and len(calls) == 4
+    assert clock.sleeps == [0.5, 1.0, 2.0]
+    assert [n for n, _, _ in seen] == [1, 2, 3]
+    retries = [r.getMessage() for r in caplog.records if "retry" in r.getMessage()]
+    assert len(retries) == 3 and all("saving X" in m for m in retries)
+    assert "h:1: refused" in retries[0]
+    assert any("reachable again" in r.getMessage() for r in caplog.records)
+
+
+def test_retrying_gives_up_after_its_budget_and_raises_the_connection_error():
+    from pymongo.errors import ServerSelectionTimeoutError
+
+    from seml_hydra.database import retrying
+
+    clock = FakeClock()
+    errors = [ServerSelectionTimeoutError("down")] * 1000
+    operation, calls = failing(list(errors), clock)
+    with pytest.raises(ServerSelectionTimeoutError):
+        retrying(operation, "x", budget_s=60, sleep=clock.sleep, clock=clock)
+    assert 60 <= clock.now <= 60 + 5  # stopped once the budget was spent (+ the last try)
+    assert max(clock.sleeps) <= 10.0  # capped backoff
+
+
+def test_retrying_does_not_retry_other_errors_nor_with_a_zero_budget():
+    from pymongo.errors import AutoReconnect, DuplicateKeyError
+
+    from seml_hydra.database import retrying
+
+    clock = FakeClock()
+    operation, calls = failing([DuplicateKeyError("dup")], clock)
+    with pytest.raises(DuplicateKeyError):
+        retrying(operation, "x", budget_s=300, sleep=clock.sleep, clock=clock)
+    assert len(calls) == 1 and clock.sleeps == []
+    operation, calls = failing([AutoReconnect("down")], clock)
+    with pytest.raises(AutoReconnect):
+        retrying(operation, "x", budget_s=0, sleep=clock.sleep, clock=clock)
+    assert len(calls) == 1 and clock.sleeps == []
+
+
+def test_retry_budget_comes_from_the_environment_and_a_bad_value_is_one_clear_error():
+    from seml_hydra.database import DEFAULT_RETRY_S, DatabaseError, retry_budget_s
+
+    assert retry_budget_s({}) == DEFAULT_RETRY_S == 300
+    assert retry_budget_s({"SEML_MONGODB_RETRY_S": "42.5"}) == 42.5
+    assert retry_budget_s({"SEML_MONGODB_RETRY_S": "0"}) == 0
+    for bad in ("-1", "soon", "nan", "inf"):
+        with pytest.raises(DatabaseError, match="SEML_MONGODB_RETRY_S=.* seconds >= 0"):
+            retry_budget_s({"SEML_MONGODB_RETRY_S": bad})
+
+
+def test_a_multi_host_uri_is_accepted_and_every_host_is_checked():
+    from seml_hydra.database import DatabaseError, resolve_db_settings
+
+    url = "mongodb://127.0.0.1:27018,127.0.0.1:27019,127.0.0.1:27020/db?replicaSet=rs"
+    settings = resolve_db_settings({"url": url}, env={})
+    assert (settings.host, settings.port, settings.database) == ("127.0.0.1", 27018, "db")
+    assert settings.server() == "127.0.0.1:27018,127.0.0.1:27019,127.0.0.1:27020"
+    with pytest.raises(DatabaseError, match="bad port 'x'"):
+        resolve_db_settings({"url": "mongodb://127.0.0.1:1,127.0.0.1:x/db"}, env={})
+    with pytest.raises(DatabaseError, match="empty host"):
+        resolve_db_settings({"url": "mongodb://127.0.0.1:1,,127.0.0.1:2/db"}, env={})
+
+
+def test_metrics_kept_for_the_next_heartbeat_are_sent_before_the_new_ones():
+    from seml_hydra.run import _merge_metrics
+
+    earlier = {"loss": {"steps": [0, 1], "values": [1.0, 0.5], "timestamps": ["a", "b"]}}
+    later = {
+        "loss": {"steps": [2], "values": [0.25], "timestamps": ["c"]},
+        "acc": {"steps": [2], "values": [0.9], "timestamps": ["c"]},
+    }
+    merged = _merge_metrics(earlier, later)
+    assert merged["loss"] == {"steps": [0, 1, 2], "values": [1.0, 0.5, 0.25],
+                              "timestamps": ["a", "b", "c"]}  # fmt: skip
+    assert merged["acc"] == later["acc"]
+    assert _merge_metrics(None, later) == later
+
+
+@pytest.mark.mongo
+def test_a_rank_failure_pushed_again_by_a_retry_is_recorded_once(test_db, monkeypatch):
+    """The retry of a ``$push`` that reached the server before the connection dropped (same
+    failure, same id) adds nothing."""
+    import uuid
+
+    from seml_hydra import run
+
+    coll = test_db["ranks"]
+    coll.insert_one({"_id": 1, "status": "RUNNING"})
+    same = uuid.uuid4()
+    monkeypatch.setattr(uuid, "uuid4", lambda: same)
+    run._record_rank_failure(coll, 1, 1, "trace\n")
+    run._record_rank_failure(coll, 1, 1, "trace\n")  # what a retry sends
+    failures = coll.find_one({"_id": 1})["rank_failures"]
+    assert [(f["rank"], f["trace"]) for f in failures] == [(1, "trace\n")]
