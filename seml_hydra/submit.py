@@ -74,13 +74,74 @@ class SubmissionError(Exception):
     """sbatch (or the local executor) refused the submission; the message is for the user."""
 
 
+#: launcher fields whose text is written into the sbatch script (``#SBATCH --<option>=<value>``)
+SCRIPT_TEXT_FIELDS = ("partition", "qos", "account", "constraint", "exclude", "gres")
+
+
+def control_character(text: str) -> str | None:
+    """The first control character of ``text`` (code point below 0x20 - null, tab, newline,
+    carriage return... - or 0x7f, DEL), or None (pure)."""
+    return next((c for c in text if ord(c) < 0x20 or ord(c) == 0x7F), None)
+
+
+def script_values(launcher: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(field, text)`` of every launcher value that reaches the sbatch script (pure):
+    :data:`SCRIPT_TEXT_FIELDS`, ``submitit_folder`` (the ``--output`` path), each ``setup``
+    line (``setup[i]``) and each ``additional_parameters`` key and value. ``None`` is left out
+    (never sent); other values as ``str()``, as submitit writes them."""
+    out = [(key, str(launcher[key])) for key in SCRIPT_TEXT_FIELDS if launcher.get(key) is not None]
+    if launcher.get("submitit_folder") is not None:
+        out.append(("submitit_folder", str(launcher["submitit_folder"])))
+    setup = launcher.get("setup")
+    if isinstance(setup, str):
+        setup = [setup]
+    for i, line in enumerate(setup or ()):
+        out.append((f"setup[{i}]", str(line)))
+    for key, value in (launcher.get("additional_parameters") or {}).items():
+        out.append(("additional_parameters (an option name)", str(key)))
+        if value is not None:
+            out.append((f"additional_parameters.{key}", str(value)))
+    return out
+
+
+def check_script_values(launcher: Mapping[str, Any], *, job_name: str | None = None) -> None:
+    """Refuse a launcher whose values would break the sbatch script.
+
+    submitit writes each option as one ``#SBATCH --<key>=<value>`` line and each ``setup``
+    entry as one shell line: a newline in a value ends the ``#SBATCH`` block (sbatch ignores
+    every ``#SBATCH`` line after a command) and runs the rest as a shell command. So no value
+    of :func:`script_values` (nor ``job_name``, the ``--job-name``) may hold a control
+    character (:func:`control_character`); ``setup`` is a list of lines by design, but each
+    entry must be one line.
+
+    Raises:
+        ValueError: naming the field and the character, e.g. ``hydra.launcher.partition=
+            'debug\\n#x' contains the control character '\\n'``.
+    """
+    values = script_values(launcher)
+    if job_name is not None:
+        values.append(("job name (<collection>_<batch_id>)", job_name))
+    for name, text in values:
+        char = control_character(text)
+        if char is not None:
+            what = name if name.startswith("job name") else f"hydra.launcher.{name}"
+            hint = (
+                " (setup is a list: one shell line per entry)" if name.startswith("setup") else ""
+            )
+            raise ValueError(
+                f"{what}={text!r} contains the control character {char!r}: values written "
+                f"into the Slurm job script must be a single line of printable text{hint}."
+            )
+
+
 def validate_launcher(launcher: Mapping[str, Any]) -> None:
     """Reject launcher values that cannot work, before anything is staged.
 
     Raises ``ValueError`` with the field and what to do: unknown fields (a typo added with
     ``+hydra.launcher.mem_gbb=4``), non-positive counts, times or sizes, reserved sbatch options in
     ``additional_parameters``; ``experiments_per_job > 1`` with more than one task (mutually
-    exclusive, as in SEML's multi-task change); non-positive counts.
+    exclusive, as in SEML's multi-task change); non-positive counts; a control character (a
+    newline...) in a value that goes into the job script (:func:`check_script_values`).
     """
     unknown = sorted(set(launcher) - set(LAUNCHER_FIELDS) - {"_target_"})
     if unknown:
@@ -117,6 +178,7 @@ def validate_launcher(launcher: Mapping[str, Any]) -> None:
             "experiments per job and multi-task jobs are mutually exclusive. Set "
             "experiments_per_job=1 or nodes=1 tasks_per_node=1."
         )
+    check_script_values(launcher)
 
 
 def resource_key(launcher: Mapping[str, Any]) -> str:
@@ -434,13 +496,22 @@ def submit_requests(
     documents alone). Each array's runner is a ``seml_hydra.run.JobRunner`` on the group's
     payload. Slurm arrays longer than the cluster's ``MaxArraySize`` are split into several
     arrays. Raises :class:`SubmissionError` for the first group sbatch refuses (its documents
-    are back to STAGED; groups submitted before it stay submitted).
+    are back to STAGED; groups submitted before it stay submitted), and before any sbatch when
+    a value that would go into a job script holds a control character.
     """
     from .run import JobRunner
 
+    groups = group_requests(requests)
+    for group in groups:  # `seml start` rebuilds launchers from documents: check them again
+        try:
+            check_script_values(
+                group[0].launcher, job_name=f"{collection_name}_{group[0].batch_id}"
+            )
+        except ValueError as error:
+            raise SubmissionError(f"{error} Nothing was submitted.") from None
     arrays = []
     max_array: int | None = None
-    for group in group_requests(requests):
+    for group in groups:
         first = group[0]
         launcher = first.launcher
         name = f"{collection_name}_{first.batch_id}"
