@@ -293,7 +293,9 @@ def process_start(pid: int) -> str | None:
 
 
 def submission_mark() -> dict[str, Any]:
-    """``slurm[0].submitting`` of the experiments this process is about to submit."""
+    """``slurm[0].submitting`` of the experiments this process is about to submit: host, pid,
+    process start, time, and a random ``token`` unique to this submission."""
+    import uuid
     from datetime import datetime, timezone
 
     pid = os.getpid()
@@ -302,6 +304,8 @@ def submission_mark() -> dict[str, Any]:
         "pid": pid,
         "started": process_start(pid),
         "time": datetime.now(timezone.utc),
+        # tells this submission's documents from those another one marked meanwhile
+        "token": uuid.uuid4().hex,
     }
 
 
@@ -380,27 +384,43 @@ def submit_group(
     runner: Any,
     id_groups: Sequence[Sequence[int]],
     options: Mapping[str, Any],
-) -> list[Any]:
-    """Submit one resource group as one array job; returns submitit ``Job``s (one per group).
+    cluster_name: str | None = None,
+) -> tuple[list[Any], list[list[int]]]:
+    """Submit one resource group as one array job; returns ``(submitit Jobs, id groups)``: one
+    job per group submitted, in order, which are ``id_groups`` less the ids this process did
+    not move (both empty, and no sbatch, when it moved none).
 
     The groups' documents are set PENDING (from STAGED) and marked as being submitted by this
     process first (:func:`submission_mark`), then submitted; on success each records its
-    ``slurm[0]`` fields instead of the mark, on failure every one of them goes back to STAGED and
+    ``slurm[0]`` fields instead of the mark (``slurm[0].cluster``: ``cluster_name``, the Slurm
+    cluster's own name, else the executor ``cluster``), on failure every one of them goes back to STAGED and
     :class:`SubmissionError` carries sbatch's message. Should this process die in between, the
-    next submission of them recovers them (:func:`recover_interrupted_submissions`).
+    next submission of them recovers them (:func:`recover_interrupted_submissions`). Only the
+    documents this update moved are submitted and written afterwards (filtered on its mark's
+    ``token``): an experiment a concurrent submission moved first is neither submitted twice
+    nor has its ``slurm[0]`` overwritten.
     """
     import submitit
 
     all_ids = [i for group in id_groups for i in group]
     # the old job of a re-run experiment must not be taken for its new one meanwhile
     stale = ("array_id", "task_id", "job_id", "num_tasks", "output_files_template")
+    mark = submission_mark()
     collection.update_many(
         {"_id": {"$in": all_ids}, "status": states.STAGED},
         {
-            "$set": {"status": states.PENDING, "slurm.0.submitting": submission_mark()},
+            "$set": {"status": states.PENDING, "slurm.0.submitting": mark},
             "$unset": {f"slurm.0.{k}": "" for k in stale},
         },
     )
+    # only what this update moved: a concurrent launch or `seml start` may have moved (and
+    # submitted) some of them first; every later write is filtered on this submission's mark
+    ours = {"slurm.0.submitting.token": mark["token"]}
+    moved = {d["_id"] for d in collection.find({"_id": {"$in": all_ids}, **ours}, {"_id": 1})}
+    id_groups = [g for g in ([i for i in group if i in moved] for group in id_groups) if g]
+    if not id_groups:
+        return [], []
+    all_ids = [i for group in id_groups for i in group]
     try:
         # submitit's own limit on timeout requeues stays above ours (JobRunner.max_requeues)
         executor = submitit.AutoExecutor(
@@ -414,7 +434,7 @@ def submit_group(
             jobs = executor.map_array(runner, [list(g) for g in id_groups])
     except BaseException as error:  # Ctrl-C during sbatch too: never PENDING without a job
         collection.update_many(
-            {"_id": {"$in": all_ids}, "status": states.PENDING},
+            {"_id": {"$in": all_ids}, "status": states.PENDING, **ours},
             {"$set": {"status": states.STAGED}, "$unset": {"slurm.0.submitting": ""}},
         )
         if not isinstance(error, Exception):
@@ -428,7 +448,7 @@ def submit_group(
         array_id = str(job.job_id).split("_")[0]
         records.append(
             UpdateMany(
-                {"_id": {"$in": list(group)}},
+                {"_id": {"$in": list(group)}, **ours},
                 {
                     "$set": {
                         "slurm.0.array_id": int(array_id) if array_id.isdigit() else array_id,
@@ -436,7 +456,7 @@ def submit_group(
                         "slurm.0.job_id": str(job.job_id),
                         "slurm.0.num_tasks": len(jobs),
                         "slurm.0.sbatch_options": dict(options),
-                        "slurm.0.cluster": cluster,
+                        "slurm.0.cluster": cluster_name or cluster,
                         "slurm.0.output_files_template": str(job.paths.stdout),
                     },
                     "$unset": {"slurm.0.submitting": ""},
@@ -446,7 +466,7 @@ def submit_group(
     # the jobs exist now: their experiments must name them even if Ctrl-C comes meanwhile (a
     # recovered "interrupted submission" would be submitted a second time)
     finish_despite_interrupt(lambda: collection.bulk_write(records, ordered=False))
-    return jobs
+    return jobs, [list(g) for g in id_groups]
 
 
 @dataclass(frozen=True)
@@ -511,6 +531,7 @@ def submit_requests(
             raise SubmissionError(f"{error} Nothing was submitted.") from None
     arrays = []
     max_array: int | None = None
+    name_of_cluster: str | None = None
     for group in groups:
         first = group[0]
         launcher = first.launcher
@@ -529,17 +550,18 @@ def submit_requests(
         limit = len(id_groups)
         if first.cluster == "slurm":
             if max_array is None:
-                from .slurm import SlurmError, max_array_size
+                from .slurm import SlurmError, cluster_name, max_array_size
 
                 try:
                     max_array = max_array_size()
+                    name_of_cluster = cluster_name()
                 except SlurmError as error:
                     raise SubmissionError(str(error)) from None
             limit = max_array
         for part in split_array(id_groups, limit):
             # submitit always throttles arrays (%256 by default): unset means no limit here
             part_params = {"slurm_array_parallelism": len(part), **params}
-            jobs = submit_group(
+            jobs, part = submit_group(
                 collection,
                 cluster=first.cluster,
                 folder=folder,
@@ -547,7 +569,10 @@ def submit_requests(
                 runner=runner,
                 id_groups=part,
                 options=sbatch_options(launcher, comment=collection_name, name=name),
+                cluster_name=name_of_cluster if first.cluster == "slurm" else None,
             )
+            if not jobs:  # a concurrent submission took all of them: nothing submitted here
+                continue
             arrays.append(
                 SubmittedArray(
                     array_id=str(jobs[0].job_id).split("_")[0],

@@ -565,6 +565,6 @@ def test_delete_spares_the_payload_and_snapshot_of_a_launch_still_staging(test_d
         }
     )
     staging_payload, staging_source = payload(), source()  # no document refers to them yet
-    assert delete(coll, {}) == [1]
+    assert delete(coll, {}).ids == [1]
     left = {str(f["_id"]) for f in test_db["fs.files"].find()}
     assert left == {staging_payload, staging_source}
