@@ -159,25 +159,36 @@ def test_delete_no_cancel_leaves_the_job_which_then_finds_nothing_to_run(slurm, 
     assert coll.count_documents({}) == 0  # the job claimed nothing and re-created nothing
 
 
-def test_delete_selected_by_state_running_deletes_the_running_experiments_and_their_jobs(
+def test_delete_selected_by_state_running_deletes_the_running_experiment_and_its_job(
     slurm, test_db, tmp_path
 ):
-    """``delete -s RUNNING`` selects once: cancelling turns the experiments INTERRUPTED, and a
-    second selection by state would find none of them ("No experiments to delete.")."""
+    """``delete -s RUNNING`` selects once: cancelling turns the experiment INTERRUPTED, and a
+    second selection by state would find none ("No experiments to delete.")."""
     coll = test_db["gate"]
-    launch(tmp_path, "x=1,2")
+    launch(tmp_path, "x=1")
+    array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
+    try:
+        wait_until("the experiment runs", lambda: statuses(coll) == {1: "RUNNING"})
+        assert set(squeue(array)) == {str(array)}
+        out = seml("gate", "delete", "-s", "RUNNING", "-y")
+        assert "Deleted 1 experiment(s): 1" in out, out
+        assert f"Cancelled 1 Slurm task(s) first: {array}" in out, out
+        assert coll.count_documents({}) == 0
+        assert squeue(array) == {}
+    finally:
+        subprocess.run(["scancel", str(array)], check=True)
+
+
+def test_a_launch_records_the_clusters_real_name(slurm, test_db, tmp_path):
+    """``slurm[0].cluster`` is the ClusterName of ``scontrol show config`` (as the job's
+    ``SLURM_CLUSTER_NAME``), not "slurm": another cluster's status can tell it is not its own."""
+    coll = test_db["gate"]
+    launch(tmp_path, "x=1,2", "+hydra.launcher.additional_parameters.hold=true")
     docs = list(coll.find())
-    array = docs[0]["slurm"][0]["array_id"]
-    # the real cluster name is recorded at submission (not "slurm"), and the jobs see it too
-    assert {d["slurm"][0]["cluster"] for d in docs} == {"semltest"}
-    wait_until("both experiments run", lambda: statuses(coll) == {1: "RUNNING", 2: "RUNNING"})
-    assert {d["execution"]["cluster"] for d in coll.find()} == {"semltest"}
-    assert set(squeue(array)) == {f"{array}_0", f"{array}_1"}
-    out = seml("gate", "delete", "-s", "RUNNING", "-y")
-    assert "Deleted 2 experiment(s): 1-2" in out, out
-    assert f"Cancelled 2 Slurm task(s) first: {array}_0, {array}_1" in out, out
-    assert coll.count_documents({}) == 0
-    assert squeue(array) == {}
+    try:
+        assert [d["slurm"][0]["cluster"] for d in docs] == ["semltest", "semltest"]
+    finally:
+        subprocess.run(["scancel", str(docs[0]["slurm"][0]["array_id"])], check=True)
 
 
 def test_delete_selected_by_state_pending_cancels_the_held_job_and_deletes(

@@ -180,3 +180,48 @@ def test_hidden_collections_are_not_listed():
 
 def test_tail_text_replaces_invalid_utf8():
     assert manage.tail_text(b"a\nb\xff\nc\n", 2) == "b\ufffd\nc"
+
+
+def sacct_row(job_id: str, state: str):
+    from seml_hydra.slurm import SacctRow
+
+    raw = job_id.split("_")[0]
+    return SacctRow(job_id, raw, state.split()[0], state, 0, 0, None, None, None, 0.0, None, "u",
+                    "n", None)  # fmt: skip
+
+
+def test_sacct_states_by_task_expands_array_records_to_their_tasks():
+    rows = [
+        sacct_row("12_[0-3%2]", "CANCELLED by 0"),  # a held array cancelled: no task started
+        sacct_row("13_0", "COMPLETED"),
+        sacct_row("13_[1-2]", "PENDING"),
+        sacct_row("14", "FAILED"),
+        sacct_row("15", "CANCELLED by 0"),  # an array's record before sacct split it
+    ]
+    got = manage.sacct_states_by_task(rows, ["12_1", "13_0", "15_2", "16_0"])
+    assert got["12_0"] == got["12_3"] == ["CANCELLED by 0"]
+    assert got["13_0"] == ["COMPLETED"] and got["13_2"] == ["PENDING"]
+    assert got["14"] == ["FAILED"]
+    assert got["15_2"] == ["CANCELLED by 0"]  # the task falls back to its array's record
+    assert "16_0" not in got and "15_1" not in got  # only asked tasks fall back
+    # the array asked for next to its task gives the same record twice: states once
+    assert manage.sacct_states_by_task([sacct_row("12_1", "X"), sacct_row("12_1", "X")]) == {
+        "12_1": ["X"]
+    }
+
+
+def test_foreign_experiments_are_those_naming_another_cluster():
+    docs = [
+        running(1, 10, 0, cluster="here"),
+        running(2, 10, 1, cluster="there"),
+        running(3, 11, 0, cluster="slurm"),  # submitted before the real name was recorded
+        running(4, 4242, 0, cluster="local"),
+        pending(5),
+        pending(6, 12, 0) | {"slurm": [{"array_id": 12, "task_id": 0, "cluster": "there"}]},
+        running(7, 13, 0, cluster="other"),
+    ]
+    assert manage.foreign_experiments(docs, "here") == {"there": [2, 6], "other": [7]}
+    assert manage.foreign_lines({"there": [2, 6]}, "here") == [
+        "2 experiment(s) run on cluster there (2, 6): not checked from cluster here; run "
+        "`status` there to check them."
+    ]
