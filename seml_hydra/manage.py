@@ -393,6 +393,22 @@ def foreign_experiments(docs: Iterable[Mapping[str, Any]], here: str) -> dict[st
     return out
 
 
+def _without_foreign(
+    docs: list[dict],
+) -> tuple[list[dict], dict[str, list[int]], str | None]:
+    """``(docs of this cluster, {cluster: ids} of the others, this cluster's name)``; the name
+    is asked (``slurm.cluster_name``, raising ``SlurmError``) only when a document names a
+    cluster (None otherwise)."""
+    from . import slurm
+
+    if not any(is_slurm_task(t) and t[0] not in UNNAMED_CLUSTERS for t in map(task_of, docs)):
+        return docs, {}, None
+    here = slurm.cluster_name()
+    foreign = foreign_experiments(docs, here)
+    skipped = {i for ids in foreign.values() for i in ids}
+    return [d for d in docs if d["_id"] not in skipped], foreign, here
+
+
 def foreign_lines(foreign: Mapping[str, Sequence[int]], here: str | None) -> list[str]:
     """One line per cluster of :attr:`DetectResult.foreign`, e.g. ``"3 experiment(s) run on
     cluster a (ids 1-3): not checked from cluster b"`` (pure)."""
@@ -588,20 +604,14 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
 
     recovered = recover_interrupted_submissions(collection, query)
     docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
-    foreign: dict[str, list[int]] = {}
-    here = None
-    if any(is_slurm_task(t) and t[0] not in UNNAMED_CLUSTERS for t in map(task_of, docs)):
-        try:
-            here = slurm.cluster_name()
-        except slurm.SlurmError as error:
-            return DetectResult(
-                warning=f"Could not ask Slurm for its cluster name ({error}); no experiment "
-                "was marked KILLED.",
-                recovered=recovered,
-            )
-        foreign = foreign_experiments(docs, here)
-        skipped = {i for ids in foreign.values() for i in ids}
-        docs = [d for d in docs if d["_id"] not in skipped]
+    try:
+        docs, foreign, here = _without_foreign(docs)
+    except slurm.SlurmError as error:
+        return DetectResult(
+            warning=f"Could not ask Slurm for its cluster name ({error}); no experiment "
+            "was marked KILLED.",
+            recovered=recovered,
+        )
     tasks = {task_of(d) for d in docs}
     jobs = sorted({t[1] for t in tasks if is_slurm_task(t)})
     seml_arrays = {a for a in map(array_of, docs) if a}  # SEML 0.5's unclaimed experiments
@@ -757,8 +767,9 @@ def reset(collection: Any, query: Mapping[str, Any]) -> list[int]:
 class CancelResult:
     """What :func:`cancel` did: the ids it marked INTERRUPTED, the Slurm tasks it cancelled
     (only those squeue still listed alive: a task already gone is not reported), the ids run by
-    the local executor (marked, not stopped), the tasks still alive after the wait, and the ids
-    of an earlier unfinished cancel it finished."""
+    the local executor (marked, not stopped), the tasks still alive after the wait, the ids
+    of an earlier unfinished cancel it finished, and the experiments of other clusters it left
+    alone (``foreign``)."""
 
     interrupted: list[int] = field(default_factory=list)
     cancelled_tasks: list[str] = field(default_factory=list)
@@ -766,6 +777,10 @@ class CancelResult:
     still_alive: list[str] = field(default_factory=list)
     #: experiments an earlier, unfinished cancel had marked, whose tasks were cancelled now
     finished: list[int] = field(default_factory=list)
+    #: ``{cluster: ids}`` of active experiments of another Slurm cluster: left alone
+    foreign: dict[str, list[int]] = field(default_factory=dict)
+    #: this cluster's name, when it was asked
+    cluster: str | None = None
 
 
 def cancel(
@@ -776,6 +791,8 @@ def cancel(
     lists those tasks alive, then INTERRUPTED again: Sacred's heartbeat rewrites ``status``
     until the process is gone. Tasks shared with active experiments not cancelled are spared.
     Experiments of the local executor are marked but their processes are not stopped.
+    Experiments of another Slurm cluster are left alone (``foreign``): a job id there names
+    another job here.
 
     Safe to run again: a cancel that stopped between marking and ``scancel`` (killed, or Slurm
     failed) is finished by the next one, which also cancels the tasks squeue still lists alive
@@ -783,9 +800,15 @@ def cancel(
     from . import slurm
 
     docs = select(collection, and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
+    try:  # job ids are per cluster: another cluster's experiments are not touched from here
+        docs, foreign, here = _without_foreign(docs)
+    except slurm.SlurmError as error:
+        raise ManageError(
+            f"Could not ask Slurm for its cluster name ({error}); nothing was cancelled."
+        ) from None
     unfinished = _unfinished_cancels(collection, query)
     if not docs and not unfinished:
-        return CancelResult()
+        return CancelResult(foreign=foreign, cluster=here)
     ids = [d["_id"] for d in docs]
     mark = {"status": states.INTERRUPTED, CANCEL_MARK: datetime.now(timezone.utc)}
     active = {"status": {"$in": sorted(states.ACTIVE)}}
@@ -810,6 +833,8 @@ def cancel(
     tasks = tasks_to_cancel(cancelled, others)
     tasks += _orphaned_pending_tasks(collection, {a for a in map(array_of, docs) if a})
     result = CancelResult(
+        foreign=foreign,
+        cluster=here,
         interrupted=ids,
         local_ids=[d["_id"] for d in docs if (task_of(d) or ("",))[0] == "local"],
         finished=[d["_id"] for d in unfinished if task_of(d)[1] in tasks],  # type: ignore[index]
@@ -851,6 +876,9 @@ def _unfinished_cancels(collection: Any, query: Mapping[str, Any]) -> list[dict]
     if not marked:
         return []
     try:
+        marked = _without_foreign(marked)[0]
+        if not marked:
+            return []
         alive = set(_alive_tasks(sorted({task_of(d)[1] for d in marked})))  # type: ignore[index]
     except (slurm.SlurmError, ValueError):
         return []

@@ -381,3 +381,37 @@ def test_submit_does_not_overwrite_a_slurm_entry_another_submission_took_over_me
         assert str(entry["array_id"]) == arrays[0].array_id and "submitting" not in entry
     finally:
         subprocess.run(["scancel", *(a.array_id for a in arrays)], check=False)
+
+
+def test_cancel_leaves_an_experiment_of_another_cluster_and_the_job_with_its_id_here_alone(
+    slurm, test_db
+):
+    """Another cluster's job 123 is not this cluster's job 123: ``cancel`` (and ``delete``,
+    which cancels first) must neither mark the experiment nor scancel this cluster's job."""
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    job = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--time=1", "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        task = {"cluster": "elsewhere", "array_id": int(job), "task_id": 0}
+        single = {**task, "job_id": job, "num_tasks": 1}  # a plain job: task_of gives `job`
+        test_db["ghost"].insert_one(
+            {"_id": 1, "status": "RUNNING", "execution": task, "slurm": [single]}
+        )
+        result = CliRunner().invoke(app, ["ghost", "cancel", "-y"])
+        assert result.exit_code == 0, result.output
+        assert "1 experiment(s) run on cluster elsewhere (1): not cancelled" in result.output
+        assert "No PENDING or RUNNING experiments to cancel." in result.output
+        assert test_db["ghost"].find_one()["status"] == "RUNNING"
+        result = CliRunner().invoke(app, ["ghost", "delete", "-y"])
+        assert result.exit_code == 0, result.output
+        assert "Deleted 1 experiment(s): 1" in result.output and "Cancelled" not in result.output
+        assert job in squeue_tasks(job)  # this cluster's job of the same id is untouched
+    finally:
+        subprocess.run(["scancel", job], check=True)

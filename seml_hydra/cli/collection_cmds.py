@@ -198,7 +198,20 @@ def cancel(
     _report_cancel(result)
 
 
+def _report_foreign(foreign: Any, cluster: str | None, what: str) -> None:
+    """Say which experiments of other clusters were left alone (``what``: e.g. "cancelled")."""
+    from ..ranges import format_ids
+
+    for name, ids in sorted(foreign.items()):
+        console().print(
+            f"{len(ids)} experiment(s) run on cluster {name} ({format_ids(ids)}): not {what} "
+            f"from cluster {cluster}; run the command there.",
+            markup=False,
+        )
+
+
 def _report_cancel(result: Any) -> None:
+    _report_foreign(result.foreign, result.cluster, "cancelled")
     if not result.interrupted and not result.finished:
         console().print("No PENDING or RUNNING experiments to cancel.")
         return
@@ -252,6 +265,8 @@ def delete(
     query = sel.query()
     confirm_if_many("Delete", coll.count_documents(query), yes)
     result = do_delete(coll, query, cancel_first=cancel_first)
+    if result.cancel:
+        _report_foreign(result.cancel.foreign, result.cancel.cluster, "cancelled (only deleted)")
     cancelled = result.cancel.cancelled_tasks if result.cancel else []
     if cancelled:  # only tasks Slurm still listed: those already gone are not "cancelled"
         console().print(f"Cancelled {len(cancelled)} Slurm task(s) first: {', '.join(cancelled)}")
