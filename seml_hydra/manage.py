@@ -428,13 +428,16 @@ def tasks_to_cancel(
 
     A task also assigned to an active experiment that is not being cancelled
     (``experiments_per_job > 1``) is spared: the job skips the INTERRUPTED experiments itself.
+    Both are experiments of this cluster (other clusters' are left out before).
     Returns ``"<array>_<task>"`` strings, sorted, without duplicates.
     """
-    spared = {task_of(d) for d in others_active}
+    # by job id alone: an unclaimed experiment's task names the cluster of its submission,
+    # a claimed one's that of its job ("slurm" and the real name, for older submissions)
+    spared = {task[1] for task in map(task_of, others_active) if task is not None}
     out = set()
     for doc in cancelled:
         task = task_of(doc)
-        if is_slurm_task(task) and task not in spared:
+        if is_slurm_task(task) and task[1] not in spared:  # type: ignore[index]
             out.add(task[1])  # type: ignore[index]
     return sorted(out, key=_job_sort_key)
 
@@ -830,6 +833,9 @@ def cancel(
                 ],
             },
         )
+        if here is not None:  # (unknown: a foreign task of the same id spares ours, safely)
+            skipped = {i for ids in foreign_experiments(others, here).values() for i in ids}
+            others = [d for d in others if d["_id"] not in skipped]
     tasks = tasks_to_cancel(cancelled, others)
     tasks += _orphaned_pending_tasks(collection, {a for a in map(array_of, docs) if a})
     result = CancelResult(

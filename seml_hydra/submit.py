@@ -393,8 +393,8 @@ def submit_group(
     The groups' documents are set PENDING (from STAGED) and marked as being submitted by this
     process first (:func:`submission_mark`), then submitted; on success each records its
     ``slurm[0]`` fields instead of the mark (``slurm[0].cluster``: ``cluster_name``, the Slurm
-    cluster's own name, else the executor ``cluster``), on failure every one of them goes back to STAGED and
-    :class:`SubmissionError` carries sbatch's message. Should this process die in between, the
+    cluster's own name, else the executor ``cluster``), on failure every one of them goes back
+    to STAGED and :class:`SubmissionError` carries sbatch's message. Should this process die in between, the
     next submission of them recovers them (:func:`recover_interrupted_submissions`). Only the
     documents this update moved are submitted and written afterwards (filtered on its mark's
     ``token``): an experiment a concurrent submission moved first is neither submitted twice

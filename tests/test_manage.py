@@ -154,6 +154,10 @@ def test_tasks_to_cancel_spares_tasks_shared_with_experiments_not_cancelled():
     others = [pending(5, 10, 2)]  # experiments_per_job > 1: task 2 also runs experiment 5
     assert manage.tasks_to_cancel(cancelled, others) == ["10_0", "10_1"]
     assert manage.tasks_to_cancel([running(1, 3, 10), running(2, 3, 9)], []) == ["3_9", "3_10"]
+    # a claimed experiment names its job's cluster, an unclaimed one of an older submission
+    # "slurm": the same task all the same
+    claimed = running(6, 11, 0, cluster="semltest")
+    assert manage.tasks_to_cancel([claimed], [pending(7, 11, 0)]) == []
 
 
 def test_id_ranges_by_state_orders_states_by_life_cycle():
