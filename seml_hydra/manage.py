@@ -1099,11 +1099,16 @@ def drop(db: Any, names: Sequence[str]) -> None:
 
 
 def pending_tasks(collection: Any, query: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """``(held, not held)`` pending Slurm tasks of the matching PENDING experiments."""
+    """``(held, not held)`` pending Slurm tasks of the matching PENDING experiments of this
+    cluster (those of another cluster are left out).
+
+    Raises:
+        SlurmError: squeue failed, or the cluster's name could not be asked.
+    """
     from . import slurm
 
     q = and_(query, {"status": states.PENDING})
-    docs = select(collection, q)
+    docs = _without_foreign(select(collection, q))[0]  # another cluster's ids name other jobs
     tasks = {t[1] for t in map(task_of, docs) if is_slurm_task(t)}
     # SEML 0.5's pending experiments belong to their whole array (any task may claim them)
     seml_arrays = {a for a in map(array_of, docs) if a}

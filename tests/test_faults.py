@@ -383,11 +383,12 @@ def test_submit_does_not_overwrite_a_slurm_entry_another_submission_took_over_me
         subprocess.run(["scancel", *(a.array_id for a in arrays)], check=False)
 
 
-def test_cancel_leaves_an_experiment_of_another_cluster_and_the_job_with_its_id_here_alone(
+def test_release_and_cancel_leave_another_clusters_experiment_and_the_job_of_its_id_here_alone(
     slurm, test_db
 ):
-    """Another cluster's job 123 is not this cluster's job 123: ``cancel`` (and ``delete``,
-    which cancels first) must neither mark the experiment nor scancel this cluster's job."""
+    """Another cluster's job 123 is not this cluster's job 123: ``release``, ``cancel`` (and
+    ``delete``, which cancels first) must neither mark the experiment nor act on this
+    cluster's job."""
     from typer.testing import CliRunner
 
     from seml_hydra.cli import app
@@ -404,6 +405,12 @@ def test_cancel_leaves_an_experiment_of_another_cluster_and_the_job_with_its_id_
         test_db["ghost"].insert_one(
             {"_id": 1, "status": "RUNNING", "execution": task, "slurm": [single]}
         )
+        test_db["ghost"].update_one({"_id": 1}, {"$set": {"status": "PENDING"}})
+        result = CliRunner().invoke(app, ["ghost", "release"])
+        assert result.exit_code == 0, result.output
+        assert "Nothing held to release." in result.output
+        assert squeue_tasks(job)[job][1] == "JobHeldUser"  # still held
+        test_db["ghost"].update_one({"_id": 1}, {"$set": {"status": "RUNNING"}})
         result = CliRunner().invoke(app, ["ghost", "cancel", "-y"])
         assert result.exit_code == 0, result.output
         assert "1 experiment(s) run on cluster elsewhere (1): not cancelled" in result.output
