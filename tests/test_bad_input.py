@@ -219,7 +219,9 @@ def test_a_control_character_in_a_job_script_value_is_refused_before_staging(
     assert not [c for c in comments if c.startswith(collection)]
 
 
-def test_start_refuses_a_stored_launcher_with_a_control_character_before_any_sbatch(test_db):
+def test_start_refuses_a_stored_launcher_with_a_control_character_before_any_sbatch(
+    test_db, tmp_path
+):
     """``seml start`` rebuilds launchers from the documents: a stored value with a newline is
     refused before anything moves to PENDING or reaches sbatch."""
     import dataclasses
@@ -229,7 +231,9 @@ def test_start_refuses_a_stored_launcher_with_a_control_character_before_any_sba
 
     test_db["c"].insert_one({"_id": 1, "status": "STAGED"})
     launcher = {**dataclasses.asdict(SemlLauncherConf()), "partition": "debug\nhostname"}
+    launcher["submitit_folder"] = str(tmp_path / ".submitit" / "%j")
     request = SubmitRequest(1, launcher, "payload", 1, "slurm")
     with pytest.raises(SubmissionError, match="hydra.launcher.partition=.*Nothing was submitted"):
         submit_requests(test_db["c"], "c", [request], db_cfg=None)
     assert test_db["c"].find_one({"_id": 1}) == {"_id": 1, "status": "STAGED"}
+    assert not (tmp_path / ".submitit").exists()
