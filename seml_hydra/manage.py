@@ -263,6 +263,14 @@ def _squeue_alive(rows: Iterable[Any]) -> set[str]:
     return {job for row in rows if row.alive for job in _row_jobs(row)}
 
 
+def is_listed(job: str, alive: set[str] | frozenset[str]) -> bool:
+    """Whether job ``job`` is among the ``alive`` job ids (pure): itself, or for a plain id
+    ``"123"`` any task ``"123_<t>"`` (SEML records a one-task array as ``num_tasks: 1``, so
+    :func:`task_of` names it ``"123"`` while squeue lists ``"123_0"``; ``scancel 123`` acts on
+    all of its tasks)."""
+    return job in alive or ("_" not in job and any(a.split("_")[0] == job for a in alive))
+
+
 def is_slurm_task(task: tuple[str, str] | None) -> bool:
     """True for a task Slurm knows (not submitit's local executor, not missing)."""
     if task is None or task[0] == "local":
@@ -327,7 +335,7 @@ def decide_killed(
         if not is_slurm_task(task):
             continue
         job = task[1]  # type: ignore[index]
-        if job in alive:
+        if is_listed(job, alive):
             continue
         recorded = sacct_states.get(job, [])
         if any(is_alive(s) for s in recorded):
@@ -352,7 +360,8 @@ def sacct_states_by_task(rows: Iterable[Any], tasks: Iterable[str] = ()) -> dict
     never-started remainder ``123_[0-3]`` -> ``"123_0"`` ... ``"123_3"``; a record without a
     task part -> its job id (``"123"``: a job that is not an array, or an array's record
     before sacct split it into tasks). A job of ``tasks`` (``"<array>_<task>"``) without a
-    record of its own then takes that ``"<array>"`` record's states. States in row order,
+    record of its own then takes that ``"<array>"`` record's states, and a plain id of
+    ``tasks`` without one those of its array's tasks (see :func:`is_listed`). States in row order,
     without repeats (an array and its task may both have been asked for).
     """
     out: dict[str, list[str]] = {}
@@ -370,8 +379,14 @@ def sacct_states_by_task(rows: Iterable[Any], tasks: Iterable[str] = ()) -> dict
             add(f"{array}_{t}", row.state_raw)
     for task in tasks:
         array = task.split("_")[0]
-        if task not in out and "_" in task and array in out:
+        if task in out:
+            continue
+        if "_" in task and array in out:
             out[task] = list(out[array])
+        elif "_" not in task:  # a one-task array named by its plain id (see is_listed)
+            found = [st for job, sts in out.items() if job.split("_")[0] == task for st in sts]
+            if found:
+                out[task] = list(dict.fromkeys(found))
     return out
 
 
@@ -625,7 +640,7 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
         rows = slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True)
         alive = _squeue_alive(rows)
         alive_arrays = {j.split("_")[0] for j in alive}
-        missing = [j for j in jobs if j not in alive]
+        missing = [j for j in jobs if not is_listed(j, alive)]
         missing += sorted(seml_arrays - alive_arrays, key=int)
         sacct: dict[str, list[str]] = {}
         if missing:
@@ -926,7 +941,7 @@ def _alive_tasks(tasks: Sequence[str]) -> list[str]:
 
     arrays = sorted({t.split("_")[0] for t in tasks}, key=int)
     alive = _squeue_alive(slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True))
-    return [t for t in tasks if t in alive]
+    return [t for t in tasks if is_listed(t, alive)]
 
 
 def _wait_gone(tasks: Sequence[str], wait_s: float) -> list[str]:

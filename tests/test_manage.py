@@ -229,3 +229,11 @@ def test_foreign_experiments_are_those_naming_another_cluster():
         "2 experiment(s) run on cluster there (2, 6): not checked from cluster here; run "
         "`status` there to check them."
     ]
+
+
+def test_a_plain_id_is_listed_through_its_tasks_and_takes_their_sacct_states():
+    # SEML records a one-task array as num_tasks 1: task_of says "354", squeue "354_0"
+    assert manage.is_listed("354", {"354_0"}) and manage.is_listed("354_0", {"354_0"})
+    assert not manage.is_listed("354_1", {"354_0"}) and not manage.is_listed("35", {"354_0"})
+    rows = [sacct_row("354_0", "COMPLETED")]
+    assert manage.sacct_states_by_task(rows, ["354"])["354"] == ["COMPLETED"]
