@@ -985,7 +985,10 @@ def validate_collection_name(name: str) -> str:
     """Check a collection name before it reaches MongoDB.
 
     Rules (MongoDB's naming restrictions, plus a length cap): a non-empty string of at most
-    100 characters, without ``$`` or a null character, not starting with ``system.``
+    100 characters, without ``$`` or a control character (below 0x20: null, newline, carriage
+    return, tab...; or 0x7f: the name reaches the sbatch script as ``--comment`` and
+    ``--job-name``, where a newline would end the ``#SBATCH`` block and inject a shell line),
+    not starting with ``system.``
     (reserved), without a leading or trailing dot, none of the collections the database
     already uses for other things (:data:`RESERVED_COLLECTIONS`, GridFS's ``fs.*``, the metrics
     collections ``seml_hydra_metrics.*``), and not a
@@ -1015,8 +1018,12 @@ def validate_collection_name(name: str) -> str:
         raise bad(f"it has {len(name)} characters, at most 100 are allowed")
     if "$" in name:
         raise bad("it must not contain '$'")
-    if "\0" in name:
-        raise bad("it must not contain a null character")
+    control = next((c for c in name if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if control is not None:
+        raise bad(
+            f"it contains the control character {control!r}; use printable characters only "
+            "(the name goes into the Slurm job script)"
+        )
     if name.startswith("system."):
         raise bad("names starting with 'system.' are reserved by MongoDB")
     if name.startswith(".") or name.endswith("."):

@@ -265,6 +265,14 @@ def _squeue_alive(rows: Iterable[Any]) -> set[str]:
     return {job for row in rows if row.alive for job in _row_jobs(row)}
 
 
+def is_listed(job: str, alive: set[str] | frozenset[str]) -> bool:
+    """Whether job ``job`` is among the ``alive`` job ids (pure): itself, or for a plain id
+    ``"123"`` any task ``"123_<t>"`` (SEML records a one-task array as ``num_tasks: 1``, so
+    :func:`task_of` names it ``"123"`` while squeue lists ``"123_0"``; ``scancel 123`` acts on
+    all of its tasks)."""
+    return job in alive or ("_" not in job and any(a.split("_")[0] == job for a in alive))
+
+
 def is_slurm_task(task: tuple[str, str] | None) -> bool:
     """True for a task Slurm knows (not submitit's local executor, not missing)."""
     if task is None or task[0] == "local":
@@ -329,7 +337,7 @@ def decide_killed(
         if not is_slurm_task(task):
             continue
         job = task[1]  # type: ignore[index]
-        if job in alive:
+        if is_listed(job, alive):
             continue
         recorded = sacct_states.get(job, [])
         if any(is_alive(s) for s in recorded):
@@ -347,6 +355,89 @@ def decide_killed(
     return killed, interrupted, unsure
 
 
+def sacct_states_by_task(rows: Iterable[Any], tasks: Iterable[str] = ()) -> dict[str, list[str]]:
+    """``{job: [raw state, ...]}`` of sacct records (``slurm.SacctRow``s), pure.
+
+    An array record stands for each of its tasks: ``123_4`` -> ``"123_4"``, the pending or
+    never-started remainder ``123_[0-3]`` -> ``"123_0"`` ... ``"123_3"``; a record without a
+    task part -> its job id (``"123"``: a job that is not an array, or an array's record
+    before sacct split it into tasks). A job of ``tasks`` (``"<array>_<task>"``) without a
+    record of its own then takes that ``"<array>"`` record's states, and a plain id of
+    ``tasks`` without one those of its array's tasks (see :func:`is_listed`). States in row order,
+    without repeats (an array and its task may both have been asked for).
+    """
+    out: dict[str, list[str]] = {}
+
+    def add(job: str, state: str) -> None:
+        states_of = out.setdefault(job, [])
+        if state not in states_of:
+            states_of.append(state)
+
+    for row in rows:
+        array = row.job_id.split("_")[0]
+        if row.task_ids is None:
+            add(row.job_id, row.state_raw)
+        for t in row.task_ids or ():
+            add(f"{array}_{t}", row.state_raw)
+    for task in tasks:
+        array = task.split("_")[0]
+        if task in out:
+            continue
+        if "_" in task and array in out:
+            out[task] = list(out[array])
+        elif "_" not in task:  # a one-task array named by its plain id (see is_listed)
+            found = [st for job, sts in out.items() if job.split("_")[0] == task for st in sts]
+            if found:
+                out[task] = list(dict.fromkeys(found))
+    return out
+
+
+#: cluster names of documents that do not name their Slurm cluster: ``"slurm"`` (what
+#: submissions recorded before the real ClusterName, and a job without SLURM_CLUSTER_NAME) or
+#: none; they are judged as this cluster's, as before
+UNNAMED_CLUSTERS = ("slurm", "")
+
+
+def foreign_experiments(docs: Iterable[Mapping[str, Any]], here: str) -> dict[str, list[int]]:
+    """``{cluster: ids}`` of the experiments whose Slurm task (:func:`task_of`) runs on another
+    cluster than ``here`` (pure). Experiments without a task, of the local executor, or whose
+    cluster is one of :data:`UNNAMED_CLUSTERS` are this cluster's."""
+    out: dict[str, list[int]] = {}
+    for doc in docs:
+        task = task_of(doc)
+        if is_slurm_task(task) and task[0] not in (*UNNAMED_CLUSTERS, here):  # type: ignore[index]
+            out.setdefault(task[0], []).append(doc["_id"])  # type: ignore[index]
+    return out
+
+
+def _without_foreign(
+    docs: list[dict],
+) -> tuple[list[dict], dict[str, list[int]], str | None]:
+    """``(docs of this cluster, {cluster: ids} of the others, this cluster's name)``; the name
+    is asked (``slurm.cluster_name``, raising ``SlurmError``) only when a document names a
+    cluster (None otherwise)."""
+    from . import slurm
+
+    if not any(is_slurm_task(t) and t[0] not in UNNAMED_CLUSTERS for t in map(task_of, docs)):
+        return docs, {}, None
+    here = slurm.cluster_name()
+    foreign = foreign_experiments(docs, here)
+    skipped = {i for ids in foreign.values() for i in ids}
+    return [d for d in docs if d["_id"] not in skipped], foreign, here
+
+
+def foreign_lines(foreign: Mapping[str, Sequence[int]], here: str | None) -> list[str]:
+    """One line per cluster of :attr:`DetectResult.foreign`, e.g. ``"3 experiment(s) run on
+    cluster a (ids 1-3): not checked from cluster b"`` (pure)."""
+    from .ranges import format_ids
+
+    return [
+        f"{len(ids)} experiment(s) run on cluster {cluster} ({format_ids(list(ids))}): not "
+        f"checked from cluster {here}; run `status` there to check them."
+        for cluster, ids in sorted(foreign.items())
+    ]
+
+
 def tasks_to_cancel(
     cancelled: Sequence[Mapping[str, Any]], others_active: Sequence[Mapping[str, Any]]
 ) -> list[str]:
@@ -354,13 +445,16 @@ def tasks_to_cancel(
 
     A task also assigned to an active experiment that is not being cancelled
     (``experiments_per_job > 1``) is spared: the job skips the INTERRUPTED experiments itself.
+    Both are experiments of this cluster (other clusters' are left out before).
     Returns ``"<array>_<task>"`` strings, sorted, without duplicates.
     """
-    spared = {task_of(d) for d in others_active}
+    # by job id alone: an unclaimed experiment's task names the cluster of its submission,
+    # a claimed one's that of its job ("slurm" and the real name, for older submissions)
+    spared = {task[1] for task in map(task_of, others_active) if task is not None}
     out = set()
     for doc in cancelled:
         task = task_of(doc)
-        if is_slurm_task(task) and task not in spared:
+        if is_slurm_task(task) and task[1] not in spared:  # type: ignore[index]
             out.add(task[1])  # type: ignore[index]
     return sorted(out, key=_job_sort_key)
 
@@ -616,8 +710,9 @@ def list_collections(db: Any, pattern: str | None = None) -> list[CollectionCoun
 @dataclass
 class DetectResult:
     """What :func:`detect_killed` did: ids marked KILLED / INTERRUPTED, ids left RUNNING only
-    because their heartbeat is fresh (``unsure``), ids put back to STAGED (``recovered``), and
-    a warning when Slurm could not be asked."""
+    because their heartbeat is fresh (``unsure``), ids put back to STAGED (``recovered``), ids
+    left alone because they run on another cluster (``foreign``), and a warning when Slurm
+    could not be asked."""
 
     killed: list[int] = field(default_factory=list)
     interrupted: list[int] = field(default_factory=list)
@@ -626,6 +721,10 @@ class DetectResult:
     unsure: list[int] = field(default_factory=list)
     #: PENDING without a job because their submitting process died: STAGED again
     recovered: list[int] = field(default_factory=list)
+    #: ``{cluster: ids}`` of active experiments of another Slurm cluster: not judged from here
+    foreign: dict[str, list[int]] = field(default_factory=dict)
+    #: this cluster's name, when it was asked (only for experiments naming a cluster)
+    cluster: str | None = None
 
 
 def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> DetectResult:
@@ -633,37 +732,50 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
     INTERRUPTED when the user had cancelled them; a fresh heartbeat without any Slurm record
     keeps a run RUNNING (``unsure``). A failed scheduler query marks nothing and returns a
     warning. First, experiments left PENDING without a job by a submitting process that died
-    go back to STAGED (``submit.recover_interrupted_submissions``; ``recovered``). ``fail_trace`` = the last lines of ``execution.slurm_output_file``."""
+    go back to STAGED (``submit.recover_interrupted_submissions``; ``recovered``). ``fail_trace`` = the last lines of ``execution.slurm_output_file``.
+
+    An experiment of another Slurm cluster (its ``execution.cluster`` / ``slurm[0].cluster``
+    is neither this cluster's ``ClusterName`` nor one of :data:`UNNAMED_CLUSTERS`) is never
+    judged: job ids are per cluster, so this one's squeue and sacct say nothing about it
+    (``foreign``)."""
     from . import slurm
     from .submit import recover_interrupted_submissions
 
     recovered = recover_interrupted_submissions(collection, query)
     docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
+    try:
+        docs, foreign, here = _without_foreign(docs)
+    except slurm.SlurmError as error:
+        return DetectResult(
+            warning=f"Could not ask Slurm for its cluster name ({error}); no experiment "
+            "was marked KILLED.",
+            recovered=recovered,
+        )
     tasks = {task_of(d) for d in docs}
     jobs = sorted({t[1] for t in tasks if is_slurm_task(t)})
     seml_arrays = {a for a in map(array_of, docs) if a}  # SEML 0.5's unclaimed experiments
     if not jobs and not seml_arrays:
-        return DetectResult(recovered=recovered)
+        return DetectResult(recovered=recovered, foreign=foreign, cluster=here)
     arrays = sorted({j.split("_")[0] for j in jobs} | seml_arrays, key=int)
     try:
         rows = slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True)
         alive = _squeue_alive(rows)
         alive_arrays = {j.split("_")[0] for j in alive}
-        missing = [j for j in jobs if j not in alive]
+        missing = [j for j in jobs if not is_listed(j, alive)]
         missing += sorted(seml_arrays - alive_arrays, key=int)
         sacct: dict[str, list[str]] = {}
         if missing:
-            for row in slurm.sacct_jobs(missing):
-                array = row.job_id.split("_")[0]
-                if row.task_ids is None:
-                    sacct.setdefault(row.job_id, []).append(row.state_raw)
-                for t in row.task_ids or ():
-                    sacct.setdefault(f"{array}_{t}", []).append(row.state_raw)
+            # the arrays too: sacct lists a task that never started only in its array's
+            # record (`123_[0-3]`, e.g. a held array cancelled), not under `123_0`
+            asked = sorted(set(missing) | {j.split("_")[0] for j in missing}, key=_job_sort_key)
+            sacct = sacct_states_by_task(slurm.sacct_jobs(asked), missing)
     except (slurm.SlurmError, ValueError) as error:
         return DetectResult(
             warning=f"Could not ask Slurm about the jobs ({error}); no experiment was marked "
             "KILLED.",
             recovered=recovered,
+            foreign=foreign,
+            cluster=here,
         )
     killed, interrupted, unsure = decide_killed(docs, alive, sacct)
     # an experiment waiting for any task of its SEML array is lost when no task of the array
@@ -703,7 +815,9 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
         )
     if updates:
         collection.bulk_write(updates, ordered=False)
-    return DetectResult(killed, interrupted, unsure=unsure, recovered=recovered)
+    return DetectResult(
+        killed, interrupted, unsure=unsure, recovered=recovered, foreign=foreign, cluster=here
+    )
 
 
 def _output_file(doc: Mapping[str, Any]) -> str | None:
@@ -787,12 +901,22 @@ def reset(collection: Any, query: Mapping[str, Any]) -> list[int]:
 
 @dataclass
 class CancelResult:
+    """What :func:`cancel` did: the ids it marked INTERRUPTED, the Slurm tasks it cancelled
+    (only those squeue still listed alive: a task already gone is not reported), the ids run by
+    the local executor (marked, not stopped), the tasks still alive after the wait, the ids
+    of an earlier unfinished cancel it finished, and the experiments of other clusters it left
+    alone (``foreign``)."""
+
     interrupted: list[int] = field(default_factory=list)
     cancelled_tasks: list[str] = field(default_factory=list)
     local_ids: list[int] = field(default_factory=list)
     still_alive: list[str] = field(default_factory=list)
     #: experiments an earlier, unfinished cancel had marked, whose tasks were cancelled now
     finished: list[int] = field(default_factory=list)
+    #: ``{cluster: ids}`` of active experiments of another Slurm cluster: left alone
+    foreign: dict[str, list[int]] = field(default_factory=dict)
+    #: this cluster's name, when it was asked
+    cluster: str | None = None
 
 
 def cancel(
@@ -803,6 +927,8 @@ def cancel(
     lists those tasks alive, then INTERRUPTED again: Sacred's heartbeat rewrites ``status``
     until the process is gone. Tasks shared with active experiments not cancelled are spared.
     Experiments of the local executor are marked but their processes are not stopped.
+    Experiments of another Slurm cluster are left alone (``foreign``): a job id there names
+    another job here.
 
     Safe to run again: a cancel that stopped between marking and ``scancel`` (killed, or Slurm
     failed) is finished by the next one, which also cancels the tasks squeue still lists alive
@@ -810,9 +936,15 @@ def cancel(
     from . import slurm
 
     docs = select(collection, and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
+    try:  # job ids are per cluster: another cluster's experiments are not touched from here
+        docs, foreign, here = _without_foreign(docs)
+    except slurm.SlurmError as error:
+        raise ManageError(
+            f"Could not ask Slurm for its cluster name ({error}); nothing was cancelled."
+        ) from None
     unfinished = _unfinished_cancels(collection, query)
     if not docs and not unfinished:
-        return CancelResult()
+        return CancelResult(foreign=foreign, cluster=here)
     ids = [d["_id"] for d in docs]
     mark = {"status": states.INTERRUPTED, CANCEL_MARK: datetime.now(timezone.utc)}
     active = {"status": {"$in": sorted(states.ACTIVE)}}
@@ -834,19 +966,26 @@ def cancel(
                 ],
             },
         )
+        if here is not None:  # (unknown: a foreign task of the same id spares ours, safely)
+            skipped = {i for ids in foreign_experiments(others, here).values() for i in ids}
+            others = [d for d in others if d["_id"] not in skipped]
     tasks = tasks_to_cancel(cancelled, others)
     tasks += _orphaned_pending_tasks(collection, {a for a in map(array_of, docs) if a})
     result = CancelResult(
+        foreign=foreign,
+        cluster=here,
         interrupted=ids,
-        cancelled_tasks=tasks,
         local_ids=[d["_id"] for d in docs if (task_of(d) or ("",))[0] == "local"],
         finished=[d["_id"] for d in unfinished if task_of(d)[1] in tasks],  # type: ignore[index]
     )
     ids = [*ids, *result.finished]
     if tasks:
         try:
-            slurm.scancel(tasks)
-            result.still_alive = _wait_gone(tasks, wait_s)
+            # only tasks squeue still lists are cancelled (and reported): the others are gone
+            result.cancelled_tasks = _alive_tasks(tasks)
+            if result.cancelled_tasks:
+                slurm.scancel(result.cancelled_tasks)
+                result.still_alive = _wait_gone(result.cancelled_tasks, wait_s)
         except slurm.SlurmError as error:
             raise ManageError(
                 f"Experiment(s) {', '.join(map(str, ids))} are INTERRUPTED, but Slurm could not "
@@ -876,6 +1015,9 @@ def _unfinished_cancels(collection: Any, query: Mapping[str, Any]) -> list[dict]
     if not marked:
         return []
     try:
+        marked = _without_foreign(marked)[0]
+        if not marked:
+            return []
         alive = set(_alive_tasks(sorted({task_of(d)[1] for d in marked})))  # type: ignore[index]
     except (slurm.SlurmError, ValueError):
         return []
@@ -917,7 +1059,7 @@ def _alive_tasks(tasks: Sequence[str]) -> list[str]:
 
     arrays = sorted({t.split("_")[0] for t in tasks}, key=int)
     alive = _squeue_alive(slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True))
-    return [t for t in tasks if t in alive]
+    return [t for t in tasks if is_listed(t, alive)]
 
 
 def _wait_gone(tasks: Sequence[str], wait_s: float) -> list[str]:
@@ -933,12 +1075,22 @@ def _wait_gone(tasks: Sequence[str], wait_s: float) -> list[str]:
 # ------------------------------------------------------------------------------- delete / drop
 
 
-def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = True) -> list[int]:
+@dataclass
+class DeleteResult:
+    """What :func:`delete` did: the ids deleted, and the :class:`CancelResult` of cancelling
+    them first (None with ``cancel_first=False`` or when nothing matched)."""
+
+    ids: list[int] = field(default_factory=list)
+    cancel: CancelResult | None = None
+
+
+def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = True) -> DeleteResult:
     """Delete the matching experiments (cancelling the active ones first unless
     ``cancel_first`` is False) and the GridFS payloads no experiment refers to any more.
-    Returns the ids deleted."""
-    if cancel_first:
-        cancel(collection, query)
+
+    The experiments are selected once, then cancelled and deleted by id: cancelling changes
+    their status (INTERRUPTED), so a selection by state (``delete -s RUNNING``) made again
+    after the cancel would match none of them."""
     docs = select(
         collection,
         query,
@@ -952,18 +1104,21 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
         },
     )
     ids = [d["_id"] for d in docs]
-    if ids:
-        collection.delete_many({"_id": {"$in": ids}})
-        # only files the deleted experiments used: a launch staging into the collection right
-        # now has uploaded its payload and snapshot before inserting the documents using them
-        payloads = {
-            str(d["seml"]["payload_file"]) for d in docs if d.get("seml", {}).get("payload_file")
-        }
-        sources = {str(e[1]) for d in docs for e in _source_files(d) if len(e) > 1}
-        _delete_orphan_payloads(collection.database, collection.name, payloads)
-        _delete_run_files(collection.database, collection.name, docs)
-        _delete_orphan_sources(collection.database, collection.name, sources)
-    return ids
+    if not ids:
+        return DeleteResult()
+    by_id = {"_id": {"$in": ids}}
+    cancelled = cancel(collection, by_id) if cancel_first else None
+    collection.delete_many(by_id)
+    # only files the deleted experiments used: a launch staging into the collection right
+    # now has uploaded its payload and snapshot before inserting the documents using them
+    payloads = {
+        str(d["seml"]["payload_file"]) for d in docs if d.get("seml", {}).get("payload_file")
+    }
+    sources = {str(e[1]) for d in docs for e in _source_files(d) if len(e) > 1}
+    _delete_orphan_payloads(collection.database, collection.name, payloads)
+    _delete_run_files(collection.database, collection.name, docs)
+    _delete_orphan_sources(collection.database, collection.name, sources)
+    return DeleteResult(ids, cancelled)
 
 
 def _source_files(doc: Mapping[str, Any]) -> list[Any]:
@@ -1104,11 +1259,16 @@ def drop(db: Any, names: Sequence[str]) -> None:
 
 
 def pending_tasks(collection: Any, query: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """``(held, not held)`` pending Slurm tasks of the matching PENDING experiments."""
+    """``(held, not held)`` pending Slurm tasks of the matching PENDING experiments of this
+    cluster (those of another cluster are left out).
+
+    Raises:
+        SlurmError: squeue failed, or the cluster's name could not be asked.
+    """
     from . import slurm
 
     q = and_(query, {"status": states.PENDING})
-    docs = select(collection, q)
+    docs = _without_foreign(select(collection, q))[0]  # another cluster's ids name other jobs
     tasks = {t[1] for t in map(task_of, docs) if is_slurm_task(t)}
     # SEML 0.5's pending experiments belong to their whole array (any task may claim them)
     seml_arrays = {a for a in map(array_of, docs) if a}

@@ -70,7 +70,9 @@ def execution_identity(env: Mapping[str, str]) -> dict[str, Any]:
     """This job's ``execution.{cluster, array_id, task_id}`` (SEML 0.5's ``ExecutionDoc``).
 
     Slurm: ``SLURM_CLUSTER_NAME``, ``SLURM_ARRAY_JOB_ID`` (or ``SLURM_JOB_ID`` for a job that is
-    not an array) and ``SLURM_ARRAY_TASK_ID`` (or 0). submitit's local executor: cluster
+    not an array) and ``SLURM_ARRAY_TASK_ID`` (or 0); without ``SLURM_CLUSTER_NAME`` the cluster
+    is ``"slurm"``, which ``seml_hydra.manage`` takes for this cluster (``UNNAMED_CLUSTERS``,
+    as documents from before the real name was recorded). submitit's local executor: cluster
     ``"local"``, the local job id (the process id of the job) and task 0.
 
     Raises ``ValueError`` naming the variable when neither is present or a value is not an integer.

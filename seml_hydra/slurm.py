@@ -1013,6 +1013,29 @@ def show_config(*, timeout_s: float = 30) -> dict[str, str]:
     return parse_scontrol_show_config(run_slurm(["scontrol", "show", "config"], timeout_s))
 
 
+#: this process's answer of :func:`cluster_name` (the cluster does not change under a process)
+_cluster_name: str | None = None
+
+
+def cluster_name(*, timeout_s: float = 30) -> str:
+    """This cluster's ``ClusterName`` (``scontrol show config``), asked once per process.
+
+    It is what Slurm exports to jobs as ``SLURM_CLUSTER_NAME``; submissions record it in
+    ``slurm[0].cluster`` so that another cluster's ``status`` can tell the experiment is not
+    its own (job ids are per cluster).
+
+    Raises:
+        SlurmError: scontrol failed, or its config names no cluster. A failure is not cached.
+    """
+    global _cluster_name
+    if _cluster_name is None:
+        name = (show_config(timeout_s=timeout_s).get("ClusterName") or "").strip()
+        if not name:
+            raise SlurmError(["scontrol", "show", "config"], "printed no ClusterName")
+        _cluster_name = name
+    return _cluster_name
+
+
 def max_array_size(*, timeout_s: float = 30) -> int:
     """The cluster's ``MaxArraySize``: array task ids must be ``< max_array_size()``.
 

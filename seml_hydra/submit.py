@@ -74,13 +74,74 @@ class SubmissionError(Exception):
     """sbatch (or the local executor) refused the submission; the message is for the user."""
 
 
+#: launcher fields whose text is written into the sbatch script (``#SBATCH --<option>=<value>``)
+SCRIPT_TEXT_FIELDS = ("partition", "qos", "account", "constraint", "exclude", "gres")
+
+
+def control_character(text: str) -> str | None:
+    """The first control character of ``text`` (code point below 0x20 - null, tab, newline,
+    carriage return... - or 0x7f, DEL), or None (pure)."""
+    return next((c for c in text if ord(c) < 0x20 or ord(c) == 0x7F), None)
+
+
+def script_values(launcher: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(field, text)`` of every launcher value that reaches the sbatch script (pure):
+    :data:`SCRIPT_TEXT_FIELDS`, ``submitit_folder`` (the ``--output`` path), each ``setup``
+    line (``setup[i]``) and each ``additional_parameters`` key and value. ``None`` is left out
+    (never sent); other values as ``str()``, as submitit writes them."""
+    out = [(key, str(launcher[key])) for key in SCRIPT_TEXT_FIELDS if launcher.get(key) is not None]
+    if launcher.get("submitit_folder") is not None:
+        out.append(("submitit_folder", str(launcher["submitit_folder"])))
+    setup = launcher.get("setup")
+    if isinstance(setup, str):
+        setup = [setup]
+    for i, line in enumerate(setup or ()):
+        out.append((f"setup[{i}]", str(line)))
+    for key, value in (launcher.get("additional_parameters") or {}).items():
+        out.append(("additional_parameters (an option name)", str(key)))
+        if value is not None:
+            out.append((f"additional_parameters.{key}", str(value)))
+    return out
+
+
+def check_script_values(launcher: Mapping[str, Any], *, job_name: str | None = None) -> None:
+    """Refuse a launcher whose values would break the sbatch script.
+
+    submitit writes each option as one ``#SBATCH --<key>=<value>`` line and each ``setup``
+    entry as one shell line: a newline in a value ends the ``#SBATCH`` block (sbatch ignores
+    every ``#SBATCH`` line after a command) and runs the rest as a shell command. So no value
+    of :func:`script_values` (nor ``job_name``, the ``--job-name``) may hold a control
+    character (:func:`control_character`); ``setup`` is a list of lines by design, but each
+    entry must be one line.
+
+    Raises:
+        ValueError: naming the field and the character, e.g. ``hydra.launcher.partition=
+            'debug\\n#x' contains the control character '\\n'``.
+    """
+    values = script_values(launcher)
+    if job_name is not None:
+        values.append(("job name (<collection>_<batch_id>)", job_name))
+    for name, text in values:
+        char = control_character(text)
+        if char is not None:
+            what = name if name.startswith("job name") else f"hydra.launcher.{name}"
+            hint = (
+                " (setup is a list: one shell line per entry)" if name.startswith("setup") else ""
+            )
+            raise ValueError(
+                f"{what}={text!r} contains the control character {char!r}: values written "
+                f"into the Slurm job script must be a single line of printable text{hint}."
+            )
+
+
 def validate_launcher(launcher: Mapping[str, Any]) -> None:
     """Reject launcher values that cannot work, before anything is staged.
 
     Raises ``ValueError`` with the field and what to do: unknown fields (a typo added with
     ``+hydra.launcher.mem_gbb=4``), non-positive counts, times or sizes, reserved sbatch options in
     ``additional_parameters``; ``experiments_per_job > 1`` with more than one task (mutually
-    exclusive, as in SEML's multi-task change); non-positive counts.
+    exclusive, as in SEML's multi-task change); non-positive counts; a control character (a
+    newline...) in a value that goes into the job script (:func:`check_script_values`).
     """
     unknown = sorted(set(launcher) - set(LAUNCHER_FIELDS) - {"_target_"})
     if unknown:
@@ -117,6 +178,7 @@ def validate_launcher(launcher: Mapping[str, Any]) -> None:
             "experiments per job and multi-task jobs are mutually exclusive. Set "
             "experiments_per_job=1 or nodes=1 tasks_per_node=1."
         )
+    check_script_values(launcher)
 
 
 def resource_key(launcher: Mapping[str, Any]) -> str:
@@ -238,7 +300,9 @@ def process_start(pid: int) -> str | None:
 
 
 def submission_mark() -> dict[str, Any]:
-    """``slurm[0].submitting`` of the experiments this process is about to submit."""
+    """``slurm[0].submitting`` of the experiments this process is about to submit: host, pid,
+    process start, time, and a random ``token`` unique to this submission."""
+    import uuid
     from datetime import datetime, timezone
 
     pid = os.getpid()
@@ -247,6 +311,8 @@ def submission_mark() -> dict[str, Any]:
         "pid": pid,
         "started": process_start(pid),
         "time": datetime.now(timezone.utc),
+        # tells this submission's documents from those another one marked meanwhile
+        "token": uuid.uuid4().hex,
     }
 
 
@@ -326,28 +392,44 @@ def submit_group(
     id_groups: Sequence[Sequence[int]],
     options: Mapping[str, Any],
     job_env: Mapping[str, str] | None = None,
-) -> list[Any]:
-    """Submit one resource group as one array job; returns submitit ``Job``s (one per group).
+    cluster_name: str | None = None,
+) -> tuple[list[Any], list[list[int]]]:
+    """Submit one resource group as one array job; returns ``(submitit Jobs, id groups)``: one
+    job per group submitted, in order, which are ``id_groups`` less the ids this process did
+    not move (both empty, and no sbatch, when it moved none).
 
     The groups' documents are set PENDING (from STAGED) and marked as being submitted by this
     process first (:func:`submission_mark`), then submitted; on success each records its
-    ``slurm[0]`` fields instead of the mark, on failure every one of them goes back to STAGED and
-    :class:`SubmissionError` carries sbatch's message. Should this process die in between, the
-    next submission of them recovers them (:func:`recover_interrupted_submissions`). ``job_env``
-    is set in the submitting environment only (:func:`clean_environment`).
+    ``slurm[0]`` fields instead of the mark (``slurm[0].cluster``: ``cluster_name``, the Slurm
+    cluster's own name, else the executor ``cluster``), on failure every one of them goes back
+    to STAGED and :class:`SubmissionError` carries sbatch's message. Should this process die in
+    between, the next submission of them recovers them (:func:`recover_interrupted_submissions`).
+    Only the documents this update moved are submitted and written afterwards (filtered on its
+    mark's ``token``): an experiment a concurrent submission moved first is neither submitted
+    twice nor has its ``slurm[0]`` overwritten. ``job_env`` is set in the submitting
+    environment only (:func:`clean_environment`).
     """
     import submitit
 
     all_ids = [i for group in id_groups for i in group]
     # the old job of a re-run experiment must not be taken for its new one meanwhile
     stale = ("array_id", "task_id", "job_id", "num_tasks", "output_files_template")
+    mark = submission_mark()
     collection.update_many(
         {"_id": {"$in": all_ids}, "status": states.STAGED},
         {
-            "$set": {"status": states.PENDING, "slurm.0.submitting": submission_mark()},
+            "$set": {"status": states.PENDING, "slurm.0.submitting": mark},
             "$unset": {f"slurm.0.{k}": "" for k in stale},
         },
     )
+    # only what this update moved: a concurrent launch or `seml start` may have moved (and
+    # submitted) some of them first; every later write is filtered on this submission's mark
+    ours = {"slurm.0.submitting.token": mark["token"]}
+    moved = {d["_id"] for d in collection.find({"_id": {"$in": all_ids}, **ours}, {"_id": 1})}
+    id_groups = [g for g in ([i for i in group if i in moved] for group in id_groups) if g]
+    if not id_groups:
+        return [], []
+    all_ids = [i for group in id_groups for i in group]
     try:
         # submitit's own limit on timeout requeues stays above ours (JobRunner.max_requeues)
         executor = submitit.AutoExecutor(
@@ -361,7 +443,7 @@ def submit_group(
             jobs = executor.map_array(runner, [list(g) for g in id_groups])
     except BaseException as error:  # Ctrl-C during sbatch too: never PENDING without a job
         collection.update_many(
-            {"_id": {"$in": all_ids}, "status": states.PENDING},
+            {"_id": {"$in": all_ids}, "status": states.PENDING, **ours},
             {"$set": {"status": states.STAGED}, "$unset": {"slurm.0.submitting": ""}},
         )
         if not isinstance(error, Exception):
@@ -375,7 +457,7 @@ def submit_group(
         array_id = str(job.job_id).split("_")[0]
         records.append(
             UpdateMany(
-                {"_id": {"$in": list(group)}},
+                {"_id": {"$in": list(group)}, **ours},
                 {
                     "$set": {
                         "slurm.0.array_id": int(array_id) if array_id.isdigit() else array_id,
@@ -383,7 +465,7 @@ def submit_group(
                         "slurm.0.job_id": str(job.job_id),
                         "slurm.0.num_tasks": len(jobs),
                         "slurm.0.sbatch_options": dict(options),
-                        "slurm.0.cluster": cluster,
+                        "slurm.0.cluster": cluster_name or cluster,
                         "slurm.0.output_files_template": str(job.paths.stdout),
                     },
                     "$unset": {"slurm.0.submitting": ""},
@@ -393,7 +475,7 @@ def submit_group(
     # the jobs exist now: their experiments must name them even if Ctrl-C comes meanwhile (a
     # recovered "interrupted submission" would be submitted a second time)
     finish_despite_interrupt(lambda: collection.bulk_write(records, ordered=False))
-    return jobs
+    return jobs, [list(g) for g in id_groups]
 
 
 @dataclass(frozen=True)
@@ -444,15 +526,25 @@ def submit_requests(
     documents alone). Each array's runner is a ``seml_hydra.run.JobRunner`` on the group's
     payload. Slurm arrays longer than the cluster's ``MaxArraySize`` are split into several
     arrays. Raises :class:`SubmissionError` for the first group sbatch refuses (its documents
-    are back to STAGED; groups submitted before it stay submitted). ``db_cfg`` (pickled with
+    are back to STAGED; groups submitted before it stay submitted), and before any sbatch when
+    a value that would go into a job script holds a control character. ``db_cfg`` (pickled with
     the runner: no secret) and ``job_env`` (the jobs' environment: the secret, if any) come from
     ``seml_hydra.database.job_db_config`` / ``job_db_environment``.
     """
     from .run import JobRunner
 
+    groups = group_requests(requests)
+    for group in groups:  # `seml start` rebuilds launchers from documents: check them again
+        try:
+            check_script_values(
+                group[0].launcher, job_name=f"{collection_name}_{group[0].batch_id}"
+            )
+        except ValueError as error:
+            raise SubmissionError(f"{error} Nothing was submitted.") from None
     arrays = []
     max_array: int | None = None
-    for group in group_requests(requests):
+    name_of_cluster: str | None = None
+    for group in groups:
         first = group[0]
         launcher = first.launcher
         name = f"{collection_name}_{first.batch_id}"
@@ -470,17 +562,18 @@ def submit_requests(
         limit = len(id_groups)
         if first.cluster == "slurm":
             if max_array is None:
-                from .slurm import SlurmError, max_array_size
+                from .slurm import SlurmError, cluster_name, max_array_size
 
                 try:
                     max_array = max_array_size()
+                    name_of_cluster = cluster_name()
                 except SlurmError as error:
                     raise SubmissionError(str(error)) from None
             limit = max_array
         for part in split_array(id_groups, limit):
             # submitit always throttles arrays (%256 by default): unset means no limit here
             part_params = {"slurm_array_parallelism": len(part), **params}
-            jobs = submit_group(
+            jobs, part = submit_group(
                 collection,
                 cluster=first.cluster,
                 folder=folder,
@@ -489,7 +582,10 @@ def submit_requests(
                 id_groups=part,
                 options=sbatch_options(launcher, comment=collection_name, name=name),
                 job_env=job_env,
+                cluster_name=name_of_cluster if first.cluster == "slurm" else None,
             )
+            if not jobs:  # a concurrent submission took all of them: nothing submitted here
+                continue
             arrays.append(
                 SubmittedArray(
                     array_id=str(jobs[0].job_id).split("_")[0],

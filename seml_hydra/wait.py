@@ -224,6 +224,13 @@ def wait_for(
                             f"are STAGED again; submit them with `seml {collection_name} start` "
                             "(this launch keeps waiting)."
                         )
+                    if detected.foreign:
+                        from .manage import foreign_lines
+
+                        for line in foreign_lines(detected.foreign, detected.cluster):
+                            if ("foreign", line) not in told:
+                                told.add(("foreign", line))
+                                console.print(line, markup=False)
                     if detected.killed:
                         continue
                     db(

@@ -193,3 +193,56 @@ def test_a_task_that_prints_more_than_a_document_holds_completes_with_its_result
     assert captured.startswith("[seml-hydra: earlier output dropped")
     assert captured.rstrip().endswith("last line")
     assert MAX_CAPTURED_CHARS <= len(captured) < MAX_CAPTURED_CHARS + 200
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ("hydra.launcher.partition='debug\nhostname'", "hydra.launcher.partition="),
+        ("hydra.launcher.account='acct\rid'", "hydra.launcher.account="),
+        ("+hydra.launcher.additional_parameters.mail-type='END\nid'", "mail-type="),
+        ("hydra.launcher.setup=['module list','echo a\necho b']", "hydra.launcher.setup[1]="),
+        ("hydra.launcher.collection='{collection}\nhostname'", "Invalid collection name"),
+    ],
+)
+def test_a_control_character_in_a_job_script_value_is_refused_before_staging(
+    slurm, test_db, tmp_path, override, named
+):
+    """A newline in a value the sbatch script gets would end its ``#SBATCH`` block and run the
+    rest as a shell line: refused naming the field, nothing staged, no job script written and
+    no job submitted."""
+    collection = f"inject_{tmp_path.name}"[-60:]
+    proc = run_test_app(
+        "gate.py",
+        "hydra/launcher=seml",
+        f"hydra.launcher.collection={collection}",
+        override.format(collection=collection),
+        cwd=tmp_path,
+    )
+    assert_clean_error(proc, named, "contains the control character")
+    assert test_db.list_collection_names() == []
+    assert not list(tmp_path.rglob(".submitit")) and not list(tmp_path.rglob("*.sh"))
+    comments = subprocess.run(
+        ["squeue", "-h", "-a", "-o", "%k"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert not [c for c in comments if c.startswith(collection)]
+
+
+def test_start_refuses_a_stored_launcher_with_a_control_character_before_any_sbatch(
+    test_db, tmp_path
+):
+    """``seml start`` rebuilds launchers from the documents: a stored value with a newline is
+    refused before anything moves to PENDING or reaches sbatch."""
+    import dataclasses
+
+    from seml_hydra.config import SemlLauncherConf
+    from seml_hydra.submit import SubmissionError, SubmitRequest, submit_requests
+
+    test_db["c"].insert_one({"_id": 1, "status": "STAGED"})
+    launcher = {**dataclasses.asdict(SemlLauncherConf()), "partition": "debug\nhostname"}
+    launcher["submitit_folder"] = str(tmp_path / ".submitit" / "%j")
+    request = SubmitRequest(1, launcher, "payload", 1, "slurm")
+    with pytest.raises(SubmissionError, match="hydra.launcher.partition=.*Nothing was submitted"):
+        submit_requests(test_db["c"], "c", [request], db_cfg=None)
+    assert test_db["c"].find_one({"_id": 1}) == {"_id": 1, "status": "STAGED"}
+    assert not (tmp_path / ".submitit").exists()

@@ -157,3 +157,99 @@ def test_delete_no_cancel_leaves_the_job_which_then_finds_nothing_to_run(slurm, 
     subprocess.run(["scontrol", "release", str(array)], check=True)
     wait_until("the job ends", lambda: squeue(array) == {})
     assert coll.count_documents({}) == 0  # the job claimed nothing and re-created nothing
+
+
+def test_delete_selected_by_state_running_deletes_the_running_experiment_and_its_job(
+    slurm, test_db, tmp_path
+):
+    """``delete -s RUNNING`` selects once: cancelling turns the experiment INTERRUPTED, and a
+    second selection by state would find none ("No experiments to delete.")."""
+    coll = test_db["gate"]
+    launch(tmp_path, "x=1")
+    array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
+    try:
+        wait_until("the experiment runs", lambda: statuses(coll) == {1: "RUNNING"})
+        assert set(squeue(array)) == {str(array)}
+        out = seml("gate", "delete", "-s", "RUNNING", "-y")
+        assert "Deleted 1 experiment(s): 1" in out, out
+        assert f"Cancelled 1 Slurm task(s) first: {array}" in out, out
+        assert coll.count_documents({}) == 0
+        assert squeue(array) == {}
+    finally:
+        subprocess.run(["scancel", str(array)], check=True)
+
+
+def test_a_launch_records_the_clusters_real_name(slurm, test_db, tmp_path):
+    """``slurm[0].cluster`` is the ClusterName of ``scontrol show config`` (as the job's
+    ``SLURM_CLUSTER_NAME``), not "slurm": another cluster's status can tell it is not its own."""
+    coll = test_db["gate"]
+    launch(tmp_path, "x=1,2", "+hydra.launcher.additional_parameters.hold=true")
+    docs = list(coll.find())
+    try:
+        assert [d["slurm"][0]["cluster"] for d in docs] == ["semltest", "semltest"]
+    finally:
+        subprocess.run(["scancel", str(docs[0]["slurm"][0]["array_id"])], check=True)
+
+
+def test_delete_selected_by_state_pending_cancels_the_held_job_and_deletes(
+    slurm, test_db, tmp_path
+):
+    coll = test_db["gate"]
+    launch(tmp_path, "x=3", "+hydra.launcher.additional_parameters.hold=true")
+    array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
+    assert str(array) in squeue(array)
+    out = seml("gate", "delete", "-s", "PENDING", "-y")
+    assert "Deleted 1 experiment(s): 1" in out, out
+    assert f"Cancelled 1 Slurm task(s) first: {array}" in out, out
+    assert coll.count_documents({}) == 0
+    assert squeue(array) == {}
+
+
+def test_delete_does_not_claim_to_cancel_tasks_that_were_already_gone(slurm, test_db, tmp_path):
+    coll = test_db["gate"]
+    launch(tmp_path, "x=4", "+hydra.launcher.additional_parameters.hold=true")
+    array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
+    subprocess.run(["scancel", str(array)], check=True)
+    wait_until("the held job is gone", lambda: squeue(array) == {})
+    assert statuses(coll) == {1: "PENDING"}  # nobody told the database
+    out = seml("gate", "delete", "-y")  # (no -s: the state selection is another test's)
+    assert "Deleted 1 experiment(s): 1" in out, out
+    assert "Cancelled" not in out, out
+    assert coll.count_documents({}) == 0
+
+
+def _sacct_states(array) -> list[str]:
+    out = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-j", str(array), "-o", "JobID,State"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.split()
+
+
+def test_a_held_array_cancelled_with_scancel_is_killed_with_the_cancelled_state(
+    slurm, test_db, tmp_path
+):
+    """Tasks that never started are in sacct only as the array's record (``<array>_[0-1%2]``
+    CANCELLED), not under ``<array>_0``: the trace says CANCELLED, not "unknown to Slurm"."""
+    coll = test_db["gate"]
+    launch(tmp_path, "x=1,2", "+hydra.launcher.additional_parameters.hold=true")
+    array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
+    assert set(squeue(array)) == {f"{array}_0", f"{array}_1"}
+    subprocess.run(["scancel", str(array)], check=True)
+    wait_until("the array is gone", lambda: squeue(array) == {})
+    wait_until(  # slurmdbd records the array's end a moment later
+        "sacct has the array's record",
+        lambda: any(  # e.g. 12_[0-1%2]|CANCELLED by 0 (submitit throttles arrays)
+            r.startswith(f"{array}_[0-1") and "|CANCELLED" in r for r in _sacct_states(array)
+        ),
+        60,
+    )
+    out = seml("gate", "status")
+    assert "Detected 2 killed experiment(s): 1-2" in out, out
+    for doc in coll.find():
+        assert doc["status"] == "KILLED"
+        head = doc["fail_trace"][0]
+        assert f"Slurm job {array}_{doc['_id'] - 1} ended (CANCELLED" in head, head
+        assert "unknown to Slurm" not in head

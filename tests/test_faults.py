@@ -260,3 +260,168 @@ def test_an_experiment_deleted_while_it_runs_is_not_brought_back_by_its_job(
     array = doc["execution"]["array_id"]
     wait_until("the job to end", lambda: not squeue_tasks(array), 120)
     assert coll.count_documents({}) == 0
+
+
+def test_status_never_judges_an_experiment_of_another_cluster(slurm, test_db):
+    """Job ids are per cluster: a RUNNING experiment of cluster ``elsewhere`` whose job id this
+    cluster does not know (and whose heartbeat is stale) stays RUNNING, and status says why;
+    an old document naming no real cluster (``"slurm"``) is judged as before."""
+    from datetime import datetime, timedelta, timezone
+
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+    from seml_hydra.manage import HEARTBEAT_STALE_S
+
+    stale = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(
+        seconds=HEARTBEAT_STALE_S + 5
+    )
+    docs = []
+    for exp_id, cluster in ((1, "elsewhere"), (2, "elsewhere"), (3, "slurm")):
+        task = {"cluster": cluster, "array_id": 9_000_000 + exp_id, "task_id": 0}
+        docs.append(
+            {"_id": exp_id, "status": "RUNNING", "execution": task, "slurm": [task]}
+            | {"heartbeat": stale}
+        )
+    test_db["ghost"].insert_many(docs)
+    result = CliRunner().invoke(app, ["ghost", "status"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "2 experiment(s) run on cluster elsewhere (1-2): not checked from cluster semltest"
+        in result.output
+    ), result.output
+    assert {d["_id"]: d["status"] for d in test_db["ghost"].find()} == {
+        1: "RUNNING",
+        2: "RUNNING",
+        3: "KILLED",
+    }
+
+
+def _held_request(tmp_path, exp_id: int):
+    """A SubmitRequest of experiment ``exp_id`` whose job is submitted held (it never runs)."""
+    import dataclasses
+
+    from seml_hydra.config import SemlLauncherConf
+    from seml_hydra.submit import SubmitRequest
+
+    launcher = dataclasses.asdict(SemlLauncherConf())
+    launcher["submitit_folder"] = str(tmp_path / ".submitit" / "%j")
+    launcher["additional_parameters"] = {"hold": True}
+    return SubmitRequest(exp_id, launcher, "no-payload", 1, "slurm")
+
+
+def _staged(coll, *ids):
+    coll.insert_many([{"_id": i, "status": "STAGED", "batch_id": 1, "slurm": [{}]} for i in ids])
+
+
+#: slurm[0] of an experiment a concurrent `seml start` moved and submitted first
+THEIRS = {
+    "submitting": {"host": "elsewhere", "pid": 1, "token": "theirs"},
+    "array_id": 8_000_000,
+    "task_id": 0,
+}
+
+
+def test_submit_sends_nothing_to_sbatch_when_a_concurrent_start_moved_every_experiment(
+    slurm, test_db, tmp_path
+):
+    from seml_hydra.submit import submit_requests
+
+    coll = test_db["race"]
+    coll.insert_one({"_id": 1, "status": "PENDING", "batch_id": 1, "slurm": [THEIRS]})
+    arrays = submit_requests(coll, "race", [_held_request(tmp_path, 1)], db_cfg=None)
+    assert arrays == []
+    assert not list(tmp_path.rglob("*.sh"))  # submitit writes the sbatch script first
+    assert coll.find_one({"_id": 1})["slurm"] == [THEIRS]
+
+
+def test_submit_submits_only_the_experiments_it_moved_and_leaves_the_others_slurm_entry(
+    slurm, test_db, tmp_path
+):
+    from seml_hydra.submit import submit_requests
+
+    coll = test_db["race"]
+    _staged(coll, 1)
+    coll.insert_one({"_id": 2, "status": "PENDING", "batch_id": 1, "slurm": [THEIRS]})
+    requests = [_held_request(tmp_path, 1), _held_request(tmp_path, 2)]
+    arrays = submit_requests(coll, "race", requests, db_cfg=None)
+    try:
+        assert len(arrays) == 1 and [ids for _, ids in arrays[0].jobs.values()] == [[1]]
+        array = arrays[0].array_id
+        assert set(squeue_tasks(array)) == {array}  # one task: a plain job, not a 2-task array
+        mine = coll.find_one({"_id": 1})["slurm"][0]
+        assert str(mine["array_id"]) == array and mine["cluster"] == "semltest"
+        assert coll.find_one({"_id": 2})["slurm"] == [THEIRS]
+    finally:
+        subprocess.run(["scancel", *(a.array_id for a in arrays)], check=False)
+
+
+def test_submit_does_not_overwrite_a_slurm_entry_another_submission_took_over_meanwhile(
+    slurm, test_db, tmp_path
+):
+    """The interleaving, made deterministic: after this submission's sbatch, before it records
+    the job, another one (which judged this one dead) re-marked experiment 1 as its own."""
+    from seml_hydra.submit import submit_requests
+
+    coll = test_db["race"]
+    _staged(coll, 1, 2)
+
+    class TakeOverBeforeRecording:
+        """The real collection; its first bulk_write (the job records) comes after a take-over."""
+
+        def __getattr__(self, name):
+            return getattr(coll, name)
+
+        def bulk_write(self, requests, **kwargs):
+            coll.update_one({"_id": 1}, {"$set": {"slurm": [THEIRS]}})
+            return coll.bulk_write(requests, **kwargs)
+
+    requests = [_held_request(tmp_path, 1), _held_request(tmp_path, 2)]
+    arrays = submit_requests(TakeOverBeforeRecording(), "race", requests, db_cfg=None)
+    try:
+        assert coll.find_one({"_id": 1})["slurm"] == [THEIRS]
+        entry = coll.find_one({"_id": 2})["slurm"][0]
+        assert str(entry["array_id"]) == arrays[0].array_id and "submitting" not in entry
+    finally:
+        subprocess.run(["scancel", *(a.array_id for a in arrays)], check=False)
+
+
+def test_release_and_cancel_leave_another_clusters_experiment_and_the_job_of_its_id_here_alone(
+    slurm, test_db
+):
+    """Another cluster's job 123 is not this cluster's job 123: ``release``, ``cancel`` (and
+    ``delete``, which cancels first) must neither mark the experiment nor act on this
+    cluster's job."""
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    job = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--time=1", "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        task = {"cluster": "elsewhere", "array_id": int(job), "task_id": 0}
+        single = {**task, "job_id": job, "num_tasks": 1}  # a plain job: task_of gives `job`
+        test_db["ghost"].insert_one(
+            {"_id": 1, "status": "RUNNING", "execution": task, "slurm": [single]}
+        )
+        test_db["ghost"].update_one({"_id": 1}, {"$set": {"status": "PENDING"}})
+        result = CliRunner().invoke(app, ["ghost", "release"])
+        assert result.exit_code == 0, result.output
+        assert "Nothing held to release." in result.output
+        assert squeue_tasks(job)[job][1] == "JobHeldUser"  # still held
+        test_db["ghost"].update_one({"_id": 1}, {"$set": {"status": "RUNNING"}})
+        result = CliRunner().invoke(app, ["ghost", "cancel", "-y"])
+        assert result.exit_code == 0, result.output
+        assert "1 experiment(s) run on cluster elsewhere (1): not cancelled" in result.output
+        assert "No PENDING or RUNNING experiments to cancel." in result.output
+        assert test_db["ghost"].find_one()["status"] == "RUNNING"
+        result = CliRunner().invoke(app, ["ghost", "delete", "-y"])
+        assert result.exit_code == 0, result.output
+        assert "Deleted 1 experiment(s): 1" in result.output and "Cancelled" not in result.output
+        assert job in squeue_tasks(job)  # this cluster's job of the same id is untouched
+    finally:
+        subprocess.run(["scancel", job], check=True)

@@ -156,6 +156,10 @@ def test_tasks_to_cancel_spares_tasks_shared_with_experiments_not_cancelled():
     others = [pending(5, 10, 2)]  # experiments_per_job > 1: task 2 also runs experiment 5
     assert manage.tasks_to_cancel(cancelled, others) == ["10_0", "10_1"]
     assert manage.tasks_to_cancel([running(1, 3, 10), running(2, 3, 9)], []) == ["3_9", "3_10"]
+    # a claimed experiment names its job's cluster, an unclaimed one of an older submission
+    # "slurm": the same task all the same
+    claimed = running(6, 11, 0, cluster="semltest")
+    assert manage.tasks_to_cancel([claimed], [pending(7, 11, 0)]) == []
 
 
 def test_id_ranges_by_state_orders_states_by_life_cycle():
@@ -250,3 +254,56 @@ def test_the_waiting_launcher_copies_only_the_dead_jobs_own_output(test_db, tmp_
     trace_b = "".join(test_db["c"].find_one({"_id": 2})["fail_trace"])
     assert "line from job a" in trace_a
     assert "s3cr3t" not in trace_b and "a symbolic link" in trace_b
+
+
+def sacct_row(job_id: str, state: str):
+    from seml_hydra.slurm import SacctRow
+
+    raw = job_id.split("_")[0]
+    return SacctRow(job_id, raw, state.split()[0], state, 0, 0, None, None, None, 0.0, None, "u",
+                    "n", None)  # fmt: skip
+
+
+def test_sacct_states_by_task_expands_array_records_to_their_tasks():
+    rows = [
+        sacct_row("12_[0-3%2]", "CANCELLED by 0"),  # a held array cancelled: no task started
+        sacct_row("13_0", "COMPLETED"),
+        sacct_row("13_[1-2]", "PENDING"),
+        sacct_row("14", "FAILED"),
+        sacct_row("15", "CANCELLED by 0"),  # an array's record before sacct split it
+    ]
+    got = manage.sacct_states_by_task(rows, ["12_1", "13_0", "15_2", "16_0"])
+    assert got["12_0"] == got["12_3"] == ["CANCELLED by 0"]
+    assert got["13_0"] == ["COMPLETED"] and got["13_2"] == ["PENDING"]
+    assert got["14"] == ["FAILED"]
+    assert got["15_2"] == ["CANCELLED by 0"]  # the task falls back to its array's record
+    assert "16_0" not in got and "15_1" not in got  # only asked tasks fall back
+    # the array asked for next to its task gives the same record twice: states once
+    assert manage.sacct_states_by_task([sacct_row("12_1", "X"), sacct_row("12_1", "X")]) == {
+        "12_1": ["X"]
+    }
+
+
+def test_foreign_experiments_are_those_naming_another_cluster():
+    docs = [
+        running(1, 10, 0, cluster="here"),
+        running(2, 10, 1, cluster="there"),
+        running(3, 11, 0, cluster="slurm"),  # submitted before the real name was recorded
+        running(4, 4242, 0, cluster="local"),
+        pending(5),
+        pending(6, 12, 0) | {"slurm": [{"array_id": 12, "task_id": 0, "cluster": "there"}]},
+        running(7, 13, 0, cluster="other"),
+    ]
+    assert manage.foreign_experiments(docs, "here") == {"there": [2, 6], "other": [7]}
+    assert manage.foreign_lines({"there": [2, 6]}, "here") == [
+        "2 experiment(s) run on cluster there (2, 6): not checked from cluster here; run "
+        "`status` there to check them."
+    ]
+
+
+def test_a_plain_id_is_listed_through_its_tasks_and_takes_their_sacct_states():
+    # SEML records a one-task array as num_tasks 1: task_of says "354", squeue "354_0"
+    assert manage.is_listed("354", {"354_0"}) and manage.is_listed("354_0", {"354_0"})
+    assert not manage.is_listed("354_1", {"354_0"}) and not manage.is_listed("35", {"354_0"})
+    rows = [sacct_row("354_0", "COMPLETED")]
+    assert manage.sacct_states_by_task(rows, ["354"])["354"] == ["COMPLETED"]

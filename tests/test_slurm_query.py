@@ -158,3 +158,16 @@ def test_current_user_is_who_slurm_sees(submit):
     job = submit("--hold", "--time=1", "--wrap", "true")
     (row,) = wait_until(f"squeue to list job {job}", lambda: sl.squeue_jobs(job_ids=[job]))
     assert row.user == sl.current_user()
+
+
+def test_cluster_name_is_the_configured_one_asked_once_per_process(monkeypatch):
+    monkeypatch.setattr(sl, "_cluster_name", None)
+    assert sl.cluster_name() == "semltest" == sl.show_config()["ClusterName"]
+    calls = []
+    monkeypatch.setattr(sl, "show_config", lambda **kw: calls.append(kw) or {})
+    assert sl.cluster_name() == "semltest" and calls == []  # cached: scontrol not asked again
+    monkeypatch.setattr(sl, "_cluster_name", None)
+    for asked in (1, 2):  # a failure is not cached: asked again next time
+        with pytest.raises(SlurmError, match="printed no ClusterName"):
+            sl.cluster_name()
+        assert len(calls) == asked

@@ -12,6 +12,7 @@ from seml_hydra.config import SemlLauncherConf, SemlLocalLauncherConf
 from seml_hydra.submit import (
     GENERIC_KEYS,
     RESERVED_SBATCH_OPTIONS,
+    check_script_values,
     chunk,
     clean_environment,
     executor_parameters,
@@ -106,6 +107,47 @@ def test_validate_launcher_accepts(changes):
 # --------------------------------------------------------------------------------------------
 # executor_parameters
 # --------------------------------------------------------------------------------------------
+
+
+#: (launcher changes, the field the error must name) of values that would break the job script
+CONTROL_CHARACTER_CASES = [
+    ({"partition": "debug\n#SBATCH --x"}, "hydra.launcher.partition="),
+    ({"account": "acct\rtouch /tmp/x"}, "hydra.launcher.account="),
+    ({"qos": "normal\t"}, "hydra.launcher.qos="),
+    ({"constraint": "a\x00b"}, "hydra.launcher.constraint="),
+    ({"exclude": "node1\x7f"}, "hydra.launcher.exclude="),
+    ({"gres": "gpu:1\x1b[2J"}, "hydra.launcher.gres="),
+    ({"submitit_folder": "/tmp/out\nhostname"}, "hydra.launcher.submitit_folder="),
+    ({"setup": ["module load x", "echo a\necho b"]}, "hydra.launcher.setup[1]="),
+    ({"additional_parameters": {"mail-type": "END\nid"}}, "additional_parameters.mail-type="),
+    ({"additional_parameters": {"mail\ntype": "END"}}, "additional_parameters (an option name)"),
+]
+
+
+@pytest.mark.parametrize("changes, field", CONTROL_CHARACTER_CASES)
+def test_validate_launcher_rejects_control_characters_naming_the_field(changes, field):
+    with pytest.raises(ValueError, match="contains the control character") as error:
+        validate_launcher(launcher(**changes))
+    assert field in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"partition": "debug", "account": "my-acct_1", "constraint": "a&b|c", "gres": "gpu:2"},
+        {"setup": ["module load cuda/12", "export X='a b'; echo $X"]},
+        {"additional_parameters": {"mail-type": "END", "hold": True, "begin": "now+1hour"}},
+        {"partition": "débug ünïcode"},
+    ],
+)
+def test_validate_launcher_accepts_printable_script_values(changes):
+    validate_launcher(launcher(**changes))
+
+
+def test_check_script_values_names_a_bad_job_name():
+    with pytest.raises(ValueError, match=r"job name \(<collection>_<batch_id>\)"):
+        check_script_values(launcher(), job_name="a\nb_1")
+    check_script_values(launcher(), job_name="a b_1")
 
 
 def test_executor_parameters_never_sends_none():

@@ -49,6 +49,11 @@ def _report_detect(result: Any, name: str) -> None:
         )
     if result.warning:
         err_console().print(f"[yellow]Warning:[/] {result.warning}", markup=True)
+    if result.foreign:
+        from ..manage import foreign_lines
+
+        for line in foreign_lines(result.foreign, result.cluster):
+            console().print(line, markup=False)
     if result.killed:
         console().print(
             f"Detected {len(result.killed)} killed experiment(s): {_ids(result.killed)}"
@@ -193,7 +198,20 @@ def cancel(
     _report_cancel(result)
 
 
+def _report_foreign(foreign: Any, cluster: str | None, what: str) -> None:
+    """Say which experiments of other clusters were left alone (``what``: e.g. "cancelled")."""
+    from ..ranges import format_ids
+
+    for name, ids in sorted(foreign.items()):
+        console().print(
+            f"{len(ids)} experiment(s) run on cluster {name} ({format_ids(ids)}): not {what} "
+            f"from cluster {cluster}; run the command there.",
+            markup=False,
+        )
+
+
 def _report_cancel(result: Any) -> None:
+    _report_foreign(result.foreign, result.cluster, "cancelled")
     if not result.interrupted and not result.finished:
         console().print("No PENDING or RUNNING experiments to cancel.")
         return
@@ -239,22 +257,29 @@ def delete(
     yes: Yes = False,
 ) -> None:
     """Delete experiments (all states by default; running ones are cancelled first)."""
-    from ..manage import and_, refresh_collection_cache
     from ..manage import delete as do_delete
+    from ..manage import refresh_collection_cache
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     db, coll = _open(ctx)
     query = sel.query()
     confirm_if_many("Delete", coll.count_documents(query), yes)
-    active = coll.count_documents(and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
-    ids = do_delete(coll, query, cancel_first=cancel_first)
-    if active and cancel_first:
-        console().print(f"Cancelled the Slurm tasks of {active} pending/running experiment(s).")
+    result = do_delete(coll, query, cancel_first=cancel_first)
+    if result.cancel:
+        _report_foreign(result.cancel.foreign, result.cancel.cluster, "cancelled (only deleted)")
+    cancelled = result.cancel.cancelled_tasks if result.cancel else []
+    if cancelled:  # only tasks Slurm still listed: those already gone are not "cancelled"
+        console().print(f"Cancelled {len(cancelled)} Slurm task(s) first: {', '.join(cancelled)}")
+    if result.cancel and result.cancel.still_alive:
+        err_console().print(
+            f"[yellow]Warning:[/] Slurm still lists {', '.join(result.cancel.still_alive)}; "
+            "their experiments are deleted, so they will find nothing to run."
+        )
     refresh_collection_cache([collection_name(ctx)], replace=False)
-    if not ids:
+    if not result.ids:
         console().print("No experiments to delete.")
         return
-    console().print(f"Deleted {len(ids)} experiment(s): {_ids(ids)}")
+    console().print(f"Deleted {len(result.ids)} experiment(s): {_ids(result.ids)}")
 
 
 @command(rich_help_panel=COLLECTION_PANEL)
