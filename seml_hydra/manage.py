@@ -1391,7 +1391,9 @@ def start(
     old = [d["_id"] for d in docs if d.get("status") != states.STAGED]
     if old:  # SEML's "QUEUED": the submission step moves STAGED documents only
         db[collection_name].update_many(
-            {"_id": {"$in": old}, "status": {"$ne": states.STAGED}},
+            # only SEML's old spelling: a document a concurrent launch or start moved on
+            # meanwhile (PENDING, RUNNING) must not be put back
+            {"_id": {"$in": old}, "status": {"$in": list(states.ALIASES)}},
             {"$set": {"status": states.STAGED}},
         )
     settings = resolve_db_settings(None)

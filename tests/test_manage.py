@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -307,3 +308,37 @@ def test_a_plain_id_is_listed_through_its_tasks_and_takes_their_sacct_states():
     assert not manage.is_listed("354_1", {"354_0"}) and not manage.is_listed("35", {"354_0"})
     rows = [sacct_row("354_0", "COMPLETED")]
     assert manage.sacct_states_by_task(rows, ["354"])["354"] == ["COMPLETED"]
+
+
+def test_start_puts_back_only_semls_queued_spelling_not_a_concurrent_pending(test_db):
+    """``start`` turns SEML's old ``QUEUED`` into STAGED before submitting; an experiment a
+    concurrent ``start`` moved to PENDING between the selection and that update stays PENDING
+    (the update used to match any status but STAGED and undid the other's submission)."""
+    coll = test_db["queued"]
+    coll.insert_one({"_id": 1, "status": "QUEUED", "batch_id": 1, "config": {}})
+
+    class ConcurrentStart:
+        """``db[name]`` whose first ``update_many`` is preceded by another process' move."""
+
+        def __init__(self, db):
+            self._db = db
+
+        def __getitem__(self, name):
+            real = self._db[name]
+
+            class Proxy:
+                def __getattr__(self, attr):
+                    return getattr(real, attr)
+
+                def update_many(self, *args, **kwargs):
+                    real.update_one({"_id": 1}, {"$set": {"status": "PENDING"}})
+                    return real.update_many(*args, **kwargs)
+
+            return Proxy()
+
+        def __getattr__(self, attr):
+            return getattr(self._db, attr)
+
+    with contextlib.suppress(Exception):  # no payload: this SEML document cannot be submitted
+        manage.start(ConcurrentStart(test_db), "queued", {})
+    assert coll.find_one({"_id": 1})["status"] == "PENDING"
