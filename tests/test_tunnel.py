@@ -718,3 +718,53 @@ def test_unknown_or_changed_ssh_host_keys_are_refused_before_authenticating(
     path = tmp_path / "accepted.config"
     path.write_text(yaml.safe_dump(cfg))
     assert connect(resolve_db_settings({"config_file": str(path)})).command("ping")["ok"] == 1
+
+
+def _connect_with_known_hosts(tunnel_env, tmp_path, text: str):
+    """Connect through the tunnel with ``ssh_known_hosts`` a file holding ``text``."""
+    known = tmp_path / f"known_hosts_{uuid.uuid4().hex[:6]}"
+    known.write_text(text)
+    cfg = json.loads(json.dumps(tunnel_env["config"]))
+    cfg["ssh_config"].update(retries_max=1, retries_delay=0.1, ssh_known_hosts=str(known))
+    path = tmp_path / f"m{uuid.uuid4().hex[:6]}.config"
+    path.write_text(yaml.safe_dump(cfg))
+    return known, lambda: connect(resolve_db_settings({"config_file": str(path)}))
+
+
+def test_known_hosts_marker_lines_and_malformed_lines_do_not_break_the_host_key_check(
+    tunnel_env, sshd, tmp_path
+):
+    """OpenSSH's ``@cert-authority`` line and a malformed line before the valid entry: the
+    tunnel opens (paramiko's ``HostKeys.load`` failed on them: "Incorrect padding"), and the
+    malformed line is named in the tunnel's log with its file and line number."""
+    kind, key = sshd["host_key"]
+    valid = known_hosts_line("127.0.0.1", sshd["port"], sshd["host_key"])
+    known, open_db = _connect_with_known_hosts(
+        tunnel_env,
+        tmp_path,
+        f"# comment\n\n@cert-authority *.example.org {kind} {key}\n"
+        f"[127.0.0.1]:{sshd['port']} {kind} not-base64!\n{valid}",
+    )
+    assert open_db().command("ping")["ok"] == 1
+    log = next(tunnel_env["runtime"].glob("tunnel-*.log")).read_text()
+    assert f"{known} line 4 skipped" in log
+
+
+def test_a_revoked_or_certificate_only_host_key_is_refused_saying_why(tunnel_env, sshd, tmp_path):
+    """The sshd's key on a ``@revoked`` line is refused although a plain line lists it; a host
+    with only a ``@cert-authority`` line is refused saying certificates are not supported and
+    how to add a plain entry."""
+    kind, key = sshd["host_key"]
+    valid = known_hosts_line("127.0.0.1", sshd["port"], sshd["host_key"])
+    _, open_db = _connect_with_known_hosts(
+        tunnel_env, tmp_path, f"{valid}@revoked * {kind} {key}\n"
+    )
+    with pytest.raises(DatabaseError, match="which is revoked"):
+        open_db()
+    _, open_db = _connect_with_known_hosts(
+        tunnel_env, tmp_path, f"@cert-authority [127.0.0.1]:* {kind} {key}\n"
+    )
+    with pytest.raises(DatabaseError) as error:
+        open_db()
+    assert "certificate-based host keys are not supported" in str(error.value)
+    assert f"ssh-keyscan -p {sshd['port']} 127.0.0.1 >> ~/.ssh/known_hosts" in str(error.value)
