@@ -42,7 +42,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TunnelError", "close_tunnels", "ensure_tunnel", "runtime_dir", "tunnel_paths"]
+__all__ = [
+    "TunnelError",
+    "close_tunnels",
+    "ensure_tunnel",
+    "runtime_dir",
+    "runtime_dir_candidates",
+    "tunnel_paths",
+]
 
 #: environment variable overriding the runtime directory (tests, unusual systems)
 ENV_RUNTIME_DIR = "SEML_HYDRA_RUNTIME_DIR"
@@ -85,46 +92,148 @@ def private_dir_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+#: warnings already given by this process: one line per squatted path
+_WARNED: set[str] = set()
+#: the fresh directory of this process, by candidate list, when every shared one was taken
+_PROCESS_DIRS: dict[tuple[str, ...], Path] = {}
+
+
+def runtime_dir_candidates(env: Mapping[str, str] | None = None) -> list[Path]:
+    """The per-user directories :func:`runtime_dir` tries, in order (no I/O but ``stat`` of
+    ``$XDG_RUNTIME_DIR``): ``$XDG_RUNTIME_DIR/seml-hydra`` when that directory exists and
+    belongs to this user, ``<tmp>/seml-hydra-<uid>`` (``tempfile.gettempdir()``, i.e.
+    ``$TMPDIR``), then ``~/.cache/seml-hydra/run/<hostname>`` (``$HOME``, else the passwd
+    entry's home: a home directory is its user's own, and per host because it may be shared)."""
+    env = os.environ if env is None else env
+    uid = os.getuid()
+    found = []
+    xdg = env.get("XDG_RUNTIME_DIR")
+    if xdg:
+        try:
+            st = os.stat(xdg)
+            if st.st_uid == uid and os.access(xdg, os.W_OK):
+                found.append(Path(xdg) / "seml-hydra")
+        except OSError:  # set by the login node, absent on this one
+            pass
+    found.append(Path(tempfile.gettempdir()) / f"seml-hydra-{uid}")
+    home = env.get("HOME")
+    if not home:
+        import pwd
+
+        try:
+            home = pwd.getpwuid(uid).pw_dir
+        except KeyError:
+            home = None
+    if home:
+        found.append(Path(home) / ".cache" / "seml-hydra" / "run" / socket.gethostname())
+    return found
+
+
+def _private(path: Path) -> str | None:
+    """Create ``path`` (mode 0700, missing parents too) if needed; ``None`` when it is a
+    private directory of this user (:func:`private_dir_problem`), else why not."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as err:
+        if os.path.lexists(path):  # a file or a dangling symlink someone put there
+            return private_dir_problem(path) or f"cannot be used ({err.strerror or err})"
+        return f"cannot be created ({err.strerror or err})"
+    return private_dir_problem(path)
+
+
+def _remove_process_dir(path: Path, pid: int) -> None:
+    """At exit: remove this process's own fallback directory (not in a forked child)."""
+    import shutil
+
+    if os.getpid() == pid:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
     """The per-user directory of the tunnels' locks, state and logs, and of the jobs' code
     snapshots (``seml_hydra.sources.materialized``); created mode 0700.
 
-    ``$SEML_HYDRA_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/seml-hydra`` when that directory
-    exists and belongs to this user, else ``<tmp>/seml-hydra-<uid>``. A directory that belongs
-    to another user, is open to others or is a symlink is refused
-    (:func:`private_dir_problem`): nobody can plant a lock, a state file or a module there.
+    ``$SEML_HYDRA_RUNTIME_DIR`` when set (refused when not private: it was asked for). Else
+    the first of :func:`runtime_dir_candidates` that is (or can be made) a private directory
+    of this user (:func:`private_dir_problem`: ours, mode 0700, not a symlink), so that one
+    ``mkdir`` by another user in ``/tmp`` blocks nothing; else, as a last resort, a fresh
+    ``tempfile.mkdtemp`` directory of this process (kept for its life, so its tunnels and
+    snapshots are not shared with other processes). A candidate passed over for another reason
+    than being absent gives one warning line (``logging``) naming it and what to do. Nothing
+    is ever used from a directory that fails the check.
+
+    Returns:
+        The directory's path.
 
     Raises:
-        RuntimeDirError: (a :class:`TunnelError`) the directory cannot be created or is not
-            safe.
+        RuntimeDirError: (a :class:`TunnelError`) ``$SEML_HYDRA_RUNTIME_DIR`` cannot be created
+            or is not private, or no private directory can be made at all.
     """
     env = os.environ if env is None else env
-    uid = os.getuid()
     if env.get(ENV_RUNTIME_DIR):
         path = Path(env[ENV_RUNTIME_DIR]).expanduser().absolute()
-    else:
-        xdg = env.get("XDG_RUNTIME_DIR")
-        path = Path(tempfile.gettempdir()) / f"seml-hydra-{uid}"
-        if xdg:
-            try:
-                st = os.stat(xdg)
-                if st.st_uid == uid and os.access(xdg, os.W_OK):
-                    path = Path(xdg) / "seml-hydra"
-            except OSError:  # set by the login node, absent on this one
-                pass
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as err:
-        raise RuntimeDirError(
-            f"cannot create the private runtime directory {path}: {err}"
-        ) from None
-    problem = private_dir_problem(path)
-    if problem:
-        raise RuntimeDirError(
-            f"the runtime directory {path} is not a private directory of this user: it "
-            f"{problem}. Remove it, or set {ENV_RUNTIME_DIR} to another directory."
-        )
+        try:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as err:
+            raise RuntimeDirError(
+                f"cannot create the private runtime directory {path}: {err}"
+            ) from None
+        problem = private_dir_problem(path)
+        if problem:
+            raise RuntimeDirError(
+                f"the runtime directory {path} is not a private directory of this user: it "
+                f"{problem}. Remove it, or set {ENV_RUNTIME_DIR} to another directory."
+            )
+        return path
+    candidates = runtime_dir_candidates(env)
+    refused: list[tuple[Path, str]] = []
+    for path in candidates:
+        problem = _private(path)
+        if problem is None:
+            _warn_refused(refused, f"using {path} instead")
+            return path
+        refused.append((path, problem))
+    key = tuple(str(p) for p in candidates)
+    path = _PROCESS_DIRS.get(key)
+    if path is None or private_dir_problem(path):
+        try:
+            path = Path(tempfile.mkdtemp(prefix=f"seml-hydra-{os.getuid()}-"))
+        except OSError as err:
+            raise RuntimeDirError(
+                "no private runtime directory can be made: "
+                + "; ".join(f"{p} {why}" for p, why in refused)
+                + f"; mkdtemp failed: {err}. Set {ENV_RUNTIME_DIR} to a private directory."
+            ) from None
+        _PROCESS_DIRS[key] = path
+        import atexit
+
+        atexit.register(_remove_process_dir, path, os.getpid())
+    _warn_refused(
+        refused,
+        f"using {path}, private to this process (its tunnels and code snapshots are not "
+        "shared with other processes)",
+    )
     return path
+
+
+def _warn_refused(refused: list[tuple[Path, str]], using: str) -> None:
+    """One warning line per process for the candidates passed over (an absent one is not
+    worth a warning: it only could not be created)."""
+    import logging
+
+    notable = [(p, why) for p, why in refused if not why.startswith("cannot be created")]
+    text = "; ".join(f"{p} {why}" for p, why in notable)
+    if not notable or text in _WARNED:
+        return
+    _WARNED.add(text)
+    logging.getLogger(__name__).warning(
+        "seml-hydra: the runtime directory %s, so it is not used (nothing is read from it): "
+        "%s. Ask the administrator to remove it (or remove it yourself if it is yours), or "
+        "set %s to a private directory.",
+        text,
+        using,
+        ENV_RUNTIME_DIR,
+    )
 
 
 def tunnel_key(ssh: Mapping[str, Any], remote: tuple[str, int]) -> str:
