@@ -240,6 +240,46 @@ def test_runtime_dir_is_private(tmp_path):
     assert default.name == f"seml-hydra-{os.getuid()}"
 
 
+def test_a_runtime_dir_another_user_took_is_passed_over_and_the_tunnel_opens(
+    tunnel_env, mongo_user, other_user, monkeypatch, caplog
+):
+    """Another user made ``<tmp>/seml-hydra-<uid>`` (mode 0777) first: the tunnel does not
+    fail but opens in ``~/.cache/seml-hydra/run/<host>`` (mode 0700; the socket path short
+    enough for a Unix socket), with one warning naming the taken directory. A private TMPDIR
+    and HOME keep the real /tmp/seml-hydra-<uid> out of it."""
+    import logging
+    import shutil
+    import socket
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="seml-hydra-test-shared-", dir="/tmp"))
+    shared.chmod(0o1777)
+    home = Path(tempfile.mkdtemp(prefix="f3h", dir="/tmp"))  # short, as a real home
+    try:
+        shutil.copytree(tunnel_env["home"] / ".ssh", home / ".ssh")
+        monkeypatch.setattr(tempfile, "tempdir", str(shared))
+        monkeypatch.delenv("SEML_HYDRA_RUNTIME_DIR")
+        monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+        monkeypatch.setenv("HOME", str(home))
+        taken = shared / f"seml-hydra-{os.getuid()}"
+        other_user.run("mkdir", "-m", "777", str(taken), check=True)
+        with caplog.at_level(logging.WARNING, logger="seml_hydra.tunnel"):
+            db = connect(resolve_db_settings(None))
+            assert db.command("ping")["ok"] == 1
+        fallback = home / ".cache" / "seml-hydra" / "run" / socket.gethostname()
+        sock, _ = db.client.address
+        assert Path(sock).parent == fallback and len(os.fsencode(sock)) <= tunnel.MAX_SOCKET_PATH
+        assert tunnel.private_dir_problem(fallback) is None
+        assert list(taken.iterdir()) == []  # nothing of ours went into their directory
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and f"{taken} belongs to uid {other_user.uid}" in warnings[0]
+    finally:
+        database.reset_client_cache()
+        tunnel.close_tunnels()
+        shutil.rmtree(shared, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_bad_ssh_host_or_unreachable_mongodb_fail_clearly(tunnel_env, tmp_path):
     cfg = json.loads(json.dumps(tunnel_env["config"]))
     cfg["ssh_config"].update(ssh_port=1, retries_max=1, retries_delay=0.1)
