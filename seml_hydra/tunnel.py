@@ -92,6 +92,8 @@ def private_dir_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+#: why a candidate directory was passed over: no tunnel socket path would fit in it
+TOO_LONG = "is too long a path for the tunnel's Unix socket"
 #: warnings already given by this process: one line per squatted path
 _WARNED: set[str] = set()
 #: the fresh directory of this process, by candidate list, when every shared one was taken
@@ -149,7 +151,7 @@ def _remove_process_dir(path: Path, pid: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
+def runtime_dir(env: Mapping[str, str] | None = None, max_path_bytes: int | None = None) -> Path:
     """The per-user directory of the tunnels' locks, state and logs, and of the jobs' code
     snapshots (``seml_hydra.sources.materialized``); created mode 0700.
 
@@ -158,9 +160,15 @@ def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
     of this user (:func:`private_dir_problem`: ours, mode 0700, not a symlink), so that one
     ``mkdir`` by another user in ``/tmp`` blocks nothing; else, as a last resort, a fresh
     ``tempfile.mkdtemp`` directory of this process (kept for its life, so its tunnels and
-    snapshots are not shared with other processes). A candidate passed over for another reason
-    than being absent gives one warning line (``logging``) naming it and what to do. Nothing
-    is ever used from a directory that fails the check.
+    snapshots are not shared with other processes). A candidate that is not private gives
+    one warning line (``logging``) naming it and what to do, as does falling back to the
+    process's own directory. Nothing is ever used from a directory that fails the check.
+
+    Args:
+        env: the environment (default ``os.environ``).
+        max_path_bytes: pass over candidates whose path is longer (bytes): the tunnel's Unix
+            socket must fit in :data:`MAX_SOCKET_PATH` (a long ``$HOME``). Not applied to
+            ``$SEML_HYDRA_RUNTIME_DIR``.
 
     Returns:
         The directory's path.
@@ -188,6 +196,9 @@ def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
     candidates = runtime_dir_candidates(env)
     refused: list[tuple[Path, str]] = []
     for path in candidates:
+        if max_path_bytes is not None and len(os.fsencode(path)) > max_path_bytes:
+            refused.append((path, TOO_LONG))
+            continue
         problem = _private(path)
         if problem is None:
             _warn_refused(refused, f"using {path} instead")
@@ -217,23 +228,35 @@ def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
 
 
 def _warn_refused(refused: list[tuple[Path, str]], using: str) -> None:
-    """One warning line per process for the candidates passed over (an absent one is not
-    worth a warning: it only could not be created)."""
+    """One warning line per process for the candidates passed over because they are not
+    private (squatted), or for falling back to a directory of the process; an absent or too
+    long candidate alone is not worth one when a shared directory is used."""
     import logging
 
-    notable = [(p, why) for p, why in refused if not why.startswith("cannot be created")]
-    text = "; ".join(f"{p} {why}" for p, why in notable)
-    if not notable or text in _WARNED:
+    notable = [
+        (p, why)
+        for p, why in refused
+        if not why.startswith("cannot be created") and why != TOO_LONG
+    ]
+    process = "private to this process" in using
+    if notable:
+        text = "; ".join(f"{p} {why}" for p, why in (refused if process else notable))
+        message = (
+            f"seml-hydra: the runtime directory {text}, so it is not used (nothing is read "
+            f"from it): {using}. Ask the administrator to remove it (or remove it yourself if "
+            f"it is yours), or set {ENV_RUNTIME_DIR} to a private directory."
+        )
+    elif process:
+        text = "; ".join(f"{p} {why}" for p, why in refused)
+        message = (
+            f"seml-hydra: no shared runtime directory can be used ({text}): {using}. Set "
+            f"{ENV_RUNTIME_DIR} to a private directory to share them."
+        )
+    else:
         return
-    _WARNED.add(text)
-    logging.getLogger(__name__).warning(
-        "seml-hydra: the runtime directory %s, so it is not used (nothing is read from it): "
-        "%s. Ask the administrator to remove it (or remove it yourself if it is yours), or "
-        "set %s to a private directory.",
-        text,
-        using,
-        ENV_RUNTIME_DIR,
-    )
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logging.getLogger(__name__).warning("%s", message)
 
 
 def tunnel_key(ssh: Mapping[str, Any], remote: tuple[str, int]) -> str:
@@ -251,16 +274,20 @@ def tunnel_paths(key: str, env: Mapping[str, str] | None = None) -> dict[str, Pa
     """The files of tunnel ``key`` on this host: spawn/alive locks, state, log and socket.
 
     The socket is ``tunnel-<key>-<hostname>.sock``, or ``tunnel-<key>-<hash of hostname>.sock``
-    when that path would be too long for a Unix socket.
+    when that path would be too long for a Unix socket; a runtime directory candidate too long
+    for either is passed over (:func:`runtime_dir`).
 
     Raises:
         TunnelError: the runtime directory is not safe, or too long for a socket path.
     """
     host = socket.gethostname()
-    base = runtime_dir(env) / f"tunnel-{key}-{host}"
-    sock = base.with_name(base.name + ".sock")
+    names = [f"tunnel-{key}-{host}.sock"]
+    names.append(f"tunnel-{key}-{hashlib.sha256(host.encode()).hexdigest()[:8]}.sock")
+    room = MAX_SOCKET_PATH - 1 - min(len(os.fsencode(name)) for name in names)
+    base = runtime_dir(env, max_path_bytes=room) / f"tunnel-{key}-{host}"
+    sock = base.with_name(names[0])
     if len(os.fsencode(sock)) > MAX_SOCKET_PATH:
-        sock = base.with_name(f"tunnel-{key}-{hashlib.sha256(host.encode()).hexdigest()[:8]}.sock")
+        sock = base.with_name(names[1])
     if len(os.fsencode(sock)) > MAX_SOCKET_PATH:
         raise TunnelError(
             f"the tunnel's socket path {sock} is longer than {MAX_SOCKET_PATH} bytes (the limit "

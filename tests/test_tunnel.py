@@ -280,6 +280,38 @@ def test_a_runtime_dir_another_user_took_is_passed_over_and_the_tunnel_opens(
         shutil.rmtree(home, ignore_errors=True)
 
 
+def test_a_home_too_long_for_a_socket_path_falls_back_to_a_directory_of_the_process(
+    tmp_path, other_user, monkeypatch, caplog
+):
+    """``<tmp>/seml-hydra-<uid>`` taken by another user and a home so long that no socket path
+    fits under ``~/.cache/seml-hydra/run/<host>``: the tunnel's files go to a fresh private
+    directory of this process (the same one on every call), with a warning saying so."""
+    import logging
+    import shutil
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="seml-hydra-test-shared-", dir="/tmp"))
+    shared.chmod(0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    taken = shared / f"seml-hydra-{os.getuid()}"
+    other_user.run("mkdir", "-m", "777", str(taken), check=True)
+    home = tmp_path / ("h" * 100)
+    env = {"HOME": str(home)}
+    try:
+        with caplog.at_level(logging.WARNING, logger="seml_hydra.tunnel"):
+            paths = tunnel.tunnel_paths("0123456789abcdef", env)
+            again = tunnel.tunnel_paths("0123456789abcdef", env)
+        where = paths["socket"].parent
+        assert tunnel.private_dir_problem(where) is None
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert paths == again and len(os.fsencode(paths["socket"])) <= tunnel.MAX_SOCKET_PATH
+    assert where.parent == shared and where.name.startswith(f"seml-hydra-{os.getuid()}-")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(taken) in warnings[0]
+    assert "not shared with other processes" in warnings[0] and "too long" in warnings[0]
+
+
 def test_bad_ssh_host_or_unreachable_mongodb_fail_clearly(tunnel_env, tmp_path):
     cfg = json.loads(json.dumps(tunnel_env["config"]))
     cfg["ssh_config"].update(ssh_port=1, retries_max=1, retries_delay=0.1)
