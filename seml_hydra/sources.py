@@ -472,10 +472,13 @@ def remove_stale_snapshots(base: Path, host: str, *, skip: str = "") -> list[str
 def snapshot_base() -> Path:
     """The private directory the snapshots of this user live in: the per-user runtime
     directory (``seml_hydra.tunnel.runtime_dir``: mode 0700, checked with ``lstat`` to be a
-    directory of this user that nobody else can write).
+    directory of this user that nobody else can write). When another user took the usual
+    name first (``<tmp>/seml-hydra-<uid>``), that one warns and uses a directory under the
+    home, else a fresh one of this process: nothing is imported from the taken one.
 
-    Raises :class:`SourceSnapshotError` when it cannot be created or is not private (another
-    user made it, it is open to others, or it is a symlink): nothing is imported from it.
+    Raises :class:`SourceSnapshotError` when no private directory can be made, or
+    ``$SEML_HYDRA_RUNTIME_DIR`` names one that is not private (another user made it, it is
+    open to others, or it is a symlink): nothing is imported from it.
     """
     from .tunnel import RuntimeDirError, runtime_dir
 

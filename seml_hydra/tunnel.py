@@ -42,7 +42,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TunnelError", "close_tunnels", "ensure_tunnel", "runtime_dir", "tunnel_paths"]
+__all__ = [
+    "TunnelError",
+    "close_tunnels",
+    "ensure_tunnel",
+    "runtime_dir",
+    "runtime_dir_candidates",
+    "tunnel_paths",
+]
 
 #: environment variable overriding the runtime directory (tests, unusual systems)
 ENV_RUNTIME_DIR = "SEML_HYDRA_RUNTIME_DIR"
@@ -85,46 +92,171 @@ def private_dir_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
-def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
-    """The per-user directory of the tunnels' locks, state and logs, and of the jobs' code
-    snapshots (``seml_hydra.sources.materialized``); created mode 0700.
+#: why a candidate directory was passed over: no tunnel socket path would fit in it
+TOO_LONG = "is too long a path for the tunnel's Unix socket"
+#: warnings already given by this process: one line per squatted path
+_WARNED: set[str] = set()
+#: the fresh directory of this process, by candidate list, when every shared one was taken
+_PROCESS_DIRS: dict[tuple[str, ...], Path] = {}
 
-    ``$SEML_HYDRA_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/seml-hydra`` when that directory
-    exists and belongs to this user, else ``<tmp>/seml-hydra-<uid>``. A directory that belongs
-    to another user, is open to others or is a symlink is refused
-    (:func:`private_dir_problem`): nobody can plant a lock, a state file or a module there.
 
-    Raises:
-        RuntimeDirError: (a :class:`TunnelError`) the directory cannot be created or is not
-            safe.
-    """
+def runtime_dir_candidates(env: Mapping[str, str] | None = None) -> list[Path]:
+    """The per-user directories :func:`runtime_dir` tries, in order (no I/O but ``stat`` of
+    ``$XDG_RUNTIME_DIR``): ``$XDG_RUNTIME_DIR/seml-hydra`` when that directory exists and
+    belongs to this user, ``<tmp>/seml-hydra-<uid>`` (``tempfile.gettempdir()``, i.e.
+    ``$TMPDIR``), then ``~/.cache/seml-hydra/run/<hostname>`` (``$HOME``, else the passwd
+    entry's home: a home directory is its user's own, and per host because it may be shared)."""
     env = os.environ if env is None else env
     uid = os.getuid()
-    if env.get(ENV_RUNTIME_DIR):
-        path = Path(env[ENV_RUNTIME_DIR]).expanduser().absolute()
-    else:
-        xdg = env.get("XDG_RUNTIME_DIR")
-        path = Path(tempfile.gettempdir()) / f"seml-hydra-{uid}"
-        if xdg:
-            try:
-                st = os.stat(xdg)
-                if st.st_uid == uid and os.access(xdg, os.W_OK):
-                    path = Path(xdg) / "seml-hydra"
-            except OSError:  # set by the login node, absent on this one
-                pass
+    found = []
+    xdg = env.get("XDG_RUNTIME_DIR")
+    if xdg:
+        try:
+            st = os.stat(xdg)
+            if st.st_uid == uid and os.access(xdg, os.W_OK):
+                found.append(Path(xdg) / "seml-hydra")
+        except OSError:  # set by the login node, absent on this one
+            pass
+    found.append(Path(tempfile.gettempdir()) / f"seml-hydra-{uid}")
+    home = env.get("HOME")
+    if not home:
+        import pwd
+
+        try:
+            home = pwd.getpwuid(uid).pw_dir
+        except KeyError:
+            home = None
+    if home:
+        found.append(Path(home) / ".cache" / "seml-hydra" / "run" / socket.gethostname())
+    return found
+
+
+def _private(path: Path) -> str | None:
+    """Create ``path`` (mode 0700, missing parents too) if needed; ``None`` when it is a
+    private directory of this user (:func:`private_dir_problem`), else why not."""
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:
-        raise RuntimeDirError(
-            f"cannot create the private runtime directory {path}: {err}"
-        ) from None
-    problem = private_dir_problem(path)
-    if problem:
-        raise RuntimeDirError(
-            f"the runtime directory {path} is not a private directory of this user: it "
-            f"{problem}. Remove it, or set {ENV_RUNTIME_DIR} to another directory."
-        )
+        if os.path.lexists(path):  # a file or a dangling symlink someone put there
+            return private_dir_problem(path) or f"cannot be used ({err.strerror or err})"
+        return f"cannot be created ({err.strerror or err})"
+    return private_dir_problem(path)
+
+
+def _remove_process_dir(path: Path, pid: int) -> None:
+    """At exit: remove this process's own fallback directory (not in a forked child)."""
+    import shutil
+
+    if os.getpid() == pid:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def runtime_dir(env: Mapping[str, str] | None = None, max_path_bytes: int | None = None) -> Path:
+    """The per-user directory of the tunnels' locks, state and logs, and of the jobs' code
+    snapshots (``seml_hydra.sources.materialized``); created mode 0700.
+
+    ``$SEML_HYDRA_RUNTIME_DIR`` when set (refused when not private: it was asked for). Else
+    the first of :func:`runtime_dir_candidates` that is (or can be made) a private directory
+    of this user (:func:`private_dir_problem`: ours, mode 0700, not a symlink), so that one
+    ``mkdir`` by another user in ``/tmp`` blocks nothing; else, as a last resort, a fresh
+    ``tempfile.mkdtemp`` directory of this process (kept for its life, so its tunnels and
+    snapshots are not shared with other processes). A candidate that is not private gives
+    one warning line (``logging``) naming it and what to do, as does falling back to the
+    process's own directory. Nothing is ever used from a directory that fails the check.
+
+    Args:
+        env: the environment (default ``os.environ``).
+        max_path_bytes: pass over candidates whose path is longer (bytes): the tunnel's Unix
+            socket must fit in :data:`MAX_SOCKET_PATH` (a long ``$HOME``). Not applied to
+            ``$SEML_HYDRA_RUNTIME_DIR``.
+
+    Returns:
+        The directory's path.
+
+    Raises:
+        RuntimeDirError: (a :class:`TunnelError`) ``$SEML_HYDRA_RUNTIME_DIR`` cannot be created
+            or is not private, or no private directory can be made at all.
+    """
+    env = os.environ if env is None else env
+    if env.get(ENV_RUNTIME_DIR):
+        path = Path(env[ENV_RUNTIME_DIR]).expanduser().absolute()
+        try:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as err:
+            raise RuntimeDirError(
+                f"cannot create the private runtime directory {path}: {err}"
+            ) from None
+        problem = private_dir_problem(path)
+        if problem:
+            raise RuntimeDirError(
+                f"the runtime directory {path} is not a private directory of this user: it "
+                f"{problem}. Remove it, or set {ENV_RUNTIME_DIR} to another directory."
+            )
+        return path
+    candidates = runtime_dir_candidates(env)
+    refused: list[tuple[Path, str]] = []
+    for path in candidates:
+        if max_path_bytes is not None and len(os.fsencode(path)) > max_path_bytes:
+            refused.append((path, TOO_LONG))
+            continue
+        problem = _private(path)
+        if problem is None:
+            _warn_refused(refused, f"using {path} instead")
+            return path
+        refused.append((path, problem))
+    key = tuple(str(p) for p in candidates)
+    path = _PROCESS_DIRS.get(key)
+    if path is None or private_dir_problem(path):
+        try:
+            path = Path(tempfile.mkdtemp(prefix=f"seml-hydra-{os.getuid()}-"))
+        except OSError as err:
+            raise RuntimeDirError(
+                "no private runtime directory can be made: "
+                + "; ".join(f"{p} {why}" for p, why in refused)
+                + f"; mkdtemp failed: {err}. Set {ENV_RUNTIME_DIR} to a private directory."
+            ) from None
+        _PROCESS_DIRS[key] = path
+        import atexit
+
+        atexit.register(_remove_process_dir, path, os.getpid())
+    _warn_refused(
+        refused,
+        f"using {path}, private to this process (its tunnels and code snapshots are not "
+        "shared with other processes)",
+    )
     return path
+
+
+def _warn_refused(refused: list[tuple[Path, str]], using: str) -> None:
+    """One warning line per process for the candidates passed over because they are not
+    private (squatted), or for falling back to a directory of the process; an absent or too
+    long candidate alone is not worth one when a shared directory is used."""
+    import logging
+
+    notable = [
+        (p, why)
+        for p, why in refused
+        if not why.startswith("cannot be created") and why != TOO_LONG
+    ]
+    process = "private to this process" in using
+    if notable:
+        text = "; ".join(f"{p} {why}" for p, why in (refused if process else notable))
+        message = (
+            f"seml-hydra: the runtime directory {text}, so it is not used (nothing is read "
+            f"from it): {using}. Ask the administrator to remove it (or remove it yourself if "
+            f"it is yours), or set {ENV_RUNTIME_DIR} to a private directory."
+        )
+    elif process:
+        text = "; ".join(f"{p} {why}" for p, why in refused)
+        message = (
+            f"seml-hydra: no shared runtime directory can be used ({text}): {using}. Set "
+            f"{ENV_RUNTIME_DIR} to a private directory to share them."
+        )
+    else:
+        return
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logging.getLogger(__name__).warning("%s", message)
 
 
 def tunnel_key(ssh: Mapping[str, Any], remote: tuple[str, int]) -> str:
@@ -142,16 +274,20 @@ def tunnel_paths(key: str, env: Mapping[str, str] | None = None) -> dict[str, Pa
     """The files of tunnel ``key`` on this host: spawn/alive locks, state, log and socket.
 
     The socket is ``tunnel-<key>-<hostname>.sock``, or ``tunnel-<key>-<hash of hostname>.sock``
-    when that path would be too long for a Unix socket.
+    when that path would be too long for a Unix socket; a runtime directory candidate too long
+    for either is passed over (:func:`runtime_dir`).
 
     Raises:
         TunnelError: the runtime directory is not safe, or too long for a socket path.
     """
     host = socket.gethostname()
-    base = runtime_dir(env) / f"tunnel-{key}-{host}"
-    sock = base.with_name(base.name + ".sock")
+    names = [f"tunnel-{key}-{host}.sock"]
+    names.append(f"tunnel-{key}-{hashlib.sha256(host.encode()).hexdigest()[:8]}.sock")
+    room = MAX_SOCKET_PATH - 1 - min(len(os.fsencode(name)) for name in names)
+    base = runtime_dir(env, max_path_bytes=room) / f"tunnel-{key}-{host}"
+    sock = base.with_name(names[0])
     if len(os.fsencode(sock)) > MAX_SOCKET_PATH:
-        sock = base.with_name(f"tunnel-{key}-{hashlib.sha256(host.encode()).hexdigest()[:8]}.sock")
+        sock = base.with_name(names[1])
     if len(os.fsencode(sock)) > MAX_SOCKET_PATH:
         raise TunnelError(
             f"the tunnel's socket path {sock} is longer than {MAX_SOCKET_PATH} bytes (the limit "

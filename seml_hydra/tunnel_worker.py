@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import random
+import re
 import signal
 import sys
 import threading
@@ -86,49 +87,171 @@ def known_hosts_files(setting: Any) -> list[str]:
     return [os.path.expanduser(p) for p in paths] + [SYSTEM_KNOWN_HOSTS]
 
 
-def load_known_hosts(files: list[str]) -> Any:
-    """A ``paramiko.HostKeys`` with the entries of those of ``files`` that exist (hashed host
-    names included; lines paramiko cannot parse are skipped, as OpenSSH does)."""
+class KnownHosts:
+    """The entries of ``known_hosts`` files, read line by line as OpenSSH does.
+
+    Attributes:
+        files: the files that were read (for messages).
+        plain: ``(host patterns, paramiko.PKey)`` of the ordinary lines (hashed ``|1|`` names
+            included).
+        revoked: the keys of ``@revoked`` lines: refused for every host, even when an ordinary
+            line lists them too (stricter than OpenSSH, which matches the line's host patterns).
+        authorities: the host patterns of ``@cert-authority`` lines. paramiko checks no host
+            certificates, so these lines trust nothing; they only explain a refusal.
+    """
+
+    def __init__(self) -> None:
+        self.files: list[str] = []
+        self.plain: list[tuple[list[str], Any]] = []
+        self.revoked: list[Any] = []
+        self.authorities: list[list[str]] = []
+
+    def keys_for(self, name: str) -> list[Any]:
+        """The keys the ordinary lines give host ``name`` (``known_hosts_name``), file order."""
+        return [key for patterns, key in self.plain if _name_listed(name, patterns)]
+
+    def is_revoked(self, key: Any) -> bool:
+        """Whether ``key`` (a ``paramiko.PKey``) is on a ``@revoked`` line."""
+        return any(key.asbytes() == bad.asbytes() for bad in self.revoked)
+
+    def has_authority_for(self, name: str) -> bool:
+        """Whether a ``@cert-authority`` line's host patterns (``*``, ``?``, ``!``) match ``name``."""
+        return any(_pattern_listed(name, patterns) for patterns in self.authorities)
+
+
+def _name_listed(name: str, patterns: list[str]) -> bool:
+    """``name`` is one of ``patterns`` literally or as a hashed ``|1|salt|hash`` name."""
     import paramiko
 
-    keys = paramiko.HostKeys()
+    for pattern in patterns:
+        if pattern == name:
+            return True
+        if pattern.startswith("|1|") and paramiko.HostKeys.hash_host(name, pattern) == pattern:
+            return True
+    return False
+
+
+def _pattern_listed(name: str, patterns: list[str]) -> bool:
+    """OpenSSH's host pattern list: a match of a ``!pattern`` excludes, else any match counts."""
+    matched = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        body = pattern[1:] if negated else pattern
+        regex = re.escape(body).replace(r"\*", ".*").replace(r"\?", ".")
+        if _name_listed(name, [body]) or re.fullmatch(regex, name, re.IGNORECASE):
+            if negated:
+                return False
+            matched = True
+    return matched
+
+
+def parse_known_hosts_line(line: str) -> tuple[str | None, Any] | None:
+    """One ``known_hosts`` line as ``(marker, paramiko.HostKeyEntry or None)``.
+
+    ``marker`` is ``None``, ``"@revoked"`` or ``"@cert-authority"``; the entry is ``None`` for
+    a key type paramiko does not know (skipped quietly, as it is not an error). Returns ``None``
+    for a blank line or a comment.
+
+    Raises:
+        ValueError: the line is malformed (an unknown marker, too few fields, bad base64).
+    """
+    import paramiko
+    from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
+
+    line = line.strip()
+    if not line or line.startswith("#"):
+        return None
+    marker = None
+    if line.startswith("@"):
+        marker, _, line = line.partition(" ")
+        if marker not in ("@revoked", "@cert-authority"):
+            raise ValueError(f"unknown marker {marker}")
+    fields = line.split()  # OpenSSH separates fields by any blanks; paramiko by one
+    if len(fields) < 3:
+        raise ValueError("expected host names, a key type and a key")
+    try:
+        entry = HostKeyEntry.from_line(" ".join(fields[:3]))
+    except (InvalidHostKey, paramiko.SSHException, ValueError) as err:
+        raise ValueError(f"the key cannot be read ({type(err).__name__})") from None
+    return marker, entry
+
+
+def load_known_hosts(files: list[str]) -> KnownHosts:
+    """The entries of those of ``files`` that exist (:class:`KnownHosts`), read line by line:
+    comments and blank lines skipped; ``@revoked`` and ``@cert-authority`` lines kept apart
+    (paramiko's ``HostKeys.load`` fails on them); a malformed line skipped with a warning
+    naming the file and the line number. An unreadable file is skipped with a warning."""
+    known = KnownHosts()
     for path in files:
-        if os.path.isfile(path):
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.readlines()
+        except (OSError, UnicodeDecodeError) as err:
+            log.warning("cannot read %s: %s", path, err)
+            continue
+        known.files.append(path)
+        for lineno, line in enumerate(lines, 1):
             try:
-                keys.load(path)
-            except (OSError, UnicodeDecodeError) as err:
-                log.warning("cannot read %s: %s", path, err)
-    return keys
+                parsed = parse_known_hosts_line(line)
+            except ValueError as err:
+                log.warning("%s line %d skipped: not a known_hosts entry (%s)", path, lineno, err)
+                continue
+            if parsed is None or parsed[1] is None:
+                continue
+            marker, entry = parsed
+            if marker == "@revoked":
+                known.revoked.append(entry.key)
+            elif marker == "@cert-authority":
+                known.authorities.append(list(entry.hostnames))
+            else:
+                known.plain.append((list(entry.hostnames), entry.key))
+    return known
 
 
 def check_host_key(
-    known: Any, host: str, port: int, key: Any, *, files: list[str], user: str | None
+    known: KnownHosts, host: str, port: int, key: Any, *, files: list[str], user: str | None
 ) -> str | None:
-    """Whether the key an SSH host offered is the one ``known_hosts`` has for it.
+    """Whether the key an SSH host offered is one ``known_hosts`` has for it.
 
     Args:
-        known: a ``paramiko.HostKeys`` (:func:`load_known_hosts`).
+        known: the entries of the ``known_hosts`` files (:func:`load_known_hosts`).
         host, port: the SSH host as connected to.
         key: the ``paramiko.PKey`` it offered (``Transport.get_remote_server_key()``).
         files: the files ``known`` was read from (for the message).
         user: the SSH user (for the message).
 
     Returns:
-        None when the key is known for that host; else a message for the user saying whether
-        the host is unknown or its key changed, and how to accept it.
+        None when the key is known for that host and not revoked; else a message for the user
+        saying whether the key is revoked, the host is unknown (noting that ``@cert-authority``
+        lines are not supported when one matches it) or its key changed, and what to do.
     """
     name = known_hosts_name(host, port)
-    entries = known.lookup(name)
+    keys = known.keys_for(name)
     offered = f"{key.get_name()} key {_fingerprint(key)}"
     where = " or ".join(files)
     ssh = f"ssh{'' if int(port) == 22 else f' -p {port}'} {user + '@' if user else ''}{host}"
-    if entries is None or not entries.keys():
+    if known.is_revoked(key):
+        return (
+            f"the SSH host {name} offered the {offered}, which is revoked (a @revoked line of "
+            f"{where}), so it was refused and nothing was sent to it."
+        )
+    if not keys:
+        if known.has_authority_for(name):
+            scan = f"ssh-keyscan{'' if int(port) == 22 else f' -p {port}'} {host}"
+            return (
+                f"the SSH host {name} has only a @cert-authority line in {where} (it offered "
+                f"the {offered}): certificate-based host keys are not supported, so it was not "
+                f"trusted and nothing was sent to it. Add a plain entry with `{scan} >> "
+                f"~/.ssh/known_hosts` after checking that the fingerprint is the host's."
+            )
         return (
             f"the SSH host {name} is not in {where} (it offered the {offered}), so it was not "
             f"trusted and nothing was sent to it. If that is its key, accept it by connecting "
             f"once with `{ssh}` and answering yes (or set ssh_known_hosts in ssh_config)."
         )
-    if entries.get(key.get_name()) == key:
+    if any(key.asbytes() == known_key.asbytes() for known_key in keys):
         return None
     return (
         f"the SSH host key of {name} does not match {where}: it offered the {offered}. Someone "
@@ -248,10 +371,10 @@ class Tunnel:
         """Make ``transport`` check the host key right after its key exchange (see
         :meth:`_forwarder_class`)."""
         known = load_known_hosts(self.known_hosts)
-        entries = known.lookup(known_hosts_name(host, port))
+        entries = known.keys_for(known_hosts_name(host, port))
         if entries:
-            types = []
-            for name in entries.keys():
+            types: list[str] = []
+            for name in dict.fromkeys(key.get_name() for key in entries):
                 types += ["rsa-sha2-512", "rsa-sha2-256", name] if name == "ssh-rsa" else [name]
             options = transport.get_security_options()
             offered = list(options.key_types)

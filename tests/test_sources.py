@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from seml_hydra import sources
+from seml_hydra import sources, tunnel
 from seml_hydra.manage import ManageError, snapshot_of
 
 
@@ -277,12 +277,29 @@ def test_a_lock_that_stays_held_fails_the_job_clearly(
     assert "locked_c" not in sys.modules
 
 
-@pytest.mark.parametrize("planted_as", ["open directory", "symlink"])
-def test_a_snapshot_base_made_by_another_user_is_refused(
-    test_db, tmp_path, shared_tmp, other_user, planted_as
+@pytest.fixture
+def private_home(monkeypatch):
+    """A short private HOME (the fallback runtime directory is under it; short, as a Unix
+    socket path has at most 107 bytes)."""
+    import shutil
+
+    home = Path(tempfile.mkdtemp(prefix="f3h", dir="/tmp"))
+    monkeypatch.setenv("HOME", str(home))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.parametrize("planted_as", ["open directory", "symlink", "home taken too"])
+def test_a_snapshot_base_taken_by_another_user_is_passed_over_with_a_warning(
+    test_db, tmp_path, shared_tmp, private_home, other_user, caplog, planted_as
 ):
-    """Another user takes the name of this user's private base first (a directory of theirs
-    holding a module, or a symlink to one): nothing is imported, the job fails saying why."""
+    """Another user takes the name of this user's usual base first (a directory of theirs
+    holding a module, or a symlink to one): the job still runs, from a private directory
+    (under the home, else a fresh one of this process), imports its own module and not the
+    planted one, and one warning names the taken path."""
+    import logging
+    import socket
+
     snapshot = module_snapshot(test_db, tmp_path, "planted_d", 1)
     base = shared_tmp / f"seml-hydra-{os.getuid()}"
     theirs = shared_tmp / "theirs"
@@ -291,13 +308,29 @@ def test_a_snapshot_base_made_by_another_user_is_refused(
     else:
         plant = f"mkdir -m 777 {base} && target={base}"
     other_user.run("sh", "-c", f"{plant} && echo 'VALUE = 666' > $target/planted_d.py", check=True)
+    fallback = private_home / ".cache" / "seml-hydra" / "run" / socket.gethostname()
+    if planted_as == "home taken too":  # (only root could do that in a real home)
+        fallback.mkdir(parents=True)
+        os.chown(fallback, other_user.uid, other_user.gid)
+        fallback.chmod(0o777)
+        (fallback / "planted_d.py").write_text("VALUE = 667\n")
     path_before = list(sys.path)
-    with pytest.raises(sources.SourceSnapshotError, match="not a private directory") as error:
-        with sources.materialized(test_db, snapshot, "semltest_44_0"):
-            pass
-    assert str(base) in str(error.value)
+    with caplog.at_level(logging.WARNING, logger="seml_hydra.tunnel"):
+        with sources.materialized(test_db, snapshot, f"semltest_44_{len(planted_as)}") as where:
+            assert import_value("planted_d") == 1
+            if planted_as == "home taken too":
+                assert where.parent.parent == shared_tmp
+                assert where.parent.name.startswith(f"seml-hydra-{os.getuid()}-")
+            else:
+                assert where.parent == fallback
+            assert tunnel.private_dir_problem(where.parent) is None
     assert sys.path == path_before
     assert "planted_d" not in sys.modules
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(base) in warnings[0]
+    assert "Ask the administrator to remove it" in warnings[0]
+    if planted_as == "home taken too":
+        assert str(fallback) in warnings[0] and "not shared with other processes" in warnings[0]
 
 
 def test_leftovers_of_killed_jobs_are_removed_and_a_wrapped_pid_never_reuses_one(

@@ -240,6 +240,78 @@ def test_runtime_dir_is_private(tmp_path):
     assert default.name == f"seml-hydra-{os.getuid()}"
 
 
+def test_a_runtime_dir_another_user_took_is_passed_over_and_the_tunnel_opens(
+    tunnel_env, mongo_user, other_user, monkeypatch, caplog
+):
+    """Another user made ``<tmp>/seml-hydra-<uid>`` (mode 0777) first: the tunnel does not
+    fail but opens in ``~/.cache/seml-hydra/run/<host>`` (mode 0700; the socket path short
+    enough for a Unix socket), with one warning naming the taken directory. A private TMPDIR
+    and HOME keep the real /tmp/seml-hydra-<uid> out of it."""
+    import logging
+    import shutil
+    import socket
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="seml-hydra-test-shared-", dir="/tmp"))
+    shared.chmod(0o1777)
+    home = Path(tempfile.mkdtemp(prefix="f3h", dir="/tmp"))  # short, as a real home
+    try:
+        shutil.copytree(tunnel_env["home"] / ".ssh", home / ".ssh")
+        monkeypatch.setattr(tempfile, "tempdir", str(shared))
+        monkeypatch.delenv("SEML_HYDRA_RUNTIME_DIR")
+        monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+        monkeypatch.setenv("HOME", str(home))
+        taken = shared / f"seml-hydra-{os.getuid()}"
+        other_user.run("mkdir", "-m", "777", str(taken), check=True)
+        with caplog.at_level(logging.WARNING, logger="seml_hydra.tunnel"):
+            db = connect(resolve_db_settings(None))
+            assert db.command("ping")["ok"] == 1
+        fallback = home / ".cache" / "seml-hydra" / "run" / socket.gethostname()
+        sock, _ = db.client.address
+        assert Path(sock).parent == fallback and len(os.fsencode(sock)) <= tunnel.MAX_SOCKET_PATH
+        assert tunnel.private_dir_problem(fallback) is None
+        assert list(taken.iterdir()) == []  # nothing of ours went into their directory
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and f"{taken} belongs to uid {other_user.uid}" in warnings[0]
+    finally:
+        database.reset_client_cache()
+        tunnel.close_tunnels()
+        shutil.rmtree(shared, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_home_too_long_for_a_socket_path_falls_back_to_a_directory_of_the_process(
+    tmp_path, other_user, monkeypatch, caplog
+):
+    """``<tmp>/seml-hydra-<uid>`` taken by another user and a home so long that no socket path
+    fits under ``~/.cache/seml-hydra/run/<host>``: the tunnel's files go to a fresh private
+    directory of this process (the same one on every call), with a warning saying so."""
+    import logging
+    import shutil
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="seml-hydra-test-shared-", dir="/tmp"))
+    shared.chmod(0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    taken = shared / f"seml-hydra-{os.getuid()}"
+    other_user.run("mkdir", "-m", "777", str(taken), check=True)
+    home = tmp_path / ("h" * 100)
+    env = {"HOME": str(home)}
+    try:
+        with caplog.at_level(logging.WARNING, logger="seml_hydra.tunnel"):
+            paths = tunnel.tunnel_paths("0123456789abcdef", env)
+            again = tunnel.tunnel_paths("0123456789abcdef", env)
+        where = paths["socket"].parent
+        assert tunnel.private_dir_problem(where) is None
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert paths == again and len(os.fsencode(paths["socket"])) <= tunnel.MAX_SOCKET_PATH
+    assert where.parent == shared and where.name.startswith(f"seml-hydra-{os.getuid()}-")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and str(taken) in warnings[0]
+    assert "not shared with other processes" in warnings[0] and "too long" in warnings[0]
+
+
 def test_bad_ssh_host_or_unreachable_mongodb_fail_clearly(tunnel_env, tmp_path):
     cfg = json.loads(json.dumps(tunnel_env["config"]))
     cfg["ssh_config"].update(ssh_port=1, retries_max=1, retries_delay=0.1)
@@ -718,3 +790,53 @@ def test_unknown_or_changed_ssh_host_keys_are_refused_before_authenticating(
     path = tmp_path / "accepted.config"
     path.write_text(yaml.safe_dump(cfg))
     assert connect(resolve_db_settings({"config_file": str(path)})).command("ping")["ok"] == 1
+
+
+def _connect_with_known_hosts(tunnel_env, tmp_path, text: str):
+    """Connect through the tunnel with ``ssh_known_hosts`` a file holding ``text``."""
+    known = tmp_path / f"known_hosts_{uuid.uuid4().hex[:6]}"
+    known.write_text(text)
+    cfg = json.loads(json.dumps(tunnel_env["config"]))
+    cfg["ssh_config"].update(retries_max=1, retries_delay=0.1, ssh_known_hosts=str(known))
+    path = tmp_path / f"m{uuid.uuid4().hex[:6]}.config"
+    path.write_text(yaml.safe_dump(cfg))
+    return known, lambda: connect(resolve_db_settings({"config_file": str(path)}))
+
+
+def test_known_hosts_marker_lines_and_malformed_lines_do_not_break_the_host_key_check(
+    tunnel_env, sshd, tmp_path
+):
+    """OpenSSH's ``@cert-authority`` line and a malformed line before the valid entry: the
+    tunnel opens (paramiko's ``HostKeys.load`` failed on them: "Incorrect padding"), and the
+    malformed line is named in the tunnel's log with its file and line number."""
+    kind, key = sshd["host_key"]
+    valid = known_hosts_line("127.0.0.1", sshd["port"], sshd["host_key"])
+    known, open_db = _connect_with_known_hosts(
+        tunnel_env,
+        tmp_path,
+        f"# comment\n\n@cert-authority *.example.org {kind} {key}\n"
+        f"[127.0.0.1]:{sshd['port']} {kind} not-base64!\n{valid}",
+    )
+    assert open_db().command("ping")["ok"] == 1
+    log = next(tunnel_env["runtime"].glob("tunnel-*.log")).read_text()
+    assert f"{known} line 4 skipped" in log
+
+
+def test_a_revoked_or_certificate_only_host_key_is_refused_saying_why(tunnel_env, sshd, tmp_path):
+    """The sshd's key on a ``@revoked`` line is refused although a plain line lists it; a host
+    with only a ``@cert-authority`` line is refused saying certificates are not supported and
+    how to add a plain entry."""
+    kind, key = sshd["host_key"]
+    valid = known_hosts_line("127.0.0.1", sshd["port"], sshd["host_key"])
+    _, open_db = _connect_with_known_hosts(
+        tunnel_env, tmp_path, f"{valid}@revoked * {kind} {key}\n"
+    )
+    with pytest.raises(DatabaseError, match="which is revoked"):
+        open_db()
+    _, open_db = _connect_with_known_hosts(
+        tunnel_env, tmp_path, f"@cert-authority [127.0.0.1]:* {kind} {key}\n"
+    )
+    with pytest.raises(DatabaseError) as error:
+        open_db()
+    assert "certificate-based host keys are not supported" in str(error.value)
+    assert f"ssh-keyscan -p {sshd['port']} 127.0.0.1 >> ~/.ssh/known_hosts" in str(error.value)
