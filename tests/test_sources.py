@@ -490,13 +490,13 @@ def test_a_file_a_launch_just_reused_survives_a_delete_of_its_last_experiment(te
     lease = sources.new_lease()
     second = sources.upload_sources(test_db, "race", 2, files, lease)
     assert second == first  # reused by content hash
-    assert delete(coll, {"_id": 1}, cancel_first=False) == [1]
+    assert delete(coll, {"_id": 1}, cancel_first=False).ids == [1]
     coll.insert_one({"_id": 2, "status": "STAGED", "seml": {"source_files": second}})
     sources.release_lease(test_db, lease["id"])
     assert existing(test_db, second) == {file_id for _, file_id in second}
     assert sources.read_sources(test_db, second, tmp_path / "out")  # every file readable
     # released: the last experiment's delete removes them
-    assert delete(coll, {"_id": 2}, cancel_first=False) == [2]
+    assert delete(coll, {"_id": 2}, cancel_first=False).ids == [2]
     assert existing(test_db, second) == set()
 
 
@@ -526,7 +526,7 @@ def test_a_launch_reusing_a_file_while_a_delete_removes_it_stores_a_new_copy(
         return real(db, candidates, launch_then_used)
 
     monkeypatch.setattr(sources, "delete_unused_files", deleter_interrupted_by_a_launch)
-    assert delete(coll, {"_id": 1}, cancel_first=False) == [1]
+    assert delete(coll, {"_id": 1}, cancel_first=False).ids == [1]
     assert launched and {i for _, i in launched}.isdisjoint({i for _, i in first})
     assert existing(test_db, launched) == {file_id for _, file_id in launched}
     assert existing(test_db, first) == set()  # the deleted experiment's files did go
@@ -543,7 +543,7 @@ def test_a_lease_of_a_launch_that_died_expires(test_db, tmp_path):
     old = {"id": "dead", "time": datetime.now(timezone.utc) - timedelta(seconds=sources.LEASE_S)}
     first = sources.upload_sources(test_db, "race", 1, files, old)
     coll.insert_one({"_id": 1, "status": "COMPLETED", "seml": {"source_files": first}})
-    assert delete(coll, {}, cancel_first=False) == [1]
+    assert delete(coll, {}, cancel_first=False).ids == [1]
     assert existing(test_db, first) == set()
 
 
