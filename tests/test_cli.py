@@ -431,3 +431,32 @@ def test_queue_with_something_that_is_not_a_job_id_is_one_line_and_exit_1(db_url
     assert result.exit_code == 1
     assert "'abc' is not a Slurm job id" in result.output
     assert "Traceback" not in result.output
+
+
+def test_list_status_and_queue_strip_escape_sequences_of_names_and_states(test_db):
+    """A collection name and statuses with an escape sequence that retitles the terminal (and
+    rich markup): ``seml list``, ``seml <col> status`` and the table of ``seml queue`` print
+    them without the escapes and without interpreting the markup."""
+    from rich.console import Console
+
+    from seml_hydra.cli.global_cmds import _queue_table
+
+    evil = "\x1b]0;X\x07"
+    test_db[f"ev{evil}il"].insert_one(doc(1, f"RUN{evil}NING"))
+    test_db["c"].insert_many([doc(1), doc(2, f"FAI{evil}LED"), doc(3, "[red]ODD[/]")])
+
+    def clean(text: str) -> str:
+        assert "\x1b" not in text and "\x07" not in text, repr(text)
+        return text
+
+    listed = seml("list")
+    assert listed.exit_code == 0, listed.output
+    assert "evil" in clean(listed.stdout) and "RUNNING" in listed.stdout
+    status = seml("c", "status")
+    assert status.exit_code == 0, status.output
+    assert "FAILED" in clean(status.stdout) and "[red]ODD[/]" in status.stdout
+    row = manage.QueueRow(f"c{evil}", "12", f"PEN{evil}DING", f"why{evil}", None, 1.0, "n", [1])
+    console = Console(record=True, width=200, color_system=None)
+    console.print(_queue_table([row]))
+    text = clean(console.export_text())
+    assert "PENDING" in text and "why" in text and "c " in text
