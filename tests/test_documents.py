@@ -522,3 +522,20 @@ def test_stored_object_warning_names_every_key_under_a_tagged_result():
         "experiment 1: result.deep[1]: py/type",
     ):
         assert named in text, text
+
+
+def test_masked_hydra_node_masks_the_db_url_and_hydra_overrides_and_copies_only_them():
+    from seml_hydra.launcher import masked_hydra_node
+
+    shared = {"name": "app"}
+    hydra = {
+        "job": shared,
+        "launcher": {"partition": "debug", "db": {"url": "mongodb://a:pw@h/db"}},
+        "overrides": {"hydra": ["hydra.launcher.db.url=mongodb://a:pw@h/db"], "task": ["x=1"]},
+    }
+    masked = masked_hydra_node(hydra)
+    assert masked["launcher"] == {"partition": "debug", "db": {"url": "mongodb://a:***@h/db"}}
+    assert masked["overrides"]["hydra"] == ["hydra.launcher.db.url=mongodb://a:***@h/db"]
+    assert masked["job"] is shared and "pw" in hydra["launcher"]["db"]["url"]  # a copy
+    plain = {"launcher": {"db": {"url": "mongodb://h/db"}}, "overrides": {"hydra": []}}
+    assert masked_hydra_node(plain) is plain

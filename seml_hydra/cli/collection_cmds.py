@@ -54,7 +54,7 @@ def _report_detect(result: Any, name: str) -> None:
         from ..manage import foreign_lines
 
         for line in foreign_lines(result.foreign, result.cluster):
-            console().print(line, markup=False)
+            console().print(shown(line))  # cluster names come from the documents
     if result.killed:
         console().print(
             f"Detected {len(result.killed)} killed experiment(s): {_ids(result.killed)}"

@@ -152,7 +152,7 @@ def drop(
     yes: Yes = False,
 ) -> None:
     """Drop collections (asks first; cancels their PENDING and RUNNING experiments)."""
-    from ..manage import connect_db, list_collections, matching_collections
+    from ..manage import connect_db, list_collections, matching_collections, terminal_safe
     from ..manage import drop as do_drop
 
     db = connect_db()
@@ -161,8 +161,8 @@ def drop(
         console().print(f"No collection matches {pattern!r}.")
         return
     counts = {c.name: c.total for c in list_collections(db)}
-    listing = ", ".join(f"{n} ({counts.get(n, 0)} experiments)" for n in names)
+    listing = ", ".join(f"{terminal_safe(n)} ({counts.get(n, 0)} experiments)" for n in names)
     if not yes:
         typer.confirm(f"Drop {listing}?", abort=True)
     do_drop(db, names)
-    console().print(f"Dropped {', '.join(names)}.")
+    console().print(f"Dropped {', '.join(map(shown, names))}.")
