@@ -213,6 +213,9 @@ def plain_result(value: Any, path: str = "result") -> tuple[Any, list[str]]:
         ):
             return restore(v[data[0]], where)
         problems.append(f"{where}: {', '.join(sorted(tags))}")
+        for k, x in v.items():  # name the stored objects under its plain keys too
+            if not (isinstance(k, str) and k.startswith("py/")):
+                restore(x, f"{where}.{k}")
         return v
 
     return restore(value, path), problems

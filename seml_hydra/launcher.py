@@ -131,6 +131,8 @@ class SemlLauncher(Launcher):
         points = compose_points(
             self.hydra_context.config_loader, self.config, job_overrides, initial_job_idx
         )
+        for point in points:  # composed again: a URL from a config file is in clear there
+            point.hydra = masked_hydra_node(point.hydra)
         for point in points:
             try:
                 validate_launcher(point.launcher)
@@ -195,6 +197,34 @@ def mask_db_credentials(config: Any) -> None:
             url = OmegaConf.to_container(db).get("url")
             if isinstance(url, str) and mask_credentials(url) != url:
                 db.url = mask_credentials(url)
+
+
+def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
+    """A resolved ``hydra`` node (plain containers, a ``compose.SweepPoint.hydra``) with the
+    password of MongoDB URLs masked (``database.mask_credentials``) in ``launcher.db.url`` and
+    in the strings of ``overrides.hydra``: what every point's documents, its ``.hydra/*.yaml``
+    on the node and the payload's ``metadata.hydra_base`` are built from. A URL given in a
+    config file (a config group such as ``+db=secret`` with ``# @package hydra.launcher``, or
+    the app's primary config) is composed again for each point, after :meth:`SemlLauncher.setup`
+    masked the launch's own config. The jobs still get the password, from the launcher's own
+    settings (``database.job_db_environment``).
+
+    Pure: returns ``hydra`` itself when nothing is to mask, else a copy of the changed path only
+    (points share sub-dicts). Raises nothing."""
+    from .database import mask_credentials
+
+    out = hydra
+    launcher = hydra.get("launcher")
+    if isinstance(launcher, dict) and isinstance(db := launcher.get("db"), dict):
+        url = db.get("url")
+        if isinstance(url, str) and mask_credentials(url) != url:
+            out = {**out, "launcher": {**launcher, "db": {**db, "url": mask_credentials(url)}}}
+    overrides = hydra.get("overrides")
+    if isinstance(overrides, dict) and isinstance(given := overrides.get("hydra"), list):
+        masked = [mask_credentials(t) if isinstance(t, str) else t for t in given]
+        if masked != given:
+            out = {**out, "overrides": {**overrides, "hydra": masked}}
+    return out
 
 
 def _warn_password_on_command_line(argv: Sequence[str], console: Any) -> None:

@@ -511,19 +511,64 @@ def output_folder(doc: Mapping[str, Any]) -> str | None:
     return None if fixed == "/" else fixed
 
 
+def recorded_jobs(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(array id, task id)`` of every Slurm task the document records for the experiment:
+    ``execution.array_id/task_id`` (written by the job) and ``slurm[0].array_id/task_id`` (the
+    submission), as digit strings; ids that are not whole numbers are left out. Pure."""
+    slurm = doc.get("slurm")
+    first = slurm[0] if isinstance(slurm, list) and slurm else slurm
+    execution = doc.get("execution")
+    out: list[tuple[str, str]] = []
+    for where in (execution, first):
+        if not isinstance(where, Mapping) or where.get("array_id") is None:
+            continue
+        array, task = str(where.get("array_id")), str(where.get("task_id", 0))
+        if array.isdigit() and task.isdigit() and (array, task) not in out:
+            out.append((array, task))
+    return out
+
+
+def own_output_names(doc: Mapping[str, Any], *, seml_output_file: bool = False) -> re.Pattern[str]:
+    """The names (basenames) the job output files of the experiment's own recorded jobs
+    (:func:`recorded_jobs`) may have, as a pattern to ``fullmatch``. Pure.
+
+    - submitit's ``<job id>_<rank>_log.out`` / ``.err``, the job id being
+      ``<array>_<task>`` (an array task) or ``<array>`` (a single job, task 0): submitit's
+      ``%j_%t_log.out`` (``submitit.core.utils.JobPaths``);
+    - SEML 0.5's Slurm output ``<name>_<array>_<task>.out`` (``--output <dir>/<name>_%A_%a.out``);
+    - with ``seml_output_file``, also SEML 0.5's own ``seml.output_file``,
+      ``<name>_<experiment _id>.out``.
+
+    A document without a recorded job (and no ``seml_output_file``) matches nothing.
+    """
+    alternatives = []
+    for array, task in recorded_jobs(doc):
+        for job in (f"{array}_{task}", array) if task == "0" else (f"{array}_{task}",):
+            alternatives.append(re.escape(job) + r"_\d+_log\.(?:out|err)")
+        alternatives.append(r".+_" + re.escape(f"{array}_{task}") + r"\.out")
+    exp_id = doc.get("_id")
+    if seml_output_file and isinstance(exp_id, int) and not isinstance(exp_id, bool):
+        alternatives.append(rf".+_{exp_id}\.out")
+    return re.compile("|".join(f"(?:{a})" for a in alternatives) or r"(?!)")
+
+
 def read_output_tail(
     path: str | os.PathLike[str] | None,
     folder: str | os.PathLike[str] | None,
     *,
+    names: re.Pattern[str] | None = None,
     max_bytes: int = TRACE_TAIL_BYTES,
 ) -> FileTail:
     """The last ``max_bytes`` bytes of a job output file a document (or a job) names, read only
     when it is safe to: an absolute path named ``*.out`` / ``*.err`` (:data:`OUTPUT_SUFFIXES`),
     not a symlink, inside ``folder`` (the experiment's output folder, :func:`output_folder`;
-    compared after resolving both, so no symlink or ``..`` leads out of it), and, opened without
+    compared after resolving both, so no symlink or ``..`` leads out of it), whose basename
+    ``fullmatch`` es ``names`` (for a document: :func:`own_output_names`, the output names of
+    its own recorded job, since the folder comes from the same document), and, opened without
     following a symlink nor blocking on a FIFO, a regular file owned by this user. So a forged
-    document cannot make ``status`` or ``print-output`` copy ``~/.ssh/id_ed25519`` or another
-    user's file into the database or onto the screen.
+    document cannot make ``status`` or ``print-output`` copy ``~/.ssh/id_ed25519``, another
+    user's file, or any file of this user that is not its own job's output into the database or
+    onto the screen.
 
     Returns a :class:`FileTail`: the bytes, or ``problem`` saying why nothing was read (never
     raises for a bad or missing file).
@@ -548,6 +593,8 @@ def read_output_tail(
             return FileTail(
                 None, problem=f"not read: outside the experiment's output folder {folder}"
             )
+        if names is not None and not names.fullmatch(os.path.basename(path)):
+            return FileTail(None, problem="not read: not an output file of the experiment's job")
         flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
         fd = os.open(real, flags | getattr(os, "O_CLOEXEC", 0))
     except OSError as error:
@@ -854,7 +901,7 @@ def _killed_trace(doc: Mapping[str, Any], slurm_states: Sequence[str] = ()) -> l
     path = _output_file(doc)
     lines = [head + "\n"]
     if path:
-        tail = read_output_tail(path, output_folder(doc))
+        tail = read_output_tail(path, output_folder(doc), names=own_output_names(doc))
         if tail.data is None:
             lines.append(f"(could not read {path}: {tail.problem})\n")
         else:
@@ -1528,7 +1575,8 @@ def read_outputs(
     output file (``seml.output_file``, written by SEML) when there is one, else the job's
     (``execution.slurm_output_file``); Sacred's ``captured_out`` when the file is unreadable
     or not safe to read. Files are read as :func:`read_output_tail` allows (inside the
-    experiment's output folder, this user's, regular), at most their last
+    experiment's output folder, named as its own job's output, this user's, regular), at most
+    their last
     :data:`OUTPUT_TAIL_BYTES`."""
     out = []
     projection = {**_PROJECTION, "captured_out": 1}
@@ -1539,7 +1587,8 @@ def read_outputs(
             out.append(Output(doc["_id"], doc.get("status"), None, None, "no output file yet"))
             continue
         path = str(path)
-        read = read_output_tail(path, output_folder(doc), max_bytes=OUTPUT_TAIL_BYTES)
+        names = own_output_names(doc, seml_output_file=bool(own))
+        read = read_output_tail(path, output_folder(doc), names=names, max_bytes=OUTPUT_TAIL_BYTES)
         data = read.data
         if data is None:
             captured = doc.get("captured_out")

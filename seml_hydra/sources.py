@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 #: files larger than this are not snapshotted (and reported), in KB
@@ -259,16 +259,25 @@ def read_sources(
 ) -> list[tuple[Path, bytes]]:
     """The files of a snapshot (``seml.source_files``) as ``(path under target, content)``.
 
+    Each path is ``target`` (resolved) joined with the snapshot's relative path, without
+    following any symbolic link under ``target`` (:func:`write_sources` refuses or replaces
+    them).
+
     Raises :class:`SourceSnapshotError` when a file is missing from GridFS or a path would
-    leave ``target``.
+    leave ``target`` (absolute, ``..``, empty).
     """
     target = Path(target).resolve()
     paths = []
     for rel_path, file_id in source_files:
-        path = (target / rel_path).resolve()
-        if target not in path.parents:
+        parts = [p for p in PurePosixPath(str(rel_path)).parts if p != "."]
+        if (
+            not parts
+            or PurePosixPath(str(rel_path)).is_absolute()
+            or ".." in parts
+            or "\x00" in str(rel_path)
+        ):
             raise SourceSnapshotError(f"source file path {rel_path!r} leaves {target}")
-        paths.append((rel_path, file_id, path))
+        paths.append((rel_path, file_id, target.joinpath(*parts)))
     contents = _gridfs_contents(db, [file_id for _, file_id, _ in paths])
     out = []
     for rel_path, file_id, path in paths:
@@ -302,32 +311,106 @@ def write_sources(db: Any, source_files: Sequence[Sequence[Any]], target: Path) 
     each file is written under a temporary name and then renamed, so an interrupted write leaves
     no partial file and writing again writes only what is missing or different.
 
-    Raises :class:`SourceSnapshotError` as :func:`read_sources`.
+    Safe in a directory other users can write (:func:`_write_under`): nothing under ``target``
+    is followed if it is a symbolic link. A file that is a link is replaced by the snapshot's
+    file (the link itself, not what it points to); a directory that is a link is refused; the
+    temporary file gets a random name and is created exclusively (``O_EXCL | O_NOFOLLOW``), so
+    a link planted at a guessed name is never written through.
+
+    Raises :class:`SourceSnapshotError` as :func:`read_sources`, and when a directory of a
+    file under ``target`` is a symbolic link or not a directory, or a file cannot be written.
     """
+    files = read_sources(db, source_files, target)
+    root = Path(target).resolve()
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
     written = []
-    for path, data in read_sources(db, source_files, target):
-        if path.is_file() and path.read_bytes() == data:
-            continue
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-        written.append(path)
+    for path, data in files:
+        try:
+            if _write_under(root, path.relative_to(root).parts, data):
+                written.append(path)
+        except OSError as error:
+            raise SourceSnapshotError(f"cannot write {path}: {error.strerror or error}") from None
     return written
 
 
+def _write_under(root: Path, parts: Sequence[str], data: bytes) -> bool:
+    """Write ``data`` to ``root/<parts>`` unless it is already there; returns whether it wrote.
+
+    Each directory below ``root`` is created (mode 0700) or opened with ``O_NOFOLLOW`` from its
+    parent's descriptor, so a directory swapped for a symbolic link is never entered, even
+    between a check and the write. The file is written to a new temporary file in the same
+    directory (random name, ``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0666 less the umask, as a
+    plain write) and renamed over the file name (``os.replace``: a link there is replaced).
+
+    Raises :class:`SourceSnapshotError` for a directory that is a link or not a directory;
+    ``OSError`` when writing fails.
+    """
+    import errno
+    import secrets
+
+    *dirs, leaf = parts
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for i, part in enumerate(dirs):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o700, dir_fd=fd)
+            try:
+                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as error:
+                if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                where = root.joinpath(*dirs[: i + 1])
+                raise SourceSnapshotError(
+                    f"{where} is a symbolic link or not a directory: refusing to write the "
+                    "snapshot through it; remove it (or choose another target) and try again"
+                ) from None
+            os.close(fd)
+            fd = sub
+        if _same_content(fd, leaf, data):
+            return False
+        tmp = f".{leaf}.{secrets.token_hex(8)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        out = os.open(tmp, flags, 0o666, dir_fd=fd)
+        try:
+            with os.fdopen(out, "wb") as stream:
+                stream.write(data)
+            os.replace(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+        return True
+    finally:
+        os.close(fd)
+
+
+def _same_content(dir_fd: int, name: str, data: bytes) -> bool:
+    """Whether ``name`` in the directory ``dir_fd`` is a regular file (not a link) holding
+    ``data``."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as stream:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            return False
+        return stream.read(len(data) + 1) == data
+
+
 def foreign_files(db: Any, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
-    """The files in ``target`` that are not the snapshot's: not in it, or with other content
-    (what writing the snapshot there would mix with or overwrite). Raises as
+    """The files in ``target`` that are not the snapshot's: not in it, with other content, or
+    symbolic links (what writing the snapshot there would mix with or overwrite). Raises as
     :func:`read_sources`."""
-    target = Path(target)
+    target = Path(target).resolve()
     if not target.is_dir():
         return []
     snapshot = dict(read_sources(db, source_files, target))
     return sorted(
         path
         for path in target.rglob("*")
-        if path.is_file() and snapshot.get(path.resolve()) != path.read_bytes()
+        if path.is_symlink() or (path.is_file() and snapshot.get(path) != path.read_bytes())
     )
 
 

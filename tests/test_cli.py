@@ -199,13 +199,14 @@ def job_doc(exp_id, status, folder, **execution):
 
 
 def test_print_output_shows_invalid_utf8_as_replacement_characters(test_db, tmp_path):
-    out = tmp_path / "job.out"
+    out = tmp_path / "55_0_log.out"
     out.write_bytes(b"epoch 1\nbad bytes: \xff\xfe\x80 end\nlast line\n")
+    gone = tmp_path / "56_0_log.out"
     test_db["c"].insert_many(
         [
-            job_doc(1, "COMPLETED", tmp_path, slurm_output_file=str(out)),
+            job_doc(1, "COMPLETED", tmp_path, array_id=55, task_id=0, slurm_output_file=str(out)),
             doc(2, "PENDING"),
-            job_doc(3, "FAILED", tmp_path, slurm_output_file=str(tmp_path / "gone.out")),
+            job_doc(3, "FAILED", tmp_path, array_id=56, task_id=0, slurm_output_file=str(gone)),
         ]
     )
     result = seml("c", "print-output")
@@ -234,7 +235,7 @@ def test_print_fail_trace_prints_traces_of_failed_experiments(test_db):
 
 
 def test_detect_killed_marks_only_with_evidence_and_keeps_the_output_tail(test_db, slurm, tmp_path):
-    out = tmp_path / "job.out"
+    out = tmp_path / "999998_0_log.out"
     out.write_bytes(b"".join(b"line %d\n" % i for i in range(100)) + b"oom \xff\n")
     gone = {"cluster": "slurm", "array_id": 999998, "task_id": 0}
     test_db["c"].insert_many(
@@ -288,7 +289,7 @@ def test_status_and_print_output_do_not_read_files_a_forged_document_names(
     secret, folder, link = secret_elsewhere
     outside = tmp_path / "private" / "999_0_log.out"
     outside.write_text("s3cr3t too\n")
-    theirs = folder / "124" / "124_0_log.out"
+    theirs = folder / "124" / "999996_4_0_log.out"
     theirs.parent.mkdir()
     theirs.parent.chmod(0o777)
     other_user.run("sh", "-c", f"echo s3cr3t of theirs > {theirs}", check=True)
@@ -316,6 +317,67 @@ def test_status_and_print_output_do_not_read_files_a_forged_document_names(
     assert result.output.count("not read") == 4
 
 
+def test_status_and_print_output_read_only_the_output_files_of_the_documents_own_job(
+    test_db, slurm, other_user
+):
+    """The folder a document names comes from the same document: forged RUNNING documents
+    name a private ``id_secret.out`` (0600, this user's) and another job's ``123_0_log.out``
+    in a folder they name; ``status`` (KILLED detection) and ``print-output`` read neither and
+    say why, while a document naming its own job's submitit output is still read."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp(prefix="seml-hydra-test-victimhome-", dir="/tmp"))
+    try:
+        folder.chmod(0o755)
+        secret = folder / "id_secret.out"
+        secret.write_text("s3cr3t key\n")
+        secret.chmod(0o600)
+        other_job = folder / "123_0_log.out"
+        other_job.write_text("s3cr3t of job 123\n")
+        other_job.chmod(0o600)
+        own = folder / "999995_3_0_log.out"
+        own.write_text("own job output\n")
+        gone = {"cluster": "slurm", "array_id": 999995}
+        named = {1: secret, 2: other_job, 3: own}
+        docs = [
+            job_doc(i, "RUNNING", folder, **gone, task_id=i, slurm_output_file=str(path))
+            for i, path in named.items()
+        ]
+        # the forger is another user of the shared database
+        forge = (
+            "import json, sys, pymongo\n"
+            "db = pymongo.MongoClient('mongodb://127.0.0.1:27017')[sys.argv[1]]\n"
+            "db['c'].insert_many(json.loads(sys.argv[2]))\n"
+        )
+        other_user.python(forge, test_db.name, json.dumps(docs), check=True)
+        result = seml("c", "status")
+        assert result.exit_code == 0, result.output
+        traces = {d["_id"]: "".join(d["fail_trace"]) for d in test_db["c"].find()}
+        for i in (1, 2):
+            assert "s3cr3t" not in traces[i] and "not an output file of the" in traces[i]
+        assert "own job output" in traces[3]
+        result = seml("c", "print-output")
+        assert result.exit_code == 0, result.output
+        assert "s3cr3t" not in result.output and "own job output" in result.output
+        assert result.output.count("not an output file of the experiment's job") == 2
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_own_output_names_are_the_submitit_and_seml_names_of_the_recorded_jobs():
+    names = manage.own_output_names(
+        {"_id": 7, "execution": {"array_id": 50, "task_id": 3}, "slurm": [{"array_id": 49}]}
+    )
+    for good in ("50_3_0_log.out", "50_3_12_log.err", "exp_50_3.out", "49_0_log.out"):
+        assert names.fullmatch(good), good
+    for bad in ("id_secret.out", "123_0_log.out", "50_3_log.out", "50_30_0_log.out", "x_7.out"):
+        assert not names.fullmatch(bad), bad
+    assert manage.own_output_names({"_id": 7}, seml_output_file=True).fullmatch("exp_7.out")
+    assert not manage.own_output_names({"_id": 7}).fullmatch("7_0_log.out")
+
+
 def test_output_files_are_read_from_their_end_only(tmp_path):
     """A huge output file: only its last bytes are read (the rest is seeked over)."""
     out = tmp_path / "1" / "1_0_log.out"
@@ -339,7 +401,7 @@ def test_print_commands_strip_terminal_escape_sequences(test_db, tmp_path):
     out.write_text(f"epoch\t1 {evil}done\nprogress 10%\rprogress 100%\n")
     test_db["c"].insert_many(
         [
-            {**job_doc(1, "FAILED", tmp_path, slurm_output_file=str(out)),
+            {**job_doc(1, "FAILED", tmp_path, array_id=1, task_id=0, slurm_output_file=str(out)),
              "fail_trace": [f"Traceback {evil}\n", "ValueError: x\x07\x08\n"]},
             {**job_doc(2, "FAILED", tmp_path, slurm_output_file=str(tmp_path / "gone.out")),
              "captured_out": f"captured {evil}end\n"},
@@ -431,3 +493,32 @@ def test_queue_with_something_that_is_not_a_job_id_is_one_line_and_exit_1(db_url
     assert result.exit_code == 1
     assert "'abc' is not a Slurm job id" in result.output
     assert "Traceback" not in result.output
+
+
+def test_list_status_and_queue_strip_escape_sequences_of_names_and_states(test_db):
+    """A collection name and statuses with an escape sequence that retitles the terminal (and
+    rich markup): ``seml list``, ``seml <col> status`` and the table of ``seml queue`` print
+    them without the escapes and without interpreting the markup."""
+    from rich.console import Console
+
+    from seml_hydra.cli.global_cmds import _queue_table
+
+    evil = "\x1b]0;X\x07"
+    test_db[f"ev{evil}il"].insert_one(doc(1, f"RUN{evil}NING"))
+    test_db["c"].insert_many([doc(1), doc(2, f"FAI{evil}LED"), doc(3, "[red]ODD[/]")])
+
+    def clean(text: str) -> str:
+        assert "\x1b" not in text and "\x07" not in text, repr(text)
+        return text
+
+    listed = seml("list")
+    assert listed.exit_code == 0, listed.output
+    assert "evil" in clean(listed.stdout) and "RUNNING" in listed.stdout
+    status = seml("c", "status")
+    assert status.exit_code == 0, status.output
+    assert "FAILED" in clean(status.stdout) and "[red]ODD[/]" in status.stdout
+    row = manage.QueueRow(f"c{evil}", "12", f"PEN{evil}DING", f"why{evil}", None, 1.0, "n", [1])
+    console = Console(record=True, width=200, color_system=None)
+    console.print(_queue_table([row]))
+    text = clean(console.export_text())
+    assert "PENDING" in text and "why" in text and "c " in text

@@ -494,3 +494,48 @@ def test_plain_result_decodes_only_data_tags_and_names_every_object_to_rebuild()
         "result.ref: py/id",
     ]
     assert documents.plain_result({"a": [1.5, "x", None]}) == ({"a": [1.5, "x", None]}, [])
+
+
+def test_stored_object_warning_names_every_key_under_a_tagged_result():
+    """A result that is itself a tagged dict (``py/repr``) with plain keys holding more stored
+    objects: the warning names each of them, not only the top one (the value stays as stored)."""
+    import warnings
+
+    from seml_hydra.results import StoredObjectWarning, restore_results
+
+    forged = {
+        "acc": {"py/reduce": [{"py/function": "os.system"}, {"py/tuple": ["id"]}]},
+        "deep": [{"py/object": "subprocess.Popen", "py/state": {}}, {"py/type": "os.system"}],
+        "py/repr": "os/os.system('id')",
+    }
+    docs = [{"_id": 1, "result": forged}]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        restore_results(docs, "victim")
+    assert docs[0]["result"] == forged
+    (warning,) = [w for w in caught if issubclass(w.category, StoredObjectWarning)]
+    text = str(warning.message)
+    for named in (
+        "experiment 1: result: py/repr",
+        "experiment 1: result.acc: py/reduce",
+        "experiment 1: result.deep[0]: py/object, py/state",
+        "experiment 1: result.deep[1]: py/type",
+    ):
+        assert named in text, text
+
+
+def test_masked_hydra_node_masks_the_db_url_and_hydra_overrides_and_copies_only_them():
+    from seml_hydra.launcher import masked_hydra_node
+
+    shared = {"name": "app"}
+    hydra = {
+        "job": shared,
+        "launcher": {"partition": "debug", "db": {"url": "mongodb://a:pw@h/db"}},
+        "overrides": {"hydra": ["hydra.launcher.db.url=mongodb://a:pw@h/db"], "task": ["x=1"]},
+    }
+    masked = masked_hydra_node(hydra)
+    assert masked["launcher"] == {"partition": "debug", "db": {"url": "mongodb://a:***@h/db"}}
+    assert masked["overrides"]["hydra"] == ["hydra.launcher.db.url=mongodb://a:***@h/db"]
+    assert masked["job"] is shared and "pw" in hydra["launcher"]["db"]["url"]  # a copy
+    plain = {"launcher": {"db": {"url": "mongodb://h/db"}}, "overrides": {"hydra": []}}
+    assert masked_hydra_node(plain) is plain

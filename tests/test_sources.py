@@ -95,6 +95,71 @@ def test_write_sources_refuses_paths_outside_the_target(test_db, tmp_path):
         sources.write_sources(test_db, [["../evil.py", file_id]], tmp_path / "t")
 
 
+def test_restore_sources_into_a_directory_another_user_can_write_follows_no_link(
+    test_db, tmp_path, other_user
+):
+    """A 0777 target: another user plants symlinks at the temporary names of the next pids
+    (``.app.py.<pid>.tmp``), a symlink at a file of the snapshot and one at a directory of it,
+    all pointing into a victim directory. ``restore-sources`` writes nothing there: the linked
+    file is replaced by the snapshot's, the linked directory is refused in one line."""
+    import shutil
+
+    import gridfs
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    shared = Path(tempfile.mkdtemp(prefix="seml-hydra-test-restore-", dir="/tmp"))
+    try:
+        shared.chmod(0o755)
+        victim = shared / "victim"
+        victim.mkdir(mode=0o755)
+        (victim / "secret.txt").write_text("VICTIM\n")
+        target = shared / "target"
+        target.mkdir()
+        target.chmod(0o777)
+        fs = gridfs.GridFS(test_db)
+        snap = [["app.py", fs.put(b"APP\n")], ["lib/util.py", fs.put(b"UTIL\n")]]
+        test_db["exps"].insert_one(
+            {"_id": 1, "batch_id": 1, "status": "COMPLETED", "seml": {"source_files": snap}}
+        )
+        pid = os.getpid()
+        plant = " && ".join(
+            f"ln -s {victim}/written-{p} {target}/.app.py.{p}.tmp"
+            for p in range(max(pid - 50, 2), pid + 50)
+        )
+        other_user.run("sh", "-c", plant, check=True)
+        runner = CliRunner()
+        result = runner.invoke(app, ["exps", "restore-sources", str(target), "-y"])
+        assert result.exit_code == 0, result.output
+        assert not list(victim.glob("written-*"))
+        assert (target / "app.py").read_bytes() == b"APP\n"
+        # a file of the snapshot that is a link: the link is replaced, its target untouched
+        (target / "app.py").unlink()
+        other_user.run("ln", "-s", str(victim / "secret.txt"), str(target / "app.py"), check=True)
+        result = runner.invoke(app, ["exps", "restore-sources", str(target), "-y"])
+        assert result.exit_code == 0, result.output
+        assert (victim / "secret.txt").read_text() == "VICTIM\n"
+        assert not (target / "app.py").is_symlink()
+        assert (target / "app.py").read_bytes() == b"APP\n"
+        # a directory of the snapshot that is a link (out of the target): refused
+        shutil.rmtree(target / "lib")
+        other_user.run("ln", "-s", str(victim), str(target / "lib"), check=True)
+        result = runner.invoke(app, ["exps", "restore-sources", str(target), "-y"])
+        assert result.exit_code == 1
+        assert "symbolic link" in result.output and "Traceback" not in result.output
+        assert sorted(p.name for p in victim.iterdir()) == ["secret.txt"]
+        # inside the target, to another directory of it: refused as well
+        (target / "lib").unlink()
+        (target / "elsewhere").mkdir()
+        other_user.run("ln", "-s", str(target / "elsewhere"), str(target / "lib"), check=True)
+        result = runner.invoke(app, ["exps", "restore-sources", str(target), "-y"])
+        assert result.exit_code == 1 and "symbolic link" in result.output
+        assert not list((target / "elsewhere").iterdir())
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
 @pytest.fixture
 def private_runtime(tmp_path, monkeypatch):
     """The runtime directory (the snapshots' private base) of this test."""

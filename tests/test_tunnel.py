@@ -561,26 +561,36 @@ def auth_mongod(tmp_path):
         proc.wait(30)
 
 
+@pytest.mark.parametrize("url_from", ["command_line", "config_group"])
 @pytest.mark.parametrize("launcher", ["seml_local", "seml"])
 def test_password_in_db_url_is_written_nowhere_and_reaches_the_jobs_privately(
-    launcher, auth_mongod, tmp_path, request
+    launcher, url_from, auth_mongod, tmp_path, request
 ):
-    """A password given in ``hydra.launcher.db.url`` on the command line, for a MongoDB that
-    requires it: the launcher warns; no other process's command line (jobs, sbatch, srun, the
-    ``seml`` command), no file of the sweep (multirun.yaml, .hydra/*.yaml, .submitit pickles
-    and logs), no document, GridFS payload or output holds it; the jobs still authenticate
-    with it, also when ``seml start`` submits them again from the documents."""
+    """A password given in ``hydra.launcher.db.url`` on the command line (the launcher warns),
+    or in a config group file (``+db=secret``, ``# @package hydra.launcher``), for a MongoDB
+    that requires it: no other process's command line (jobs, sbatch, srun, the ``seml``
+    command), no file of the sweep (multirun.yaml, each point's .hydra/*.yaml, .submitit
+    pickles and logs), no document, GridFS payload (nor its ``metadata.hydra_base``) or output
+    holds it; the jobs still authenticate with it, also when ``seml start`` submits them again
+    from the documents."""
     if launcher == "seml":
         request.getfixturevalue("slurm")
     password, url = auth_mongod["password"], auth_mongod["url"]
     env = {**os.environ, "SEML_MONGODB_URI": "", "SEML_MONGODB_CONFIG": str(tmp_path / "none")}
+    if url_from == "command_line":
+        given = [f"hydra.launcher.db.url={url}"]
+    else:  # a config directory of its own, outside the sweep (and not snapshotted)
+        group = tmp_path / "extra_conf" / "db"
+        group.mkdir(parents=True)
+        (group / "secret.yaml").write_text(f"# @package hydra.launcher\ndb:\n  url: {url}\n")
+        given = [f"hydra.searchpath=[file://{group.parent}]", "+db=secret"]
     app = subprocess.Popen(
         [
             sys.executable,
             str(ROOT / "examples" / "fail.py"),
             "-m",
             f"hydra/launcher={launcher}",
-            f"hydra.launcher.db.url={url}",
+            *given,
             "x=1,2",  # x=2 fails: `seml start` runs it again below
             *FAST,
         ],
@@ -627,9 +637,14 @@ def test_password_in_db_url_is_written_nowhere_and_reaches_the_jobs_privately(
         if app.poll() is None:
             app.kill()
     assert app.returncode == 1 and "x == 2" in err  # the failed point, nothing else
-    assert "carries a password" in out + err and "SEML_MONGODB_URI" in out + err
+    if url_from == "command_line":
+        assert "carries a password" in out + err and "SEML_MONGODB_URI" in out + err
+        assert f"{auth_mongod['user']}:***@" in docs[1]["seml"]["command"]
     assert scanner.scans > 5 and scanner.found == []
-    assert f"{auth_mongod['user']}:***@" in docs[1]["seml"]["command"]
+    stored = docs[1]["slurm"][0]
+    hydra_base = db["fs.files"].find_one({"metadata.kind": "seml_hydra_payload"})["metadata"]
+    assert hydra_base["hydra_base"]["launcher"]["db"]["url"] == url.replace(password, "***")
+    assert stored and password not in str(docs[1])
     assert password not in out + err
     sweep = tmp_path / "multirun"
     assert next(sweep.rglob("multirun.yaml")) and next(sweep.rglob(".submitit"))

@@ -18,6 +18,7 @@ from .core import (
     console,
     err_console,
     selection,
+    shown,
 )
 from .options import BatchId, FilterDict, SacredId, States, Yes
 
@@ -53,7 +54,7 @@ def _report_detect(result: Any, name: str) -> None:
         from ..manage import foreign_lines
 
         for line in foreign_lines(result.foreign, result.cluster):
-            console().print(line, markup=False)
+            console().print(shown(line))  # cluster names come from the documents
     if result.killed:
         console().print(
             f"Detected {len(result.killed)} killed experiment(s): {_ids(result.killed)}"
@@ -101,7 +102,7 @@ def status(
     table.add_column("Ids")
     for state, ids in by_state.items():
         color = STATE_COLORS.get(state, "white")
-        table.add_row(f"[{color}]{state}[/]", str(len(ids)), _ids(ids))
+        table.add_row(f"[{color}]{shown(state)}[/]", str(len(ids)), _ids(ids))
     table.add_row("[bold]total[/]", str(sum(map(len, by_state.values()))), "")
     console().print(table)
 

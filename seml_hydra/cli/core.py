@@ -130,6 +130,17 @@ def collection_name(ctx: typer.Context) -> str:
     return ctx.meta["seml_collection"]
 
 
+def shown(value: Any) -> str:
+    """``value`` (a collection name, a state, a comment: anything a document, the database or
+    Slurm gives) as text safe to print in rich markup: no terminal escape sequences or control
+    characters (``manage.terminal_safe``) and no rich markup (``rich.markup.escape``)."""
+    from rich.markup import escape
+
+    from ..manage import terminal_safe
+
+    return escape(terminal_safe(str(value)))
+
+
 def console() -> Any:
     """A rich console on the current stdout (follows CliRunner's redirection)."""
     from rich.console import Console

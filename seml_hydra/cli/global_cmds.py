@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from .. import states
-from .core import ROOT_PANEL, STATE_COLORS, app, console
+from .core import ROOT_PANEL, STATE_COLORS, app, console, shown
 from .options import Yes
 
 command = app.command
@@ -33,13 +33,15 @@ def list_(
         return
     present = [s for s in states.ALL if any(r.counts.get(s) for r in rows)]
     others = sorted({s for r in rows for s in r.counts} - set(states.ALL))
-    table = Table(title=f"database {db.name}", title_justify="left")
+    table = Table(title=f"database {shown(db.name)}", title_justify="left")
     table.add_column("Collection", no_wrap=True, overflow="fold")
     for s in [*present, *others]:
-        table.add_column(f"[{STATE_COLORS.get(s, 'white')}]{s}[/]", justify="right")
+        table.add_column(f"[{STATE_COLORS.get(s, 'white')}]{shown(s)}[/]", justify="right")
     table.add_column("Total", justify="right")
     for r in rows:
-        table.add_row(r.name, *[str(r.counts.get(s, 0)) for s in [*present, *others]], str(r.total))
+        table.add_row(
+            shown(r.name), *[str(r.counts.get(s, 0)) for s in [*present, *others]], str(r.total)
+        )
     console().print(table)
 
 
@@ -63,12 +65,12 @@ def _queue_table(rows: list[Any]) -> Any:
     for r in sorted(rows, key=lambda r: (r.collection or "~", r.job_id)):
         where = r.nodes if r.state == "RUNNING" else (r.reason or r.nodes or "")
         table.add_row(
-            r.collection or "[dim](none)[/]",
-            r.job_id,
-            r.state,
+            shown(r.collection) if r.collection else "[dim](none)[/]",
+            shown(r.job_id),
+            shown(r.state),
             format_ids(r.exp_ids),
             _duration(r.elapsed_s),
-            where or "",
+            shown(where or ""),
         )
     return table
 
@@ -150,7 +152,7 @@ def drop(
     yes: Yes = False,
 ) -> None:
     """Drop collections (asks first; cancels their PENDING and RUNNING experiments)."""
-    from ..manage import connect_db, list_collections, matching_collections
+    from ..manage import connect_db, list_collections, matching_collections, terminal_safe
     from ..manage import drop as do_drop
 
     db = connect_db()
@@ -159,8 +161,8 @@ def drop(
         console().print(f"No collection matches {pattern!r}.")
         return
     counts = {c.name: c.total for c in list_collections(db)}
-    listing = ", ".join(f"{n} ({counts.get(n, 0)} experiments)" for n in names)
+    listing = ", ".join(f"{terminal_safe(n)} ({counts.get(n, 0)} experiments)" for n in names)
     if not yes:
         typer.confirm(f"Drop {listing}?", abort=True)
     do_drop(db, names)
-    console().print(f"Dropped {', '.join(names)}.")
+    console().print(f"Dropped {', '.join(map(shown, names))}.")
