@@ -361,7 +361,13 @@ class _Launch:
             )
 
         def refresh_existing(index: int) -> dict[str, Any]:
-            return {"hydra": self._hydra_doc(self.points[index]), "seml": {**seml}}
+            # the re-run joins this batch: it names this batch's source files, which SEML's
+            # delete removes with the last document of the batch (``upload_sources``)
+            return {
+                "hydra": self._hydra_doc(self.points[index]),
+                "seml": {**seml},
+                "batch_id": batch_id,
+            }
 
         try:
             result = stage(

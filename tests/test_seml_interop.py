@@ -492,3 +492,30 @@ def test_array_of_tells_seml_pending_experiments_from_ours():
     assert array_of(ours_pending) is None and task_of(ours_pending)[1] == "7_2"
     assert array_of({"slurm": [{"sbatch_options": {}}]}) is None
     assert array_of({"slurm": [{"array_id": "x"}]}) is None
+
+
+def test_seml057_delete_of_one_batch_leaves_the_next_batch_runnable(seml057, test_db, tmp_path):
+    """SEML 0.5.7's ``delete -b 1`` removes the GridFS files whose ``metadata.batch_id`` is 1
+    (``delete_orphaned_sources``): batch 2, same code, must not name any of them."""
+
+    def launch(x: str, *extra: str) -> None:
+        proc = run_app(
+            "fail.py",
+            "-m",
+            "hydra/launcher=seml",
+            "hydra.launcher.collection=s57del",
+            f"hydra.sweep.dir={tmp_path / ('sweep' + x)}",
+            f"x={x}",
+            *extra,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    coll = test_db["s57del"]
+    launch("1")
+    launch("3", "hydra.launcher.wait=false", "+hydra.launcher.additional_parameters.hold=true")
+    assert sorted(coll.distinct("batch_id")) == [1, 2]
+    out = seml057("s57del", "delete", "-b", "1", "-s", "COMPLETED", "-y")
+    assert coll.distinct("batch_id") == [2], (out.stdout, out.stderr)
+    ours("s57del", "release")
+    wait_until("batch 2 completes", lambda: list(statuses(coll).values()) == ["COMPLETED"])
