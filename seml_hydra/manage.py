@@ -874,12 +874,12 @@ def status(collection: Any, query: Mapping[str, Any] | None = None) -> dict[str,
 def reset(collection: Any, query: Mapping[str, Any]) -> list[int]:
     """Set the matching experiments back to STAGED, clearing what their run wrote (Sacred's
     fields, ``execution``, the job of every ``slurm`` entry and the sbatch options the
-    submission set: what SEML 0.5's reset keeps is kept). Active experiments are never reset.
-    Returns the ids reset."""
+    submission set: what SEML 0.5's reset keeps is kept) and their metrics
+    (:func:`delete_metrics`). Active experiments are never reset. Returns the ids reset."""
     from .stage import RUN_FIELDS
 
     q = and_(query, {"status": {"$nin": sorted(states.ACTIVE)}})
-    docs = select(collection, q, {"_id": 1, "slurm": 1})
+    docs = select(collection, q, {"_id": 1, "slurm": 1, "info.metrics": 1})
     ids = [d["_id"] for d in docs]
     if not ids:
         return []
@@ -893,6 +893,8 @@ def reset(collection: Any, query: Mapping[str, Any]) -> list[int]:
         {"_id": {"$in": ids}, "status": {"$nin": sorted(states.ACTIVE)}},
         {"$set": {"status": states.STAGED}, "$unset": unset},
     )
+    # the run's metrics go with it (``info`` is a run field): a re-run starts with none
+    delete_metrics(collection.database, collection.name, docs)
     return ids
 
 
@@ -1131,23 +1133,13 @@ def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> 
     """Delete what Sacred stored for the runs ``docs`` of collection ``name`` (already
     deleted): the files of ``experiment.sources`` that no remaining run refers to (Sacred shares
     one file between runs with the same source) and of ``artifacts``, as SEML's delete, and
-    their metrics: those of the collection's own metrics collection
-    (``database.metrics_collection_name``) by ``run_id``, and the entries of ``info.metrics`` by
-    their ids in the shared ``metrics`` collection (where runs before per-collection metrics, and
-    SEML's, wrote; ``metrics.run_id`` alone is ambiguous across collections)."""
+    their metrics (:func:`delete_metrics`)."""
     import gridfs
-    from bson import ObjectId
-    from bson.errors import InvalidId
 
-    files, metrics = [], []
+    files = []
     for doc in docs:
         files += [s[1] for s in (doc.get("experiment") or {}).get("sources") or [] if len(s) > 1]
         files += [a.get("file_id") for a in doc.get("artifacts") or [] if isinstance(a, Mapping)]
-        for entry in (doc.get("info") or {}).get("metrics") or []:
-            try:
-                metrics.append(ObjectId(str(entry.get("id"))))
-            except (InvalidId, TypeError, AttributeError):
-                continue
     files = [f for f in files if f is not None]
     if files:
         # Sacred stores a source file once per content (any run, any collection may share it)
@@ -1164,6 +1156,29 @@ def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> 
         for file_id in files:
             if str(file_id) not in shared:
                 fs.delete(file_id)
+    delete_metrics(db, name, docs)
+
+
+def delete_metrics(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> None:
+    """Delete the metric documents of the runs ``docs`` (each with ``_id`` and, when it has
+    any, ``info.metrics``) of collection ``name``: those of the collection's own metrics
+    collection (``database.metrics_collection_name``) by ``run_id``, and the entries of
+    ``info.metrics`` by their ids in the shared ``metrics`` collection (where runs before
+    per-collection metrics, and SEML's, wrote; ``metrics.run_id`` alone is ambiguous across
+    collections). Used by ``delete`` and wherever an experiment is reset to run again (a re-run
+    must not mix its metrics with the failed attempt's). Raises pymongo errors."""
+    from bson import ObjectId
+    from bson.errors import InvalidId
+
+    metrics = []
+    for doc in docs:
+        info = doc.get("info")
+        entries = info.get("metrics") if isinstance(info, Mapping) else None
+        for entry in entries if isinstance(entries, list) else []:
+            try:
+                metrics.append(ObjectId(str(entry.get("id"))))
+            except (InvalidId, TypeError, AttributeError):
+                continue
     ids = [d["_id"] for d in docs]
     if ids:
         db[metrics_collection_name(name)].delete_many({"run_id": {"$in": ids}})
