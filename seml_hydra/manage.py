@@ -177,12 +177,37 @@ def is_listed_collection(name: str) -> bool:
     return name not in HIDDEN_COLLECTIONS and not name.startswith(HIDDEN_PREFIXES)
 
 
-def id_ranges_by_state(docs: Iterable[Mapping[str, Any]]) -> dict[str, list[int]]:
-    """``{state: sorted ids}`` in life-cycle order (unknown states after the known ones)."""
-    by_state: dict[str, list[int]] = {}
+#: the state shown for documents whose ``status`` is not a string (forged or broken)
+MALFORMED = "MALFORMED"
+
+
+def state_of(status: Any) -> str:
+    """A stored ``status`` as a state name (pure): SEML's aliases mapped (``QUEUED`` ->
+    ``STAGED``), a missing or empty one ``UNKNOWN``, one that is not a string (a dict, a
+    number: a forged or broken document) :data:`MALFORMED`."""
+    if status is None or status == "":
+        return "UNKNOWN"
+    if not isinstance(status, str):
+        return MALFORMED
+    return states.ALIASES.get(status, status)
+
+
+def malformed_message(ids: Sequence[Any], what: str = "experiment(s)") -> str:
+    """The one line telling about documents with a malformed ``status`` (pure)."""
+    from .ranges import format_ids
+
+    return (
+        f"{len(ids)} {what} with a malformed status (not a state name): ids {format_ids(ids)}; "
+        "they are left alone (fix their status, or remove them with `delete -id <id>`)."
+    )
+
+
+def id_ranges_by_state(docs: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """``{state: sorted ids}`` in life-cycle order (unknown states after the known ones;
+    :func:`state_of` names them; integer ids first, then the others by ``str``)."""
+    by_state: dict[str, list[Any]] = {}
     for doc in docs:
-        status = states.ALIASES.get(doc.get("status"), doc.get("status")) or "UNKNOWN"
-        by_state.setdefault(status, []).append(doc["_id"])
+        by_state.setdefault(state_of(doc.get("status")), []).append(doc.get("_id"))
     order = {s: i for i, s in enumerate(states.ALL)}
     return {
         s: sorted(by_state[s], key=_sort_key)
@@ -701,7 +726,7 @@ def list_collections(db: Any, pattern: str | None = None) -> list[CollectionCoun
         pipeline = [{"$group": {"_id": "$status", "n": {"$sum": 1}}}]
         counts: dict[str, int] = {}
         for row in db[name].aggregate(pipeline):
-            status = states.ALIASES.get(row["_id"], row["_id"]) or "UNKNOWN"
+            status = state_of(row["_id"])
             counts[status] = counts.get(status, 0) + row["n"]
         out.append(CollectionCounts(name, counts))
     return out

@@ -431,3 +431,44 @@ def test_queue_with_something_that_is_not_a_job_id_is_one_line_and_exit_1(db_url
     assert result.exit_code == 1
     assert "'abc' is not a Slurm job id" in result.output
     assert "Traceback" not in result.output
+
+
+def forge_malformed(test_db) -> None:
+    """Documents no launcher writes: a status that is a dict or a number, no status, ``_id`` s
+    of several types (as a forged or broken collection holds)."""
+    test_db["weird"].insert_many(
+        [
+            doc(1, "COMPLETED"),
+            doc("str", "RUNNING", batch_id="b"),
+            doc(3, {"$x": 1}),
+            {"_id": 4},
+            doc(5.5, "PENDING", slurm="notalist"),
+            doc(7, 7, slurm=[{"array_id": 12}]),
+            doc(8, "FAILED"),
+        ]
+    )
+
+
+def test_malformed_documents_are_named_in_one_line_and_the_rest_is_shown(test_db):
+    forge_malformed(test_db)
+    result = seml("weird", "status")
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    assert "2 experiment(s) with a malformed status (not a state name): ids 3, 7" in result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if "│" in line}
+    assert "5.5" in rows["PENDING"] and "str" in rows["RUNNING"] and "8" in rows["FAILED"]
+    listed = seml("list")
+    assert listed.exit_code == 0, listed.output
+    assert "malformed status (not a state name) in weird (2)" in " ".join(listed.output.split())
+
+
+def test_cancel_and_delete_of_malformed_documents_finish_without_a_traceback(test_db):
+    forge_malformed(test_db)
+    cancelled = seml("weird", "cancel", "-y")
+    assert cancelled.exit_code == 0, (cancelled.output, cancelled.exception)
+    assert "(5.5, str)" in cancelled.output  # both active ones, whatever their _id type
+    assert test_db["weird"].find_one({"_id": "str"})["status"] == "INTERRUPTED"
+    deleted = seml("weird", "delete", "-y")
+    assert deleted.exit_code == 0, (deleted.output, deleted.exception)
+    assert "Deleted 7 experiment(s): 1, 3-4, 7-8, 5.5, str" in deleted.output
+    assert test_db["weird"].count_documents({}) == 0
