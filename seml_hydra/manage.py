@@ -1360,6 +1360,33 @@ class StartedArray:
     ids: list[int]
 
 
+def no_payload_message(doc: Mapping[str, Any]) -> str:
+    """Why ``start`` cannot run ``doc``, a STAGED document without ``seml.payload_file`` (pure).
+
+    Such a document is either one SEML staged from a YAML file, or one of ours after SEML
+    0.5.7's own ``reset``, which keeps only the fields SEML knows
+    (``get_experiment_reset_op``: ``hydra``, ``seed`` and ``seml.payload_file`` go); the two
+    look alike, so the message names both, ours first when the document names an executable."""
+    seml = doc.get("seml") if isinstance(doc.get("seml"), Mapping) else {}
+    executable = seml.get("executable")
+    ours = (
+        "this experiment's seml-hydra fields (payload, hydra, seed) are gone, as SEML's own "
+        "`reset` removes them: re-launch the sweep (its points are found by config hash and "
+        "run again) or, next time, use seml-hydra's `seml <collection> reset`"
+    )
+    if not executable:
+        return (
+            f"Experiment {doc.get('_id')} has no seml.payload_file: it was not staged by the "
+            f"seml-hydra launcher, or {ours}. Nothing was submitted."
+        )
+    return (
+        f"Experiment {doc.get('_id')} has no seml.payload_file, so there is no Hydra app for "
+        f"seml-hydra to run: either {ours}; or SEML staged it from a YAML file (executable "
+        f"{executable!r}): start it with SEML's own `seml <collection> start`. Nothing was "
+        "submitted."
+    )
+
+
 def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str, Any]]:
     """``(working_dir, SubmitRequest)`` per STAGED document, rebuilt from the database alone:
     the launcher node is the batch payload's base Hydra node with the document's diff applied.
@@ -1375,17 +1402,7 @@ def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str
         seml = doc.get("seml") or {}
         payload = seml.get("payload_file")
         if not payload:
-            executable = seml.get("executable")
-            origin = (
-                f"it was staged by SEML from a YAML file (executable {executable!r})"
-                if executable
-                else "it was not staged by the seml-hydra launcher"
-            )
-            raise ManageError(
-                f"Experiment {doc['_id']} has no seml.payload_file: {origin}, so there is no "
-                "Hydra app for seml-hydra to run. Start it with SEML's own `seml <collection> "
-                "start`, or launch the sweep again with hydra/launcher=seml. Nothing was submitted."
-            )
+            raise ManageError(no_payload_message(doc))
         cluster = EXECUTORS.get(str(seml.get("launcher")))
         if cluster is None:
             raise ManageError(

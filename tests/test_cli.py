@@ -472,3 +472,20 @@ def test_cancel_and_delete_of_malformed_documents_finish_without_a_traceback(tes
     assert deleted.exit_code == 0, (deleted.output, deleted.exception)
     assert "Deleted 7 experiment(s): 1, 3-4, 7-8, 5.5, str" in deleted.output
     assert test_db["weird"].count_documents({}) == 0
+
+
+def test_start_of_our_document_after_semls_reset_says_our_fields_are_gone(test_db):
+    """SEML 0.5.7's reset keeps only what SEML knows (``get_experiment_reset_op``): of our
+    document it leaves no ``seml.payload_file``, ``hydra`` or ``seed``."""
+    seml_block = {"executable": "/home/u/app.py", "name": "app", "version": [0, 5, 7]}
+    seml_block |= {"working_dir": "/home/u", "output_dir": "/home/u/.submitit"}
+    after_semls_reset = doc(1, "STAGED", seml=seml_block, config_hash="h", add_time="t")
+    after_semls_reset |= {"slurm": [{"experiments_per_job": 1, "sbatch_options": {"ntasks": 1}}]}
+    test_db["c"].insert_one(after_semls_reset)
+    result = seml("c", "start")
+    assert result.exit_code == 1
+    message = " ".join(result.stderr.split())
+    assert "seml-hydra fields (payload, hydra, seed) are gone, as SEML's own `reset`" in message
+    assert "re-launch the sweep (its points are found by config hash" in message
+    assert len(result.stderr.strip().splitlines()) <= 6 and "Traceback" not in result.stderr
+    assert test_db["c"].find_one({"_id": 1})["status"] == "STAGED"
