@@ -311,6 +311,19 @@ def test_a_relaunch_of_a_failed_point_keeps_only_the_new_attempts_metrics(test_d
     assert _loss(get_metrics("flaky_metrics_app", db=test_db)[1]) == ONLY_SECOND_ATTEMPT
 
 
+def test_a_relaunched_point_joins_the_batch_whose_source_files_it_names(test_db, tmp_path):
+    """SEML 0.5.7's delete removes a batch's files (``metadata.batch_id``) with its last
+    document: a re-run naming the new launch's files must belong to that batch."""
+    run_flaky_app(tmp_path)
+    assert run_flaky_app(tmp_path).returncode == 0
+    rerun = test_db["flaky_metrics_app"].find_one({"_id": 1})
+    assert rerun["status"] == "COMPLETED" and rerun["batch_id"] == 2
+    file_ids = [file_id for _, file_id in rerun["seml"]["source_files"]]
+    assert file_ids
+    for f in test_db["fs.files"].find({"_id": {"$in": file_ids}}):
+        assert f["metadata"]["batch_id"] == 2
+
+
 def test_reset_and_start_keep_only_the_new_attempts_metrics(test_db, tmp_path):
     from conftest import wait_until
     from typer.testing import CliRunner
