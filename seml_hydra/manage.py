@@ -1381,7 +1381,7 @@ def no_payload_message(doc: Mapping[str, Any]) -> str:
         )
     return (
         f"Experiment {doc.get('_id')} has no seml.payload_file, so there is no Hydra app for "
-        f"seml-hydra to run: either {ours}; or SEML staged it from a YAML file (executable "
+        f"seml-hydra to run: either {ours}; or it was staged by SEML from a YAML file (executable "
         f"{executable!r}): start it with SEML's own `seml <collection> start`. Nothing was "
         "submitted."
     )
