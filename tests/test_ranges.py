@@ -35,7 +35,4 @@ def test_format_ids_accepts_any_iterable(ids):
 def test_format_ids_puts_ids_that_are_not_integers_after_the_ranges():
     from seml_hydra.ranges import format_ids
 
-    assert (
-        format_ids([3, "b", 1, 2.5, {"x": 1}, 2, "b"])
-        == "1-3, 2.5, b, {'x': 1}"
-    )
+    assert format_ids([3, "b", 1, 2.5, {"x": 1}, 2, "b"]) == "1-3, 2.5, b, {'x': 1}"
