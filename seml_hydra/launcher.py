@@ -314,6 +314,22 @@ class _Launch:
             self.console.print(f"Not in the code snapshot: {path} ({reason})")
         return upload_sources(self.db, self.collection_name, batch_id, files, lease)
 
+    def _delete_batch_sources(self, batch_id: int) -> None:
+        """Delete the snapshot files this launch stored, once no document of its batch will
+        name them: their ``metadata.batch_id`` is this launch's own, fresh batch, and no other
+        launch reuses a file of another batch (``upload_sources``), so nobody else holds them
+        (this launch's own lease on them does not keep them)."""
+        import gridfs
+
+        fs = gridfs.GridFS(self.db)
+        query = {
+            "metadata.collection_name": self.collection_name,
+            "metadata.batch_id": batch_id,
+            "metadata.type": "source_file",
+        }
+        for f in list(self.db["fs.files"].find(query, {"_id": 1})):
+            fs.delete(f["_id"])
+
     def _job_name(self, batch_id: int) -> str:
         return f"{self.collection_name}_{batch_id}"
 
@@ -391,7 +407,13 @@ class _Launch:
             )
 
         def refresh_existing(index: int) -> dict[str, Any]:
-            return {"hydra": self._hydra_doc(self.points[index]), "seml": {**seml}}
+            # the re-run joins this batch: it names this batch's source files, which SEML's
+            # delete removes with the last document of the batch (``upload_sources``)
+            return {
+                "hydra": self._hydra_doc(self.points[index]),
+                "seml": {**seml},
+                "batch_id": batch_id,
+            }
 
         try:
             result = stage(
@@ -407,11 +429,13 @@ class _Launch:
             from bson import ObjectId
 
             fs.delete(ObjectId(payload_id))
+            self._delete_batch_sources(batch_id)
             raise
         if not result.to_submit:  # everything was there already: no job will need the payload
             from bson import ObjectId
 
             fs.delete(ObjectId(payload_id))
+            self._delete_batch_sources(batch_id)  # nor this batch's snapshot: no document names it
         self._say_staged(result)
         from .manage import refresh_collection_cache
 

@@ -177,12 +177,37 @@ def is_listed_collection(name: str) -> bool:
     return name not in HIDDEN_COLLECTIONS and not name.startswith(HIDDEN_PREFIXES)
 
 
-def id_ranges_by_state(docs: Iterable[Mapping[str, Any]]) -> dict[str, list[int]]:
-    """``{state: sorted ids}`` in life-cycle order (unknown states after the known ones)."""
-    by_state: dict[str, list[int]] = {}
+#: the state shown for documents whose ``status`` is not a string (forged or broken)
+MALFORMED = "MALFORMED"
+
+
+def state_of(status: Any) -> str:
+    """A stored ``status`` as a state name (pure): SEML's aliases mapped (``QUEUED`` ->
+    ``STAGED``), a missing or empty one ``UNKNOWN``, one that is not a string (a dict, a
+    number: a forged or broken document) :data:`MALFORMED`."""
+    if status is None or status == "":
+        return "UNKNOWN"
+    if not isinstance(status, str):
+        return MALFORMED
+    return states.ALIASES.get(status, status)
+
+
+def malformed_message(ids: Sequence[Any], what: str = "experiment(s)") -> str:
+    """The one line telling about documents with a malformed ``status`` (pure)."""
+    from .ranges import format_ids
+
+    return (
+        f"{len(ids)} {what} with a malformed status (not a state name): ids {format_ids(ids)}; "
+        "they are left alone (fix their status, or remove them with `delete -id <id>`)."
+    )
+
+
+def id_ranges_by_state(docs: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """``{state: sorted ids}`` in life-cycle order (unknown states after the known ones;
+    :func:`state_of` names them; integer ids first, then the others by ``str``)."""
+    by_state: dict[str, list[Any]] = {}
     for doc in docs:
-        status = states.ALIASES.get(doc.get("status"), doc.get("status")) or "UNKNOWN"
-        by_state.setdefault(status, []).append(doc["_id"])
+        by_state.setdefault(state_of(doc.get("status")), []).append(doc.get("_id"))
     order = {s: i for i, s in enumerate(states.ALL)}
     return {
         s: sorted(by_state[s], key=_sort_key)
@@ -748,7 +773,7 @@ def list_collections(db: Any, pattern: str | None = None) -> list[CollectionCoun
         pipeline = [{"$group": {"_id": "$status", "n": {"$sum": 1}}}]
         counts: dict[str, int] = {}
         for row in db[name].aggregate(pipeline):
-            status = states.ALIASES.get(row["_id"], row["_id"]) or "UNKNOWN"
+            status = state_of(row["_id"])
             counts[status] = counts.get(status, 0) + row["n"]
         out.append(CollectionCounts(name, counts))
     return out
@@ -921,12 +946,12 @@ def status(collection: Any, query: Mapping[str, Any] | None = None) -> dict[str,
 def reset(collection: Any, query: Mapping[str, Any]) -> list[int]:
     """Set the matching experiments back to STAGED, clearing what their run wrote (Sacred's
     fields, ``execution``, the job of every ``slurm`` entry and the sbatch options the
-    submission set: what SEML 0.5's reset keeps is kept). Active experiments are never reset.
-    Returns the ids reset."""
+    submission set: what SEML 0.5's reset keeps is kept) and their metrics
+    (:func:`delete_metrics`). Active experiments are never reset. Returns the ids reset."""
     from .stage import RUN_FIELDS
 
     q = and_(query, {"status": {"$nin": sorted(states.ACTIVE)}})
-    docs = select(collection, q, {"_id": 1, "slurm": 1})
+    docs = select(collection, q, {"_id": 1, "slurm": 1, "info.metrics": 1})
     ids = [d["_id"] for d in docs]
     if not ids:
         return []
@@ -940,6 +965,8 @@ def reset(collection: Any, query: Mapping[str, Any]) -> list[int]:
         {"_id": {"$in": ids}, "status": {"$nin": sorted(states.ACTIVE)}},
         {"$set": {"status": states.STAGED}, "$unset": unset},
     )
+    # the run's metrics go with it (``info`` is a run field): a re-run starts with none
+    delete_metrics(collection.database, collection.name, docs)
     return ids
 
 
@@ -1178,23 +1205,13 @@ def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> 
     """Delete what Sacred stored for the runs ``docs`` of collection ``name`` (already
     deleted): the files of ``experiment.sources`` that no remaining run refers to (Sacred shares
     one file between runs with the same source) and of ``artifacts``, as SEML's delete, and
-    their metrics: those of the collection's own metrics collection
-    (``database.metrics_collection_name``) by ``run_id``, and the entries of ``info.metrics`` by
-    their ids in the shared ``metrics`` collection (where runs before per-collection metrics, and
-    SEML's, wrote; ``metrics.run_id`` alone is ambiguous across collections)."""
+    their metrics (:func:`delete_metrics`)."""
     import gridfs
-    from bson import ObjectId
-    from bson.errors import InvalidId
 
-    files, metrics = [], []
+    files = []
     for doc in docs:
         files += [s[1] for s in (doc.get("experiment") or {}).get("sources") or [] if len(s) > 1]
         files += [a.get("file_id") for a in doc.get("artifacts") or [] if isinstance(a, Mapping)]
-        for entry in (doc.get("info") or {}).get("metrics") or []:
-            try:
-                metrics.append(ObjectId(str(entry.get("id"))))
-            except (InvalidId, TypeError, AttributeError):
-                continue
     files = [f for f in files if f is not None]
     if files:
         # Sacred stores a source file once per content (any run, any collection may share it)
@@ -1211,6 +1228,29 @@ def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> 
         for file_id in files:
             if str(file_id) not in shared:
                 fs.delete(file_id)
+    delete_metrics(db, name, docs)
+
+
+def delete_metrics(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> None:
+    """Delete the metric documents of the runs ``docs`` (each with ``_id`` and, when it has
+    any, ``info.metrics``) of collection ``name``: those of the collection's own metrics
+    collection (``database.metrics_collection_name``) by ``run_id``, and the entries of
+    ``info.metrics`` by their ids in the shared ``metrics`` collection (where runs before
+    per-collection metrics, and SEML's, wrote; ``metrics.run_id`` alone is ambiguous across
+    collections). Used by ``delete`` and wherever an experiment is reset to run again (a re-run
+    must not mix its metrics with the failed attempt's). Raises pymongo errors."""
+    from bson import ObjectId
+    from bson.errors import InvalidId
+
+    metrics = []
+    for doc in docs:
+        info = doc.get("info")
+        entries = info.get("metrics") if isinstance(info, Mapping) else None
+        for entry in entries if isinstance(entries, list) else []:
+            try:
+                metrics.append(ObjectId(str(entry.get("id"))))
+            except (InvalidId, TypeError, AttributeError):
+                continue
     ids = [d["_id"] for d in docs]
     if ids:
         db[metrics_collection_name(name)].delete_many({"run_id": {"$in": ids}})
@@ -1367,6 +1407,33 @@ class StartedArray:
     ids: list[int]
 
 
+def no_payload_message(doc: Mapping[str, Any]) -> str:
+    """Why ``start`` cannot run ``doc``, a STAGED document without ``seml.payload_file`` (pure).
+
+    Such a document is either one SEML staged from a YAML file, or one of ours after SEML
+    0.5.7's own ``reset``, which keeps only the fields SEML knows
+    (``get_experiment_reset_op``: ``hydra``, ``seed`` and ``seml.payload_file`` go); the two
+    look alike, so the message names both, ours first when the document names an executable."""
+    seml = doc.get("seml") if isinstance(doc.get("seml"), Mapping) else {}
+    executable = seml.get("executable")
+    ours = (
+        "this experiment's seml-hydra fields (payload, hydra, seed) are gone, as SEML's own "
+        "`reset` removes them: re-launch the sweep (its points are found by config hash and "
+        "run again) or, next time, use seml-hydra's `seml <collection> reset`"
+    )
+    if not executable:
+        return (
+            f"Experiment {doc.get('_id')} has no seml.payload_file: it was not staged by the "
+            f"seml-hydra launcher, or {ours}. Nothing was submitted."
+        )
+    return (
+        f"Experiment {doc.get('_id')} has no seml.payload_file, so there is no Hydra app for "
+        f"seml-hydra to run: either {ours}; or it was staged by SEML from a YAML file (executable "
+        f"{executable!r}): start it with SEML's own `seml <collection> start`. Nothing was "
+        "submitted."
+    )
+
+
 def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str, Any]]:
     """``(working_dir, SubmitRequest)`` per STAGED document, rebuilt from the database alone:
     the launcher node is the batch payload's base Hydra node with the document's diff applied.
@@ -1382,17 +1449,7 @@ def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str
         seml = doc.get("seml") or {}
         payload = seml.get("payload_file")
         if not payload:
-            executable = seml.get("executable")
-            origin = (
-                f"it was staged by SEML from a YAML file (executable {executable!r})"
-                if executable
-                else "it was not staged by the seml-hydra launcher"
-            )
-            raise ManageError(
-                f"Experiment {doc['_id']} has no seml.payload_file: {origin}, so there is no "
-                "Hydra app for seml-hydra to run. Start it with SEML's own `seml <collection> "
-                "start`, or launch the sweep again with hydra/launcher=seml. Nothing was submitted."
-            )
+            raise ManageError(no_payload_message(doc))
         cluster = EXECUTORS.get(str(seml.get("launcher")))
         if cluster is None:
             raise ManageError(

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 
-def format_ids(ids: Iterable[int]) -> str:
-    """Format integer ids as sorted, comma-separated ranges (``"1-3, 7"``); ``""`` when empty."""
-    values = sorted(set(ids))
+def format_ids(ids: Iterable[Any]) -> str:
+    """Format integer ids as sorted, comma-separated ranges (``"1-3, 7"``); ``""`` when empty.
+    Ids that are not integers (the ``_id`` of a forged or foreign document: a string, an
+    ObjectId, even a dict) follow as ``str``, sorted, so a message never fails on them."""
+    values: list[int] = []
+    others: set[str] = set()
+    for value in ids:
+        if isinstance(value, int) and not isinstance(value, bool):
+            values.append(value)
+        else:
+            others.add(str(value))
+    values = sorted(set(values))
     parts: list[str] = []
     start = prev = None
     for value in values:
@@ -19,4 +29,4 @@ def format_ids(ids: Iterable[int]) -> str:
         start = prev = value
     if start is not None:
         parts.append(str(start) if start == prev else f"{start}-{prev}")
-    return ", ".join(parts)
+    return ", ".join([*parts, *sorted(others)])

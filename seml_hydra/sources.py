@@ -131,11 +131,14 @@ def upload_sources(
     files: Sequence[SourceFile],
     lease: Mapping[str, Any] | None = None,
 ) -> list[list[Any]]:
-    """Store ``files`` in GridFS, reusing a file of this collection with the same path and
-    content hash; returns ``seml.source_files`` (``[[relative path, ObjectId], ...]``).
+    """Store ``files`` in GridFS, reusing a file of this collection and batch with the same path
+    and content hash; returns ``seml.source_files`` (``[[relative path, ObjectId], ...]``).
 
     Metadata follows SEML 0.5 (``collection_name``, ``batch_id``, ``type: source_file``) plus
-    ``content_hash`` (MD5 of the bytes) for the deduplication. With ``lease`` (from
+    ``content_hash`` (MD5 of the bytes) for the deduplication. A file is never reused across
+    batches: SEML 0.5.7's ``delete`` removes a batch's files by ``metadata.batch_id`` once no
+    document of that batch remains (``delete_orphaned_sources``), so every batch owns the files
+    its documents name, as SEML's own do. With ``lease`` (from
     :func:`new_lease`) every file used, reused or new, carries it in ``metadata.leases`` until
     :func:`release_lease`: a concurrent ``delete``/``drop`` (:func:`delete_unused_files`) then
     leaves it alone although no document names it yet. A file a deleter has marked is never
@@ -151,6 +154,7 @@ def upload_sources(
         query = {
             "filename": f.rel_path,
             "metadata.collection_name": collection_name,
+            "metadata.batch_id": batch_id,
             "metadata.content_hash": digest,
             **_not_being_deleted(),
         }

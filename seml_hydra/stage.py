@@ -3,7 +3,7 @@
 A point whose ``config_hash`` is already in the collection is not staged again (SEML 0.5's
 ``remove_duplicates``): STAGED experiments are submitted with this launch, PENDING/RUNNING/
 RESCHEDULED/COMPLETED ones are awaited or returned, FAILED/KILLED/INTERRUPTED ones are reset to
-STAGED and run again. ``force`` stages a new copy anyway. ``_id`` and ``batch_id`` come from atomic
+STAGED and run again (their metrics deleted). ``force`` stages a new copy anyway. ``_id`` and ``batch_id`` come from atomic
 counters (``database.next_ids``), never from ``max + 1``.
 """
 
@@ -163,7 +163,8 @@ def stage(
     collection.create_index("config_hash")
     found = list(
         collection.find(
-            {"config_hash": {"$in": list(set(hashes))}}, {"_id": 1, "status": 1, "config_hash": 1}
+            {"config_hash": {"$in": list(set(hashes))}},
+            {"_id": 1, "status": 1, "config_hash": 1, "info.metrics": 1},
         )
     )
     plan = plan_staging(hashes, found, force)
@@ -208,6 +209,10 @@ def stage(
                 },
             )
             if result.modified_count:
+                if index in plan.rerun:  # the failed attempt's metrics must not mix in
+                    from .manage import delete_metrics
+
+                    delete_metrics(db, collection_name, [doc])
                 (rerun_ids if index in plan.rerun else resubmit_ids).append(doc["_id"])
                 continue
         awaited.setdefault(doc["status"], []).append(doc["_id"])

@@ -522,3 +522,61 @@ def test_list_status_and_queue_strip_escape_sequences_of_names_and_states(test_d
     console.print(_queue_table([row]))
     text = clean(console.export_text())
     assert "PENDING" in text and "why" in text and "c " in text
+
+
+def forge_malformed(test_db) -> None:
+    """Documents no launcher writes: a status that is a dict or a number, no status, ``_id`` s
+    of several types (as a forged or broken collection holds)."""
+    test_db["weird"].insert_many(
+        [
+            doc(1, "COMPLETED"),
+            doc("str", "RUNNING", batch_id="b"),
+            doc(3, {"$x": 1}),
+            {"_id": 4},
+            doc(5.5, "PENDING", slurm="notalist"),
+            doc(7, 7, slurm=[{"array_id": 12}]),
+            doc(8, "FAILED"),
+        ]
+    )
+
+
+def test_malformed_documents_are_named_in_one_line_and_the_rest_is_shown(test_db):
+    forge_malformed(test_db)
+    result = seml("weird", "status")
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    assert "2 experiment(s) with a malformed status (not a state name): ids 3, 7" in result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if "│" in line}
+    assert "5.5" in rows["PENDING"] and "str" in rows["RUNNING"] and "8" in rows["FAILED"]
+    listed = seml("list")
+    assert listed.exit_code == 0, listed.output
+    assert "malformed status (not a state name) in weird (2)" in " ".join(listed.output.split())
+
+
+def test_cancel_and_delete_of_malformed_documents_finish_without_a_traceback(test_db):
+    forge_malformed(test_db)
+    cancelled = seml("weird", "cancel", "-y")
+    assert cancelled.exit_code == 0, (cancelled.output, cancelled.exception)
+    assert "(5.5, str)" in cancelled.output  # both active ones, whatever their _id type
+    assert test_db["weird"].find_one({"_id": "str"})["status"] == "INTERRUPTED"
+    deleted = seml("weird", "delete", "-y")
+    assert deleted.exit_code == 0, (deleted.output, deleted.exception)
+    assert "Deleted 7 experiment(s): 1, 3-4, 7-8, 5.5, str" in deleted.output
+    assert test_db["weird"].count_documents({}) == 0
+
+
+def test_start_of_our_document_after_semls_reset_says_our_fields_are_gone(test_db):
+    """SEML 0.5.7's reset keeps only what SEML knows (``get_experiment_reset_op``): of our
+    document it leaves no ``seml.payload_file``, ``hydra`` or ``seed``."""
+    seml_block = {"executable": "/home/u/app.py", "name": "app", "version": [0, 5, 7]}
+    seml_block |= {"working_dir": "/home/u", "output_dir": "/home/u/.submitit"}
+    after_semls_reset = doc(1, "STAGED", seml=seml_block, config_hash="h", add_time="t")
+    after_semls_reset |= {"slurm": [{"experiments_per_job": 1, "sbatch_options": {"ntasks": 1}}]}
+    test_db["c"].insert_one(after_semls_reset)
+    result = seml("c", "start")
+    assert result.exit_code == 1
+    message = " ".join(result.stderr.split())
+    assert "seml-hydra fields (payload, hydra, seed) are gone, as SEML's own `reset`" in message
+    assert "re-launch the sweep (its points are found by config hash" in message
+    assert len(result.stderr.strip().splitlines()) <= 6 and "Traceback" not in result.stderr
+    assert test_db["c"].find_one({"_id": 1})["status"] == "STAGED"

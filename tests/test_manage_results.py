@@ -273,3 +273,69 @@ def test_metrics_in_the_shared_collection_stay_readable_by_their_info_ids(test_d
     assert loss == {"steps": [0], "values": [0.3], "timestamps": []}
     manage.delete(test_db["old"], {}, cancel_first=False)
     assert [m["_id"] for m in test_db["metrics"].find()] == [other]
+
+
+def run_flaky_app(tmp_path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests/apps/flaky_metrics_app.py"),
+            "-m",
+            "hydra/launcher=seml_local",
+            "hydra.launcher.poll_interval_s=0.3",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            f"+marker={tmp_path / 'failed_once'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+ONLY_SECOND_ATTEMPT = {"loss": {"steps": [0, 1, 2], "values": [1.0, 1.0, 1.0]}}
+
+
+def _loss(metrics: dict) -> dict:
+    return {k: {"steps": v["steps"], "values": v["values"]} for k, v in metrics.items()}
+
+
+def test_a_relaunch_of_a_failed_point_keeps_only_the_new_attempts_metrics(test_db, tmp_path):
+    from seml_hydra.results import get_metrics
+
+    assert run_flaky_app(tmp_path).returncode != 0
+    assert test_db["flaky_metrics_app"].find_one({"_id": 1})["status"] == "FAILED"
+    assert _loss(get_metrics("flaky_metrics_app", db=test_db)[1])["loss"]["values"] == [100.0] * 2
+    second = run_flaky_app(tmp_path)  # the launcher resets the FAILED point and runs it again
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert _loss(get_metrics("flaky_metrics_app", db=test_db)[1]) == ONLY_SECOND_ATTEMPT
+
+
+def test_a_relaunched_point_joins_the_batch_whose_source_files_it_names(test_db, tmp_path):
+    """SEML 0.5.7's delete removes a batch's files (``metadata.batch_id``) with its last
+    document: a re-run naming the new launch's files must belong to that batch."""
+    run_flaky_app(tmp_path)
+    assert run_flaky_app(tmp_path).returncode == 0
+    rerun = test_db["flaky_metrics_app"].find_one({"_id": 1})
+    assert rerun["status"] == "COMPLETED" and rerun["batch_id"] == 2
+    file_ids = [file_id for _, file_id in rerun["seml"]["source_files"]]
+    assert file_ids
+    for f in test_db["fs.files"].find({"_id": {"$in": file_ids}}):
+        assert f["metadata"]["batch_id"] == 2
+
+
+def test_reset_and_start_keep_only_the_new_attempts_metrics(test_db, tmp_path):
+    from conftest import wait_until
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+    from seml_hydra.results import get_metrics
+
+    assert run_flaky_app(tmp_path).returncode != 0
+    coll = test_db["flaky_metrics_app"]
+    runner = CliRunner()
+    for args in (["reset", "-y"], ["start"]):
+        result = runner.invoke(app, ["flaky_metrics_app", *args], prog_name="seml")
+        assert result.exit_code == 0, result.output
+    wait_until("the re-run completes", lambda: coll.find_one({"_id": 1})["status"] == "COMPLETED")
+    assert _loss(get_metrics("flaky_metrics_app", db=test_db)[1]) == ONLY_SECOND_ATTEMPT

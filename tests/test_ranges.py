@@ -30,3 +30,9 @@ def test_format_ids(ids, expected):
 @pytest.mark.parametrize("ids", [iter([3, 1, 2]), (1, 2, 3), {3, 2, 1}, range(1, 4)])
 def test_format_ids_accepts_any_iterable(ids):
     assert format_ids(ids) == "1-3"
+
+
+def test_format_ids_puts_ids_that_are_not_integers_after_the_ranges():
+    from seml_hydra.ranges import format_ids
+
+    assert format_ids([3, "b", 1, 2.5, {"x": 1}, 2, "b"]) == "1-3, 2.5, b, {'x': 1}"

@@ -7,7 +7,8 @@ Slurm testbed, with SEML 0.5.7 itself installed in a virtualenv of its own
 - SEML 0.5.7's own CLI (``list``, ``status``, ``print-fail-trace``, ``download-sources``)
   reads a collection our launcher made;
 - our runs are Sacred runs: queries written the way incense's ``ExperimentLoader`` queries
-  find their config, result, status, times, captured output and metrics.
+  find their config, result, status, times and captured output (incense itself reads only
+  ``db.runs``/``db.metrics``); their metrics are where Omniboard and ``get_metrics`` read them.
 
 SEML always authenticates: a session fixture creates the user seml/seml in the test database,
 and SEML reads its ``mongodb.config`` from a temporary ``$XDG_CONFIG_HOME``.
@@ -375,12 +376,16 @@ def test_seml057_commands_leave_our_documents_unchanged(seml057, test_db, tmp_pa
 
 
 @pytest.mark.filterwarnings("ignore:keys will default to True:DeprecationWarning")
-def test_our_runs_read_the_way_incense_reads_sacred_runs(test_db, tmp_path):
-    """incense 0.0.15's ``ExperimentLoader`` (``experiment_loader.py``, ``experiment.py``):
-    runs from ``db[runs]`` by ``_id`` / ``{"config.<key>": value}`` / a query, sorted by
-    ``start_time``; ``Experiment.from_db_object`` needs ``info`` (jsonpickle) and ``artifacts``;
-    metrics from ``db[metrics_collection_name].find({"run_id": _id})`` as
-    ``name``/``steps``/``values``."""
+def test_our_runs_hold_what_sacred_tools_read(test_db, tmp_path):
+    """Our runs are Sacred runs: the queries incense 0.0.15's ``ExperimentLoader`` makes
+    (``experiment_loader.py``: ``db.runs`` by ``_id`` / ``{"config.<key>": value}`` / a regex,
+    sorted by ``start_time``; ``Experiment.from_db_object`` needs ``info`` (jsonpickle) and
+    ``artifacts``) find them, here on our collection instead of ``runs``. This imitates those
+    queries, it does not run incense: incense itself (which needs jupyterlab) hard-codes
+    ``db.runs`` and ``db.metrics`` (``experiment.py``: ``self._database.metrics.find({"run_id":
+    ...})``), so it reads our configs and results only in a collection named ``runs`` and never
+    our metrics; what does read them is checked here: the per-collection metrics collection
+    (Omniboard's ``metricsCollectionName``) by ``run_id``, as ``get_metrics`` reads it."""
     import json
 
     import jsonpickle
@@ -414,9 +419,8 @@ def test_our_runs_read_the_way_incense_reads_sacred_runs(test_db, tmp_path):
     assert "training with lr=0.2" in run["captured_out"]
     assert run["host"]["hostname"]
     assert run["format"].startswith("MongoObserver")
-    # Experiment.metrics, with incense's metrics collection name set to the collection's own
-    # (ExperimentLoader(runs_collection_name="incensed",
-    # metrics_collection_name="seml_hydra_metrics.incensed"))
+    # metrics: in the collection's own metrics collection (Omniboard's metricsCollectionName),
+    # by run_id, in Sacred's format; none in the shared `metrics` incense would read
     assert test_db["metrics"].count_documents({}) == 0
     metrics = test_db["seml_hydra_metrics.incensed"]
     (metric,) = list(metrics.find({"run_id": run["_id"]}))
@@ -425,6 +429,13 @@ def test_our_runs_read_the_way_incense_reads_sacred_runs(test_db, tmp_path):
     assert metric["values"] == pytest.approx([0.2, 0.1, 0.2 / 3])
     assert [m["name"] for m in info["metrics"]] == ["loss"]
     assert info["metrics"][0]["id"] == str(metric["_id"])
+    from seml_hydra.results import get_metrics
+
+    assert get_metrics("incensed", ids=[run["_id"]], db=test_db)[run["_id"]]["loss"]["steps"] == [
+        0,
+        1,
+        2,
+    ]
 
     # incense's find_by_key("status", "COMPLETED") style regex query
     assert runs.count_documents({"status": {"$regex": "COMPLETED"}}) == 2
@@ -492,3 +503,30 @@ def test_array_of_tells_seml_pending_experiments_from_ours():
     assert array_of(ours_pending) is None and task_of(ours_pending)[1] == "7_2"
     assert array_of({"slurm": [{"sbatch_options": {}}]}) is None
     assert array_of({"slurm": [{"array_id": "x"}]}) is None
+
+
+def test_seml057_delete_of_one_batch_leaves_the_next_batch_runnable(seml057, test_db, tmp_path):
+    """SEML 0.5.7's ``delete -b 1`` removes the GridFS files whose ``metadata.batch_id`` is 1
+    (``delete_orphaned_sources``): batch 2, same code, must not name any of them."""
+
+    def launch(x: str, *extra: str) -> None:
+        proc = run_app(
+            "fail.py",
+            "-m",
+            "hydra/launcher=seml",
+            "hydra.launcher.collection=s57del",
+            f"hydra.sweep.dir={tmp_path / ('sweep' + x)}",
+            f"x={x}",
+            *extra,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    coll = test_db["s57del"]
+    launch("1")
+    launch("3", "hydra.launcher.wait=false", "+hydra.launcher.additional_parameters.hold=true")
+    assert sorted(coll.distinct("batch_id")) == [1, 2]
+    out = seml057("s57del", "delete", "-b", "1", "-s", "COMPLETED", "-y")
+    assert coll.distinct("batch_id") == [2], (out.stdout, out.stderr)
+    ours("s57del", "release")
+    wait_until("batch 2 completes", lambda: list(statuses(coll).values()) == ["COMPLETED"])

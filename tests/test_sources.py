@@ -72,10 +72,10 @@ def test_upload_deduplicates_by_content_and_restore_is_byte_for_byte(test_db, tm
         [str(root / "train.py"), str(root / "src/mypkg/model.py")], [root / "conf"], root
     )
     first = sources.upload_sources(test_db, "col", 1, files)
-    second = sources.upload_sources(test_db, "col", 2, files)
+    second = sources.upload_sources(test_db, "col", 1, files)
     assert first == second
     (root / "train.py").write_text("import mypkg  # edited\n")
-    third = sources.upload_sources(test_db, "col", 3, files)
+    third = sources.upload_sources(test_db, "col", 1, files)
     changed = {rel for (rel, a), (_, b) in zip(first, third) if a != b}
     assert changed == {"train.py"}
     out = tmp_path / "out"
@@ -85,6 +85,18 @@ def test_upload_deduplicates_by_content_and_restore_is_byte_for_byte(test_db, tm
         if f.rel_path != "train.py":
             assert restored == f.path.read_bytes()
     assert (out / "train.py").read_text() == "import mypkg\n"
+
+
+def test_upload_never_reuses_a_file_of_another_batch(test_db, tmp_path):
+    """SEML 0.5.7's ``delete`` removes a batch's files by ``metadata.batch_id``: a batch naming
+    another batch's file would lose it, so every batch gets its own copies."""
+    root = make_project(tmp_path)
+    files, _ = sources.select_sources([str(root / "train.py")], [root / "conf"], root)
+    first = sources.upload_sources(test_db, "col", 1, files)
+    second = sources.upload_sources(test_db, "col", 2, files)
+    assert {i for _, i in first}.isdisjoint({i for _, i in second})
+    for _, file_id in second:
+        assert test_db["fs.files"].find_one({"_id": file_id})["metadata"]["batch_id"] == 2
 
 
 def test_write_sources_refuses_paths_outside_the_target(test_db, tmp_path):
@@ -553,8 +565,8 @@ def test_a_file_a_launch_just_reused_survives_a_delete_of_its_last_experiment(te
     first = sources.upload_sources(test_db, "race", 1, files)
     coll.insert_one({"_id": 1, "status": "COMPLETED", "seml": {"source_files": first}})
     lease = sources.new_lease()
-    second = sources.upload_sources(test_db, "race", 2, files, lease)
-    assert second == first  # reused by content hash
+    second = sources.upload_sources(test_db, "race", 1, files, lease)
+    assert second == first  # reused by content hash (within the batch)
     assert delete(coll, {"_id": 1}, cancel_first=False).ids == [1]
     coll.insert_one({"_id": 2, "status": "STAGED", "seml": {"source_files": second}})
     sources.release_lease(test_db, lease["id"])
@@ -583,7 +595,7 @@ def test_a_launch_reusing_a_file_while_a_delete_removes_it_stores_a_new_copy(
     def deleter_interrupted_by_a_launch(db, candidates, used):
         def launch_then_used():
             lease = sources.new_lease()
-            launched.extend(sources.upload_sources(db, "race", 2, files, lease))
+            launched.extend(sources.upload_sources(db, "race", 1, files, lease))
             coll.insert_one({"_id": 2, "status": "STAGED", "seml": {"source_files": launched}})
             sources.release_lease(db, lease["id"])
             return used()

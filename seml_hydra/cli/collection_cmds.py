@@ -84,7 +84,7 @@ def status(
     """Counts and ids of the experiments per state (after detecting killed jobs)."""
     from rich.table import Table
 
-    from ..manage import detect_killed
+    from ..manage import MALFORMED, detect_killed, malformed_message
     from ..manage import status as get_status
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
@@ -105,6 +105,10 @@ def status(
         table.add_row(f"[{color}]{shown(state)}[/]", str(len(ids)), _ids(ids))
     table.add_row("[bold]total[/]", str(sum(map(len, by_state.values()))), "")
     console().print(table)
+    if MALFORMED in by_state:
+        from rich.markup import escape
+
+        console().print(f"[yellow]{escape(malformed_message(by_state[MALFORMED]))}[/]")
 
 
 @command(rich_help_panel=COLLECTION_PANEL)

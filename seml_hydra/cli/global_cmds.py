@@ -23,7 +23,7 @@ def list_(
     """Collections with their experiment counts per state."""
     from rich.table import Table
 
-    from ..manage import connect_db, list_collections
+    from ..manage import MALFORMED, connect_db, list_collections
 
     db = connect_db()
     rows = list_collections(db, pattern)
@@ -43,6 +43,18 @@ def list_(
             shown(r.name), *[str(r.counts.get(s, 0)) for s in [*present, *others]], str(r.total)
         )
     console().print(table)
+    malformed = [f"{r.name} ({r.counts[MALFORMED]})" for r in rows if r.counts.get(MALFORMED)]
+    if malformed:
+        from rich.markup import escape
+
+        console().print(
+            "[yellow]"
+            + escape(
+                "Experiments with a malformed status (not a state name) in "
+                f"{', '.join(malformed)}: `seml <collection> status` lists their ids."
+            )
+            + "[/]"
+        )
 
 
 def _duration(seconds: float | None) -> str:
