@@ -74,6 +74,35 @@ class SubmissionError(Exception):
     """sbatch (or the local executor) refused the submission; the message is for the user."""
 
 
+class JobFilesError(SubmissionError):
+    """The job files (submitit's pickles and sbatch script) could not be written into the
+    submitit folder (a full disk, a read-only or unwritable folder): no sbatch ran. The message
+    names the folder, the system's reason and what to do (:func:`job_files_message`)."""
+
+
+def job_files_message(folder: str, error: OSError) -> str:
+    """The user's message for an ``OSError`` while writing the job files into ``folder`` (pure),
+    e.g. ``cannot write the job files in /x: No space left on device; free space or set
+    hydra.launcher.submitit_folder``."""
+    import errno
+
+    reason = error.strerror or str(error) or type(error).__name__
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "free space or set hydra.launcher.submitit_folder"
+    else:
+        hint = "set hydra.launcher.submitit_folder to a folder you can write"
+    return f"cannot write the job files in {folder}: {reason}; {hint}"
+
+
+def is_job_files_error(error: BaseException) -> bool:
+    """Whether ``error``, raised by submitit's submission, comes from writing the job files
+    rather than from running sbatch (pure): any ``OSError`` except the one of a missing
+    ``sbatch`` executable (``FileNotFoundError`` naming it)."""
+    if not isinstance(error, OSError):
+        return False
+    return os.path.basename(str(error.filename or "")) != "sbatch"
+
+
 #: launcher fields whose text is written into the sbatch script (``#SBATCH --<option>=<value>``)
 SCRIPT_TEXT_FIELDS = ("partition", "qos", "account", "constraint", "exclude", "gres")
 
@@ -448,6 +477,8 @@ def submit_group(
         )
         if not isinstance(error, Exception):
             raise
+        if is_job_files_error(error):
+            raise JobFilesError(job_files_message(folder, error)) from None  # type: ignore[arg-type]
         message = str(error).strip() or type(error).__name__
         raise SubmissionError(message) from None
     from pymongo import UpdateMany
