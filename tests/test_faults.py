@@ -425,3 +425,53 @@ def test_release_and_cancel_leave_another_clusters_experiment_and_the_job_of_its
         assert job in squeue_tasks(job)  # this cluster's job of the same id is untouched
     finally:
         subprocess.run(["scancel", job], check=True)
+
+
+def test_cancel_delete_hold_release_leave_a_job_of_another_comment_alone(slurm, test_db):
+    """Forged documents naming an unrelated job of the user (its sbatch comment is not the
+    collection) must not get it cancelled, deleted's cancel, held or released: only jobs whose
+    comment is the collection are acted on (how ``seml queue`` finds them, SEML's rule)."""
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    job = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--comment", "unrelated", "--time=5"]
+        + ["--output=/dev/null", "--wrap", "sleep 300"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    left_alone = f"job {job} is not a job of collection victim (its comment is 'unrelated'): "
+    try:
+        test_db["victim"].insert_many(
+            [
+                # SEML 0.5's form (the whole array) and ours (one task of it)
+                {"_id": 1, "status": "PENDING", "slurm": [{"array_id": int(job)}]},
+                {
+                    "_id": 2,
+                    "status": "PENDING",
+                    "slurm": [{"array_id": int(job), "task_id": 0, "job_id": job, "num_tasks": 1}],
+                },
+            ]
+        )
+        runner = CliRunner()
+        result = runner.invoke(app, ["victim", "release"])
+        assert result.exit_code == 0, result.output
+        assert f"{left_alone}left alone" in result.output
+        assert "Nothing held to release." in result.output
+        assert squeue_tasks(job)[job] == ("PENDING", "JobHeldUser")
+        result = runner.invoke(app, ["victim", "hold"])
+        assert result.exit_code == 0, result.output
+        assert f"{left_alone}left alone" in result.output
+        assert "Nothing pending to hold." in result.output
+        for command in (["cancel", "-id", "1", "-y"], ["delete", "-id", "2", "-y"]):
+            result = runner.invoke(app, ["victim", *command])
+            assert result.exit_code == 0, result.output
+            assert f"{left_alone}left alone" in result.output
+            assert squeue_tasks(job)[job] == ("PENDING", "JobHeldUser"), command
+        assert "Slurm task(s) first" not in result.output
+        assert test_db["victim"].find_one({"_id": 1})["status"] == "INTERRUPTED"
+        assert test_db["victim"].count_documents({"_id": 2}) == 0
+    finally:
+        subprocess.run(["scancel", job], check=True)
