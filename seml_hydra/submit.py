@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import socket
 from collections.abc import Iterator, Mapping, Sequence
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import states
+
+log = logging.getLogger(__name__)
 
 
 def _launcher_fields() -> tuple[str, ...]:
@@ -378,7 +381,10 @@ def recover_interrupted_submissions(
     this first, and submit it again. No experiment runs twice: a job the dead process's sbatch
     still created mostly cannot start a task (submitit moves its pickles into place only after
     sbatch returned), and a job claims only a PENDING experiment, atomically, so of two jobs of
-    one experiment only one runs it.
+    one experiment only one runs it, and a job claims a PENDING experiment only for the array
+    its document records (``seml_hydra.run.pending_for``). Before the experiments go back to
+    STAGED, the array the dead process's sbatch may still have created is cancelled
+    (:func:`cancel_orphan_arrays`): no document records it, so it would run nothing anyway.
     """
     lost_filter = {
         "status": states.PENDING,
@@ -387,14 +393,93 @@ def recover_interrupted_submissions(
         "execution": {"$exists": False},
     }
     selected = {"$and": [dict(query), lost_filter]} if query else lost_filter
-    docs = collection.find(selected, {"slurm": 1}).sort("_id", 1)
-    lost = [d["_id"] for d in docs if submitter_gone(d["slurm"][0]["submitting"])]
+    docs = list(collection.find(selected, {"slurm": 1, "batch_id": 1}).sort("_id", 1))
+    lost_docs = [d for d in docs if submitter_gone(d["slurm"][0]["submitting"])]
+    lost = [d["_id"] for d in lost_docs]
     if lost:
+        cancel_orphan_arrays(collection, {d.get("batch_id") for d in lost_docs})
         collection.update_many(
             {"_id": {"$in": lost}, **lost_filter},
             {"$set": {"status": states.STAGED}, "$unset": {"slurm.0.submitting": ""}},
         )
     return lost
+
+
+def orphan_arrays(rows: Sequence[Any], collection_name: str, batch_ids: set[Any]) -> list[str]:
+    """The ids of the arrays among squeue ``rows`` (``seml_hydra.slurm.SqueueRow``) that a
+    submission of batches ``batch_ids`` of collection ``collection_name`` made (pure):
+    comment = the collection, job name ``<collection>_<batch_id>`` (:func:`submit_requests`);
+    sorted numerically."""
+    names = {f"{collection_name}_{b}" for b in batch_ids}
+    arrays = {
+        str(row.array_job_id if row.array_job_id is not None else row.job_id_raw)
+        for row in rows
+        if row.comment == collection_name and row.name in names
+    }
+    return sorted(arrays, key=int)
+
+
+def cancel_orphan_arrays(collection: Any, batch_ids: set[Any]) -> list[str]:
+    """Cancel the Slurm arrays of batches ``batch_ids`` of ``collection`` that no document
+    records (:func:`orphan_arrays`): made by a submitter that died between ``sbatch`` and the
+    write of the job's ids. Returns their ids (each is logged as a warning).
+
+    Only the user's own jobs are asked for (squeue), then the documents: a batch one of whose
+    experiments still carries the mark of a live submitter is left out (its array may be
+    waiting for that submitter's record; a mark goes only with the record, so an array squeue
+    listed before the documents were read is either recorded or marked by its live
+    submitter). Cancelling rather than recording: which experiments an orphan runs cannot be
+    told safely from Slurm. Slurm errors are logged and nothing is cancelled (a cluster without
+    Slurm, e.g. submitit's local executor).
+    """
+    from . import slurm
+
+    batches = {b for b in batch_ids if b is not None}
+    if not batches:
+        return []
+    try:
+        rows = slurm.squeue_jobs()
+    except (slurm.SlurmError, OSError) as error:
+        log.warning("Could not look for orphan Slurm arrays of %s: %s", collection.name, error)
+        return []
+    marked = collection.find(
+        {"batch_id": {"$in": sorted(batches)}, "slurm.0.submitting": {"$exists": True}},
+        {"batch_id": 1, "slurm": 1},
+    )
+    busy = {d.get("batch_id") for d in marked if not submitter_gone(d["slurm"][0]["submitting"])}
+    candidates = orphan_arrays(rows, collection.name, batches - busy)
+    if not candidates:
+        return []
+    values = [int(a) for a in candidates] + candidates
+    recorded = {
+        str(entry.get("array_id"))
+        for d in collection.find(
+            {
+                "$or": [
+                    {"slurm.array_id": {"$in": values}},
+                    {"execution.array_id": {"$in": values}},
+                ]
+            },
+            {"slurm": 1, "execution": 1},
+        )
+        for entry in [*(d.get("slurm") or []), d.get("execution") or {}]
+        if isinstance(entry, Mapping)
+    }
+    orphans = [a for a in candidates if a not in recorded]
+    if not orphans:
+        return []
+    try:
+        slurm.scancel(orphans)
+    except slurm.SlurmError as error:
+        log.warning("Could not cancel orphan Slurm array(s) %s: %s", ", ".join(orphans), error)
+        return []
+    log.warning(
+        "Cancelled Slurm array(s) %s of collection %s: submitted by a process that died before "
+        "recording them; their experiments are submitted again",
+        ", ".join(orphans),
+        collection.name,
+    )
+    return orphans
 
 
 def finish_despite_interrupt(write: Any) -> None:
@@ -505,7 +590,16 @@ def submit_group(
         )
     # the jobs exist now: their experiments must name them even if Ctrl-C comes meanwhile (a
     # recovered "interrupted submission" would be submitted a second time)
-    finish_despite_interrupt(lambda: collection.bulk_write(records, ordered=False))
+    # ... and a MongoDB outage now must not lose the record either (the writes are $sets,
+    # filtered on this submission's mark: safe to repeat)
+    from .database import retrying
+
+    finish_despite_interrupt(
+        lambda: retrying(
+            lambda: collection.bulk_write(records, ordered=False),
+            f"recording the submitted job(s) {', '.join(str(j.job_id) for j in jobs)}",
+        )
+    )
     return jobs, [list(g) for g in id_groups]
 
 

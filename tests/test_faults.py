@@ -475,3 +475,89 @@ def test_cancel_delete_hold_release_leave_a_job_of_another_comment_alone(slurm, 
         assert test_db["victim"].count_documents({"_id": 2}) == 0
     finally:
         subprocess.run(["scancel", job], check=True)
+
+
+def test_recovering_a_dead_submission_cancels_its_unrecorded_array_only(slurm, test_db):
+    """A submitter that died between sbatch and recording the job leaves an array no document
+    records (comment = collection, name <collection>_<batch>): the recovery that puts its
+    experiments back to STAGED cancels that array, and no recorded array, nor another batch's."""
+    import socket
+
+    from seml_hydra.submit import recover_interrupted_submissions
+
+    def held(*args: str) -> str:
+        return subprocess.run(
+            ["sbatch", "--parsable", "--hold", "--time=5", "--output=/dev/null", *args]
+            + ["--wrap", "sleep 300"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    mark = {"host": socket.gethostname(), "pid": dead.pid, "started": "gone", "token": "t"}
+    orphan = held("--comment=lost", "--job-name=lost_1")
+    recorded = held("--comment=lost", "--job-name=lost_1")
+    other_batch = held("--comment=lost", "--job-name=lost_2")
+    try:
+        test_db["lost"].insert_many(
+            [
+                {"_id": i, "batch_id": 1, "status": "PENDING", "slurm": [{"submitting": mark}]}
+                for i in (1, 2)
+            ]
+            + [
+                {
+                    "_id": 3,
+                    "batch_id": 1,
+                    "status": "PENDING",
+                    "slurm": [{"array_id": int(recorded)}],
+                }
+            ]
+        )
+        assert recover_interrupted_submissions(test_db["lost"]) == [1, 2]
+        assert {d["_id"]: d["status"] for d in test_db["lost"].find()} == {
+            1: "STAGED",
+            2: "STAGED",
+            3: "PENDING",
+        }
+        wait_until("the orphan is cancelled", lambda: squeue_tasks(orphan) == {}, 30)
+        assert squeue_tasks(recorded)[recorded][0] == "PENDING"
+        assert squeue_tasks(other_batch)[other_batch][0] == "PENDING"
+    finally:
+        subprocess.run(["scancel", orphan, recorded, other_batch], check=True)
+
+
+def test_recovery_leaves_the_unrecorded_array_of_a_live_submission_of_the_batch_alone(
+    slurm, test_db
+):
+    """While a live process still submits experiments of the batch (its mark), an unrecorded
+    array of the batch may be its own, waiting for its record: not cancelled."""
+    import os
+    import socket
+
+    from seml_hydra.submit import process_start, recover_interrupted_submissions
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = socket.gethostname()
+    gone = {"host": host, "pid": dead.pid, "started": "gone", "token": "t"}
+    alive = {"host": host, "pid": os.getpid(), "started": process_start(os.getpid()), "token": "u"}
+    array = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--time=5", "--output=/dev/null"]
+        + ["--comment=busy", "--job-name=busy_1", "--wrap", "sleep 300"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        test_db["busy"].insert_many(
+            [
+                {"_id": 1, "batch_id": 1, "status": "PENDING", "slurm": [{"submitting": gone}]},
+                {"_id": 2, "batch_id": 1, "status": "PENDING", "slurm": [{"submitting": alive}]},
+            ]
+        )
+        assert recover_interrupted_submissions(test_db["busy"]) == [1]
+        assert squeue_tasks(array)[array][0] == "PENDING"
+    finally:
+        subprocess.run(["scancel", array], check=True)
