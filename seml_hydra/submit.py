@@ -331,9 +331,11 @@ def process_start(pid: int) -> str | None:
     return None if state in ("Z", "X") else fields[18]
 
 
-def submission_mark() -> dict[str, Any]:
+def submission_mark(folder: str | None = None) -> dict[str, Any]:
     """``slurm[0].submitting`` of the experiments this process is about to submit: host, pid,
-    process start, time, and a random ``token`` unique to this submission."""
+    process start, time, a random ``token`` unique to this submission, and the submitit
+    ``folder`` it writes the job files into (which tells its array in Slurm: the job's
+    ``Command``, see :func:`cancel_orphan_arrays`)."""
     import uuid
     from datetime import datetime, timezone
 
@@ -345,6 +347,7 @@ def submission_mark() -> dict[str, Any]:
         "time": datetime.now(timezone.utc),
         # tells this submission's documents from those another one marked meanwhile
         "token": uuid.uuid4().hex,
+        "folder": folder,
     }
 
 
@@ -394,10 +397,14 @@ def recover_interrupted_submissions(
     }
     selected = {"$and": [dict(query), lost_filter]} if query else lost_filter
     docs = list(collection.find(selected, {"slurm": 1, "batch_id": 1}).sort("_id", 1))
-    lost_docs = [d for d in docs if submitter_gone(d["slurm"][0]["submitting"])]
-    lost = [d["_id"] for d in lost_docs]
+    lost_marks = {d["_id"]: d for d in docs if submitter_gone(d["slurm"][0]["submitting"])}
+    lost = list(lost_marks)
     if lost:
-        cancel_orphan_arrays(collection, {d.get("batch_id") for d in lost_docs})
+        cancel_orphan_arrays(
+            collection,
+            {d.get("batch_id") for d in lost_marks.values()},
+            {d["slurm"][0]["submitting"].get("folder") for d in lost_marks.values()},
+        )
         collection.update_many(
             {"_id": {"$in": lost}, **lost_filter},
             {"$set": {"status": states.STAGED}, "$unset": {"slurm.0.submitting": ""}},
@@ -419,10 +426,30 @@ def orphan_arrays(rows: Sequence[Any], collection_name: str, batch_ids: set[Any]
     return sorted(arrays, key=int)
 
 
-def cancel_orphan_arrays(collection: Any, batch_ids: set[Any]) -> list[str]:
+def made_in(command: str | None, folders: set[Any]) -> bool:
+    """Whether a job's ``Command`` (``scontrol show job``: the sbatch script submitit wrote) lies
+    in one of the submitit ``folders`` (pure): under the folder's first part that holds no job
+    id placeholder (``%j``, ``%A``...: submitit writes the script there before the id exists,
+    ``submitit.core.utils.JobPaths.get_first_id_independent_folder``)."""
+    from submitit.core.utils import JobPaths
+
+    if not command:
+        return False
+    for folder in folders:
+        if isinstance(folder, str) and folder:
+            base = str(JobPaths.get_first_id_independent_folder(folder))
+            if base != os.sep and command.startswith(base.rstrip(os.sep) + os.sep):
+                return True
+    return False
+
+
+def cancel_orphan_arrays(collection: Any, batch_ids: set[Any], folders: set[Any]) -> list[str]:
     """Cancel the Slurm arrays of batches ``batch_ids`` of ``collection`` that no document
-    records (:func:`orphan_arrays`): made by a submitter that died between ``sbatch`` and the
-    write of the job's ids. Returns their ids (each is logged as a warning).
+    records (:func:`orphan_arrays`) and whose job script lies in one of the submitit
+    ``folders`` of the dead submissions' marks (:func:`made_in`: a launch of a collection of
+    the same name in another database is not ours): made by a submitter that died between
+    ``sbatch`` and the write of the job's ids. Returns their ids (each is logged as a
+    warning).
 
     Only the user's own jobs are asked for (squeue), then the documents: a batch one of whose
     experiments still carries the mark of a live submitter is left out (its array may be
@@ -465,10 +492,15 @@ def cancel_orphan_arrays(collection: Any, batch_ids: set[Any]) -> list[str]:
         for entry in [*(d.get("slurm") or []), d.get("execution") or {}]
         if isinstance(entry, Mapping)
     }
-    orphans = [a for a in candidates if a not in recorded]
-    if not orphans:
-        return []
     try:
+        orphans = [
+            a
+            for a in candidates
+            if a not in recorded
+            and any(made_in(r.get("Command"), folders) for r in slurm.scontrol_show_job(a))
+        ]
+        if not orphans:
+            return []
         slurm.scancel(orphans)
     except slurm.SlurmError as error:
         log.warning("Could not cancel orphan Slurm array(s) %s: %s", ", ".join(orphans), error)
@@ -528,7 +560,7 @@ def submit_group(
     all_ids = [i for group in id_groups for i in group]
     # the old job of a re-run experiment must not be taken for its new one meanwhile
     stale = ("array_id", "task_id", "job_id", "num_tasks", "output_files_template")
-    mark = submission_mark()
+    mark = submission_mark(folder)
     collection.update_many(
         {"_id": {"$in": all_ids}, "status": states.STAGED},
         {

@@ -477,29 +477,38 @@ def test_cancel_delete_hold_release_leave_a_job_of_another_comment_alone(slurm, 
         subprocess.run(["scancel", job], check=True)
 
 
-def test_recovering_a_dead_submission_cancels_its_unrecorded_array_only(slurm, test_db):
+def held_job(folder, *args: str) -> str:
+    """A held job whose script lies in ``folder`` (as submitit's sbatch script does)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "submission_file.sh"
+    script.write_text("#!/bin/sh\nsleep 300\n")
+    return subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--time=5", "--output=/dev/null", *args, str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def test_recovering_a_dead_submission_cancels_its_unrecorded_array_only(slurm, test_db, tmp_path):
     """A submitter that died between sbatch and recording the job leaves an array no document
-    records (comment = collection, name <collection>_<batch>): the recovery that puts its
-    experiments back to STAGED cancels that array, and no recorded array, nor another batch's."""
+    records (comment = collection, name <collection>_<batch>, its script in the submitit folder
+    of the dead mark): the recovery that puts its experiments back to STAGED cancels that
+    array, and no recorded array, nor another batch's, nor one made in another folder (a
+    collection of the same name in another database)."""
     import socket
 
     from seml_hydra.submit import recover_interrupted_submissions
 
-    def held(*args: str) -> str:
-        return subprocess.run(
-            ["sbatch", "--parsable", "--hold", "--time=5", "--output=/dev/null", *args]
-            + ["--wrap", "sleep 300"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-
     dead = subprocess.Popen(["true"])
     dead.wait()
+    ours = tmp_path / "sweep" / ".submitit"
     mark = {"host": socket.gethostname(), "pid": dead.pid, "started": "gone", "token": "t"}
-    orphan = held("--comment=lost", "--job-name=lost_1")
-    recorded = held("--comment=lost", "--job-name=lost_1")
-    other_batch = held("--comment=lost", "--job-name=lost_2")
+    mark["folder"] = str(ours / "%j")
+    orphan = held_job(ours, "--comment=lost", "--job-name=lost_1")
+    recorded = held_job(ours, "--comment=lost", "--job-name=lost_1")
+    other_batch = held_job(ours, "--comment=lost", "--job-name=lost_2")
+    elsewhere = held_job(tmp_path / "other", "--comment=lost", "--job-name=lost_1")
     try:
         test_db["lost"].insert_many(
             [
@@ -524,12 +533,13 @@ def test_recovering_a_dead_submission_cancels_its_unrecorded_array_only(slurm, t
         wait_until("the orphan is cancelled", lambda: squeue_tasks(orphan) == {}, 30)
         assert squeue_tasks(recorded)[recorded][0] == "PENDING"
         assert squeue_tasks(other_batch)[other_batch][0] == "PENDING"
+        assert squeue_tasks(elsewhere)[elsewhere][0] == "PENDING"
     finally:
-        subprocess.run(["scancel", orphan, recorded, other_batch], check=True)
+        subprocess.run(["scancel", orphan, recorded, other_batch, elsewhere], check=True)
 
 
 def test_recovery_leaves_the_unrecorded_array_of_a_live_submission_of_the_batch_alone(
-    slurm, test_db
+    slurm, test_db, tmp_path
 ):
     """While a live process still submits experiments of the batch (its mark), an unrecorded
     array of the batch may be its own, waiting for its record: not cancelled."""
@@ -541,15 +551,11 @@ def test_recovery_leaves_the_unrecorded_array_of_a_live_submission_of_the_batch_
     dead = subprocess.Popen(["true"])
     dead.wait()
     host = socket.gethostname()
-    gone = {"host": host, "pid": dead.pid, "started": "gone", "token": "t"}
-    alive = {"host": host, "pid": os.getpid(), "started": process_start(os.getpid()), "token": "u"}
-    array = subprocess.run(
-        ["sbatch", "--parsable", "--hold", "--time=5", "--output=/dev/null"]
-        + ["--comment=busy", "--job-name=busy_1", "--wrap", "sleep 300"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    folder = str(tmp_path / ".submitit" / "%j")
+    gone = {"host": host, "pid": dead.pid, "started": "gone", "token": "t", "folder": folder}
+    alive = {"host": host, "pid": os.getpid(), "started": process_start(os.getpid())}
+    alive.update(token="u", folder=folder)
+    array = held_job(tmp_path / ".submitit", "--comment=busy", "--job-name=busy_1")
     try:
         test_db["busy"].insert_many(
             [
