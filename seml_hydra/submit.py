@@ -3,7 +3,9 @@
 Documents go to PENDING just before ``sbatch`` (so a job that starts at once can claim them),
 marked with the submitting process (``slurm[0].submitting``), and back to STAGED if submission
 fails; after ``sbatch`` they record ``slurm[0].array_id``, ``num_tasks`` and the sbatch options
-used instead of the mark. A submission whose process died in between is undone by the next one
+used instead of the mark (a MongoDB outage at that moment is ridden out: ``database.retrying``).
+A submission whose process died in between is undone by the next one, which cancels the array
+its sbatch may have left
 (:func:`recover_interrupted_submissions`). The array's ``--comment`` is the collection (``seml
 queue`` groups by it, as SEML does) and its job name ``<collection>_<batch_id>``.
 """
