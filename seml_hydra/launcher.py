@@ -486,7 +486,7 @@ class _Launch:
     # -- submission ------------------------------------------------------------------------
     def submit(self, result: Any) -> dict[str, tuple[Any, list[int]]]:
         from .database import job_db_config, job_db_environment
-        from .submit import SubmissionError, SubmitRequest, submit_requests
+        from .submit import JobFilesError, SubmissionError, SubmitRequest, submit_requests
 
         to_submit = set(result.to_submit)
         requests, seen = [], set()
@@ -510,6 +510,11 @@ class _Launch:
                 db_cfg=job_db_config(self.settings, self.params.get("db")),
                 job_env=job_db_environment(self.settings, self.params.get("db")),
             )
+        except JobFilesError as error:
+            raise LaunchError(
+                f"{error}\nThe experiment(s) not submitted stay STAGED in collection "
+                f"{self.collection_name}; launch the sweep again once the folder can be written."
+            ) from None
         except SubmissionError as error:
             raise LaunchError(
                 f"sbatch refused the job: {error}\nThe experiment(s) not submitted stay STAGED "

@@ -290,6 +290,58 @@ def _squeue_alive(rows: Iterable[Any]) -> set[str]:
     return {job for row in rows if row.alive for job in _row_jobs(row)}
 
 
+def rows_of_collection(
+    rows: Iterable[Any], collection_name: str
+) -> tuple[list[Any], dict[str, str | None]]:
+    """Split squeue rows into those of jobs of collection ``collection_name`` and the others
+    (pure): ``(rows whose comment is the collection, {job or array id: its comment})``.
+
+    The sbatch ``--comment`` of a job is its collection: our launcher and SEML both set it, and
+    ``seml queue`` finds a collection's jobs by it (SEML's rule). A document names a job by a
+    bare id, which any document writer may forge: ``cancel``, ``delete``, ``hold`` and
+    ``release`` act only on the jobs whose comment says they belong to the collection.
+    """
+    ours, others = [], {}
+    for row in rows:
+        if row.comment == collection_name:
+            ours.append(row)
+        else:
+            job = str(row.array_job_id if row.array_job_id is not None else row.job_id_raw)
+            others[job] = row.comment
+    return ours, others
+
+
+def stranger_lines(strangers: Mapping[str, str | None], collection_name: str) -> list[str]:
+    """One line per job of ``strangers`` (``{job id: its comment}``, see
+    :func:`rows_of_collection`) saying it was left alone (pure; the comment is shown without
+    terminal escapes), e.g. ``job 548 is not a job of collection X (its comment is
+    'unrelated'): left alone``."""
+    lines = []
+    for job, comment in sorted(strangers.items(), key=lambda item: _job_sort_key(item[0])):
+        what = (
+            "it has no comment" if comment is None else f"its comment is {terminal_safe(comment)!r}"
+        )
+        lines.append(
+            f"job {job} is not a job of collection {terminal_safe(collection_name)} ({what}): "
+            "left alone"
+        )
+    return lines
+
+
+def _our_squeue_rows(
+    arrays: Sequence[str], collection_name: str, strangers: dict[str, str | None] | None
+) -> list[Any]:
+    """squeue rows (every task its own row) of the jobs ``arrays`` whose comment is the
+    collection; the others are added to ``strangers`` (when given). Raises ``SlurmError``."""
+    from . import slurm
+
+    rows = slurm.squeue_jobs(job_ids=list(arrays), all_users=True, expand_arrays=True)
+    ours, others = rows_of_collection(rows, collection_name)
+    if strangers is not None:
+        strangers.update(others)
+    return ours
+
+
 def is_listed(job: str, alive: set[str] | frozenset[str]) -> bool:
     """Whether job ``job`` is among the ``alive`` job ids (pure): itself, or for a plain id
     ``"123"`` any task ``"123_<t>"`` (SEML records a one-task array as ``num_tasks: 1``, so
@@ -991,6 +1043,9 @@ class CancelResult:
     foreign: dict[str, list[int]] = field(default_factory=dict)
     #: this cluster's name, when it was asked
     cluster: str | None = None
+    #: ``{job id: its comment}`` of jobs documents named that are not the collection's (their
+    #: ``--comment`` differs): left alone (:func:`rows_of_collection`)
+    strangers: dict[str, str | None] = field(default_factory=dict)
 
 
 def cancel(
@@ -1006,7 +1061,10 @@ def cancel(
 
     Safe to run again: a cancel that stopped between marking and ``scancel`` (killed, or Slurm
     failed) is finished by the next one, which also cancels the tasks squeue still lists alive
-    of the matching experiments a cancel marked INTERRUPTED (:func:`_unfinished_cancels`)."""
+    of the matching experiments a cancel marked INTERRUPTED (:func:`_unfinished_cancels`).
+
+    Only jobs whose sbatch comment is the collection are cancelled (:func:`rows_of_collection`:
+    a document may name any job id); the others are reported in ``strangers``."""
     from . import slurm
 
     docs = select(collection, and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
@@ -1044,8 +1102,10 @@ def cancel(
             skipped = {i for ids in foreign_experiments(others, here).values() for i in ids}
             others = [d for d in others if d["_id"] not in skipped]
     tasks = tasks_to_cancel(cancelled, others)
-    tasks += _orphaned_pending_tasks(collection, {a for a in map(array_of, docs) if a})
+    strangers: dict[str, str | None] = {}
+    tasks += _orphaned_pending_tasks(collection, {a for a in map(array_of, docs) if a}, strangers)
     result = CancelResult(
+        strangers=strangers,
         foreign=foreign,
         cluster=here,
         interrupted=ids,
@@ -1056,10 +1116,10 @@ def cancel(
     if tasks:
         try:
             # only tasks squeue still lists are cancelled (and reported): the others are gone
-            result.cancelled_tasks = _alive_tasks(tasks)
+            result.cancelled_tasks = _alive_tasks(tasks, collection.name, strangers)
             if result.cancelled_tasks:
                 slurm.scancel(result.cancelled_tasks)
-                result.still_alive = _wait_gone(result.cancelled_tasks, wait_s)
+                result.still_alive = _wait_gone(result.cancelled_tasks, wait_s, collection.name)
         except slurm.SlurmError as error:
             raise ManageError(
                 f"Experiment(s) {', '.join(map(str, ids))} are INTERRUPTED, but Slurm could not "
@@ -1092,18 +1152,20 @@ def _unfinished_cancels(collection: Any, query: Mapping[str, Any]) -> list[dict]
         marked = _without_foreign(marked)[0]
         if not marked:
             return []
-        alive = set(_alive_tasks(sorted({task_of(d)[1] for d in marked})))  # type: ignore[index]
+        jobs = sorted({task_of(d)[1] for d in marked})  # type: ignore[index]
+        alive = set(_alive_tasks(jobs, collection.name))
     except (slurm.SlurmError, ValueError):
         return []
     return [d for d in marked if task_of(d)[1] in alive]  # type: ignore[index]
 
 
-def _orphaned_pending_tasks(collection: Any, arrays: set[str]) -> list[str]:
+def _orphaned_pending_tasks(
+    collection: Any, arrays: set[str], strangers: dict[str, str | None] | None = None
+) -> list[str]:
     """The pending tasks of SEML 0.5 arrays (see :func:`array_of`) that no longer have a
     PENDING experiment to claim: SEML's ``cancel_jobs_without_experiments``. Tasks that
-    started run their own experiments and are left alone."""
-    from . import slurm
-
+    started run their own experiments and are left alone, and so are jobs that are not the
+    collection's (added to ``strangers``, see :func:`rows_of_collection`)."""
     if not arrays:
         return []
     waiting = {
@@ -1123,24 +1185,28 @@ def _orphaned_pending_tasks(collection: Any, arrays: set[str]) -> list[str]:
     orphaned = sorted(arrays - waiting, key=int)
     if not orphaned:
         return []
-    rows = slurm.squeue_jobs(job_ids=orphaned, all_users=True, expand_arrays=True)
+    rows = _our_squeue_rows(orphaned, collection.name, strangers)
     tasks = {job for row in rows if row.state == "PENDING" for job in _row_jobs(row)}
     return sorted(tasks, key=_job_sort_key)
 
 
-def _alive_tasks(tasks: Sequence[str]) -> list[str]:
-    from . import slurm
-
+def _alive_tasks(
+    tasks: Sequence[str],
+    collection_name: str,
+    strangers: dict[str, str | None] | None = None,
+) -> list[str]:
+    """The ``tasks`` squeue lists alive whose job's comment is ``collection_name``; the jobs of
+    another comment are added to ``strangers`` (when given). Raises ``SlurmError``."""
     arrays = sorted({t.split("_")[0] for t in tasks}, key=int)
-    alive = _squeue_alive(slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True))
+    alive = _squeue_alive(_our_squeue_rows(arrays, collection_name, strangers))
     return [t for t in tasks if is_listed(t, alive)]
 
 
-def _wait_gone(tasks: Sequence[str], wait_s: float) -> list[str]:
+def _wait_gone(tasks: Sequence[str], wait_s: float, collection_name: str) -> list[str]:
     """Poll squeue until none of ``tasks`` is alive or ``wait_s`` passed; the ones still alive."""
     deadline = time.monotonic() + wait_s
     while True:
-        alive = _alive_tasks(tasks)
+        alive = _alive_tasks(tasks, collection_name)
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.5)
@@ -1345,15 +1411,18 @@ def drop(db: Any, names: Sequence[str]) -> None:
 # ------------------------------------------------------------------------------- hold / release
 
 
-def pending_tasks(collection: Any, query: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+def pending_tasks(
+    collection: Any,
+    query: Mapping[str, Any],
+    strangers: dict[str, str | None] | None = None,
+) -> tuple[list[str], list[str]]:
     """``(held, not held)`` pending Slurm tasks of the matching PENDING experiments of this
-    cluster (those of another cluster are left out).
+    cluster (those of another cluster are left out, and so are jobs whose comment is not the
+    collection: added to ``strangers`` when given, see :func:`rows_of_collection`).
 
     Raises:
         SlurmError: squeue failed, or the cluster's name could not be asked.
     """
-    from . import slurm
-
     q = and_(query, {"status": states.PENDING})
     docs = _without_foreign(select(collection, q))[0]  # another cluster's ids name other jobs
     tasks = {t[1] for t in map(task_of, docs) if is_slurm_task(t)}
@@ -1363,7 +1432,7 @@ def pending_tasks(collection: Any, query: Mapping[str, Any]) -> tuple[list[str],
         return [], []
     arrays = sorted({t.split("_")[0] for t in tasks} | seml_arrays, key=int)
     held, free = set(), set()
-    for row in slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True):
+    for row in _our_squeue_rows(arrays, collection.name, strangers):
         if row.state != "PENDING":
             continue
         target = held if "held" in (row.reason or "").lower() else free
@@ -1374,20 +1443,30 @@ def pending_tasks(collection: Any, query: Mapping[str, Any]) -> tuple[list[str],
     return sorted(held, key=_job_sort_key), sorted(free, key=_job_sort_key)
 
 
-def hold(collection: Any, query: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """Hold the pending, not yet held tasks; returns ``(held now, already held)``."""
+def hold(
+    collection: Any,
+    query: Mapping[str, Any],
+    strangers: dict[str, str | None] | None = None,
+) -> tuple[list[str], list[str]]:
+    """Hold the pending, not yet held tasks; returns ``(held now, already held)``. Jobs that
+    are not the collection's are left alone and added to ``strangers`` (:func:`pending_tasks`)."""
     from . import slurm
 
-    held, free = pending_tasks(collection, query)
+    held, free = pending_tasks(collection, query, strangers)
     slurm.hold(free)
     return free, held
 
 
-def release(collection: Any, query: Mapping[str, Any]) -> list[str]:
-    """Release the held pending tasks; returns them."""
+def release(
+    collection: Any,
+    query: Mapping[str, Any],
+    strangers: dict[str, str | None] | None = None,
+) -> list[str]:
+    """Release the held pending tasks; returns them. Jobs that are not the collection's are
+    left alone and added to ``strangers`` (:func:`pending_tasks`)."""
     from . import slurm
 
-    held, _ = pending_tasks(collection, query)
+    held, _ = pending_tasks(collection, query, strangers)
     slurm.release(held)
     return held
 

@@ -117,8 +117,8 @@ def claim_filter(
 ) -> dict[str, Any]:
     """MongoDB filter of the claim rule (SEML's multi-task change, plus requeued runs).
 
-    The experiment may run when it is PENDING, or RUNNING/RESCHEDULED with this very
-    ``execution.{cluster, array_id, task_id}`` (another rank of this job, or this array task
+    The experiment may run when it is PENDING for this job's array (:func:`pending_for`), or
+    RUNNING/RESCHEDULED with this very ``execution.{cluster, array_id, task_id}`` (another rank of this job, or this array task
     requeued), under these conditions on the stored ``execution.restart`` (missing = 0) and this
     run's ``execution["restart"]`` (:func:`restart_count`, missing = 0):
 
@@ -130,8 +130,9 @@ def claim_filter(
       older than ``stale_s`` seconds (or none exists). The age is computed by the server
       (``$$NOW``) from the stored dates, so no client clock or time zone takes part.
 
-    Anything else - COMPLETED, FAILED, another job's RUNNING experiment, a later run's - does
-    not match, so it is never run twice. Raises ``KeyError`` when an identity key is missing.
+    Anything else - COMPLETED, FAILED, another job's RUNNING experiment, a later run's, one
+    PENDING for another array - does not match, so it is never run twice. Raises ``KeyError``
+    when an identity key is missing.
     """
     same_job = {f"execution.{key}": execution[key] for key in ("cluster", "array_id", "task_id")}
     mine = int(execution.get("restart") or 0)
@@ -141,7 +142,7 @@ def claim_filter(
     return {
         "_id": exp_id,
         "$or": [
-            {"status": states.PENDING},
+            {"status": states.PENDING, **pending_for(execution["array_id"])},
             {"status": states.RESCHEDULED, **same_job, "$expr": {"$lte": [stored, mine]}},
             {
                 "status": states.RUNNING,
@@ -157,8 +158,30 @@ def claim_filter(
     }
 
 
+def pending_for(array_id: Any) -> dict[str, Any]:
+    """MongoDB filter: a PENDING experiment that job array ``array_id`` may claim (pure).
+
+    Its recorded submission (``slurm[i].array_id``: ``seml_hydra.submit.submit_group`` writes
+    ``slurm[0]``, SEML 0.5 the entry it submitted with; an integer, or a string) is this array,
+    or none is recorded yet: between ``sbatch`` and the write of its ids the experiment carries
+    only the ``slurm.0.submitting`` mark, and whichever task of the submission starts first
+    claims it. An array no document records - the orphan of a submitter that died before the
+    write, whose experiments were submitted again since - claims none of the experiments
+    recorded in another array.
+    """
+    values = [array_id, str(array_id)]
+    if isinstance(array_id, str) and array_id.isdigit():
+        values.append(int(array_id))
+    return {
+        "$or": [
+            {"slurm.array_id": {"$in": values}},
+            {"slurm.array_id": {"$exists": False}},
+        ]
+    }
+
+
 #: the fields :func:`claim` reads back to explain a refusal (and to tell an earlier run)
-_REFUSAL_FIELDS = {"status": 1, "execution": 1, "heartbeat": 1, "start_time": 1}
+_REFUSAL_FIELDS = {"status": 1, "execution": 1, "heartbeat": 1, "start_time": 1, "slurm": 1}
 
 
 def claim(
@@ -708,6 +731,17 @@ def appended_once(entries: Sequence[Sequence[str]], field: str = "fail_trace") -
 def _claim_refusal(current: Mapping[str, Any], execution: Mapping[str, Any]) -> str:
     """Why :func:`claim_filter` did not match ``current`` (pure; a one-line reason)."""
     status = current.get("status")
+    if status == states.PENDING:
+        slurm = current.get("slurm")
+        arrays = sorted(
+            {str(e["array_id"]) for e in slurm if isinstance(e, Mapping) and "array_id" in e}
+            if isinstance(slurm, list)
+            else set()
+        )
+        return (
+            f"it is PENDING for job {', '.join(arrays) or '?'}, not for this job "
+            f"{execution['array_id']}"
+        )
     if status not in (states.RUNNING, states.RESCHEDULED):
         return f"it is {status}, not PENDING"
     ex = current.get("execution") or {}

@@ -3,7 +3,9 @@
 Documents go to PENDING just before ``sbatch`` (so a job that starts at once can claim them),
 marked with the submitting process (``slurm[0].submitting``), and back to STAGED if submission
 fails; after ``sbatch`` they record ``slurm[0].array_id``, ``num_tasks`` and the sbatch options
-used instead of the mark. A submission whose process died in between is undone by the next one
+used instead of the mark (a MongoDB outage at that moment is ridden out: ``database.retrying``).
+A submission whose process died in between is undone by the next one, which cancels the array
+its sbatch may have left
 (:func:`recover_interrupted_submissions`). The array's ``--comment`` is the collection (``seml
 queue`` groups by it, as SEML does) and its job name ``<collection>_<batch_id>``.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import socket
 from collections.abc import Iterator, Mapping, Sequence
@@ -20,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import states
+
+log = logging.getLogger(__name__)
 
 
 def _launcher_fields() -> tuple[str, ...]:
@@ -72,6 +77,35 @@ LEAKY_ENV_NAMES = (
 
 class SubmissionError(Exception):
     """sbatch (or the local executor) refused the submission; the message is for the user."""
+
+
+class JobFilesError(SubmissionError):
+    """The job files (submitit's pickles and sbatch script) could not be written into the
+    submitit folder (a full disk, a read-only or unwritable folder): no sbatch ran. The message
+    names the folder, the system's reason and what to do (:func:`job_files_message`)."""
+
+
+def job_files_message(folder: str, error: OSError) -> str:
+    """The user's message for an ``OSError`` while writing the job files into ``folder`` (pure),
+    e.g. ``cannot write the job files in /x: No space left on device; free space or set
+    hydra.launcher.submitit_folder``."""
+    import errno
+
+    reason = error.strerror or str(error) or type(error).__name__
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "free space or set hydra.launcher.submitit_folder"
+    else:
+        hint = "set hydra.launcher.submitit_folder to a folder you can write"
+    return f"cannot write the job files in {folder}: {reason}; {hint}"
+
+
+def is_job_files_error(error: BaseException) -> bool:
+    """Whether ``error``, raised by submitit's submission, comes from writing the job files
+    rather than from running sbatch (pure): any ``OSError`` except the one of a missing
+    ``sbatch`` executable (``FileNotFoundError`` naming it)."""
+    if not isinstance(error, OSError):
+        return False
+    return os.path.basename(str(error.filename or "")) != "sbatch"
 
 
 #: launcher fields whose text is written into the sbatch script (``#SBATCH --<option>=<value>``)
@@ -299,9 +333,11 @@ def process_start(pid: int) -> str | None:
     return None if state in ("Z", "X") else fields[18]
 
 
-def submission_mark() -> dict[str, Any]:
+def submission_mark(folder: str | None = None) -> dict[str, Any]:
     """``slurm[0].submitting`` of the experiments this process is about to submit: host, pid,
-    process start, time, and a random ``token`` unique to this submission."""
+    process start, time, a random ``token`` unique to this submission, and the submitit
+    ``folder`` it writes the job files into (which tells its array in Slurm: the job's
+    ``Command``, see :func:`cancel_orphan_arrays`)."""
     import uuid
     from datetime import datetime, timezone
 
@@ -313,6 +349,7 @@ def submission_mark() -> dict[str, Any]:
         "time": datetime.now(timezone.utc),
         # tells this submission's documents from those another one marked meanwhile
         "token": uuid.uuid4().hex,
+        "folder": folder,
     }
 
 
@@ -349,7 +386,10 @@ def recover_interrupted_submissions(
     this first, and submit it again. No experiment runs twice: a job the dead process's sbatch
     still created mostly cannot start a task (submitit moves its pickles into place only after
     sbatch returned), and a job claims only a PENDING experiment, atomically, so of two jobs of
-    one experiment only one runs it.
+    one experiment only one runs it, and a job claims a PENDING experiment only for the array
+    its document records (``seml_hydra.run.pending_for``). Before the experiments go back to
+    STAGED, the array the dead process's sbatch may still have created is cancelled
+    (:func:`cancel_orphan_arrays`): no document records it, so it would run nothing anyway.
     """
     lost_filter = {
         "status": states.PENDING,
@@ -358,14 +398,122 @@ def recover_interrupted_submissions(
         "execution": {"$exists": False},
     }
     selected = {"$and": [dict(query), lost_filter]} if query else lost_filter
-    docs = collection.find(selected, {"slurm": 1}).sort("_id", 1)
-    lost = [d["_id"] for d in docs if submitter_gone(d["slurm"][0]["submitting"])]
+    docs = list(collection.find(selected, {"slurm": 1, "batch_id": 1}).sort("_id", 1))
+    lost_marks = {d["_id"]: d for d in docs if submitter_gone(d["slurm"][0]["submitting"])}
+    lost = list(lost_marks)
     if lost:
+        cancel_orphan_arrays(
+            collection,
+            {d.get("batch_id") for d in lost_marks.values()},
+            {d["slurm"][0]["submitting"].get("folder") for d in lost_marks.values()},
+        )
         collection.update_many(
             {"_id": {"$in": lost}, **lost_filter},
             {"$set": {"status": states.STAGED}, "$unset": {"slurm.0.submitting": ""}},
         )
     return lost
+
+
+def orphan_arrays(rows: Sequence[Any], collection_name: str, batch_ids: set[Any]) -> list[str]:
+    """The ids of the arrays among squeue ``rows`` (``seml_hydra.slurm.SqueueRow``) that a
+    submission of batches ``batch_ids`` of collection ``collection_name`` made (pure):
+    comment = the collection, job name ``<collection>_<batch_id>`` (:func:`submit_requests`);
+    sorted numerically."""
+    names = {f"{collection_name}_{b}" for b in batch_ids}
+    arrays = {
+        str(row.array_job_id if row.array_job_id is not None else row.job_id_raw)
+        for row in rows
+        if row.comment == collection_name and row.name in names
+    }
+    return sorted(arrays, key=int)
+
+
+def made_in(command: str | None, folders: set[Any]) -> bool:
+    """Whether a job's ``Command`` (``scontrol show job``: the sbatch script submitit wrote) lies
+    in one of the submitit ``folders`` (pure): under the folder's first part that holds no job
+    id placeholder (``%j``, ``%A``...: submitit writes the script there before the id exists,
+    ``submitit.core.utils.JobPaths.get_first_id_independent_folder``)."""
+    from submitit.core.utils import JobPaths
+
+    if not command:
+        return False
+    for folder in folders:
+        if isinstance(folder, str) and folder:
+            base = str(JobPaths.get_first_id_independent_folder(folder))
+            if base != os.sep and command.startswith(base.rstrip(os.sep) + os.sep):
+                return True
+    return False
+
+
+def cancel_orphan_arrays(collection: Any, batch_ids: set[Any], folders: set[Any]) -> list[str]:
+    """Cancel the Slurm arrays of batches ``batch_ids`` of ``collection`` that no document
+    records (:func:`orphan_arrays`) and whose job script lies in one of the submitit
+    ``folders`` of the dead submissions' marks (:func:`made_in`: a launch of a collection of
+    the same name in another database is not ours): made by a submitter that died between
+    ``sbatch`` and the write of the job's ids. Returns their ids (each is logged as a
+    warning).
+
+    Only the user's own jobs are asked for (squeue), then the documents: a batch one of whose
+    experiments still carries the mark of a live submitter is left out (its array may be
+    waiting for that submitter's record; a mark goes only with the record, so an array squeue
+    listed before the documents were read is either recorded or marked by its live
+    submitter). Cancelling rather than recording: which experiments an orphan runs cannot be
+    told safely from Slurm. Slurm errors are logged and nothing is cancelled (a cluster without
+    Slurm, e.g. submitit's local executor).
+    """
+    from . import slurm
+
+    batches = {b for b in batch_ids if b is not None}
+    if not batches:
+        return []
+    try:
+        rows = slurm.squeue_jobs()
+    except (slurm.SlurmError, OSError) as error:
+        log.warning("Could not look for orphan Slurm arrays of %s: %s", collection.name, error)
+        return []
+    marked = collection.find(
+        {"batch_id": {"$in": sorted(batches)}, "slurm.0.submitting": {"$exists": True}},
+        {"batch_id": 1, "slurm": 1},
+    )
+    busy = {d.get("batch_id") for d in marked if not submitter_gone(d["slurm"][0]["submitting"])}
+    candidates = orphan_arrays(rows, collection.name, batches - busy)
+    if not candidates:
+        return []
+    values = [int(a) for a in candidates] + candidates
+    recorded = {
+        str(entry.get("array_id"))
+        for d in collection.find(
+            {
+                "$or": [
+                    {"slurm.array_id": {"$in": values}},
+                    {"execution.array_id": {"$in": values}},
+                ]
+            },
+            {"slurm": 1, "execution": 1},
+        )
+        for entry in [*(d.get("slurm") or []), d.get("execution") or {}]
+        if isinstance(entry, Mapping)
+    }
+    try:
+        orphans = [
+            a
+            for a in candidates
+            if a not in recorded
+            and any(made_in(r.get("Command"), folders) for r in slurm.scontrol_show_job(a))
+        ]
+        if not orphans:
+            return []
+        slurm.scancel(orphans)
+    except slurm.SlurmError as error:
+        log.warning("Could not cancel orphan Slurm array(s) %s: %s", ", ".join(orphans), error)
+        return []
+    log.warning(
+        "Cancelled Slurm array(s) %s of collection %s: submitted by a process that died before "
+        "recording them; their experiments are submitted again",
+        ", ".join(orphans),
+        collection.name,
+    )
+    return orphans
 
 
 def finish_despite_interrupt(write: Any) -> None:
@@ -414,7 +562,7 @@ def submit_group(
     all_ids = [i for group in id_groups for i in group]
     # the old job of a re-run experiment must not be taken for its new one meanwhile
     stale = ("array_id", "task_id", "job_id", "num_tasks", "output_files_template")
-    mark = submission_mark()
+    mark = submission_mark(folder)
     collection.update_many(
         {"_id": {"$in": all_ids}, "status": states.STAGED},
         {
@@ -448,6 +596,8 @@ def submit_group(
         )
         if not isinstance(error, Exception):
             raise
+        if is_job_files_error(error):
+            raise JobFilesError(job_files_message(folder, error)) from None  # type: ignore[arg-type]
         message = str(error).strip() or type(error).__name__
         raise SubmissionError(message) from None
     from pymongo import UpdateMany
@@ -474,7 +624,16 @@ def submit_group(
         )
     # the jobs exist now: their experiments must name them even if Ctrl-C comes meanwhile (a
     # recovered "interrupted submission" would be submitted a second time)
-    finish_despite_interrupt(lambda: collection.bulk_write(records, ordered=False))
+    # ... and a MongoDB outage now must not lose the record either (the writes are $sets,
+    # filtered on this submission's mark: safe to repeat)
+    from .database import retrying
+
+    finish_despite_interrupt(
+        lambda: retrying(
+            lambda: collection.bulk_write(records, ordered=False),
+            f"recording the submitted job(s) {', '.join(str(j.job_id) for j in jobs)}",
+        )
+    )
     return jobs, [list(g) for g in id_groups]
 
 

@@ -246,3 +246,43 @@ def test_start_refuses_a_stored_launcher_with_a_control_character_before_any_sba
         submit_requests(test_db["c"], "c", [request], db_cfg=None)
     assert test_db["c"].find_one({"_id": 1}) == {"_id": 1, "status": "STAGED"}
     assert not (tmp_path / ".submitit").exists()
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 1 MiB tmpfs mounted under ``tmp_path``, filled up (unmounted afterwards)."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
+    try:
+        with open(mount / "filler", "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_full_disk_in_the_submitit_folder_says_so_and_documents_stay_staged(
+    slurm, test_db, tmp_path, full_disk
+):
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml",
+        f"hydra.launcher.submitit_folder={full_disk}/jobs",
+        cwd=tmp_path,
+    )
+    assert_clean_error(
+        proc,
+        f"cannot write the job files in {full_disk}/jobs: No space left on device; free space "
+        "or set hydra.launcher.submitit_folder",
+        "stay STAGED",
+    )
+    assert "sbatch refused" not in proc.stderr
+    assert "mem_gb" not in proc.stderr
+    assert [d["status"] for d in test_db["fail"].find()] == ["STAGED"]

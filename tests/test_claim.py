@@ -223,3 +223,69 @@ def test_claimed_experiment_that_cannot_start_is_failed_not_left_running(
     assert [f["rank"] for f in doc["rank_failures"]] == [0]
     trace = "".join(doc["fail_trace"])
     assert "rank 0" in trace and "NoFile" in trace
+
+
+@pytest.mark.parametrize(
+    "slurm",
+    [
+        [{"array_id": 500, "task_id": 3}],  # ours: slurm[0], an integer
+        [{"array_id": "500"}],  # a string
+        [{"sbatch_options": {}}, {"array_id": 500}],  # SEML 0.5: the entry it submitted with
+        [{"submitting": {"token": "x"}}],  # between sbatch and the write of the job's ids
+    ],
+)
+def test_pending_of_this_array_or_of_no_recorded_array_is_claimed(test_db, slurm):
+    coll = test_db["claims"]
+    insert(coll, states.PENDING, slurm=slurm)
+    doc, why = claim(coll, 1, THIS_JOB)
+    assert why is None and doc["status"] == states.RUNNING
+
+
+def test_pending_recorded_in_another_array_is_refused_and_untouched(test_db):
+    """An orphan array (its submitter died before recording it; the experiments were submitted
+    again since, as array 501) must not run them: they wait for their recorded array."""
+    coll = test_db["claims"]
+    before = insert(coll, states.PENDING, slurm=[{"array_id": 501, "task_id": 3}])
+    doc, why = claim(coll, 1, THIS_JOB)
+    assert doc is None and why == "it is PENDING for job 501, not for this job 500"
+    assert coll.find_one({"_id": 1}) == before
+
+
+def test_an_array_no_document_records_runs_none_of_the_experiments(slurm, test_db, tmp_path):
+    """The orphan of a launcher that died between sbatch and recording the job: after its
+    experiments were submitted again (their documents name another array), releasing the
+    orphan runs none of them; they stay PENDING for their recorded array."""
+    from conftest import squeue_tasks, statuses, wait_until
+
+    coll = test_db["gate"]
+    proc = run_app(
+        "../tests/apps/gate.py",
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.wait=false",
+        "hydra.launcher.experiments_per_job=1",
+        f"gate={tmp_path / 'go'}",
+        "x=1,2",
+        "+hydra.launcher.additional_parameters.hold=true",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    orphan = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
+    try:
+        # as if submitted again as another array after the record of `orphan` was lost
+        coll.update_many({}, {"$set": {"slurm.0.array_id": orphan + 100000}})
+        subprocess.run(["scontrol", "release", str(orphan)], check=True)
+        wait_until(
+            "the orphan array ends (or runs an experiment)",
+            lambda: squeue_tasks(orphan) == {} or set(statuses(coll).values()) != {"PENDING"},
+        )
+        assert statuses(coll) == {1: "PENDING", 2: "PENDING"}
+        assert all("execution" not in d for d in coll.find())
+        logs = "".join(path.read_text() for path in tmp_path.rglob(f"{orphan}_*_log.*"))
+        for exp_id in (1, 2):
+            assert (
+                f"Not running experiment {exp_id} of gate: it is PENDING for job "
+                f"{orphan + 100000}, not for this job {orphan}" in logs
+            ), logs
+    finally:
+        subprocess.run(["scancel", str(orphan)], check=True)

@@ -286,6 +286,66 @@ def test_a_job_starting_while_mongod_is_down_waits_to_connect_and_claim_then_run
 @pytest.mark.slurm
 @pytest.mark.mongo
 @pytest.mark.outage
+def test_mongod_down_when_sbatch_returns_the_launcher_records_the_job_once_it_is_back(
+    slurm, private_mongod, tmp_path, monkeypatch
+):
+    """The launcher's write of the submitted job ids rides out an outage (``retrying``): the
+    job sbatch made is recorded once MongoDB is back, never left unrecorded (an orphan)."""
+    import threading
+
+    from conftest import squeue_tasks
+    from test_retry import Blocker
+
+    sbatch = Blocker("sbatch", tmp_path)
+    monkeypatch.setenv("PATH", f"{sbatch.bin}:{os.environ['PATH']}")
+    coll = collection()
+    proc, _ = launch(
+        tmp_path,
+        "hydra.launcher.wait=false",
+        "+hydra.launcher.additional_parameters.hold=true",
+    )
+    output: list[str] = []
+    readers = [
+        threading.Thread(target=lambda s=stream: output.extend(s), daemon=True)
+        for stream in (proc.stdout, proc.stderr)
+    ]
+    for reader in readers:
+        reader.start()
+
+    def our_array() -> str | None:
+        out = subprocess.run(["squeue", "-h", "-o", "%F|%Z"], capture_output=True, text=True)
+        rows = [line.split("|") for line in out.stdout.splitlines()]
+        return next((job for job, workdir in rows if workdir == str(tmp_path)), None)
+
+    array = None
+    try:
+        wait_until("the launcher runs sbatch", sbatch.called.exists, 120)
+        private_mongod.stop()
+        sbatch.open()
+        array = wait_until("sbatch made the job", our_array, 60)
+
+        def retries() -> bool:
+            assert proc.poll() is None, "".join(output)  # the launcher must not give up
+            return any("recording the submitted job(s)" in line for line in output)
+
+        wait_until("the launcher retries recording the job", retries, 60)
+        private_mongod.start()
+        assert proc.wait(timeout=300) == 0, "".join(output)
+        docs = list(coll.find())
+        assert {d["status"] for d in docs} == {"PENDING"} and len(docs) == 2
+        assert {str(d["slurm"][0]["array_id"]) for d in docs} == {array}
+        assert all("submitting" not in d["slurm"][0] for d in docs)
+        assert squeue_tasks(array)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if array:
+            subprocess.run(["scancel", array], check=False)
+
+
+@pytest.mark.slurm
+@pytest.mark.mongo
+@pytest.mark.outage
 def test_replica_set_primary_stepped_down_mid_run_loses_nothing_and_runs_nothing_twice(
     slurm, replica_set, tmp_path
 ):

@@ -425,3 +425,145 @@ def test_release_and_cancel_leave_another_clusters_experiment_and_the_job_of_its
         assert job in squeue_tasks(job)  # this cluster's job of the same id is untouched
     finally:
         subprocess.run(["scancel", job], check=True)
+
+
+def test_cancel_delete_hold_release_leave_a_job_of_another_comment_alone(slurm, test_db):
+    """Forged documents naming an unrelated job of the user (its sbatch comment is not the
+    collection) must not get it cancelled, deleted's cancel, held or released: only jobs whose
+    comment is the collection are acted on (how ``seml queue`` finds them, SEML's rule)."""
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    job = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--comment", "unrelated", "--time=5"]
+        + ["--output=/dev/null", "--wrap", "sleep 300"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    left_alone = f"job {job} is not a job of collection victim (its comment is 'unrelated'): "
+    try:
+        test_db["victim"].insert_many(
+            [
+                # SEML 0.5's form (the whole array) and ours (one task of it)
+                {"_id": 1, "status": "PENDING", "slurm": [{"array_id": int(job)}]},
+                {
+                    "_id": 2,
+                    "status": "PENDING",
+                    "slurm": [{"array_id": int(job), "task_id": 0, "job_id": job, "num_tasks": 1}],
+                },
+            ]
+        )
+        runner = CliRunner()
+        result = runner.invoke(app, ["victim", "release"])
+        assert result.exit_code == 0, result.output
+        assert f"{left_alone}left alone" in result.output
+        assert "Nothing held to release." in result.output
+        assert squeue_tasks(job)[job] == ("PENDING", "JobHeldUser")
+        result = runner.invoke(app, ["victim", "hold"])
+        assert result.exit_code == 0, result.output
+        assert f"{left_alone}left alone" in result.output
+        assert "Nothing pending to hold." in result.output
+        for command in (["cancel", "-id", "1", "-y"], ["delete", "-id", "2", "-y"]):
+            result = runner.invoke(app, ["victim", *command])
+            assert result.exit_code == 0, result.output
+            assert f"{left_alone}left alone" in result.output
+            assert squeue_tasks(job)[job] == ("PENDING", "JobHeldUser"), command
+        assert "Slurm task(s) first" not in result.output
+        assert test_db["victim"].find_one({"_id": 1})["status"] == "INTERRUPTED"
+        assert test_db["victim"].count_documents({"_id": 2}) == 0
+    finally:
+        subprocess.run(["scancel", job], check=True)
+
+
+def held_job(folder, *args: str) -> str:
+    """A held job whose script lies in ``folder`` (as submitit's sbatch script does)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "submission_file.sh"
+    script.write_text("#!/bin/sh\nsleep 300\n")
+    return subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--time=5", "--output=/dev/null", *args, str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def test_recovering_a_dead_submission_cancels_its_unrecorded_array_only(slurm, test_db, tmp_path):
+    """A submitter that died between sbatch and recording the job leaves an array no document
+    records (comment = collection, name <collection>_<batch>, its script in the submitit folder
+    of the dead mark): the recovery that puts its experiments back to STAGED cancels that
+    array, and no recorded array, nor another batch's, nor one made in another folder (a
+    collection of the same name in another database)."""
+    import socket
+
+    from seml_hydra.submit import recover_interrupted_submissions
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    ours = tmp_path / "sweep" / ".submitit"
+    mark = {"host": socket.gethostname(), "pid": dead.pid, "started": "gone", "token": "t"}
+    mark["folder"] = str(ours / "%j")
+    orphan = held_job(ours, "--comment=lost", "--job-name=lost_1")
+    recorded = held_job(ours, "--comment=lost", "--job-name=lost_1")
+    other_batch = held_job(ours, "--comment=lost", "--job-name=lost_2")
+    elsewhere = held_job(tmp_path / "other", "--comment=lost", "--job-name=lost_1")
+    try:
+        test_db["lost"].insert_many(
+            [
+                {"_id": i, "batch_id": 1, "status": "PENDING", "slurm": [{"submitting": mark}]}
+                for i in (1, 2)
+            ]
+            + [
+                {
+                    "_id": 3,
+                    "batch_id": 1,
+                    "status": "PENDING",
+                    "slurm": [{"array_id": int(recorded)}],
+                }
+            ]
+        )
+        assert recover_interrupted_submissions(test_db["lost"]) == [1, 2]
+        assert {d["_id"]: d["status"] for d in test_db["lost"].find()} == {
+            1: "STAGED",
+            2: "STAGED",
+            3: "PENDING",
+        }
+        wait_until("the orphan is cancelled", lambda: squeue_tasks(orphan) == {}, 30)
+        assert squeue_tasks(recorded)[recorded][0] == "PENDING"
+        assert squeue_tasks(other_batch)[other_batch][0] == "PENDING"
+        assert squeue_tasks(elsewhere)[elsewhere][0] == "PENDING"
+    finally:
+        subprocess.run(["scancel", orphan, recorded, other_batch, elsewhere], check=True)
+
+
+def test_recovery_leaves_the_unrecorded_array_of_a_live_submission_of_the_batch_alone(
+    slurm, test_db, tmp_path
+):
+    """While a live process still submits experiments of the batch (its mark), an unrecorded
+    array of the batch may be its own, waiting for its record: not cancelled."""
+    import os
+    import socket
+
+    from seml_hydra.submit import process_start, recover_interrupted_submissions
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = socket.gethostname()
+    folder = str(tmp_path / ".submitit" / "%j")
+    gone = {"host": host, "pid": dead.pid, "started": "gone", "token": "t", "folder": folder}
+    alive = {"host": host, "pid": os.getpid(), "started": process_start(os.getpid())}
+    alive.update(token="u", folder=folder)
+    array = held_job(tmp_path / ".submitit", "--comment=busy", "--job-name=busy_1")
+    try:
+        test_db["busy"].insert_many(
+            [
+                {"_id": 1, "batch_id": 1, "status": "PENDING", "slurm": [{"submitting": gone}]},
+                {"_id": 2, "batch_id": 1, "status": "PENDING", "slurm": [{"submitting": alive}]},
+            ]
+        )
+        assert recover_interrupted_submissions(test_db["busy"]) == [1]
+        assert squeue_tasks(array)[array][0] == "PENDING"
+    finally:
+        subprocess.run(["scancel", array], check=True)

@@ -200,7 +200,16 @@ def cancel(
     # without -s: the whole selection, so experiments an unfinished cancel left INTERRUPTED
     # with live tasks are found too (manage.cancel acts on active ones and those only)
     result = do_cancel(coll, query if sel.filter_states else sel.query())
+    _report_strangers(result.strangers, coll.name)
     _report_cancel(result)
+
+
+def _report_strangers(strangers: Any, name: str) -> None:
+    """Say which jobs documents named were left alone: their comment is not the collection."""
+    from ..manage import stranger_lines
+
+    for line in stranger_lines(strangers, name):
+        console().print(line, markup=False)
 
 
 def _report_foreign(foreign: Any, cluster: str | None, what: str) -> None:
@@ -272,6 +281,7 @@ def delete(
     result = do_delete(coll, query, cancel_first=cancel_first)
     if result.cancel:
         _report_foreign(result.cancel.foreign, result.cancel.cluster, "cancelled (only deleted)")
+        _report_strangers(result.cancel.strangers, coll.name)
     cancelled = result.cancel.cancelled_tasks if result.cancel else []
     if cancelled:  # only tasks Slurm still listed: those already gone are not "cancelled"
         console().print(f"Cancelled {len(cancelled)} Slurm task(s) first: {', '.join(cancelled)}")
@@ -299,7 +309,9 @@ def hold(
 
     sel = selection(sacred_id, batch_id, None, filter_dict)
     _, coll = _open(ctx)
-    held_now, already = do_hold(coll, sel.query())
+    strangers: dict[str, Any] = {}
+    held_now, already = do_hold(coll, sel.query(), strangers)
+    _report_strangers(strangers, coll.name)
     if held_now:
         console().print(f"Held {len(held_now)} pending Slurm task(s): {', '.join(held_now)}")
     if already:
@@ -320,7 +332,9 @@ def release(
 
     sel = selection(sacred_id, batch_id, None, filter_dict)
     _, coll = _open(ctx)
-    released = do_release(coll, sel.query())
+    strangers: dict[str, Any] = {}
+    released = do_release(coll, sel.query(), strangers)
+    _report_strangers(strangers, coll.name)
     if released:
         console().print(f"Released {len(released)} Slurm task(s): {', '.join(released)}")
     else:
