@@ -402,7 +402,9 @@ def _mask_uri(uri: str, replacement: str | None) -> str:
 
 #: the password of a MongoDB URL anywhere in a text: ``scheme://user:`` + password + ``@``
 #: (a URI's password cannot hold a raw ``@`` or ``/``: they must be percent-encoded)
-_URL_PASSWORD = re.compile(r"(mongodb(?:\+srv)?://[^\s:/@]*:)[^\s@/]*@")
+#: ``mongodb://user:PASSWORD@``: the password runs to the last ``@`` before the host part (a
+#: raw space or ``@`` in it is still a password to pymongo's URI parser, a raw ``/`` is not)
+_URL_PASSWORD = re.compile(r"(mongodb(?:\+srv)?://[^\s:/@]*:)(?:[^\n/@]|@(?=[^\n/@]*@))*@")
 
 
 def mask_credentials(text: str) -> str:

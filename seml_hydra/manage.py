@@ -687,6 +687,77 @@ def read_output_tail(
         return FileTail(f.read(max_bytes), skipped=start)
 
 
+#: at most this many bytes of a job's sbatch script are read to find its ``--comment``
+SUBMISSION_SCRIPT_BYTES = 64 * 1024
+
+
+def submission_problem(doc: Mapping[str, Any], path: str, collection_name: str) -> str | None:
+    """Why the submitit output file ``path`` a document names may not be read as this
+    collection's, or None when it may.
+
+    The document's own job ids and folder could be forged (a document naming one of your jobs
+    of another collection, whose ids ``squeue`` shows everyone), so a submitit output
+    (``*_log.out|err``) is read only when submitit's copy of that job's sbatch script,
+    ``<folder with %j = array id>/<array id>_submission.sh`` (``submitit.slurm``'s
+    ``paths.submission_file``), is a regular file of this user, not a symbolic link, whose
+    ``#SBATCH --comment=`` is ``collection_name`` (what the launcher sets, as ``seml queue``
+    finds our jobs). SEML 0.5's output names (``<name>_<array>_<task>.out``) have no such
+    script (SEML keeps none): they are read on the other checks of :func:`read_output_tail`
+    alone. Jobs of the local executor write no sbatch script either (``cluster == "local"``)."""
+    import stat
+
+    name = os.path.basename(path)
+    if not re.fullmatch(r".+_\d+_log\.(?:out|err)", name):
+        return None  # not submitit's name: SEML's output files
+    execution = doc.get("execution") if isinstance(doc.get("execution"), Mapping) else {}
+    if execution.get("cluster") == "local":  # type: ignore[union-attr]
+        return None
+    seml = doc.get("seml") if isinstance(doc.get("seml"), Mapping) else {}
+    template = seml.get("output_dir")  # type: ignore[union-attr]
+    jobs = recorded_jobs(doc)
+    if not isinstance(template, str) or not jobs:
+        return "not read: the experiment records no submitit folder or job"
+    expected = f"#SBATCH --comment={collection_name}"
+    for array, _ in jobs:
+        script = os.path.join(
+            os.path.expanduser(template.replace("%j", array)), f"{array}_submission.sh"
+        )
+        try:
+            fd = os.open(script, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            lines = f.read(SUBMISSION_SCRIPT_BYTES).decode("utf-8", "replace").splitlines()
+        if expected in (line.strip() for line in lines):
+            return None
+    return (
+        f"not read: no sbatch script of job {jobs[0][0]} with --comment={collection_name} in "
+        "its submitit folder (the document may name a job of another collection)"
+    )
+
+
+def read_document_output(
+    doc: Mapping[str, Any],
+    path: str,
+    collection_name: str,
+    *,
+    seml_output_file: bool = False,
+    max_bytes: int = TRACE_TAIL_BYTES,
+) -> FileTail:
+    """:func:`read_output_tail` of a file a document names, for collection
+    ``collection_name``: inside its :func:`output_folder`, named as its own job's output
+    (:func:`own_output_names`), and of a job of this collection (:func:`submission_problem`).
+    Never raises for a bad file."""
+    problem = submission_problem(doc, path, collection_name)
+    if problem is not None:
+        return FileTail(None, problem=problem)
+    names = own_output_names(doc, seml_output_file=seml_output_file)
+    return read_output_tail(path, output_folder(doc), names=names, max_bytes=max_bytes)
+
+
 # ANSI/ECMA-48 sequences: CSI (ESC [ ... final), OSC/DCS/SOS/PM/APC strings (ESC ] P X ^ _ up to
 # BEL or ST, or the line's end), other ESC sequences, and their 8-bit C1 forms
 _ESCAPE_SEQUENCES = re.compile(
@@ -925,7 +996,7 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
                 {
                     "$set": {
                         "status": states.KILLED,
-                        "fail_trace": _killed_trace(doc, _recorded(doc, sacct)),
+                        "fail_trace": _killed_trace(doc, collection.name, _recorded(doc, sacct)),
                     }
                 },
             )
@@ -962,7 +1033,9 @@ def _recorded(doc: Mapping[str, Any], sacct: Mapping[str, list[str]]) -> list[st
     return list(sacct.get(task[1], [])) if task else []
 
 
-def _killed_trace(doc: Mapping[str, Any], slurm_states: Sequence[str] = ()) -> list[str]:
+def _killed_trace(
+    doc: Mapping[str, Any], collection_name: str, slurm_states: Sequence[str] = ()
+) -> list[str]:
     """``fail_trace`` of a KILLED experiment: what Slurm said of its job (``slurm_states``, from
     sacct), then the last lines of its output file."""
     task = task_of(doc)
@@ -978,7 +1051,7 @@ def _killed_trace(doc: Mapping[str, Any], slurm_states: Sequence[str] = ()) -> l
     path = _output_file(doc)
     lines = [head + "\n"]
     if path:
-        tail = read_output_tail(path, output_folder(doc), names=own_output_names(doc))
+        tail = read_document_output(doc, path, collection_name)
         if tail.data is None:
             lines.append(f"(could not read {path}: {tail.problem})\n")
         else:
@@ -1723,8 +1796,9 @@ def read_outputs(
             out.append(Output(doc["_id"], doc.get("status"), None, None, "no output file yet"))
             continue
         path = str(path)
-        names = own_output_names(doc, seml_output_file=bool(own))
-        read = read_output_tail(path, output_folder(doc), names=names, max_bytes=OUTPUT_TAIL_BYTES)
+        read = read_document_output(
+            doc, path, collection.name, seml_output_file=bool(own), max_bytes=OUTPUT_TAIL_BYTES
+        )
         data = read.data
         if data is None:
             captured = doc.get("captured_out")

@@ -9,14 +9,15 @@ from typing import Any
 def format_ids(ids: Iterable[Any]) -> str:
     """Format integer ids as sorted, comma-separated ranges (``"1-3, 7"``); ``""`` when empty.
     Ids that are not integers (the ``_id`` of a forged or foreign document: a string, an
-    ObjectId, even a dict) follow as ``str``, sorted, so a message never fails on them."""
+    ObjectId, even a dict) follow as their ``repr``, sorted, with ``[`` escaped for rich, so a
+    message never fails on them nor carries a terminal escape sequence or rich markup."""
     values: list[int] = []
     others: set[str] = set()
     for value in ids:
         if isinstance(value, int) and not isinstance(value, bool):
             values.append(value)
-        else:
-            others.add(str(value))
+        else:  # repr: escapes control characters (no terminal escape sequence gets through)
+            others.add(_markup_safe(repr(value)))
     values = sorted(set(values))
     parts: list[str] = []
     start = prev = None
@@ -30,3 +31,9 @@ def format_ids(ids: Iterable[Any]) -> str:
     if start is not None:
         parts.append(str(start) if start == prev else f"{start}-{prev}")
     return ", ".join([*parts, *sorted(others)])
+
+
+def _markup_safe(text: str) -> str:
+    """``text`` with every ``[`` escaped as rich's markup escape (``\\[``), so printing it with
+    markup shows it as it is."""
+    return text.replace("[", "\\[")

@@ -198,10 +198,22 @@ def job_doc(exp_id, status, folder, **execution):
     return doc(exp_id, status, seml={"output_dir": f"{folder}/%j"}, execution=dict(execution))
 
 
+def sbatch_script(folder, array, collection="c"):
+    """submitit's copy of array ``array``'s sbatch script in ``folder/<array>/`` (what the
+    launcher's submission leaves), naming ``collection`` as its ``--comment``."""
+    from pathlib import Path
+
+    script = Path(folder) / str(array) / f"{array}_submission.sh"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(f"#!/bin/bash\n#SBATCH --comment={collection}\n#SBATCH --job-name=x\n")
+    return script
+
+
 def test_print_output_shows_invalid_utf8_as_replacement_characters(test_db, tmp_path):
     out = tmp_path / "55_0_log.out"
     out.write_bytes(b"epoch 1\nbad bytes: \xff\xfe\x80 end\nlast line\n")
     gone = tmp_path / "56_0_log.out"
+    sbatch_script(tmp_path, 55), sbatch_script(tmp_path, 56)
     test_db["c"].insert_many(
         [
             job_doc(1, "COMPLETED", tmp_path, array_id=55, task_id=0, slurm_output_file=str(out)),
@@ -238,6 +250,7 @@ def test_detect_killed_marks_only_with_evidence_and_keeps_the_output_tail(test_d
     out = tmp_path / "999998_0_log.out"
     out.write_bytes(b"".join(b"line %d\n" % i for i in range(100)) + b"oom \xff\n")
     gone = {"cluster": "slurm", "array_id": 999998, "task_id": 0}
+    sbatch_script(tmp_path, 999998)
     test_db["c"].insert_many(
         [
             job_doc(1, "RUNNING", tmp_path, **gone, slurm_output_file=str(out)),
@@ -294,6 +307,7 @@ def test_status_and_print_output_do_not_read_files_a_forged_document_names(
     theirs.parent.chmod(0o777)
     other_user.run("sh", "-c", f"echo s3cr3t of theirs > {theirs}", check=True)
     gone = {"cluster": "slurm", "array_id": 999996, "task_id": 0}
+    sbatch_script(folder, 999996)
     named = {1: secret, 2: link, 3: outside, 4: theirs}
     test_db["c"].insert_many(
         [
@@ -340,6 +354,7 @@ def test_status_and_print_output_read_only_the_output_files_of_the_documents_own
         own = folder / "999995_3_0_log.out"
         own.write_text("own job output\n")
         gone = {"cluster": "slurm", "array_id": 999995}
+        sbatch_script(folder, 999995)
         named = {1: secret, 2: other_job, 3: own}
         docs = [
             job_doc(i, "RUNNING", folder, **gone, task_id=i, slurm_output_file=str(path))
@@ -397,7 +412,7 @@ def test_print_commands_strip_terminal_escape_sequences(test_db, tmp_path):
     CLI prints the text without them (newlines and tabs kept)."""
     evil = "\x1b]0;owned\x07\x1b]52;c;cm0gLXJmIH4=\x1b\\\x1b[2J\x1b[8mhidden\x1b[0m\x9b31m"
     out = tmp_path / "1" / "1_0_log.out"
-    out.parent.mkdir()
+    sbatch_script(tmp_path, 1)
     out.write_text(f"epoch\t1 {evil}done\nprogress 10%\rprogress 100%\n")
     test_db["c"].insert_many(
         [
@@ -557,11 +572,11 @@ def test_cancel_and_delete_of_malformed_documents_finish_without_a_traceback(tes
     forge_malformed(test_db)
     cancelled = seml("weird", "cancel", "-y")
     assert cancelled.exit_code == 0, (cancelled.output, cancelled.exception)
-    assert "(5.5, str)" in cancelled.output  # both active ones, whatever their _id type
+    assert "('str', 5.5)" in cancelled.output  # both active ones, whatever their _id type
     assert test_db["weird"].find_one({"_id": "str"})["status"] == "INTERRUPTED"
     deleted = seml("weird", "delete", "-y")
     assert deleted.exit_code == 0, (deleted.output, deleted.exception)
-    assert "Deleted 7 experiment(s): 1, 3-4, 7-8, 5.5, str" in deleted.output
+    assert "Deleted 7 experiment(s): 1, 3-4, 7-8, 'str', 5.5" in deleted.output
     assert test_db["weird"].count_documents({}) == 0
 
 
@@ -580,3 +595,34 @@ def test_start_of_our_document_after_semls_reset_says_our_fields_are_gone(test_d
     assert "re-launch the sweep (its points are found by config hash" in message
     assert len(result.stderr.strip().splitlines()) <= 6 and "Traceback" not in result.stderr
     assert test_db["c"].find_one({"_id": 1})["status"] == "STAGED"
+
+
+def test_status_and_print_output_do_not_read_the_output_of_a_job_of_another_collection(
+    test_db, slurm, tmp_path
+):
+    """Job ids are public: a forged document of collection ``c`` names a real submitit output
+    of one of this user's jobs of collection ``other`` (its ids, its folder, its file name).
+    Its sbatch script's ``--comment`` is not ``c``, so neither ``status`` nor ``print-output``
+    reads it; the same document shape for a job of ``c`` is read."""
+    theirs = tmp_path / "888_0" / "888_0_log.out"
+    theirs.parent.mkdir()
+    theirs.write_text("TOPSECRET of collection other\n")
+    sbatch_script(tmp_path, 888, collection="other")
+    ours = tmp_path / "889_0" / "889_0_log.out"
+    ours.parent.mkdir()
+    ours.write_text("output of c\n")
+    sbatch_script(tmp_path, 889, collection="c")
+    gone = {"cluster": "semltest", "task_id": 0}
+    test_db["c"].insert_many(
+        [
+            job_doc(1, "RUNNING", tmp_path, **gone, array_id=888, slurm_output_file=str(theirs)),
+            job_doc(2, "RUNNING", tmp_path, **gone, array_id=889, slurm_output_file=str(ours)),
+        ]
+    )
+    result = seml("c", "status")
+    assert result.exit_code == 0, result.output
+    traces = {d["_id"]: "".join(d["fail_trace"]) for d in test_db["c"].find()}
+    assert "TOPSECRET" not in traces[1] and "with --comment=c" in traces[1]
+    assert "output of c" in traces[2]
+    result = seml("c", "print-output")
+    assert "TOPSECRET" not in result.output and "output of c" in result.output

@@ -429,6 +429,13 @@ def test_mask_credentials_masks_url_passwords_only():
         "app.py hydra/launcher=seml hydra.launcher.db.url=mongodb://seml:***@h:1/seml "
         "'x=mongodb+srv://u:***@c.example/db' y=mongodb://h:27017/db z=mongodb://u@h/db"
     )
+    # a raw space or @ in the password (pymongo's parser takes the last @): all of it masked
+    assert mask_credentials("url: mongodb://bob:Sp ace@9PW@127.0.0.1:27452/db x") == (
+        "url: mongodb://bob:***@127.0.0.1:27452/db x"
+    )
+    assert (
+        mask_credentials("mongodb://h:27017/db, mail a:b@c") == "mongodb://h:27017/db, mail a:b@c"
+    )
 
 
 def test_the_configuration_hint_recommends_no_password_on_the_command_line(env):

@@ -35,4 +35,17 @@ def test_format_ids_accepts_any_iterable(ids):
 def test_format_ids_puts_ids_that_are_not_integers_after_the_ranges():
     from seml_hydra.ranges import format_ids
 
-    assert format_ids([3, "b", 1, 2.5, {"x": 1}, 2, "b"]) == "1-3, 2.5, b, {'x': 1}"
+    assert format_ids([3, "b", 1, 2.5, {"x": 1}, 2, "b"]) == "1-3, 'b', 2.5, {'x': 1}"
+
+
+def test_format_ids_shows_forged_ids_without_escape_sequences_or_markup():
+    """A string ``_id`` with a terminal escape sequence or rich markup (a forged document) is
+    shown as its repr with ``[`` escaped: printed through rich it neither drives the terminal
+    nor raises ``MarkupError``."""
+    from rich.console import Console
+
+    text = format_ids([1, "id\x1b]0;PWNED\x07", "[/oops]"])
+    assert "\x1b" not in text and "\x07" not in text
+    console = Console(record=True, color_system=None)
+    console.print(f"Reset: {text}")
+    assert console.export_text() == "Reset: 1, '[/oops]', 'id\\x1b]0;PWNED\\x07'\n"

@@ -502,6 +502,32 @@ def test_restore_sources_command_writes_the_launched_files_and_refuses_bad_selec
     assert "Traceback" not in result.output
 
 
+def test_restore_sources_into_a_path_through_a_symlink_asks_instead_of_a_traceback(
+    test_db, tmp_path
+):
+    """The target is reached through a symbolic link of the user's own (``lnk/out`` with
+    ``lnk -> real``) and holds a foreign file: the command asks as for any non-empty target
+    (it used to crash computing the foreign file's relative path) and writes on ``y``."""
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    root = make_project(tmp_path)
+    files, _ = sources.select_sources([str(root / "train.py")], [root / "conf"], root)
+    snapshot = sources.upload_sources(test_db, "exps", 1, files)
+    test_db["exps"].insert_one(
+        {"_id": 1, "batch_id": 1, "status": "COMPLETED", "seml": {"source_files": snapshot}}
+    )
+    (tmp_path / "real" / "out").mkdir(parents=True)
+    (tmp_path / "real" / "out" / "notes.txt").write_text("mine\n")
+    (tmp_path / "lnk").symlink_to(tmp_path / "real")
+    target = tmp_path / "lnk" / "out"
+    result = CliRunner().invoke(app, ["exps", "restore-sources", str(target)], input="y\n")
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "not empty" in result.output and "notes.txt" in result.output
+    assert (tmp_path / "real" / "out" / "train.py").read_text() == "import mypkg\n"
+
+
 def test_a_snapshot_is_read_in_two_queries_whatever_its_number_of_files(test_db, tmp_path):
     """Jobs read the snapshot at start: one query for the files, one for their chunks (not two
     per file). An empty file and a file of several chunks come back byte for byte."""

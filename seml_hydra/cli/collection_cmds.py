@@ -375,7 +375,7 @@ def restore_sources(
     if foreign:  # a restore of this very snapshot there before (even interrupted) does not ask
         typer.confirm(
             f"{target} is not empty: {len(foreign)} file(s) there are not this snapshot's (such "
-            f"as {foreign[0].relative_to(target)}); write the sources into it anyway?",
+            f"as {foreign[0].relative_to(target.resolve())}); write the sources into it anyway?",
             abort=True,
         )
     written = do_restore(coll, files, target)
