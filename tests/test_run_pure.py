@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from seml_hydra import states
 from seml_hydra.compose import job_config
-from seml_hydra.run import adapt_hydra_node, claim_filter, execution_identity
+from seml_hydra.run import adapt_hydra_node, claim_filter, execution_identity, pending_for
 
 # --------------------------------------------------------------------------------------------
 # execution_identity
@@ -97,12 +97,13 @@ def test_execution_identity_non_integer_names_the_variable(env, variable):
 
 
 def test_claim_filter_shape():
-    """PENDING, or RUNNING/RESCHEDULED of this very array task (with a restart-count condition,
-    tested against MongoDB in test_claim.py)."""
+    """PENDING for this job's array (or none recorded yet), or RUNNING/RESCHEDULED of this
+    very array task (with a restart-count condition); both tested against MongoDB in
+    test_claim.py."""
     execution = {"cluster": "hpc", "array_id": 1000, "task_id": 3, "slurm_output_file": "o"}
     pending, *same_job = claim_filter(12, execution)["$or"]
     assert claim_filter(12, execution)["_id"] == 12
-    assert pending == {"status": states.PENDING}
+    assert pending == {"status": states.PENDING, **pending_for(1000)}
     assert [branch["status"] for branch in same_job] == [states.RESCHEDULED, states.RUNNING]
     for branch in same_job:
         assert {k: v for k, v in branch.items() if k.startswith("execution.")} == {
