@@ -433,31 +433,16 @@ def _safe_name(text: str) -> str:
     return "".join(c if c.isascii() and (c.isalnum() or c in "._") else "_" for c in text)
 
 
-def process_start(pid: int) -> str | None:
-    """The start time of process ``pid`` (clock ticks since boot, field 22 of
-    ``/proc/<pid>/stat``), or ``None`` when it cannot be read (no such process, no ``/proc``).
-    With the pid it names one process for the whole uptime of the machine: a later process
-    that gets the same pid after a wrap has another start time."""
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-        return data[data.rindex(b")") + 2 :].split()[19].decode()
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def process_alive(pid: int, start: str | None) -> bool:
     """True when process ``pid`` runs and, if ``start`` is given and ``/proc`` tells, is the
-    process that had that :func:`process_start` (not a later one with a wrapped pid)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it exists
-        pass
-    except (OSError, OverflowError):
-        return False
+    process that had that start time (``seml_hydra.submit.process_start``), not a later one
+    with a wrapped pid."""
+    from .submit import process_start
+
     now = process_start(pid)
-    return start is None or now is None or now == start
+    if now is None:
+        return False
+    return start is None or now == "" or now == start
 
 
 def live_users(users: Any) -> list[list[Any]]:
@@ -617,6 +602,8 @@ def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -
     stem = f"{SNAPSHOT_PREFIX}{_safe_name(job_key)}-{_safe_name(host)}"
     registry = base / f"{stem}.json"
     lock = FileLock(str(base / f"{stem}.lock"), timeout=LOCK_TIMEOUT_S)
+    from .submit import process_start
+
     me = [os.getpid(), process_start(os.getpid())]
     created = False
     directory = base / stem
