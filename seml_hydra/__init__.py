@@ -1,16 +1,42 @@
 """seml-hydra: run Hydra sweeps on Slurm with SEML's MongoDB experiment management.
 
-Importing the package is cheap: submodules load on first use.
+Where the code runs, one sub-package each (arrows point down: a package imports only those
+below it):
+
+- ``cli/``     the ``seml`` command (typer): parses options, prints; calls ``manage``.
+- ``manage/``  what the ``seml`` command does to stored experiments (login node).
+- ``launch/``  inside Hydra's process on the login node: compose -> document -> stage ->
+  submit -> wait (the ``hydra/launcher=seml`` plugin's code).
+- ``job/``     on the compute node, in every rank of every Slurm job: claim, rank plan,
+  seeding, the Sacred run, requeue, metrics.
+- ``store/``   MongoDB and files on both sides: settings, client, embedded mongod, SSH
+  tunnel, code snapshots, reading results back.
+- ``slurm/``   Slurm's command-line tools: pure parsers and the client that runs them.
+- ``core/``    pure vocabulary shared by all: experiment states, documents, errors, id ranges.
+- ``config``   the launcher's config dataclasses (what ``hydra.launcher.<field>`` accepts).
+
+Importing the package is cheap: submodules load on first use. The public API for apps:
+``current_plan`` (rank facts), ``log_scalar`` (metrics), ``on_requeue``/``requeues``
+(checkpointing), ``get_results``/``get_metrics`` (reading results back).
 """
+
+import importlib
 
 __version__ = "0.1.0"
 
+#: public name -> the module that defines it
+_PUBLIC = {
+    "get_results": "seml_hydra.store.results",
+    "get_metrics": "seml_hydra.store.results",
+    "current_plan": "seml_hydra.job.rank",
+    "log_scalar": "seml_hydra.job.metrics",
+    "on_requeue": "seml_hydra.job.requeue",
+    "requeues": "seml_hydra.job.requeue",
+}
+
 
 def __getattr__(name: str):
-    """Lazy public API: ``seml_hydra.get_results`` and ``seml_hydra.get_metrics`` (from
-    ``seml_hydra.results``)."""
-    if name in ("get_results", "get_metrics"):
-        from . import results
-
-        return getattr(results, name)
+    """Lazy public API (see the module docstring): the module is imported on first use."""
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
     raise AttributeError(f"module 'seml_hydra' has no attribute {name!r}")

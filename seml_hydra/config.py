@@ -18,7 +18,7 @@ LOCAL_LAUNCHER_TARGET = "hydra_plugins.seml_launcher.seml_launcher.SemlLocalLaun
 
 @dataclass
 class DbConf:
-    """Where the experiment documents go. All ``None``: see ``seml_hydra.database`` for the order
+    """Where the experiment documents go. All ``None``: see ``seml_hydra.store.database`` for the order
     (environment variable ``SEML_MONGODB_URI``, ``~/.config/seml/mongodb.config``, embedded)."""
 
     # a MongoDB URI, e.g. mongodb://user:pass@host:27017/seml
@@ -73,7 +73,7 @@ class SemlLauncherConf:
     mem_gb: float | None = None
     # wall time limit in minutes
     timeout_min: int = 60
-    # Slurm signals the job this many seconds before the time limit (see seml_hydra.requeue)
+    # Slurm signals the job this many seconds before the time limit (see seml_hydra.job.requeue)
     signal_delay_s: int = 120
     # requeues on timeout/preemption of a task that opted in, before it ends FAILED
     max_requeues: int = 3

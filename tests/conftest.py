@@ -57,7 +57,7 @@ def db_url(mongo_client, monkeypatch):
         db.drop_collection(name)
     url = f"{MONGO_URL}/{TEST_DB}"
     monkeypatch.setenv("SEML_MONGODB_URI", url)
-    from seml_hydra import database
+    from seml_hydra.store import database
 
     database.reset_client_cache()
     return url

@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import MONGO_URL, ROOT, run_app, start_app
 
-from seml_hydra.documents import storable_result
+from seml_hydra.core.documents import storable_result
 
 FAST = ["hydra.launcher.poll_interval_s=0.3"]
 
@@ -175,7 +175,7 @@ def test_a_sweep_with_zero_points_is_a_clear_error_and_stages_nothing(test_db, t
 def test_a_task_that_prints_more_than_a_document_holds_completes_with_its_result(test_db, tmp_path):
     """20 MB of output: MongoDB documents hold 16 MB, so ``captured_out`` keeps the last
     MAX_CAPTURED_CHARS characters and says so; the run is COMPLETED with its result."""
-    from seml_hydra.run import MAX_CAPTURED_CHARS
+    from seml_hydra.job.runner import MAX_CAPTURED_CHARS
 
     proc = start_app(
         "tests/apps/chatty_app.py",
@@ -236,7 +236,7 @@ def test_start_refuses_a_stored_launcher_with_a_control_character_before_any_sba
     import dataclasses
 
     from seml_hydra.config import SemlLauncherConf
-    from seml_hydra.submit import SubmissionError, SubmitRequest, submit_requests
+    from seml_hydra.launch.submit import SubmissionError, SubmitRequest, submit_requests
 
     test_db["c"].insert_one({"_id": 1, "status": "STAGED"})
     launcher = {**dataclasses.asdict(SemlLauncherConf()), "partition": "debug\nhostname"}

@@ -17,8 +17,8 @@ from datetime import datetime
 import pytest
 from conftest import run_app
 
-from seml_hydra import states
-from seml_hydra.run import JobRunner, claim
+from seml_hydra.core import states
+from seml_hydra.job.runner import JobRunner, claim
 
 THIS_JOB = {"cluster": "semltest", "array_id": 500, "task_id": 3}
 OTHER_JOBS = [
@@ -151,7 +151,7 @@ def test_job_runner_refuses_a_finished_experiment_of_its_own_job(
     for key, value in slurm_env(THIS_JOB, procid=1).items():
         monkeypatch.setenv(key, value)
     runner = JobRunner(db_cfg=None, collection="claims", payload_id="000000000000000000000000")
-    with caplog.at_level(logging.WARNING, logger="seml_hydra.run"):
+    with caplog.at_level(logging.WARNING, logger="seml_hydra.job.runner"):
         outcomes = runner([1])
     assert outcomes == [f"SKIPPED: it is {status}, not PENDING"]
     assert coll.find_one({"_id": 1}) == before
@@ -209,7 +209,7 @@ def test_claimed_experiment_that_cannot_start_is_failed_not_left_running(
 ):
     """Claimed, then the setup fails (here: the batch payload is gone from GridFS): the
     experiment is FAILED with this rank's trace, and the job fails."""
-    from seml_hydra.run import ExperimentsFailed
+    from seml_hydra.job.runner import ExperimentsFailed
 
     coll = test_db["claims"]
     insert(coll, states.PENDING, hydra={"node_diff": []})

@@ -12,8 +12,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from seml_hydra import manage
 from seml_hydra.cli import app
+from seml_hydra.manage import experiments as manage
 
 runner = CliRunner()
 

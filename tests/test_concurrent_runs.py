@@ -17,8 +17,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from seml_hydra import run, states
-from seml_hydra.run import claim, claim_after_earlier_run
+from seml_hydra.core import states
+from seml_hydra.job import runner as run
+from seml_hydra.job.runner import claim, claim_after_earlier_run
 
 JOB = {"cluster": "semltest", "array_id": 700, "task_id": 2}
 EARLIER = {**JOB, "restart": 0}
@@ -147,7 +148,7 @@ def test_a_requeued_run_waits_and_does_not_rerun_what_the_earlier_run_completed(
         coll.update_one({"_id": 1}, {"$set": {"status": states.COMPLETED, "result": 7}})
 
     monkeypatch.setattr(run.time, "sleep", earlier_run_completes)
-    with caplog.at_level(logging.WARNING, logger="seml_hydra.run"):
+    with caplog.at_level(logging.WARNING, logger="seml_hydra.job.runner"):
         doc, why = claim_after_earlier_run(coll, 1, REQUEUED, poll_s=0.5)
     assert (doc, why) == (None, "it is COMPLETED, not PENDING")
     assert pauses == [0.5]

@@ -1,4 +1,4 @@
-"""Tests for seml_hydra.database and seml_hydra.embedded_db against a real mongod (no mocks).
+"""Tests for seml_hydra.store.database and seml_hydra.store.embedded against a real mongod (no mocks).
 
 The server at $SEML_TEST_MONGO_URL (default mongodb://127.0.0.1:27017, no access control,
 user seml/seml on database seml) must be running: tests that need it fail, they do not skip.
@@ -23,8 +23,9 @@ import pytest
 import yaml
 from conftest import wait_until
 
-from seml_hydra import database, embedded_db
-from seml_hydra.database import (
+from seml_hydra.store import database
+from seml_hydra.store import embedded as embedded_db
+from seml_hydra.store.database import (
     COUNTERS_COLLECTION,
     DatabaseError,
     DbSettings,
@@ -38,11 +39,7 @@ from seml_hydra.database import (
     resolve_db_settings,
     validate_collection_name,
 )
-from seml_hydra.embedded_db import (
-    EmbeddedServer,
-    ensure_embedded_mongod,
-    stop_embedded_mongod,
-)
+from seml_hydra.store.embedded import EmbeddedServer, ensure_embedded_mongod, stop_embedded_mongod
 
 REPO = Path(__file__).resolve().parents[1]
 MONGO_URL = os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
@@ -160,7 +157,7 @@ def test_a_config_file_other_users_can_read_is_warned_about_once_with_the_fix(en
     a 0600 file. In a subprocess, as the ``seml`` CLI runs (logging not configured)."""
     path = write_config(tmp_path / "m.config")
     code = (
-        "from seml_hydra.database import resolve_db_settings\n"
+        "from seml_hydra.store.database import resolve_db_settings\n"
         "for _ in range(3):\n    resolve_db_settings(None)\n"
     )
     run_env = {"PATH": os.environ["PATH"], **env, "SEML_MONGODB_CONFIG": str(path)}
@@ -645,7 +642,7 @@ def test_next_ids_threads_get_disjoint_ranges(db_settings):
 WORKER = textwrap.dedent(
     """
     import json, sys, time
-    from seml_hydra.database import connect, next_ids, resolve_db_settings
+    from seml_hydra.store.database import connect, next_ids, resolve_db_settings
     url, name, go = sys.argv[1], sys.argv[2], float(sys.argv[3])
     db = connect(resolve_db_settings({"url": url, "database": name}, env={}))
     while time.time() < go:
@@ -683,7 +680,7 @@ def test_next_ids_processes_get_disjoint_ranges(db_settings, mongo_url):
 
 def test_import_does_not_load_pymongo_or_yaml():
     code = (
-        "import sys, seml_hydra.database, seml_hydra.embedded_db; "
+        "import sys, seml_hydra.store.database, seml_hydra.store.embedded; "
         "print([m for m in ('pymongo', 'yaml', 'filelock') if m in sys.modules])"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -1,4 +1,4 @@
-"""Unit tests for seml_hydra.documents: hashing, override parsing, diffs, seeds, documents.
+"""Unit tests for seml_hydra.core.documents: hashing, override parsing, diffs, seeds, documents.
 
 Pure functions only: no MongoDB, no Hydra run, no clock.
 """
@@ -13,8 +13,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from seml_hydra import documents, states
-from seml_hydra.documents import (
+from seml_hydra.core import documents, states
+from seml_hydra.core.documents import (
     apply_diff,
     build_document,
     config_hash,
@@ -380,7 +380,7 @@ def test_build_document_same_config_same_hash_regardless_of_order():
 
 
 def test_experiment_hash_is_seml_hash_for_single_task_points_and_includes_other_shapes():
-    from seml_hydra.documents import config_hash, experiment_hash
+    from seml_hydra.core.documents import config_hash, experiment_hash
 
     config = {"lr": 0.1}
     single = {"nodes": 1, "tasks_per_node": 1, "gpus_per_node": None, "timeout_min": 5}
@@ -501,7 +501,7 @@ def test_stored_object_warning_names_every_key_under_a_tagged_result():
     objects: the warning names each of them, not only the top one (the value stays as stored)."""
     import warnings
 
-    from seml_hydra.results import StoredObjectWarning, restore_results
+    from seml_hydra.store.results import StoredObjectWarning, restore_results
 
     forged = {
         "acc": {"py/reduce": [{"py/function": "os.system"}, {"py/tuple": ["id"]}]},
@@ -525,7 +525,7 @@ def test_stored_object_warning_names_every_key_under_a_tagged_result():
 
 
 def test_masked_hydra_node_masks_the_db_url_and_hydra_overrides_and_copies_only_them():
-    from seml_hydra.launcher import masked_hydra_node
+    from seml_hydra.launch.launcher import masked_hydra_node
 
     shared = {"name": "app"}
     hydra = {

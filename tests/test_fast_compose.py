@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 
-from seml_hydra import compose
+from seml_hydra.launch import compose
 
 ROOT = Path(__file__).resolve().parents[1]
 APPS = ROOT / "tests" / "apps"

@@ -138,9 +138,9 @@ def test_a_job_slurm_will_never_start_is_reported_while_waiting(slurm, test_db, 
 def test_a_throttled_foreign_array_does_not_disturb_status_or_queue(slurm, test_db, tmp_path):
     from typer.testing import CliRunner
 
-    from seml_hydra import slurm as slurm_client
     from seml_hydra.cli import app
-    from seml_hydra.manage import task_of
+    from seml_hydra.manage.experiments import task_of
+    from seml_hydra.slurm import client as slurm_client
 
     proc = run_app("fail.py", "-m", "hydra/launcher=seml", "x=1,3", "fail_on=-1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -209,7 +209,7 @@ def test_a_run_slurm_has_no_record_of_is_killed_once_its_heartbeat_is_stale(slur
     from typer.testing import CliRunner
 
     from seml_hydra.cli import app
-    from seml_hydra.manage import HEARTBEAT_STALE_S
+    from seml_hydra.manage.experiments import HEARTBEAT_STALE_S
 
     array = 9_000_000  # far above the testbed's job ids: squeue and sacct know nothing of it
     task = {"cluster": "slurm", "array_id": array, "task_id": 0}
@@ -271,7 +271,7 @@ def test_status_never_judges_an_experiment_of_another_cluster(slurm, test_db):
     from typer.testing import CliRunner
 
     from seml_hydra.cli import app
-    from seml_hydra.manage import HEARTBEAT_STALE_S
+    from seml_hydra.manage.experiments import HEARTBEAT_STALE_S
 
     stale = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(
         seconds=HEARTBEAT_STALE_S + 5
@@ -302,7 +302,7 @@ def _held_request(tmp_path, exp_id: int):
     import dataclasses
 
     from seml_hydra.config import SemlLauncherConf
-    from seml_hydra.submit import SubmitRequest
+    from seml_hydra.launch.submit import SubmitRequest
 
     launcher = dataclasses.asdict(SemlLauncherConf())
     launcher["submitit_folder"] = str(tmp_path / ".submitit" / "%j")
@@ -325,7 +325,7 @@ THEIRS = {
 def test_submit_sends_nothing_to_sbatch_when_a_concurrent_start_moved_every_experiment(
     slurm, test_db, tmp_path
 ):
-    from seml_hydra.submit import submit_requests
+    from seml_hydra.launch.submit import submit_requests
 
     coll = test_db["race"]
     coll.insert_one({"_id": 1, "status": "PENDING", "batch_id": 1, "slurm": [THEIRS]})
@@ -338,7 +338,7 @@ def test_submit_sends_nothing_to_sbatch_when_a_concurrent_start_moved_every_expe
 def test_submit_submits_only_the_experiments_it_moved_and_leaves_the_others_slurm_entry(
     slurm, test_db, tmp_path
 ):
-    from seml_hydra.submit import submit_requests
+    from seml_hydra.launch.submit import submit_requests
 
     coll = test_db["race"]
     _staged(coll, 1)
@@ -361,7 +361,7 @@ def test_submit_does_not_overwrite_a_slurm_entry_another_submission_took_over_me
 ):
     """The interleaving, made deterministic: after this submission's sbatch, before it records
     the job, another one (which judged this one dead) re-marked experiment 1 as its own."""
-    from seml_hydra.submit import submit_requests
+    from seml_hydra.launch.submit import submit_requests
 
     coll = test_db["race"]
     _staged(coll, 1, 2)
@@ -498,7 +498,7 @@ def test_recovering_a_dead_submission_cancels_its_unrecorded_array_only(slurm, t
     collection of the same name in another database)."""
     import socket
 
-    from seml_hydra.submit import recover_interrupted_submissions
+    from seml_hydra.launch.submit import recover_interrupted_submissions
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -546,7 +546,7 @@ def test_recovery_leaves_the_unrecorded_array_of_a_live_submission_of_the_batch_
     import os
     import socket
 
-    from seml_hydra.submit import process_start, recover_interrupted_submissions
+    from seml_hydra.launch.submit import process_start, recover_interrupted_submissions
 
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -201,7 +201,7 @@ def test_unknown_partition_is_a_clear_error_and_leaves_documents_staged(slurm, t
 
 
 def test_wait_false_returns_submission_handles_not_results(hydra_sweep_runner, test_db, tmp_path):
-    from seml_hydra.wait import Submission
+    from seml_hydra.launch.wait import Submission
 
     with _train_sweep(
         hydra_sweep_runner, tmp_path, "hydra.launcher.wait=false", "model=small,large"
@@ -263,7 +263,7 @@ def test_ctrl_c_detaches_without_cancelling_anything(slurm, test_db, tmp_path, m
 def test_without_configured_database_the_embedded_mongod_is_used(tmp_path):
     import os
 
-    from seml_hydra import embedded_db
+    from seml_hydra.store import embedded as embedded_db
 
     env = {
         k: v for k, v in os.environ.items() if k not in ("SEML_MONGODB_URI", "SEML_MONGODB_CONFIG")

@@ -1,4 +1,4 @@
-"""Pure decisions of seml_hydra.manage: filters, states, job ids, killed detection, cancel."""
+"""Pure decisions of seml_hydra.manage.experiments: filters, states, job ids, killed detection, cancel."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from seml_hydra import manage
-from seml_hydra.manage import ManageError, Selection
+from seml_hydra.manage import experiments as manage
+from seml_hydra.manage.experiments import ManageError, Selection
 
 
 def test_parse_states_normalizes_case_commas_and_the_queued_alias():
@@ -236,7 +236,7 @@ def test_the_waiting_launcher_copies_only_the_dead_jobs_own_output(test_db, tmp_
     file, which is not read."""
     import submitit
 
-    from seml_hydra.wait import mark_dead_jobs
+    from seml_hydra.launch.wait import mark_dead_jobs
 
     secret = tmp_path / "id_ed25519"
     secret.write_text("s3cr3t\n")
@@ -258,7 +258,7 @@ def test_the_waiting_launcher_copies_only_the_dead_jobs_own_output(test_db, tmp_
 
 
 def sacct_row(job_id: str, state: str):
-    from seml_hydra.slurm import SacctRow
+    from seml_hydra.slurm.client import SacctRow
 
     raw = job_id.split("_")[0]
     return SacctRow(job_id, raw, state.split()[0], state, 0, 0, None, None, None, 0.0, None, "u",

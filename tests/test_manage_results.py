@@ -1,4 +1,4 @@
-"""seml_hydra.results.get_results on the real MongoDB."""
+"""seml_hydra.store.results.get_results on the real MongoDB."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from datetime import datetime
 import pytest
 from conftest import ROOT
 
-from seml_hydra.results import StoredObjectWarning, get_results
+from seml_hydra.store.results import StoredObjectWarning, get_results
 
 
 @pytest.fixture
@@ -113,7 +113,7 @@ def test_get_results_restores_forged_objects_as_plain_dicts_and_runs_no_code(tes
 
 
 def test_launcher_job_return_restores_forged_objects_as_plain_dicts_and_runs_no_code(tmp_path):
-    from seml_hydra.wait import job_return_from_document
+    from seml_hydra.launch.wait import job_return_from_document
 
     marker = tmp_path / "MARKER"
     forged = forged_results(marker)
@@ -218,8 +218,8 @@ def losses(lr: float) -> list:
 
 
 def test_each_collection_keeps_its_own_metrics_and_delete_and_drop_remove_them(test_db, tmp_path):
-    from seml_hydra import manage
-    from seml_hydra.results import get_metrics
+    from seml_hydra.manage import experiments as manage
+    from seml_hydra.store.results import get_metrics
 
     run_metrics_app(tmp_path, "ma", "0.1,0.2")  # runs 1 and 2
     run_metrics_app(tmp_path, "mb", "0.5")  # run 1 too
@@ -256,8 +256,8 @@ def test_metrics_in_the_shared_collection_stay_readable_by_their_info_ids(test_d
     by the ids in ``info.metrics``, never by the ambiguous ``run_id``."""
     from bson import ObjectId
 
-    from seml_hydra import manage
-    from seml_hydra.results import get_metrics
+    from seml_hydra.manage import experiments as manage
+    from seml_hydra.store.results import get_metrics
 
     mine, other = ObjectId(), ObjectId()
     test_db["metrics"].insert_many(
@@ -301,7 +301,7 @@ def _loss(metrics: dict) -> dict:
 
 
 def test_a_relaunch_of_a_failed_point_keeps_only_the_new_attempts_metrics(test_db, tmp_path):
-    from seml_hydra.results import get_metrics
+    from seml_hydra.store.results import get_metrics
 
     assert run_flaky_app(tmp_path).returncode != 0
     assert test_db["flaky_metrics_app"].find_one({"_id": 1})["status"] == "FAILED"
@@ -329,7 +329,7 @@ def test_reset_and_start_keep_only_the_new_attempts_metrics(test_db, tmp_path):
     from typer.testing import CliRunner
 
     from seml_hydra.cli import app
-    from seml_hydra.results import get_metrics
+    from seml_hydra.store.results import get_metrics
 
     assert run_flaky_app(tmp_path).returncode != 0
     coll = test_db["flaky_metrics_app"]

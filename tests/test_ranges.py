@@ -1,10 +1,10 @@
-"""Unit tests for seml_hydra.ranges.format_ids."""
+"""Unit tests for seml_hydra.core.ranges.format_ids."""
 
 from __future__ import annotations
 
 import pytest
 
-from seml_hydra.ranges import format_ids
+from seml_hydra.core.ranges import format_ids
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,7 @@ def test_format_ids_accepts_any_iterable(ids):
 
 
 def test_format_ids_puts_ids_that_are_not_integers_after_the_ranges():
-    from seml_hydra.ranges import format_ids
+    from seml_hydra.core.ranges import format_ids
 
     assert format_ids([3, "b", 1, 2.5, {"x": 1}, 2, "b"]) == "1-3, 'b', 2.5, {'x': 1}"
 

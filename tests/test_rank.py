@@ -1,4 +1,4 @@
-"""Tests for seml_hydra.rank: placing a rank from its environment, seeding, current plan."""
+"""Tests for seml_hydra.job.rank: placing a rank from its environment, seeding, current plan."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from seml_hydra import rank
-from seml_hydra.rank import (
+from seml_hydra.job import rank
+from seml_hydra.job.rank import (
     RankEnvironmentError,
     RankPlan,
     apply_seed,
@@ -527,11 +527,11 @@ def test_apply_seed_rejects_non_int(seed):
 
 
 def test_module_does_not_import_submitit_or_pymongo():
-    # Importing seml_hydra.rank must not drag the heavy clients in; check in a fresh process.
+    # Importing seml_hydra.job.rank must not drag the heavy clients in; check in a fresh process.
     import subprocess
 
     code = (
-        "import sys, seml_hydra.rank; "
+        "import sys, seml_hydra.job.rank; "
         "print(sorted(m for m in ('submitit', 'pymongo', 'numpy', 'torch') if m in sys.modules))"
     )
     result = subprocess.run(
@@ -585,7 +585,7 @@ def test_apply_seed_seeds_a_library_at_its_first_import():
     import subprocess
 
     code = (
-        "import sys, random; from seml_hydra.rank import apply_seed; "
+        "import sys, random; from seml_hydra.job.rank import apply_seed; "
         "assert 'numpy' not in sys.modules; "
         "print(apply_seed(5)); import numpy; a = numpy.random.random(2).tolist(); "
         "numpy.random.seed(5); print(a == numpy.random.random(2).tolist())"

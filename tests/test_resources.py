@@ -7,7 +7,7 @@ import subprocess
 
 from conftest import run_app
 
-from seml_hydra.slurm import max_array_size, scontrol_show_job
+from seml_hydra.slurm.client import max_array_size, scontrol_show_job
 
 FAST = ["hydra.launcher.poll_interval_s=0.3"]
 

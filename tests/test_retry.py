@@ -486,7 +486,11 @@ def test_only_experiments_whose_submitting_process_is_gone_are_recovered(test_db
     """The rule of ``recover_interrupted_submissions`` on every kind of mark, without Slurm."""
     from datetime import timedelta
 
-    from seml_hydra.submit import SUBMIT_TIMEOUT_S, recover_interrupted_submissions, submission_mark
+    from seml_hydra.launch.submit import (
+        SUBMIT_TIMEOUT_S,
+        recover_interrupted_submissions,
+        submission_mark,
+    )
 
     ended = subprocess.Popen(["true"])
     ended.wait()
@@ -532,7 +536,7 @@ def test_status_puts_experiments_of_a_dead_submission_back_to_staged_and_says_ho
     from typer.testing import CliRunner
 
     from seml_hydra.cli import app
-    from seml_hydra.submit import submission_mark
+    from seml_hydra.launch.submit import submission_mark
 
     ended = subprocess.Popen(["true"])
     ended.wait()
@@ -552,7 +556,7 @@ def test_delete_spares_the_payload_and_snapshot_of_a_launch_still_staging(test_d
     them: a ``seml delete`` at that moment removes only the files of what it deleted."""
     import gridfs
 
-    from seml_hydra.manage import delete
+    from seml_hydra.manage.experiments import delete
 
     fs = gridfs.GridFS(test_db)
     coll = test_db["race"]

@@ -1,5 +1,5 @@
-"""Unit tests for the pure parts of the run step (seml_hydra.run) and for
-seml_hydra.compose.job_config. No MongoDB, no Slurm, no task run."""
+"""Unit tests for the pure parts of the run step (seml_hydra.job.runner) and for
+seml_hydra.launch.compose.job_config. No MongoDB, no Slurm, no task run."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from seml_hydra import states
-from seml_hydra.compose import job_config
-from seml_hydra.run import adapt_hydra_node, claim_filter, execution_identity, pending_for
+from seml_hydra.core import states
+from seml_hydra.job.runner import adapt_hydra_node, claim_filter, execution_identity, pending_for
+from seml_hydra.launch.compose import job_config
 
 # --------------------------------------------------------------------------------------------
 # execution_identity
@@ -367,7 +367,7 @@ def _fast_and_full(base, node, monkeypatch):
     fast path had to type a node from scratch."""
     import pickle
 
-    from seml_hydra import compose
+    from seml_hydra.launch import compose
 
     typed = pickle.dumps(compose.typed_hydra_node(base))
     calls = []

@@ -1,4 +1,4 @@
-"""seml_hydra.sacred_compat: Sacred imported without setuptools' pkg_resources, and an
+"""seml_hydra.job.sacred_compat: Sacred imported without setuptools' pkg_resources, and an
 Experiment built without source lookups. Each check runs in a fresh interpreter (the test
 process may have imported Sacred already)."""
 
@@ -24,7 +24,7 @@ def test_sacred_imports_without_loading_pkg_resources_and_its_mongo_observer_wor
     out = run_fresh(
         """
         import sys
-        from seml_hydra.sacred_compat import import_sacred
+        from seml_hydra.job.sacred_compat import import_sacred
         import_sacred()
         print("loaded" if "pkg_resources" in sys.modules else "absent")
         from sacred.observers import mongo
@@ -37,7 +37,7 @@ def test_sacred_imports_without_loading_pkg_resources_and_its_mongo_observer_wor
 def test_what_else_sacred_needs_from_pkg_resources_comes_from_the_real_one():
     out = run_fresh(
         """
-        from seml_hydra.sacred_compat import import_sacred
+        from seml_hydra.job.sacred_compat import import_sacred
         import_sacred()
         import sacred.dependencies as deps
         dist = deps.pkg_resources.working_set.by_key.get("sacred")  # dependency discovery
@@ -53,11 +53,11 @@ def test_experiment_takes_its_callers_globals_and_discovers_nothing():
     out = run_fresh(
         """
         import inspect
-        from seml_hydra.sacred_compat import experiment
+        from seml_hydra.job.sacred_compat import experiment
         ex = experiment("bench")
         import sacred.experiment
         print(ex.path, ex.mainfile, len(ex.sources), len(ex.dependencies))
-        print(ex.base_dir.endswith("seml_hydra"), sacred.experiment.inspect is inspect)
+        print(ex.base_dir.endswith("seml_hydra/job"), sacred.experiment.inspect is inspect)
         """
     )
     assert out.split() == ["bench", "None", "0", "0", "True", "True"]

@@ -429,7 +429,7 @@ def test_our_runs_hold_what_sacred_tools_read(test_db, tmp_path):
     assert metric["values"] == pytest.approx([0.2, 0.1, 0.2 / 3])
     assert [m["name"] for m in info["metrics"]] == ["loss"]
     assert info["metrics"][0]["id"] == str(metric["_id"])
-    from seml_hydra.results import get_metrics
+    from seml_hydra.store.results import get_metrics
 
     assert get_metrics("incensed", ids=[run["_id"]], db=test_db)[run["_id"]]["loss"]["steps"] == [
         0,
@@ -493,7 +493,7 @@ def test_seml057_status_leaves_our_running_experiments_running(seml057, test_db,
 
 
 def test_array_of_tells_seml_pending_experiments_from_ours():
-    from seml_hydra.manage import array_of, task_of
+    from seml_hydra.manage.experiments import array_of, task_of
 
     seml_pending = {"status": "PENDING", "slurm": [{"sbatch_options": {}}, {"array_id": 626}]}
     assert task_of(seml_pending) is None and array_of(seml_pending) == "626"

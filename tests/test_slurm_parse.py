@@ -1,4 +1,4 @@
-"""Pure tests of seml_hydra.slurm: parsers on captured Slurm 22.05 output, no Slurm needed.
+"""Pure tests of seml_hydra.slurm.client: parsers on captured Slurm 22.05 output, no Slurm needed.
 
 The fixtures in tests/fixtures/slurm are described in its README.md.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from seml_hydra import slurm
-from seml_hydra.slurm import (
+from seml_hydra.slurm import client as slurm
+from seml_hydra.slurm.client import (
     ALIVE_STATES,
     COMPACT_STATE_CODES,
     FIELD_SEP,
@@ -952,7 +952,7 @@ def test_importing_runs_nothing():
         "import subprocess, sys\n"
         "def boom(*a, **k): raise AssertionError('ran a command at import')\n"
         "subprocess.run = subprocess.Popen = boom\n"
-        "import seml_hydra.slurm\n"
+        "import seml_hydra.slurm.client\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT

@@ -1,4 +1,4 @@
-"""seml_hydra.slurm against the real Slurm testbed (tools/testbed/up.sh).
+"""seml_hydra.slurm.client against the real Slurm testbed (tools/testbed/up.sh).
 
 These tests fail (never skip) when Slurm is missing: the ``slurm`` fixture of conftest.py
 checks ``sinfo``. Every job submitted here is cancelled by id at teardown. Waiting is done by
@@ -12,8 +12,8 @@ import uuid
 import pytest
 from conftest import wait_until
 
-from seml_hydra import slurm as sl
-from seml_hydra.slurm import SlurmError
+from seml_hydra.slurm import client as sl
+from seml_hydra.slurm.client import SlurmError
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
 

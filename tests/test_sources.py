@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from seml_hydra import sources, tunnel
-from seml_hydra.manage import ManageError, snapshot_of
+from seml_hydra.manage.experiments import ManageError, snapshot_of
+from seml_hydra.store import sources, tunnel
 
 
 def make_project(tmp_path: Path) -> Path:
@@ -392,7 +392,7 @@ def test_a_snapshot_base_taken_by_another_user_is_passed_over_with_a_warning(
         fallback.chmod(0o777)
         (fallback / "planted_d.py").write_text("VALUE = 667\n")
     path_before = list(sys.path)
-    with caplog.at_level(logging.WARNING, logger="seml_hydra.tunnel"):
+    with caplog.at_level(logging.WARNING, logger="seml_hydra.store.tunnel"):
         with sources.materialized(test_db, snapshot, f"semltest_44_{len(planted_as)}") as where:
             assert import_value("planted_d") == 1
             if planted_as == "home taken too":
@@ -535,7 +535,7 @@ def test_a_snapshot_is_read_in_two_queries_whatever_its_number_of_files(test_db,
     import pymongo
     from pymongo import monitoring
 
-    from seml_hydra.sources import read_sources
+    from seml_hydra.store.sources import read_sources
 
     fs = gridfs.GridFS(test_db)
     contents = {f"pkg/m{i}.py": f"x = {i}\n".encode() for i in range(20)}
@@ -584,7 +584,7 @@ def existing(test_db, snapshot) -> set:
 def test_a_file_a_launch_just_reused_survives_a_delete_of_its_last_experiment(test_db, tmp_path):
     """Racy order: the launch reuses (leases) the files of experiment 1, experiment 1 is deleted
     before the launch inserts its documents, then the launch inserts and releases."""
-    from seml_hydra.manage import delete
+    from seml_hydra.manage.experiments import delete
 
     files = snapshot_files(make_project(tmp_path))
     coll = test_db["race"]
@@ -609,7 +609,7 @@ def test_a_launch_reusing_a_file_while_a_delete_removes_it_stores_a_new_copy(
     """Racy order: the delete has marked experiment 1's files and is checking whether a
     document still names them when the launch looks for a file to reuse; the launch then must
     not reuse the file about to go, and the delete must not remove the launch's files."""
-    from seml_hydra.manage import delete
+    from seml_hydra.manage.experiments import delete
 
     files = snapshot_files(make_project(tmp_path))
     coll = test_db["race"]
@@ -639,7 +639,7 @@ def test_a_launch_reusing_a_file_while_a_delete_removes_it_stores_a_new_copy(
 def test_a_lease_of_a_launch_that_died_expires(test_db, tmp_path):
     from datetime import datetime, timedelta, timezone
 
-    from seml_hydra.manage import delete
+    from seml_hydra.manage.experiments import delete
 
     files = snapshot_files(make_project(tmp_path))
     coll = test_db["race"]
@@ -653,7 +653,7 @@ def test_a_lease_of_a_launch_that_died_expires(test_db, tmp_path):
 @pytest.mark.parametrize("operation", ["delete", "drop"])
 def test_a_real_launch_survives_a_delete_or_drop_while_it_stages(test_db, tmp_path, operation):
     """A real ``seml_local`` launch whose staging is interleaved, right before it inserts its
-    documents (``seml_hydra.stage.stage``), with a delete of the experiment whose snapshot files
+    documents (``seml_hydra.launch.stage.stage``), with a delete of the experiment whose snapshot files
     it reuses, or a drop of the collection (which also takes payloads no document names): its
     experiment still runs from its payload and snapshot."""
     import subprocess
@@ -666,9 +666,9 @@ def test_a_real_launch_survives_a_delete_or_drop_while_it_stages(test_db, tmp_pa
         code = "\n".join(
             [
                 "import runpy, sys",
-                "import seml_hydra.stage as st",
+                "import seml_hydra.launch.stage as st",
                 "from seml_hydra import manage",
-                "from seml_hydra.database import connect, resolve_db_settings",
+                "from seml_hydra.store.database import connect, resolve_db_settings",
                 "real = st.stage",
                 "def racy(*args, **kwargs):",
                 "    db = connect(resolve_db_settings(None))",

@@ -1,11 +1,11 @@
-"""Unit tests for seml_hydra.stage.plan_staging: SEML's duplicate rule, without MongoDB."""
+"""Unit tests for seml_hydra.launch.stage.plan_staging: SEML's duplicate rule, without MongoDB."""
 
 from __future__ import annotations
 
 import pytest
 
-from seml_hydra import states
-from seml_hydra.stage import StagePlan, StageResult, plan_staging
+from seml_hydra.core import states
+from seml_hydra.launch.stage import StagePlan, StageResult, plan_staging
 
 
 def doc(_id: int, status: str, config_hash: str = "h") -> dict:

@@ -1,4 +1,4 @@
-"""Unit tests for seml_hydra.submit's pure parts: validation, submitit parameters, sbatch
+"""Unit tests for seml_hydra.launch.submit's pure parts: validation, submitit parameters, sbatch
 options, resource keys, chunking and the cleaned environment. No Slurm, no MongoDB."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import pytest
 
 from seml_hydra.config import SemlLauncherConf, SemlLocalLauncherConf
-from seml_hydra.submit import (
+from seml_hydra.launch.submit import (
     GENERIC_KEYS,
     RESERVED_SBATCH_OPTIONS,
     check_script_values,
@@ -477,7 +477,7 @@ def test_clean_environment_without_leaky_variables(monkeypatch):
 def test_recording_the_submitted_jobs_finishes_through_ctrl_c_then_reraises_it():
     """After sbatch the jobs exist: Ctrl-C during the write that records them in the documents
     must not leave them unrecorded (they would be submitted again)."""
-    from seml_hydra.submit import finish_despite_interrupt
+    from seml_hydra.launch.submit import finish_despite_interrupt
 
     calls = []
 

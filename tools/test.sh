@@ -10,7 +10,7 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/pip install -q --disable-pip-version-check -e '.[test,distributed]' 2>&1 | grep -v '^WARNING: Location' || true
-.venv/bin/python -c 'import hydra, submitit, pymongo; from seml_hydra.sacred_compat import import_sacred; import_sacred()' # the install worked
+.venv/bin/python -c 'import hydra, submitit, pymongo; from seml_hydra.job.sacred_compat import import_sacred; import_sacred()' # the install worked
 bash tools/testbed/up.sh >/tmp/seml-hydra-testbed.log 2>&1 || { tail -30 /tmp/seml-hydra-testbed.log; exit 1; }
 echo "testbed up (log: /tmp/seml-hydra-testbed.log)"
 # a throwaway sshd on 127.0.0.1 for the SSH tunnel tests

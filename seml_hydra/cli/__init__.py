@@ -7,6 +7,6 @@ completion) loads typer and rich only; each command imports pymongo, submitit...
 
 from __future__ import annotations
 
-from .app import app, main
+from seml_hydra.cli.app import app, main
 
 __all__ = ["app", "main"]

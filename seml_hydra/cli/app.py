@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from . import collection_cmds, configure_cmd, global_cmds  # noqa: F401  (register the commands)
-from .core import app
+from seml_hydra.cli import collection_cmds, configure_cmd, global_cmds  # noqa: F401  (register the commands)
+from seml_hydra.cli.core import app
 
 
 def main() -> None:
     """Console script ``seml``. Every command has finished its writes when it returns, so the
     exit does not wait for pymongo's monitor threads (``database.skip_exit_join``)."""
-    from ..database import skip_exit_join
+    from seml_hydra.store.database import skip_exit_join
 
     try:
         app(prog_name="seml")

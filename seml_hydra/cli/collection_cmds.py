@@ -8,8 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import states
-from .core import (
+from seml_hydra.cli.core import (
     COLLECTION_PANEL,
     STATE_COLORS,
     collection_app,
@@ -20,14 +19,15 @@ from .core import (
     selection,
     shown,
 )
-from .options import BatchId, FilterDict, SacredId, States, Yes
+from seml_hydra.cli.options import BatchId, FilterDict, SacredId, States, Yes
+from seml_hydra.core import states
 
 command = collection_app.command
 
 
 def _open(ctx: typer.Context) -> tuple[Any, Any]:
     """(database, collection) of the command line's collection."""
-    from ..manage import connect_db, get_collection, refresh_collection_cache
+    from seml_hydra.manage.experiments import connect_db, get_collection, refresh_collection_cache
 
     db = connect_db()
     collection = get_collection(db, collection_name(ctx))
@@ -36,7 +36,7 @@ def _open(ctx: typer.Context) -> tuple[Any, Any]:
 
 
 def _ids(ids: list[int]) -> str:
-    from ..ranges import format_ids
+    from seml_hydra.core.ranges import format_ids
 
     return format_ids(ids)
 
@@ -51,7 +51,7 @@ def _report_detect(result: Any, name: str) -> None:
     if result.warning:
         err_console().print(f"[yellow]Warning:[/] {result.warning}", markup=True)
     if result.foreign:
-        from ..manage import foreign_lines
+        from seml_hydra.manage.experiments import foreign_lines
 
         for line in foreign_lines(result.foreign, result.cluster):
             console().print(shown(line))  # cluster names come from the documents
@@ -65,7 +65,7 @@ def _report_detect(result: Any, name: str) -> None:
             f"{_ids(result.interrupted)} are INTERRUPTED"
         )
     if result.unsure:
-        from ..manage import HEARTBEAT_STALE_S
+        from seml_hydra.manage.experiments import HEARTBEAT_STALE_S
 
         console().print(
             f"Slurm has no record of the job(s) of {_ids(result.unsure)}, but their heartbeat "
@@ -84,8 +84,8 @@ def status(
     """Counts and ids of the experiments per state (after detecting killed jobs)."""
     from rich.table import Table
 
-    from ..manage import MALFORMED, detect_killed, malformed_message
-    from ..manage import status as get_status
+    from seml_hydra.manage.experiments import MALFORMED, detect_killed, malformed_message
+    from seml_hydra.manage.experiments import status as get_status
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     _, coll = _open(ctx)
@@ -123,8 +123,8 @@ def start(
 ) -> None:
     """Submit STAGED experiments to Slurm (e.g. after `reset`), from the database alone; also
     those an interrupted submission left PENDING without a job."""
-    from ..manage import start as do_start
-    from ..submit import recover_interrupted_submissions
+    from seml_hydra.launch.submit import recover_interrupted_submissions
+    from seml_hydra.manage.experiments import start as do_start
 
     sel = selection(sacred_id, batch_id, None, filter_dict)
     db, coll = _open(ctx)
@@ -156,8 +156,8 @@ def reset(
     yes: Yes = False,
 ) -> None:
     """Put FAILED, KILLED and INTERRUPTED experiments back to STAGED (run with `start`)."""
-    from ..manage import and_
-    from ..manage import reset as do_reset
+    from seml_hydra.manage.experiments import and_
+    from seml_hydra.manage.experiments import reset as do_reset
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     allowed = [s for s in states.ALL if s not in states.ACTIVE]
@@ -191,7 +191,7 @@ def cancel(
 ) -> None:
     """Cancel PENDING and RUNNING experiments: INTERRUPTED, and `scancel` of their array tasks
     (without -s, also finishes an earlier cancel that was interrupted before its `scancel`)."""
-    from ..manage import cancel as do_cancel
+    from seml_hydra.manage.experiments import cancel as do_cancel
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     _, coll = _open(ctx)
@@ -206,7 +206,7 @@ def cancel(
 
 def _report_strangers(strangers: Any, name: str) -> None:
     """Say which jobs documents named were left alone: their comment is not the collection."""
-    from ..manage import stranger_lines
+    from seml_hydra.manage.experiments import stranger_lines
 
     for line in stranger_lines(strangers, name):
         console().print(line, markup=False)
@@ -214,7 +214,7 @@ def _report_strangers(strangers: Any, name: str) -> None:
 
 def _report_foreign(foreign: Any, cluster: str | None, what: str) -> None:
     """Say which experiments of other clusters were left alone (``what``: e.g. "cancelled")."""
-    from ..ranges import format_ids
+    from seml_hydra.core.ranges import format_ids
 
     for name, ids in sorted(foreign.items()):
         console().print(
@@ -271,8 +271,8 @@ def delete(
     yes: Yes = False,
 ) -> None:
     """Delete experiments (all states by default; running ones are cancelled first)."""
-    from ..manage import delete as do_delete
-    from ..manage import refresh_collection_cache
+    from seml_hydra.manage.experiments import delete as do_delete
+    from seml_hydra.manage.experiments import refresh_collection_cache
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     db, coll = _open(ctx)
@@ -305,7 +305,7 @@ def hold(
     filter_dict: FilterDict = None,
 ) -> None:
     """Hold the pending Slurm array tasks of PENDING experiments (`scontrol hold`)."""
-    from ..manage import hold as do_hold
+    from seml_hydra.manage.experiments import hold as do_hold
 
     sel = selection(sacred_id, batch_id, None, filter_dict)
     _, coll = _open(ctx)
@@ -328,7 +328,7 @@ def release(
     filter_dict: FilterDict = None,
 ) -> None:
     """Release the held Slurm array tasks of PENDING experiments (`scontrol release`)."""
-    from ..manage import release as do_release
+    from seml_hydra.manage.experiments import release as do_release
 
     sel = selection(sacred_id, batch_id, None, filter_dict)
     _, coll = _open(ctx)
@@ -363,8 +363,8 @@ def restore_sources(
 ) -> None:
     """Write the code snapshot the selected experiments ran with into a directory (asks when
     the directory holds other files; files already restored are kept)."""
-    from ..manage import ManageError, foreign_files, snapshot_for
-    from ..manage import restore_sources as do_restore
+    from seml_hydra.manage.experiments import ManageError, foreign_files, snapshot_for
+    from seml_hydra.manage.experiments import restore_sources as do_restore
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     _, coll = _open(ctx)
@@ -394,7 +394,7 @@ def restore_sources(
 @command("detect-killed", rich_help_panel=COLLECTION_PANEL)
 def detect_killed(ctx: typer.Context) -> None:
     """Mark KILLED the PENDING/RUNNING experiments whose Slurm job is gone."""
-    from ..manage import detect_killed as do_detect
+    from seml_hydra.manage.experiments import detect_killed as do_detect
 
     _, coll = _open(ctx)
     result = do_detect(coll)
@@ -413,7 +413,7 @@ def print_fail_trace(
 ) -> None:
     """Print the fail trace of FAILED, KILLED and INTERRUPTED experiments (terminal escape
     sequences and control characters removed)."""
-    from ..manage import fail_traces, terminal_safe
+    from seml_hydra.manage.experiments import fail_traces, terminal_safe
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     _, coll = _open(ctx)
@@ -431,7 +431,7 @@ def _rule(exp_id: Any, state: Any) -> None:
     status could hold escape sequences or rich markup)."""
     from rich.markup import escape
 
-    from ..manage import terminal_safe
+    from seml_hydra.manage.experiments import terminal_safe
 
     console().rule(escape(terminal_safe(f"experiment {exp_id} ({state})")), align="left")
 
@@ -452,7 +452,7 @@ def print_output(
     file inside the experiment's output folder that belongs to you is read."""
     from rich.markup import escape
 
-    from ..manage import read_outputs, terminal_safe
+    from seml_hydra.manage.experiments import read_outputs, terminal_safe
 
     sel = selection(sacred_id, batch_id, filter_states, filter_dict)
     _, coll = _open(ctx)

@@ -15,7 +15,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from .. import states
+from seml_hydra.core import states
 
 ROOT_PANEL = "Commands without a collection: seml COMMAND"
 COLLECTION_PANEL = "Commands on a collection: seml COLLECTION COMMAND"
@@ -53,7 +53,7 @@ class SemlGroup(TyperGroup):
 
         if incomplete.startswith("-"):
             return super().shell_complete(ctx, incomplete)
-        from ..manage import cached_collections
+        from seml_hydra.manage.experiments import cached_collections
 
         items = [
             CompletionItem(name, help=self.commands[name].get_short_help_str())
@@ -80,10 +80,10 @@ class SemlGroup(TyperGroup):
 
 def user_error_message(error: BaseException) -> str | None:
     """The one-line message of an error meant for the user, None for a bug (re-raised)."""
-    from ..database import DatabaseError
-    from ..manage import ManageError
-    from ..slurm import SlurmError
-    from ..submit import SubmissionError
+    from seml_hydra.launch.submit import SubmissionError
+    from seml_hydra.manage.experiments import ManageError
+    from seml_hydra.slurm.client import SlurmError
+    from seml_hydra.store.database import DatabaseError
 
     if isinstance(error, (ManageError, DatabaseError, SlurmError, SubmissionError)):
         return _escape(str(error))
@@ -120,7 +120,7 @@ collection_app = typer.Typer(
 @collection_app.callback()
 def _collection(ctx: typer.Context) -> None:
     """Commands on the collection named before the command."""
-    from ..database import validate_collection_name
+    from seml_hydra.store.database import validate_collection_name
 
     ctx.meta["seml_collection"] = validate_collection_name(ctx.info_name or "")
 
@@ -136,7 +136,7 @@ def shown(value: Any) -> str:
     characters (``manage.terminal_safe``) and no rich markup (``rich.markup.escape``)."""
     from rich.markup import escape
 
-    from ..manage import terminal_safe
+    from seml_hydra.manage.experiments import terminal_safe
 
     return escape(terminal_safe(str(value)))
 
@@ -160,8 +160,8 @@ def selection(
     filter_states: list[str] | None = None,
     filter_dict: str | None = None,
 ) -> Any:
-    """The :class:`seml_hydra.manage.Selection` of the common options."""
-    from ..manage import Selection, parse_filter_dict, parse_states
+    """The :class:`seml_hydra.manage.experiments.Selection` of the common options."""
+    from seml_hydra.manage.experiments import Selection, parse_filter_dict, parse_states
 
     return Selection(
         sacred_id=sacred_id,
@@ -173,7 +173,7 @@ def selection(
 
 def confirm_if_many(what: str, count: int, yes: bool) -> None:
     """Ask before acting on more than ``CONFIRM_THRESHOLD`` experiments (unless ``--yes``)."""
-    from ..manage import CONFIRM_THRESHOLD
+    from seml_hydra.manage.experiments import CONFIRM_THRESHOLD
 
     if count > CONFIRM_THRESHOLD and not yes:
         typer.confirm(f"{what} {count} experiments?", abort=True)

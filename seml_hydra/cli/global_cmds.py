@@ -6,9 +6,9 @@ from typing import Annotated, Any
 
 import typer
 
-from .. import states
-from .core import ROOT_PANEL, STATE_COLORS, app, console, shown
-from .options import Yes
+from seml_hydra.cli.core import ROOT_PANEL, STATE_COLORS, app, console, shown
+from seml_hydra.cli.options import Yes
+from seml_hydra.core import states
 
 command = app.command
 
@@ -23,7 +23,7 @@ def list_(
     """Collections with their experiment counts per state."""
     from rich.table import Table
 
-    from ..manage import MALFORMED, connect_db, list_collections
+    from seml_hydra.manage.experiments import MALFORMED, connect_db, list_collections
 
     db = connect_db()
     rows = list_collections(db, pattern)
@@ -69,7 +69,7 @@ def _duration(seconds: float | None) -> str:
 def _queue_table(rows: list[Any]) -> Any:
     from rich.table import Table
 
-    from ..ranges import format_ids
+    from seml_hydra.core.ranges import format_ids
 
     table = Table()
     for name in ("Collection", "Job", "State", "Experiments", "Run time", "Nodes / reason"):
@@ -113,9 +113,9 @@ def queue(
     """Your Slurm jobs by collection, with their experiments, run time, nodes or pending reason."""
     import re
 
-    from ..manage import ManageError, connect_db
-    from ..manage import queue as get_queue
-    from ..slurm import parse_job_id
+    from seml_hydra.manage.experiments import ManageError, connect_db
+    from seml_hydra.manage.experiments import queue as get_queue
+    from seml_hydra.slurm.client import parse_job_id
 
     for job in job_ids or ():
         try:
@@ -164,8 +164,13 @@ def drop(
     yes: Yes = False,
 ) -> None:
     """Drop collections (asks first; cancels their PENDING and RUNNING experiments)."""
-    from ..manage import connect_db, list_collections, matching_collections, terminal_safe
-    from ..manage import drop as do_drop
+    from seml_hydra.manage.experiments import (
+        connect_db,
+        list_collections,
+        matching_collections,
+        terminal_safe,
+    )
+    from seml_hydra.manage.experiments import drop as do_drop
 
     db = connect_db()
     names = matching_collections(db, pattern)

@@ -9,7 +9,7 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig
 
-from seml_hydra import metrics
+from seml_hydra.job import metrics
 
 
 class Color(enum.Enum):

@@ -6,7 +6,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from seml_hydra import metrics
+from seml_hydra.job import metrics
 
 
 @hydra.main(version_base="1.3", config_path="conf_data", config_name="config")

@@ -1,5 +1,5 @@
 """A test app that needs two runs: it saves its progress when Slurm signals a timeout (opted in
-through ``seml_hydra.requeue``) and finishes after the requeue. ``opt_in=false`` does not opt in."""
+through ``seml_hydra.job.requeue``) and finishes after the requeue. ``opt_in=false`` does not opt in."""
 
 import json
 import time
@@ -9,7 +9,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from seml_hydra import requeue
+from seml_hydra.job import requeue
 
 
 @hydra.main(version_base="1.3", config_path="conf_resume", config_name="config")

@@ -1,9 +1,9 @@
-"""A Hydra app that logs metrics through the experiment's Sacred run (seml_hydra.metrics)."""
+"""A Hydra app that logs metrics through the experiment's Sacred run (seml_hydra.job.metrics)."""
 
 import hydra
 from omegaconf import DictConfig
 
-from seml_hydra import metrics
+from seml_hydra.job import metrics
 
 
 @hydra.main(version_base="1.3", config_path="conf_metrics", config_name="config")

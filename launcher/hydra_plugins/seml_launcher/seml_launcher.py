@@ -1,7 +1,7 @@
 """The Hydra ``Launcher`` classes named by the configs' ``_target_``: thin shells over
-``seml_hydra.launcher.SemlLauncher``."""
+``seml_hydra.launch.launcher.SemlLauncher``."""
 
-from seml_hydra.launcher import SemlLauncher
+from seml_hydra.launch.launcher import SemlLauncher
 
 from . import config  # noqa: F401  (registers the configs when Hydra imports this module)
 

@@ -6,7 +6,7 @@ This sweeper generates the same points in the same order (it is a ``BasicSweeper
 validates differently:
 
 - with a seml-hydra launcher (``hydra/launcher=seml`` or ``seml_local``) it does not validate:
-  the launcher composes and resolves every point (``seml_hydra.compose.compose_points``) before
+  the launcher composes and resolves every point (``seml_hydra.launch.compose.compose_points``) before
   it stages anything, and a point that does not compose raises Hydra's own error there, so
   nothing is staged or submitted for a sweep with a bad point;
 - with any other launcher it validates every point with ``compose_points``' fast path (one
@@ -24,11 +24,11 @@ class SemlSweeper(BasicSweeper):
     """A ``BasicSweeper`` whose batch validation does not compose every point in full."""
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        from seml_hydra.launcher import SemlLauncher
+        from seml_hydra.launch.launcher import SemlLauncher
 
         if isinstance(self.launcher, SemlLauncher):
             return  # the launcher composes, validates and raises before staging anything
-        from seml_hydra.compose import compose_points
+        from seml_hydra.launch.compose import compose_points
 
         assert self.hydra_context is not None and self.config is not None
         compose_points(self.hydra_context.config_loader, self.config, batch, 0)

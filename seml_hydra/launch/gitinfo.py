@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from .documents import GitDoc
+from seml_hydra.core.documents import GitDoc
 
 
 def _git(directory: Path, *args: str) -> str | None:

@@ -823,7 +823,7 @@ def job_config(
 
     hydra_cfg = None
     if typed_base is not None and base_node is not None:
-        from .documents import dict_diff
+        from seml_hydra.core.documents import dict_diff
 
         try:
             hydra_cfg = _patched_hydra_node(typed_base, dict_diff(base_node, hydra_node))

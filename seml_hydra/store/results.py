@@ -1,13 +1,13 @@
 """Read experiments back: configs and results of a collection, as dicts or a pandas DataFrame.
 
-    from seml_hydra.results import get_results
+    from seml_hydra.store.results import get_results
     df = get_results("train", filter={"status": "COMPLETED"}, to_data_frame=True)
 
 Stored results come back as plain data (numbers, strings, lists, dicts): the run step stores
-them so (``seml_hydra.documents.storable_result``). Reading never runs code: a result stored by
+them so (``seml_hydra.core.documents.storable_result``). Reading never runs code: a result stored by
 Sacred's serializer that names an object to rebuild (``py/reduce``, ``py/object``...) comes
 back as the plain dict it is stored as, with a :class:`StoredObjectWarning`
-(``seml_hydra.documents.plain_result``).
+(``seml_hydra.core.documents.plain_result``).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ class StoredObjectWarning(UserWarning):
 
 def restore_results(docs: Sequence[dict[str, Any]], collection: str) -> None:
     """Replace each ``doc["result"]`` of ``docs`` (in place) by its plain form
-    (``seml_hydra.documents.plain_result``: no code runs). When some part would need code to
+    (``seml_hydra.core.documents.plain_result``: no code runs). When some part would need code to
     rebuild, warns once for the whole read with a :class:`StoredObjectWarning` naming each
     experiment (``collection`` and ``_id``) and key."""
     import warnings
 
-    from .documents import plain_result
+    from seml_hydra.core.documents import plain_result
 
     found = []
     for doc in docs:
@@ -75,7 +75,7 @@ def get_results(
 
     Raises:
         ImportError: ``to_data_frame=True`` without pandas.
-        seml_hydra.database.DatabaseError: the database cannot be reached.
+        seml_hydra.store.database.DatabaseError: the database cannot be reached.
     """
     if to_data_frame:
         try:
@@ -85,10 +85,10 @@ def get_results(
                 "get_results(to_data_frame=True) needs pandas: pip install 'seml-hydra[pandas]'"
             ) from None
     if db is None:
-        from .database import connect, resolve_db_settings
+        from seml_hydra.store.database import connect, resolve_db_settings
 
         db = connect(resolve_db_settings(None))
-    from .database import validate_collection_name
+    from seml_hydra.store.database import validate_collection_name
 
     validate_collection_name(collection)
     query = {"status": "COMPLETED"} if filter is None else dict(filter)
@@ -114,7 +114,7 @@ def get_results(
 def get_metrics(
     collection: str, ids: Sequence[Any] | None = None, db: Any = None
 ) -> dict[Any, dict[str, dict[str, list[Any]]]]:
-    """The metrics logged by experiments of ``collection`` (``seml_hydra.metrics.log_scalar``).
+    """The metrics logged by experiments of ``collection`` (``seml_hydra.job.metrics.log_scalar``).
 
     They are read from the collection's own metrics collection
     (``database.metrics_collection_name``: ``seml_hydra_metrics.<collection>``, by ``run_id``);
@@ -132,17 +132,17 @@ def get_metrics(
         [...]}}}`` (timestamps are ``datetime``); experiments without metrics are left out.
 
     Raises:
-        seml_hydra.database.InvalidCollectionName: a bad ``collection``.
-        seml_hydra.database.DatabaseError: the database cannot be reached.
+        seml_hydra.store.database.InvalidCollectionName: a bad ``collection``.
+        seml_hydra.store.database.DatabaseError: the database cannot be reached.
     """
     from bson import ObjectId
     from bson.errors import InvalidId
 
-    from .database import metrics_collection_name, validate_collection_name
+    from seml_hydra.store.database import metrics_collection_name, validate_collection_name
 
     validate_collection_name(collection)
     if db is None:
-        from .database import connect, resolve_db_settings
+        from seml_hydra.store.database import connect, resolve_db_settings
 
         db = connect(resolve_db_settings(None))
     query = {} if ids is None else {"_id": {"$in": list(ids)}}

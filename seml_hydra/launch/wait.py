@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import states
+from seml_hydra.core import states
 
 
 class ExperimentFailed(RuntimeError):
@@ -54,8 +54,8 @@ STUCK_REASONS = {
 
 def pending_reasons(collection: Any, ids: Sequence[int]) -> dict[str, str]:
     """``{Slurm job id: reason}`` of the PENDING experiments' jobs that squeue lists as pending.
-    Raises ``seml_hydra.slurm.SlurmError`` when squeue fails."""
-    from . import slurm
+    Raises ``seml_hydra.slurm.client.SlurmError`` when squeue fails."""
+    from seml_hydra.slurm import client as slurm
 
     arrays = sorted(
         {
@@ -89,7 +89,7 @@ def count_states(collection: Any, ids: Sequence[int]) -> dict[str, int]:
 def _tail(path: str | None, folder: str | None) -> str:
     """The last lines of a job's output file in its submitit ``folder`` (read as
     ``manage.read_output_tail`` allows), or why it was not read."""
-    from .manage import read_output_tail, tail_text
+    from seml_hydra.manage.experiments import read_output_tail, tail_text
 
     tail = read_output_tail(path, folder)
     if tail.data is None:
@@ -150,21 +150,21 @@ def wait_for(
 
     ``jobs`` are this launch's local submitit jobs, checked for dead processes every tick. With
     ``slurm_check_s``, experiments on Slurm are checked against the scheduler every that many
-    seconds (``seml_hydra.manage.detect_killed``: KILLED only with evidence from squeue and
+    seconds (``seml_hydra.manage.experiments.detect_killed``: KILLED only with evidence from squeue and
     sacct; a failed query marks nothing), which also covers experiments of earlier launches
     this one waits for. An experiment deleted
     meanwhile stops being waited for. Raises ``SystemExit(130)``
     on Ctrl-C after saying how to follow the experiments; nothing is cancelled.
 
     While MongoDB is unreachable every database step is retried
-    (``seml_hydra.database.retrying``: up to ``SEML_MONGODB_RETRY_S``, 300 s by default, per
+    (``seml_hydra.store.database.retrying``: up to ``SEML_MONGODB_RETRY_S``, 300 s by default, per
     step) and the console says once that the launcher waits for the database, and when it is
     back; past that budget the connection error is raised.
     """
     from rich.live import Live
     from rich.text import Text
 
-    from .database import retrying, short_reason
+    from seml_hydra.store.database import retrying, short_reason
 
     unique = sorted(set(ids))
     pending_jobs = dict(jobs)
@@ -211,7 +211,7 @@ def wait_for(
                     continue
                 if slurm_check_s is not None and time.monotonic() >= next_slurm_check:
                     next_slurm_check = time.monotonic() + slurm_check_s
-                    from .manage import detect_killed
+                    from seml_hydra.manage.experiments import detect_killed
 
                     detected = db(
                         lambda: detect_killed(collection, {"_id": {"$in": unique}}),
@@ -225,7 +225,7 @@ def wait_for(
                             "(this launch keeps waiting)."
                         )
                     if detected.foreign:
-                        from .manage import foreign_lines
+                        from seml_hydra.manage.experiments import foreign_lines
 
                         for line in foreign_lines(detected.foreign, detected.cluster):
                             if ("foreign", line) not in told:
@@ -265,7 +265,7 @@ def _say_stuck(
     console: Any, collection: Any, ids: Sequence[int], name: str, told: set[tuple[str, str]]
 ) -> None:
     """Print, once per job and reason, why a pending job will not start by itself."""
-    from .slurm import SlurmError
+    from seml_hydra.slurm.client import SlurmError
 
     try:
         reasons = pending_reasons(collection, ids)
@@ -287,7 +287,7 @@ def job_return_from_document(
     """Build the Hydra ``JobReturn`` of a finished experiment from its document.
 
     COMPLETED: status COMPLETED, ``return_value`` = the stored result as plain data
-    (``seml_hydra.results.restore_results``: no code runs; a stored object that would need code
+    (``seml_hydra.store.results.restore_results``: no code runs; a stored object that would need code
     is returned as its plain dict, with a warning naming ``collection``, the experiment and the
     key). Otherwise status FAILED and ``return_value`` raises :class:`ExperimentFailed`
     with the experiment's ``fail_trace``.
@@ -295,7 +295,7 @@ def job_return_from_document(
     from hydra.core.utils import JobReturn, JobStatus
     from omegaconf import OmegaConf
 
-    from .documents import apply_diff
+    from seml_hydra.core.documents import apply_diff
 
     hydra_doc = doc.get("hydra", {})
     hydra_node = apply_diff(hydra_base, hydra_doc.get("node_diff", []))
@@ -307,7 +307,7 @@ def job_return_from_document(
     ret.working_dir = hydra_doc.get("working_dir") or hydra_doc.get("output_dir")
     ret.task_name = hydra_doc.get("task_name") or hydra_doc.get("job_name")
     if doc.get("status") == states.COMPLETED:
-        from .results import restore_results
+        from seml_hydra.store.results import restore_results
 
         restored = {"_id": doc.get("_id"), "result": doc.get("result")}
         restore_results([restored], collection)

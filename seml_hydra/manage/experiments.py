@@ -5,7 +5,7 @@ Pure parts (no I/O, tested alone): :func:`parse_states`, :func:`parse_filter_dic
 :func:`id_ranges_by_state`, :func:`is_listed_collection`.
 
 I/O parts take a pymongo database or collection and run Slurm's clients through
-:mod:`seml_hydra.slurm` (argument lists, never a shell). Every user-facing problem raises
+:mod:`seml_hydra.slurm.client` (argument lists, never a shell). Every user-facing problem raises
 :class:`ManageError` (or ``DatabaseError`` / ``SlurmError`` / ``SubmissionError``) with a complete
 message; nothing here prints or exits. Heavy modules (pymongo, submitit) are imported inside the
 functions, so importing this module is cheap.
@@ -23,8 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import states
-from .database import METRICS_PREFIX, metrics_collection_name
+from seml_hydra.core import states
+from seml_hydra.store.database import METRICS_PREFIX, metrics_collection_name
 
 #: collections that are not experiment collections (never listed, dropped or completed)
 HIDDEN_COLLECTIONS = ("seml_hydra_counters", "metrics")
@@ -194,7 +194,7 @@ def state_of(status: Any) -> str:
 
 def malformed_message(ids: Sequence[Any], what: str = "experiment(s)") -> str:
     """The one line telling about documents with a malformed ``status`` (pure)."""
-    from .ranges import format_ids
+    from seml_hydra.core.ranges import format_ids
 
     return (
         f"{len(ids)} {what} with a malformed status (not a state name): ids {format_ids(ids)}; "
@@ -333,7 +333,7 @@ def _our_squeue_rows(
 ) -> list[Any]:
     """squeue rows (every task its own row) of the jobs ``arrays`` whose comment is the
     collection; the others are added to ``strangers`` (when given). Raises ``SlurmError``."""
-    from . import slurm
+    from seml_hydra.slurm import client as slurm
 
     rows = slurm.squeue_jobs(job_ids=list(arrays), all_users=True, expand_arrays=True)
     ours, others = rows_of_collection(rows, collection_name)
@@ -354,7 +354,7 @@ def is_slurm_task(task: tuple[str, str] | None) -> bool:
     """True for a task Slurm knows (not submitit's local executor, not missing)."""
     if task is None or task[0] == "local":
         return False
-    from .slurm import parse_job_id
+    from seml_hydra.slurm.client import parse_job_id
 
     try:
         parse_job_id(task[1])
@@ -403,7 +403,7 @@ def decide_killed(
         now: current naive UTC time (default: now).
         heartbeat_stale_s: age in seconds from which a heartbeat no longer proves life.
     """
-    from .slurm import is_alive
+    from seml_hydra.slurm.client import is_alive
 
     if now is None:
         now = datetime.now(timezone.utc).replace(tzinfo=None)
@@ -493,7 +493,7 @@ def _without_foreign(
     """``(docs of this cluster, {cluster: ids} of the others, this cluster's name)``; the name
     is asked (``slurm.cluster_name``, raising ``SlurmError``) only when a document names a
     cluster (None otherwise)."""
-    from . import slurm
+    from seml_hydra.slurm import client as slurm
 
     if not any(is_slurm_task(t) and t[0] not in UNNAMED_CLUSTERS for t in map(task_of, docs)):
         return docs, {}, None
@@ -506,7 +506,7 @@ def _without_foreign(
 def foreign_lines(foreign: Mapping[str, Sequence[int]], here: str | None) -> list[str]:
     """One line per cluster of :attr:`DetectResult.foreign`, e.g. ``"3 experiment(s) run on
     cluster a (ids 1-3): not checked from cluster b"`` (pure)."""
-    from .ranges import format_ids
+    from seml_hydra.core.ranges import format_ids
 
     return [
         f"{len(ids)} experiment(s) run on cluster {cluster} ({format_ids(list(ids))}): not "
@@ -784,14 +784,14 @@ def terminal_safe(text: str) -> str:
 
 def connect_db() -> Any:
     """The pymongo database, resolved as everywhere (env, SEML config, embedded)."""
-    from .database import connect, resolve_db_settings
+    from seml_hydra.store.database import connect, resolve_db_settings
 
     return connect(resolve_db_settings(None))
 
 
 def get_collection(db: Any, name: str, *, must_exist: bool = True) -> Any:
     """Collection ``name`` of ``db``; raises ManageError when it does not exist."""
-    from .database import validate_collection_name
+    from seml_hydra.store.database import validate_collection_name
 
     validate_collection_name(name)
     if must_exist and name not in db.list_collection_names(filter={"name": name}):
@@ -933,8 +933,8 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
     is neither this cluster's ``ClusterName`` nor one of :data:`UNNAMED_CLUSTERS`) is never
     judged: job ids are per cluster, so this one's squeue and sacct say nothing about it
     (``foreign``)."""
-    from . import slurm
-    from .submit import recover_interrupted_submissions
+    from seml_hydra.launch.submit import recover_interrupted_submissions
+    from seml_hydra.slurm import client as slurm
 
     recovered = recover_interrupted_submissions(collection, query)
     docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
@@ -1073,7 +1073,7 @@ def reset(collection: Any, query: Mapping[str, Any]) -> list[int]:
     fields, ``execution``, the job of every ``slurm`` entry and the sbatch options the
     submission set: what SEML 0.5's reset keeps is kept) and their metrics
     (:func:`delete_metrics`). Active experiments are never reset. Returns the ids reset."""
-    from .stage import RUN_FIELDS
+    from seml_hydra.launch.stage import RUN_FIELDS
 
     q = and_(query, {"status": {"$nin": sorted(states.ACTIVE)}})
     docs = select(collection, q, {"_id": 1, "slurm": 1, "info.metrics": 1})
@@ -1138,7 +1138,7 @@ def cancel(
 
     Only jobs whose sbatch comment is the collection are cancelled (:func:`rows_of_collection`:
     a document may name any job id); the others are reported in ``strangers``."""
-    from . import slurm
+    from seml_hydra.slurm import client as slurm
 
     docs = select(collection, and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
     try:  # job ids are per cluster: another cluster's experiments are not touched from here
@@ -1210,7 +1210,7 @@ def _unfinished_cancels(collection: Any, query: Mapping[str, Any]) -> list[dict]
     """The matching experiments a cancel marked INTERRUPTED (``execution.cancel_time``) whose
     Slurm task squeue still lists alive: that cancel stopped before its ``scancel`` took effect.
     A failed squeue finds none (the cancel's own squeue then reports the problem)."""
-    from . import slurm
+    from seml_hydra.slurm import client as slurm
 
     marked = [
         doc
@@ -1402,7 +1402,7 @@ def _delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> 
     written by SEML 0.5 or by us) that no experiment of the collection refers to any more;
     with ``only``, just those of these file ids. A file a launch has just reused (leased,
     ``sources.delete_unused_files``) is kept."""
-    from .sources import delete_unused_files
+    from seml_hydra.store.sources import delete_unused_files
 
     def used() -> set[str]:
         found = set()
@@ -1420,7 +1420,7 @@ def _delete_orphan_payloads(db: Any, name: str, only: set[str] | None = None) ->
     """Delete the batch payloads of collection ``name`` no experiment refers to any more; with
     ``only``, just those of these file ids. The payload of a launch still staging (leased,
     ``sources.delete_unused_files``) is kept."""
-    from .sources import delete_unused_files
+    from seml_hydra.store.sources import delete_unused_files
 
     def used() -> set[str]:
         return {str(p) for p in db[name].distinct("seml.payload_file") if p}
@@ -1463,7 +1463,7 @@ def drop(db: Any, names: Sequence[str]) -> None:
     """Drop collections: cancel their active experiments, drop them, their payloads, their
     metrics (``database.metrics_collection_name``, and their entries in the shared ``metrics``)
     and their id counters, and forget them in the completion cache."""
-    from .database import COUNTERS_COLLECTION
+    from seml_hydra.store.database import COUNTERS_COLLECTION
 
     for name in names:
         if not is_listed_collection(name):
@@ -1523,7 +1523,7 @@ def hold(
 ) -> tuple[list[str], list[str]]:
     """Hold the pending, not yet held tasks; returns ``(held now, already held)``. Jobs that
     are not the collection's are left alone and added to ``strangers`` (:func:`pending_tasks`)."""
-    from . import slurm
+    from seml_hydra.slurm import client as slurm
 
     held, free = pending_tasks(collection, query, strangers)
     slurm.hold(free)
@@ -1537,7 +1537,7 @@ def release(
 ) -> list[str]:
     """Release the held pending tasks; returns them. Jobs that are not the collection's are
     left alone and added to ``strangers`` (:func:`pending_tasks`)."""
-    from . import slurm
+    from seml_hydra.slurm import client as slurm
 
     held, _ = pending_tasks(collection, query, strangers)
     slurm.release(held)
@@ -1591,9 +1591,9 @@ def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str
     the launcher node is the batch payload's base Hydra node with the document's diff applied.
     Raises ManageError for a document staged by SEML itself (no ``seml.payload_file``), an
     unknown executor, or a payload that is gone."""
-    from .documents import apply_diff
-    from .run import hydra_base
-    from .submit import SubmitRequest
+    from seml_hydra.core.documents import apply_diff
+    from seml_hydra.job.runner import hydra_base
+    from seml_hydra.launch.submit import SubmitRequest
 
     bases: dict[str, dict[str, Any]] = {}
     out = []
@@ -1635,8 +1635,8 @@ def start(
     alone, one array job per batch and resource set. Submission runs in the launch's working
     directory (jobs start where the sweep was launched). Raises ``SubmissionError`` when sbatch
     refuses (those experiments stay STAGED)."""
-    from .database import job_db_config, job_db_environment, resolve_db_settings
-    from .submit import submit_requests
+    from seml_hydra.launch.submit import submit_requests
+    from seml_hydra.store.database import job_db_config, job_db_environment, resolve_db_settings
 
     q = and_(query, {"status": {"$in": _state_values([states.STAGED])}})
     docs = list(db[collection_name].find(q).sort("_id", 1))
@@ -1738,7 +1738,7 @@ def restore_sources(collection: Any, files: Sequence[Sequence[Any]], target: Pat
     """Write a snapshot from :func:`snapshot_for` into ``target`` (SEML's ``restore-sources``,
     later ``download-sources``); returns the files written: files already there with the
     snapshot's content are kept (``sources.write_sources``). Raises :class:`ManageError`."""
-    from .sources import SourceSnapshotError, write_sources
+    from seml_hydra.store.sources import SourceSnapshotError, write_sources
 
     target.mkdir(parents=True, exist_ok=True)
     try:
@@ -1750,8 +1750,8 @@ def restore_sources(collection: Any, files: Sequence[Sequence[Any]], target: Pat
 def foreign_files(collection: Any, files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
     """The files in ``target`` that are not the snapshot's (``sources.foreign_files``): a
     restore there mixes with or overwrites them. Raises :class:`ManageError`."""
-    from .sources import SourceSnapshotError
-    from .sources import foreign_files as foreign
+    from seml_hydra.store.sources import SourceSnapshotError
+    from seml_hydra.store.sources import foreign_files as foreign
 
     try:
         return foreign(collection.database, files, target)
@@ -1850,7 +1850,7 @@ def queue(
     """The user's Slurm jobs, with the collection of their ``--comment`` and the experiments
     they run. Without ``all_jobs`` only jobs whose comment names an experiment collection of
     ``db`` are kept. One squeue call, one MongoDB query per collection."""
-    from . import slurm
+    from seml_hydra.slurm import client as slurm
 
     rows = slurm.squeue_jobs(job_ids=list(job_ids) if job_ids else None, states=slurm_states)
     names = set()

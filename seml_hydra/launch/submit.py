@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import states
+from seml_hydra.core import states
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 def _launcher_fields() -> tuple[str, ...]:
     import dataclasses
 
-    from .config import SemlLauncherConf
+    from seml_hydra.config import SemlLauncherConf
 
     return tuple(f.name for f in dataclasses.fields(SemlLauncherConf))
 
@@ -285,7 +285,7 @@ def chunk(ids: Sequence[int], size: int) -> list[list[int]]:
 @contextlib.contextmanager
 def clean_environment(extra: Mapping[str, str] | None = None) -> Iterator[None]:
     """Temporarily drop the variables a job must not inherit (sbatch exports the environment)
-    and set ``extra`` (e.g. ``seml_hydra.database.job_db_environment``: a secret reaches the job
+    and set ``extra`` (e.g. ``seml_hydra.store.database.job_db_environment``: a secret reaches the job
     through the environment of ``sbatch`` / the local job process, never a file or a command
     line); everything is restored afterwards."""
     extra = dict(extra or {})
@@ -387,7 +387,7 @@ def recover_interrupted_submissions(
     still created mostly cannot start a task (submitit moves its pickles into place only after
     sbatch returned), and a job claims only a PENDING experiment, atomically, so of two jobs of
     one experiment only one runs it, and a job claims a PENDING experiment only for the array
-    its document records (``seml_hydra.run.pending_for``). Before the experiments go back to
+    its document records (``seml_hydra.job.runner.pending_for``). Before the experiments go back to
     STAGED, the array the dead process's sbatch may still have created is cancelled
     (:func:`cancel_orphan_arrays`): no document records it, so it would run nothing anyway.
     """
@@ -415,7 +415,7 @@ def recover_interrupted_submissions(
 
 
 def orphan_arrays(rows: Sequence[Any], collection_name: str, batch_ids: set[Any]) -> list[str]:
-    """The ids of the arrays among squeue ``rows`` (``seml_hydra.slurm.SqueueRow``) that a
+    """The ids of the arrays among squeue ``rows`` (``seml_hydra.slurm.client.SqueueRow``) that a
     submission of batches ``batch_ids`` of collection ``collection_name`` made (pure):
     comment = the collection, job name ``<collection>_<batch_id>`` (:func:`submit_requests`);
     sorted numerically."""
@@ -461,7 +461,7 @@ def cancel_orphan_arrays(collection: Any, batch_ids: set[Any], folders: set[Any]
     told safely from Slurm. Slurm errors are logged and nothing is cancelled (a cluster without
     Slurm, e.g. submitit's local executor).
     """
-    from . import slurm
+    from seml_hydra.slurm import client as slurm
 
     batches = {b for b in batch_ids if b is not None}
     if not batches:
@@ -626,7 +626,7 @@ def submit_group(
     # recovered "interrupted submission" would be submitted a second time)
     # ... and a MongoDB outage now must not lose the record either (the writes are $sets,
     # filtered on this submission's mark: safe to repeat)
-    from .database import retrying
+    from seml_hydra.store.database import retrying
 
     finish_despite_interrupt(
         lambda: retrying(
@@ -682,15 +682,15 @@ def submit_requests(
     """Submit STAGED experiments, one array job per group of :func:`group_requests`.
 
     Used by the launcher and by ``seml <collection> start`` (which rebuilds the requests from the
-    documents alone). Each array's runner is a ``seml_hydra.run.JobRunner`` on the group's
+    documents alone). Each array's runner is a ``seml_hydra.job.runner.JobRunner`` on the group's
     payload. Slurm arrays longer than the cluster's ``MaxArraySize`` are split into several
     arrays. Raises :class:`SubmissionError` for the first group sbatch refuses (its documents
     are back to STAGED; groups submitted before it stay submitted), and before any sbatch when
     a value that would go into a job script holds a control character. ``db_cfg`` (pickled with
     the runner: no secret) and ``job_env`` (the jobs' environment: the secret, if any) come from
-    ``seml_hydra.database.job_db_config`` / ``job_db_environment``.
+    ``seml_hydra.store.database.job_db_config`` / ``job_db_environment``.
     """
-    from .run import JobRunner
+    from seml_hydra.job.runner import JobRunner
 
     groups = group_requests(requests)
     for group in groups:  # `seml start` rebuilds launchers from documents: check them again
@@ -721,7 +721,7 @@ def submit_requests(
         limit = len(id_groups)
         if first.cluster == "slurm":
             if max_array is None:
-                from .slurm import SlurmError, cluster_name, max_array_size
+                from seml_hydra.slurm.client import SlurmError, cluster_name, max_array_size
 
                 try:
                     max_array = max_array_size()

@@ -11,9 +11,9 @@ launcher, the jobs and the CLI use. The first source that is set wins:
 3. SEML's config file ``~/.config/seml/mongodb.config`` (the file ``seml configure`` writes;
    its path can be overridden with the environment variable ``SEML_MONGODB_CONFIG``),
    including its ``ssh_config`` block: MongoDB is then reached through an SSH tunnel that
-   :func:`connect` opens transparently (:mod:`seml_hydra.tunnel`);
+   :func:`connect` opens transparently (:mod:`seml_hydra.store.tunnel`);
 4. the embedded default: a local ``mongod`` from the ``local-db`` extra, started on demand
-   (see :mod:`seml_hydra.embedded_db`).
+   (see :mod:`seml_hydra.store.embedded`).
 
 Experiment ids are handed out by :func:`next_ids`, an atomic counter that never collides with
 ids that SEML itself wrote (SEML 0.5 uses ``max(_id) + 1``, starting at 1).
@@ -324,7 +324,7 @@ def _replace(settings: DbSettings, **changes: Any) -> DbSettings:
 
 
 def _embedded_settings(env: Mapping[str, str], start: bool) -> DbSettings:
-    from seml_hydra import embedded_db
+    from seml_hydra.store import embedded as embedded_db
 
     data_dir = embedded_db.default_data_dir(env)
     if start:
@@ -491,7 +491,7 @@ _WARNED_OPEN: set[str] = set()
 
 
 def warn_if_open_to_others(path: Path) -> str | None:
-    """Warn (once per file and process, one log line on ``seml_hydra.database``) when the
+    """Warn (once per file and process, one log line on ``seml_hydra.store.database``) when the
     MongoDB config file ``path``, which holds the database password, can be read or written by
     the group or other users; the warning says the fix (``chmod 600 <path>``, the mode
     ``seml configure`` writes). Returns the warning, ``None`` when the file is private."""
@@ -650,7 +650,7 @@ def _parse_ssh_config(block: Any, path: Path, hint: str) -> tuple[tuple[str, Any
             ) from None
     # remote_bind_address is always the configured host/port (as in SEML); lock_file is
     # replaced by per-user locks and local_bind_address by a Unix socket, both in the private
-    # seml_hydra.tunnel.runtime_dir (a TCP port would let every local user in).
+    # seml_hydra.store.tunnel.runtime_dir (a TCP port would let every local user in).
     cleaned = {
         k: _hashable(v)
         for k, v in block.items()
@@ -727,7 +727,7 @@ def retrying(
     """Run ``operation()`` and, while it fails because MongoDB is unreachable
     (:func:`is_connection_error`), run it again with a growing pause (:func:`backoff_delay`)
     until ``budget_s`` seconds have passed since the first attempt began. Every retry logs one
-    warning (logger ``seml_hydra.database``) naming ``what`` and the reason; success after a
+    warning (logger ``seml_hydra.store.database``) naming ``what`` and the reason; success after a
     failure logs that MongoDB is back.
 
     Only for operations that are safe to repeat: a write that reached the server before the
@@ -891,7 +891,7 @@ def connect(
     if settings.ssh is not None:
         from urllib.parse import quote_plus
 
-        from . import tunnel
+        from seml_hydra.store import tunnel
 
         try:  # the tunnel's Unix socket: pymongo takes its percent-encoded path as the host
             host = quote_plus(

@@ -73,8 +73,8 @@ class SemlLauncher(Launcher):
         per point in input order. A user mistake prints one message and exits with status 1."""
         from rich.console import Console
 
-        from .database import DatabaseError
-        from .submit import SubmissionError
+        from seml_hydra.launch.submit import SubmissionError
+        from seml_hydra.store.database import DatabaseError
 
         console = Console(highlight=False, soft_wrap=True)
         self._staging_started = False  # set by _Launch.stage: from then on documents may exist
@@ -86,7 +86,7 @@ class SemlLauncher(Launcher):
             )
             raise SystemExit(1) from None
         except Exception as error:
-            from .database import is_connection_error, short_reason
+            from seml_hydra.store.database import is_connection_error, short_reason
 
             if not is_connection_error(error):
                 raise
@@ -110,9 +110,9 @@ class SemlLauncher(Launcher):
     def _launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, console: Any
     ) -> list[JobReturn]:
-        from .compose import compose_points
-        from .database import connect, resolve_db_settings, validate_collection_name
-        from .submit import validate_launcher
+        from seml_hydra.launch.compose import compose_points
+        from seml_hydra.launch.submit import validate_launcher
+        from seml_hydra.store.database import connect, resolve_db_settings, validate_collection_name
 
         params = self.params
         _warn_password_on_command_line(sys.argv[1:], console)
@@ -157,9 +157,9 @@ class SemlLauncher(Launcher):
         import cloudpickle
         from hydra.core.singleton import Singleton
 
-        from .compose import typed_hydra_node
-        from .documents import to_bson_safe
-        from .run import Payload
+        from seml_hydra.core.documents import to_bson_safe
+        from seml_hydra.job.runner import Payload
+        from seml_hydra.launch.compose import typed_hydra_node
 
         typed = pickle.dumps(typed_hydra_node(to_bson_safe(hydra_base)))
         payload = Payload(self.task_function, self.hydra_context, Singleton.get_state(), typed)
@@ -181,7 +181,7 @@ def mask_db_credentials(config: Any) -> None:
     is left alone."""
     from omegaconf import open_dict, read_write
 
-    from .database import mask_credentials
+    from seml_hydra.store.database import mask_credentials
 
     hydra = config.get("hydra") if OmegaConf.is_dict(config) else None
     if hydra is None:
@@ -211,7 +211,7 @@ def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
 
     Pure: returns ``hydra`` itself when nothing is to mask, else a copy of the changed path only
     (points share sub-dicts). Raises nothing."""
-    from .database import mask_credentials
+    from seml_hydra.store.database import mask_credentials
 
     out = hydra
     launcher = hydra.get("launcher")
@@ -228,7 +228,7 @@ def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
 
 
 def _warn_password_on_command_line(argv: Sequence[str], console: Any) -> None:
-    from .database import mask_credentials
+    from seml_hydra.store.database import mask_credentials
 
     if any(mask_credentials(arg) != arg for arg in argv):
         console.print(
@@ -263,7 +263,7 @@ class _Launch:
 
     # -- staging -------------------------------------------------------------------------
     def _hydra_doc(self, point: Any) -> dict[str, Any]:
-        from .documents import dict_diff
+        from seml_hydra.core.documents import dict_diff
 
         hydra = point.hydra
         return {
@@ -277,7 +277,7 @@ class _Launch:
         }
 
     def _seml_doc(self, payload_id: str) -> dict[str, Any]:
-        from .database import mask_credentials
+        from seml_hydra.store.database import mask_credentials
 
         point = self.points[0]
         return {
@@ -291,9 +291,14 @@ class _Launch:
         }
 
     def _snapshot(self, batch_id: int, lease: dict[str, Any]) -> list[list[Any]]:
-        """Store the app's sources in GridFS (``seml_hydra.sources``), each file carrying
+        """Store the app's sources in GridFS (``seml_hydra.store.sources``), each file carrying
         ``lease``; say what was skipped."""
-        from .sources import imported_module_files, project_root, select_sources, upload_sources
+        from seml_hydra.store.sources import (
+            imported_module_files,
+            project_root,
+            select_sources,
+            upload_sources,
+        )
 
         hydra = self.points[0].hydra
         launcher = self.points[0].launcher
@@ -334,8 +339,8 @@ class _Launch:
         return f"{self.collection_name}_{batch_id}"
 
     def stage(self) -> Any:
-        from .documents import experiment_hash, to_bson_safe
-        from .sources import new_lease, release_lease
+        from seml_hydra.core.documents import experiment_hash, to_bson_safe
+        from seml_hydra.store.sources import new_lease, release_lease
 
         hashes = [experiment_hash(to_bson_safe(p.config), p.launcher) for p in self.points]
         self.launcher._staging_started = True
@@ -360,10 +365,10 @@ class _Launch:
 
         import gridfs
 
-        from .documents import build_document, pick_seed, to_bson_safe
-        from .gitinfo import git_info
-        from .stage import next_batch_id, stage
-        from .submit import sbatch_options
+        from seml_hydra.core.documents import build_document, pick_seed, to_bson_safe
+        from seml_hydra.launch.gitinfo import git_info
+        from seml_hydra.launch.stage import next_batch_id, stage
+        from seml_hydra.launch.submit import sbatch_options
 
         fs = gridfs.GridFS(self.db)
         payload_id = str(
@@ -437,7 +442,7 @@ class _Launch:
             fs.delete(ObjectId(payload_id))
             self._delete_batch_sources(batch_id)  # nor this batch's snapshot: no document names it
         self._say_staged(result)
-        from .manage import refresh_collection_cache
+        from seml_hydra.manage.experiments import refresh_collection_cache
 
         refresh_collection_cache([self.collection_name], replace=False)  # shell completion
         return result
@@ -445,8 +450,8 @@ class _Launch:
     def _recover(self, hashes: Sequence[str]) -> None:
         """Points an earlier launch left PENDING without a job (it died during sbatch) are
         STAGED again, so this launch submits them (``submit.recover_interrupted_submissions``)."""
-        from .ranges import format_ids
-        from .submit import recover_interrupted_submissions
+        from seml_hydra.core.ranges import format_ids
+        from seml_hydra.launch.submit import recover_interrupted_submissions
 
         recovered = recover_interrupted_submissions(
             self.collection, {"config_hash": {"$in": sorted(set(hashes))}}
@@ -458,7 +463,7 @@ class _Launch:
             )
 
     def _say_staged(self, result: Any) -> None:
-        from .ranges import format_ids
+        from seml_hydra.core.ranges import format_ids
 
         where = f"collection [bold]{self.collection_name}[/] ({self.settings.describe()})"
         if result.new_ids:
@@ -485,8 +490,13 @@ class _Launch:
 
     # -- submission ------------------------------------------------------------------------
     def submit(self, result: Any) -> dict[str, tuple[Any, list[int]]]:
-        from .database import job_db_config, job_db_environment
-        from .submit import JobFilesError, SubmissionError, SubmitRequest, submit_requests
+        from seml_hydra.launch.submit import (
+            JobFilesError,
+            SubmissionError,
+            SubmitRequest,
+            submit_requests,
+        )
+        from seml_hydra.store.database import job_db_config, job_db_environment
 
         to_submit = set(result.to_submit)
         requests, seen = [], set()
@@ -534,8 +544,8 @@ class _Launch:
 
     # -- run --------------------------------------------------------------------------------
     def run(self) -> list[JobReturn]:
-        from .database import retrying
-        from .wait import Submission, job_return_from_document, wait_for
+        from seml_hydra.launch.wait import Submission, job_return_from_document, wait_for
+        from seml_hydra.store.database import retrying
 
         result = self.stage()
         jobs = self.submit(result)
@@ -597,7 +607,7 @@ def _base_for(db: Any, doc: dict[str, Any], base: dict[str, Any], payload_id: st
     stored = doc.get("seml", {}).get("payload_file")
     if stored in (None, payload_id):
         return base
-    from .run import hydra_base
+    from seml_hydra.job.runner import hydra_base
 
     try:
         return hydra_base(db, stored)

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import PurePath
 from typing import Any, TypedDict
 
-from . import states
+from seml_hydra.core import states
 
 #: ``seml.version``: the SEML schema our documents follow. SEML >= 0.5 silently "migrates" (rewrites)
 #: every document below [0, 5, 0] on any command, so this is SEML's version, not ours
@@ -89,7 +89,7 @@ def storable_result(value: Any) -> tuple[Any, list[str]]:
     other sequences lists; paths strings; other subclasses of ``str``/``int``/``float`` the plain
     type. Anything else (an open file, a model, an int beyond 64 bits) is stored as its ``repr``.
 
-    The run step writes the value as it is (``seml_hydra.run``: Sacred's own serializer would
+    The run step writes the value as it is (``seml_hydra.job.runner``: Sacred's own serializer would
     jsonpickle a ``datetime`` or a ``numpy.float64`` into a ``{"py/object": ...}`` dict).
 
     Returns ``(value, problems)``: ``problems`` names each replaced part (``"result.thing:
@@ -260,7 +260,9 @@ def overrides_to_nested(overrides: Sequence[str]) -> dict[str, Any]:
     Raises ``hydra.errors.OverrideParseException`` on a malformed override (Hydra has already
     rejected those before a launcher runs).
     """
-    from .compose import parse_override  # cached: a sweep repeats the same few strings
+    from seml_hydra.launch.compose import (
+        parse_override,  # cached: a sweep repeats the same few strings
+    )
 
     nested: dict[str, Any] = {}
     for override in (parse_override(text) for text in overrides):

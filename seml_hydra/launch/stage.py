@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import states
+from seml_hydra.core import states
 
 #: run fields Sacred and the run step write; cleared when a finished experiment is reset
 RUN_FIELDS = (
@@ -127,7 +127,7 @@ def _max_of(collection: Any, field_name: str) -> Callable[[], int]:
 
 def next_batch_id(db: Any, collection_name: str) -> int:
     """A new ``batch_id`` for a launch into ``collection_name`` (atomic counter)."""
-    from .database import next_ids
+    from seml_hydra.store.database import next_ids
 
     collection = db[collection_name]
     return next_ids(db, f"{collection_name}.batch_id", 1, floor=_max_of(collection, "batch_id"))[0]
@@ -157,7 +157,7 @@ def stage(
     New documents are written with ``insert_many``, :data:`INSERT_CHUNK` at a time; if one
     fails, the ones written are removed again, so no half-staged batch remains. Raises pymongo errors.
     """
-    from .database import next_ids
+    from seml_hydra.store.database import next_ids
 
     collection = db[collection_name]
     collection.create_index("config_hash")
@@ -210,7 +210,7 @@ def stage(
             )
             if result.modified_count:
                 if index in plan.rerun:  # the failed attempt's metrics must not mix in
-                    from .manage import delete_metrics
+                    from seml_hydra.manage.experiments import delete_metrics
 
                     delete_metrics(db, collection_name, [doc])
                 (rerun_ids if index in plan.rerun else resubmit_ids).append(doc["_id"])

@@ -48,7 +48,7 @@ def project_root(app_dir: str | Path, override: str | None = None) -> Path:
     ``app_dir`` itself."""
     if override:
         return Path(override).expanduser().resolve()
-    from .gitinfo import git_toplevel
+    from seml_hydra.launch.gitinfo import git_toplevel
 
     top = git_toplevel(app_dir)
     return Path(top).resolve() if top else Path(app_dir).resolve()
@@ -435,9 +435,9 @@ def _safe_name(text: str) -> str:
 
 def process_alive(pid: int, start: str | None) -> bool:
     """True when process ``pid`` runs and, if ``start`` is given and ``/proc`` tells, is the
-    process that had that start time (``seml_hydra.submit.process_start``), not a later one
+    process that had that start time (``seml_hydra.launch.submit.process_start``), not a later one
     with a wrapped pid."""
-    from .submit import process_start
+    from seml_hydra.launch.submit import process_start
 
     now = process_start(pid)
     if now is None:
@@ -543,7 +543,7 @@ def remove_stale_snapshots(base: Path, host: str, *, skip: str = "") -> list[str
 
 def snapshot_base() -> Path:
     """The private directory the snapshots of this user live in: the per-user runtime
-    directory (``seml_hydra.tunnel.runtime_dir``: mode 0700, checked with ``lstat`` to be a
+    directory (``seml_hydra.store.tunnel.runtime_dir``: mode 0700, checked with ``lstat`` to be a
     directory of this user that nobody else can write). When another user took the usual
     name first (``<tmp>/seml-hydra-<uid>``), that one warns and uses a directory under the
     home, else a fresh one of this process: nothing is imported from the taken one.
@@ -552,7 +552,7 @@ def snapshot_base() -> Path:
     ``$SEML_HYDRA_RUNTIME_DIR`` names one that is not private (another user made it, it is
     open to others, or it is a symlink): nothing is imported from it.
     """
-    from .tunnel import RuntimeDirError, runtime_dir
+    from seml_hydra.store.tunnel import RuntimeDirError, runtime_dir
 
     try:
         return runtime_dir()
@@ -594,15 +594,15 @@ def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -
 
     from filelock import FileLock, Timeout
 
-    from .database import retrying
-    from .tunnel import private_dir_problem
+    from seml_hydra.store.database import retrying
+    from seml_hydra.store.tunnel import private_dir_problem
 
     base = snapshot_base()
     host = socket.gethostname()
     stem = f"{SNAPSHOT_PREFIX}{_safe_name(job_key)}-{_safe_name(host)}"
     registry = base / f"{stem}.json"
     lock = FileLock(str(base / f"{stem}.lock"), timeout=LOCK_TIMEOUT_S)
-    from .submit import process_start
+    from seml_hydra.launch.submit import process_start
 
     me = [os.getpid(), process_start(os.getpid())]
     created = False

@@ -46,7 +46,9 @@ def _resource_filename(package: str, resource: str) -> str:
 
 def _stand_in() -> types.ModuleType:
     """The module Sacred binds as ``pkg_resources`` (see the module docstring)."""
-    module = types.ModuleType("pkg_resources", "seml_hydra stand-in; see seml_hydra.sacred_compat")
+    module = types.ModuleType(
+        "pkg_resources", "seml_hydra stand-in; see seml_hydra.job.sacred_compat"
+    )
     module.resource_filename = _resource_filename  # type: ignore[attr-defined]
     module.__getattr__ = lambda name: getattr(_real_pkg_resources(), name)  # type: ignore
     return module
