@@ -209,14 +209,14 @@ def test_claimed_experiment_that_cannot_start_is_failed_not_left_running(
 ):
     """Claimed, then the setup fails (here: the batch payload is gone from GridFS): the
     experiment is FAILED with this rank's trace, and the job fails."""
-    from seml_hydra.job.runner import ExperimentsFailed
+    from seml_hydra.job.runner import RankExperimentsFailed
 
     coll = test_db["claims"]
     insert(coll, states.PENDING, hydra={"node_diff": []})
     for key, value in {**slurm_env(THIS_JOB), "SLURM_NTASKS": "1"}.items():
         monkeypatch.setenv(key, value)
     runner = JobRunner(db_cfg=None, collection="claims", payload_id="0123456789abcdef01234567")
-    with pytest.raises(ExperimentsFailed, match="experiment"):
+    with pytest.raises(RankExperimentsFailed, match="experiment"):
         runner([1])
     doc = coll.find_one({"_id": 1})
     assert doc["status"] == states.FAILED

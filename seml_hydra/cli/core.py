@@ -15,7 +15,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from seml_hydra.core import states
+from seml_hydra.core import errors, states
 
 ROOT_PANEL = "Commands without a collection: seml COMMAND"
 COLLECTION_PANEL = "Commands on a collection: seml COLLECTION COMMAND"
@@ -79,18 +79,10 @@ class SemlGroup(TyperGroup):
 
 
 def user_error_message(error: BaseException) -> str | None:
-    """The one-line message of an error meant for the user, None for a bug (re-raised)."""
-    from seml_hydra.launch.submit import SubmissionError
-    from seml_hydra.manage.experiments import ManageError
-    from seml_hydra.slurm.client import SlurmError
-    from seml_hydra.store.database import DatabaseError
-
-    if isinstance(error, (ManageError, DatabaseError, SlurmError, SubmissionError)):
-        return _escape(str(error))
-    module = type(error).__module__ or ""
-    if module.startswith(("pymongo", "gridfs", "bson")):
-        return _escape(f"MongoDB: {error}")
-    return None
+    """The one-line message of an error meant for the user, escaped for rich markup; None for a
+    bug (re-raised). Which errors are the user's: ``core.errors.user_error_message``."""
+    message = errors.user_error_message(error)
+    return None if message is None else _escape(message)
 
 
 def _escape(text: str) -> str:

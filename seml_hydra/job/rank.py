@@ -39,6 +39,8 @@ from importlib.util import find_spec
 from numbers import Integral
 from typing import Any
 
+from seml_hydra.core.errors import UserError
+
 __all__ = [
     "RankEnvironmentError",
     "RankPlan",
@@ -63,7 +65,7 @@ _TORCH_SEED_MODULUS = 2**64
 _INT_RE = re.compile(r"-?[0-9]+")
 
 
-class RankEnvironmentError(ValueError):
+class RankEnvironmentError(UserError, ValueError):
     """An environment variable needed to place this rank is missing or malformed.
 
     The message always names the variable, its value (or that it is not set) and what was

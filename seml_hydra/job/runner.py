@@ -61,7 +61,7 @@ class ExperimentInterrupted(RuntimeError):
     into a requeue; the experiment is recorded FAILED with this message."""
 
 
-class ExperimentsFailed(RuntimeError):
+class RankExperimentsFailed(RuntimeError):
     """Raised at the end of a job whose experiments failed on this rank: makes the job exit
     non-zero. The traces are in the documents (``fail_trace``)."""
 
@@ -381,7 +381,7 @@ class JobRunner:
         """Run the experiments ``exp_ids`` one after another on this rank.
 
         Returns one outcome per experiment (``"COMPLETED"``, ``"FAILED"`` or ``"SKIPPED: why"``).
-        Raises :class:`ExperimentsFailed` after the last one when any failed on this rank.
+        Raises :class:`RankExperimentsFailed` after the last one when any failed on this rank.
         """
         from seml_hydra.store.database import connect, resolve_db_settings, skip_exit_join
 
@@ -397,7 +397,7 @@ class JobRunner:
             skip_exit_join()  # every write of this task is done
         failed = [str(i) for i, o in zip(exp_ids, outcomes) if o == states.FAILED]
         if failed:
-            raise ExperimentsFailed(
+            raise RankExperimentsFailed(
                 f"experiment(s) {', '.join(failed)} of collection {self.collection!r} failed; "
                 f"see `seml {self.collection} print-fail-trace -id {failed[0]}`"
             )

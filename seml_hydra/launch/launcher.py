@@ -18,6 +18,8 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf
 
+from seml_hydra.core.errors import UserError
+
 log = logging.getLogger(__name__)
 
 #: seconds between two checks of the scheduler for dead jobs while waiting
@@ -30,7 +32,7 @@ RETURN_AGNOSTIC_SWEEPERS = (
 )
 
 
-class LaunchError(Exception):
+class LaunchError(UserError):
     """A user mistake or an environment problem, reported as one clear message (no traceback)."""
 
 
@@ -72,17 +74,15 @@ class SemlLauncher(Launcher):
         """Stage, submit and (with ``wait=true``) wait for the points; returns one ``JobReturn``
         per point in input order. A user mistake prints one message and exits with status 1."""
         from rich.console import Console
-
-        from seml_hydra.launch.submit import SubmissionError
-        from seml_hydra.store.database import DatabaseError
+        from rich.markup import escape
 
         console = Console(highlight=False, soft_wrap=True)
         self._staging_started = False  # set by _Launch.stage: from then on documents may exist
         try:
             return self._launch(job_overrides, initial_job_idx, console)
-        except (LaunchError, DatabaseError, SubmissionError) as error:
+        except UserError as error:
             Console(stderr=True, highlight=False, soft_wrap=True).print(
-                f"[bold red]Error:[/] {error}"
+                f"[bold red]Error:[/] {escape(str(error))}"
             )
             raise SystemExit(1) from None
         except Exception as error:

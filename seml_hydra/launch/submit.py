@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ LEAKY_ENV_NAMES = (
 )
 
 
-class SubmissionError(Exception):
+class SubmissionError(UserError):
     """sbatch (or the local executor) refused the submission; the message is for the user."""
 
 

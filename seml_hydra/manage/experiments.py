@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.core.errors import UserError
 from seml_hydra.store.database import METRICS_PREFIX, metrics_collection_name
 
 #: collections that are not experiment collections (never listed, dropped or completed)
@@ -56,7 +57,7 @@ SUBMISSION_SBATCH_OPTIONS = ("job-name", "output", "array", "comment")
 CANCEL_MARK = "execution.cancel_time"
 
 
-class ManageError(Exception):
+class ManageError(UserError):
     """A problem explained for the user (the CLI prints ``str(err)`` in one line, exit 1)."""
 
 

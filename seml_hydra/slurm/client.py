@@ -34,6 +34,8 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from seml_hydra.core.errors import UserError
+
 __all__ = [
     "ALIVE_STATES",
     "COMPACT_STATE_CODES",
@@ -774,7 +776,7 @@ def parse_sacct(
 # --------------------------------------------------------------------------------------------
 
 
-class SlurmError(Exception):
+class SlurmError(UserError):
     """A Slurm command failed, timed out, or is not installed.
 
     Attributes: ``cmd`` (the argument list), ``returncode`` (None if it did not run to the

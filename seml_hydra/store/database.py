@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from seml_hydra.core.errors import UserError
+
 if TYPE_CHECKING:
     import pymongo
     import pymongo.collection
@@ -122,7 +124,7 @@ _HOW_TO_CONFIGURE = (
 )
 
 
-class DatabaseError(Exception):
+class DatabaseError(UserError):
     """A database problem explained for the user.
 
     The message is complete and never contains a password; callers print ``str(err)`` and

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from seml_hydra.core.errors import UserError
+
 #: files larger than this are not snapshotted (and reported), in KB
 DEFAULT_MAX_FILE_KB = 1024
 #: config files taken from the Hydra config directory
@@ -29,7 +31,7 @@ CONFIG_SUFFIXES = (".yaml", ".yml")
 _PACKAGE_DIRS = ("site-packages", "dist-packages")
 
 
-class SourceSnapshotError(RuntimeError):
+class SourceSnapshotError(UserError, RuntimeError):
     """The snapshot cannot be stored or written; the message says where and why."""
 
 

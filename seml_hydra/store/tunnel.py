@@ -42,6 +42,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from seml_hydra.core.errors import UserError
+
 __all__ = [
     "TunnelError",
     "close_tunnels",
@@ -58,7 +60,7 @@ SECRET_KEYS = ("ssh_password", "ssh_private_key_password")
 KEEPER_INTERVAL_S = 1.0
 
 
-class TunnelError(Exception):
+class TunnelError(UserError):
     """The tunnel cannot be opened; the message is for the user and holds no secret."""
 
 

@@ -1,0 +1,57 @@
+"""One user-error base class: every error a user can cause derives from ``UserError``, and the
+launcher and the ``seml`` command decide "message or traceback" by that one class."""
+
+import pytest
+
+from seml_hydra.core.errors import UserError, user_error_message
+from seml_hydra.job.rank import RankEnvironmentError
+from seml_hydra.launch.launcher import LaunchError
+from seml_hydra.launch.submit import JobFilesError, SubmissionError
+from seml_hydra.manage.experiments import ManageError
+from seml_hydra.slurm.client import SlurmError
+from seml_hydra.store.database import DatabaseError, InvalidCollectionName
+from seml_hydra.store.sources import SourceSnapshotError
+from seml_hydra.store.tunnel import RuntimeDirError, TunnelError
+
+USER_ERRORS = [
+    LaunchError,
+    DatabaseError,
+    InvalidCollectionName,
+    ManageError,
+    SlurmError,
+    SubmissionError,
+    JobFilesError,
+    SourceSnapshotError,
+    TunnelError,
+    RuntimeDirError,
+    RankEnvironmentError,
+]
+
+
+@pytest.mark.parametrize("cls", USER_ERRORS, ids=lambda c: c.__name__)
+def test_every_user_error_derives_from_the_one_base_class(cls):
+    assert issubclass(cls, UserError)
+
+
+def test_a_user_errors_message_is_its_text():
+    assert user_error_message(ManageError("unknown id 7")) == "unknown id 7"
+    error = SlurmError(["squeue", "-u", "me"], "failed", returncode=1, stderr="down")
+    assert user_error_message(error) == "`squeue -u me` failed: down"
+    error = RankEnvironmentError("SLURM_PROCID", None, "the global rank")
+    assert user_error_message(error) == "SLURM_PROCID is not set; expected the global rank"
+
+
+def test_a_bug_gets_no_message_and_a_mongodb_error_is_named():
+    import pymongo.errors
+
+    assert user_error_message(KeyError("x")) is None
+    assert user_error_message(pymongo.errors.OperationFailure("not authorized")) == (
+        "MongoDB: not authorized"
+    )
+
+
+def test_the_cli_escapes_markup_in_a_user_error():
+    from seml_hydra.cli.core import user_error_message as cli_message
+
+    assert cli_message(ManageError("bad [bold]id[/bold]")) == "bad \\[bold]id\\[/bold]"
+    assert cli_message(ValueError("bug")) is None
