@@ -546,7 +546,8 @@ def test_recovery_leaves_the_unrecorded_array_of_a_live_submission_of_the_batch_
     import os
     import socket
 
-    from seml_hydra.launch.submit import process_start, recover_interrupted_submissions
+    from seml_hydra.core.processes import process_start
+    from seml_hydra.launch.submit import recover_interrupted_submissions
 
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.store.database import is_connection_error, retrying, short_reason
+from seml_hydra.store.retry import is_connection_error, retrying, short_reason
 
 log = logging.getLogger(__name__)
 
@@ -383,7 +383,8 @@ class JobRunner:
         Returns one outcome per experiment (``"COMPLETED"``, ``"FAILED"`` or ``"SKIPPED: why"``).
         Raises :class:`RankExperimentsFailed` after the last one when any failed on this rank.
         """
-        from seml_hydra.store.database import connect, resolve_db_settings, skip_exit_join
+        from seml_hydra.store.client import connect, skip_exit_join
+        from seml_hydra.store.settings import resolve_db_settings
 
         db = connect(resolve_db_settings(self.db_cfg, start_embedded=False), retry=True)
         collection = db[self.collection]
@@ -454,8 +455,8 @@ class JobRunner:
 
     def _run_one(self, db: Any, collection: Any, exp_id: int, execution: dict[str, Any]) -> str:
         """Claim experiment ``exp_id`` and run it, inside its code snapshot when it has one
-        (``seml_hydra.store.sources.materialized``: once per node, removed afterwards)."""
-        from seml_hydra.store import sources
+        (``seml_hydra.store.snapshot.materialized``: once per node, removed afterwards)."""
+        from seml_hydra.store.snapshot import SourceSnapshotError, materialized
 
         doc, why = claim_after_earlier_run(
             collection,
@@ -471,9 +472,9 @@ class JobRunner:
             return self._run_claimed(db, collection, doc)
         job_key = f"{execution['cluster']}_{execution['array_id']}_{execution['task_id']}"
         try:
-            snapshot = sources.materialized(db, source_files, job_key)
+            snapshot = materialized(db, source_files, job_key)
             directory = snapshot.__enter__()
-        except sources.SourceSnapshotError:
+        except SourceSnapshotError:
             where = _rank_from_env(os.environ)
             log.exception("Experiment %s could not start on rank %s", exp_id, where)
             _record_rank_failure(collection, exp_id, where, traceback.format_exc())
@@ -836,7 +837,7 @@ def _run_observed(
 
     from seml_hydra.job import metrics
     from seml_hydra.job.sacred_compat import experiment
-    from seml_hydra.store.database import metrics_collection_name
+    from seml_hydra.store.collections import metrics_collection_name
 
     # the app's own sources are snapshotted by seml-hydra and its git state is in the
     # document's ``git`` block: the Experiment discovers neither

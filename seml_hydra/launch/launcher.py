@@ -86,7 +86,7 @@ class SemlLauncher(Launcher):
             )
             raise SystemExit(1) from None
         except Exception as error:
-            from seml_hydra.store.database import is_connection_error, short_reason
+            from seml_hydra.store.retry import is_connection_error, short_reason
 
             if not is_connection_error(error):
                 raise
@@ -112,7 +112,9 @@ class SemlLauncher(Launcher):
     ) -> list[JobReturn]:
         from seml_hydra.launch.compose import compose_points
         from seml_hydra.launch.submit import validate_launcher
-        from seml_hydra.store.database import connect, resolve_db_settings, validate_collection_name
+        from seml_hydra.store.client import connect
+        from seml_hydra.store.collections import validate_collection_name
+        from seml_hydra.store.settings import resolve_db_settings
 
         params = self.params
         _warn_password_on_command_line(sys.argv[1:], console)
@@ -181,7 +183,7 @@ def mask_db_credentials(config: Any) -> None:
     is left alone."""
     from omegaconf import open_dict, read_write
 
-    from seml_hydra.store.database import mask_credentials
+    from seml_hydra.store.masking import mask_credentials
 
     hydra = config.get("hydra") if OmegaConf.is_dict(config) else None
     if hydra is None:
@@ -211,7 +213,7 @@ def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
 
     Pure: returns ``hydra`` itself when nothing is to mask, else a copy of the changed path only
     (points share sub-dicts). Raises nothing."""
-    from seml_hydra.store.database import mask_credentials
+    from seml_hydra.store.masking import mask_credentials
 
     out = hydra
     launcher = hydra.get("launcher")
@@ -228,7 +230,7 @@ def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
 
 
 def _warn_password_on_command_line(argv: Sequence[str], console: Any) -> None:
-    from seml_hydra.store.database import mask_credentials
+    from seml_hydra.store.masking import mask_credentials
 
     if any(mask_credentials(arg) != arg for arg in argv):
         console.print(
@@ -277,7 +279,7 @@ class _Launch:
         }
 
     def _seml_doc(self, payload_id: str) -> dict[str, Any]:
-        from seml_hydra.store.database import mask_credentials
+        from seml_hydra.store.masking import mask_credentials
 
         point = self.points[0]
         return {
@@ -366,9 +368,9 @@ class _Launch:
         import gridfs
 
         from seml_hydra.core.documents import build_document, pick_seed, to_bson_safe
-        from seml_hydra.launch.gitinfo import git_info
         from seml_hydra.launch.stage import next_batch_id, stage
         from seml_hydra.launch.submit import sbatch_options
+        from seml_hydra.store.gitinfo import git_info
 
         fs = gridfs.GridFS(self.db)
         payload_id = str(
@@ -496,7 +498,7 @@ class _Launch:
             SubmitRequest,
             submit_requests,
         )
-        from seml_hydra.store.database import job_db_config, job_db_environment
+        from seml_hydra.store.job_db import job_db_config, job_db_environment
 
         to_submit = set(result.to_submit)
         requests, seen = [], set()
@@ -545,7 +547,7 @@ class _Launch:
     # -- run --------------------------------------------------------------------------------
     def run(self) -> list[JobReturn]:
         from seml_hydra.launch.wait import Submission, job_return_from_document, wait_for
-        from seml_hydra.store.database import retrying
+        from seml_hydra.store.retry import retrying
 
         result = self.stage()
         jobs = self.submit(result)

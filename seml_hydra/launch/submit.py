@@ -24,6 +24,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
+from seml_hydra.core.processes import process_alive, process_start
 
 log = logging.getLogger(__name__)
 
@@ -311,29 +312,6 @@ def clean_environment(extra: Mapping[str, str] | None = None) -> Iterator[None]:
 SUBMIT_TIMEOUT_S = 600.0
 
 
-def process_start(pid: int) -> str | None:
-    """The start time of running process ``pid`` (Linux: field 22 of ``/proc/<pid>/stat``), which
-    tells it from a later process with the same pid; ``""`` for an existing pid where there is
-    no ``/proc``; None when no such process runs (a zombie does not run)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        if os.path.exists("/proc/self/stat"):
-            return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass
-        return ""
-    except OSError:
-        return None
-    state, *fields = stat.rsplit(")", 1)[1].split()
-    return None if state in ("Z", "X") else fields[18]
-
-
 def submission_mark(folder: str | None = None) -> dict[str, Any]:
     """``slurm[0].submitting`` of the experiments this process is about to submit: host, pid,
     process start, time, a random ``token`` unique to this submission, and the submitit
@@ -362,7 +340,8 @@ def submitter_gone(mark: Mapping[str, Any]) -> bool:
 
     if mark.get("host") == socket.gethostname():
         try:
-            return process_start(int(mark["pid"])) != mark.get("started")
+            started = mark.get("started")
+            return started is None or not process_alive(int(mark["pid"]), started)
         except (KeyError, TypeError, ValueError):
             return True
     since = mark.get("time")
@@ -627,7 +606,7 @@ def submit_group(
     # recovered "interrupted submission" would be submitted a second time)
     # ... and a MongoDB outage now must not lose the record either (the writes are $sets,
     # filtered on this submission's mark: safe to repeat)
-    from seml_hydra.store.database import retrying
+    from seml_hydra.store.retry import retrying
 
     finish_despite_interrupt(
         lambda: retrying(

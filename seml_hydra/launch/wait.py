@@ -164,7 +164,7 @@ def wait_for(
     from rich.live import Live
     from rich.text import Text
 
-    from seml_hydra.store.database import retrying, short_reason
+    from seml_hydra.store.retry import retrying, short_reason
 
     unique = sorted(set(ids))
     pending_jobs = dict(jobs)

@@ -25,11 +25,9 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
-from seml_hydra.store.database import METRICS_PREFIX, metrics_collection_name
+from seml_hydra.store.collections import is_reserved_collection, metrics_collection_name
 
 #: collections that are not experiment collections (never listed, dropped or completed)
-HIDDEN_COLLECTIONS = ("seml_hydra_counters", "metrics")
-HIDDEN_PREFIXES = ("fs.", "system.", METRICS_PREFIX)
 #: destructive commands ask for confirmation above this many experiments (SEML's threshold)
 CONFIRM_THRESHOLD = 10
 #: a heartbeat younger than this (seconds) proves a run alive when Slurm has no record of its
@@ -175,7 +173,7 @@ class Selection:
 def is_listed_collection(name: str) -> bool:
     """Whether ``name`` is an experiment collection to show (not counters, GridFS, metrics,
     ``seml_hydra_metrics.*``)."""
-    return name not in HIDDEN_COLLECTIONS and not name.startswith(HIDDEN_PREFIXES)
+    return not is_reserved_collection(name)
 
 
 #: the state shown for documents whose ``status`` is not a string (forged or broken)
@@ -785,14 +783,15 @@ def terminal_safe(text: str) -> str:
 
 def connect_db() -> Any:
     """The pymongo database, resolved as everywhere (env, SEML config, embedded)."""
-    from seml_hydra.store.database import connect, resolve_db_settings
+    from seml_hydra.store.client import connect
+    from seml_hydra.store.settings import resolve_db_settings
 
     return connect(resolve_db_settings(None))
 
 
 def get_collection(db: Any, name: str, *, must_exist: bool = True) -> Any:
     """Collection ``name`` of ``db``; raises ManageError when it does not exist."""
-    from seml_hydra.store.database import validate_collection_name
+    from seml_hydra.store.collections import validate_collection_name
 
     validate_collection_name(name)
     if must_exist and name not in db.list_collection_names(filter={"name": name}):
@@ -1402,7 +1401,7 @@ def _delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> 
     """Delete the code snapshot files of collection ``name`` (``metadata.type: source_file``,
     written by SEML 0.5 or by us) that no experiment of the collection refers to any more;
     with ``only``, just those of these file ids. A file a launch has just reused (leased,
-    ``sources.delete_unused_files``) is kept."""
+    ``seml_hydra.store.sources.delete_unused_files``) is kept."""
     from seml_hydra.store.sources import delete_unused_files
 
     def used() -> set[str]:
@@ -1420,7 +1419,7 @@ def _delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> 
 def _delete_orphan_payloads(db: Any, name: str, only: set[str] | None = None) -> None:
     """Delete the batch payloads of collection ``name`` no experiment refers to any more; with
     ``only``, just those of these file ids. The payload of a launch still staging (leased,
-    ``sources.delete_unused_files``) is kept."""
+    ``seml_hydra.store.sources.delete_unused_files``) is kept."""
     from seml_hydra.store.sources import delete_unused_files
 
     def used() -> set[str]:
@@ -1464,7 +1463,7 @@ def drop(db: Any, names: Sequence[str]) -> None:
     """Drop collections: cancel their active experiments, drop them, their payloads, their
     metrics (``database.metrics_collection_name``, and their entries in the shared ``metrics``)
     and their id counters, and forget them in the completion cache."""
-    from seml_hydra.store.database import COUNTERS_COLLECTION
+    from seml_hydra.store.collections import COUNTERS_COLLECTION
 
     for name in names:
         if not is_listed_collection(name):
@@ -1637,7 +1636,8 @@ def start(
     directory (jobs start where the sweep was launched). Raises ``SubmissionError`` when sbatch
     refuses (those experiments stay STAGED)."""
     from seml_hydra.launch.submit import submit_requests
-    from seml_hydra.store.database import job_db_config, job_db_environment, resolve_db_settings
+    from seml_hydra.store.job_db import job_db_config, job_db_environment
+    from seml_hydra.store.settings import resolve_db_settings
 
     q = and_(query, {"status": {"$in": _state_values([states.STAGED])}})
     docs = list(db[collection_name].find(q).sort("_id", 1))
@@ -1738,8 +1738,8 @@ def snapshot_for(collection: Any, query: Mapping[str, Any]) -> list[list[Any]]:
 def restore_sources(collection: Any, files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
     """Write a snapshot from :func:`snapshot_for` into ``target`` (SEML's ``restore-sources``,
     later ``download-sources``); returns the files written: files already there with the
-    snapshot's content are kept (``sources.write_sources``). Raises :class:`ManageError`."""
-    from seml_hydra.store.sources import SourceSnapshotError, write_sources
+    snapshot's content are kept (``seml_hydra.store.snapshot.write_sources``). Raises :class:`ManageError`."""
+    from seml_hydra.store.snapshot import SourceSnapshotError, write_sources
 
     target.mkdir(parents=True, exist_ok=True)
     try:
@@ -1749,10 +1749,10 @@ def restore_sources(collection: Any, files: Sequence[Sequence[Any]], target: Pat
 
 
 def foreign_files(collection: Any, files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
-    """The files in ``target`` that are not the snapshot's (``sources.foreign_files``): a
+    """The files in ``target`` that are not the snapshot's (``seml_hydra.store.snapshot.foreign_files``): a
     restore there mixes with or overwrites them. Raises :class:`ManageError`."""
-    from seml_hydra.store.sources import SourceSnapshotError
-    from seml_hydra.store.sources import foreign_files as foreign
+    from seml_hydra.store.snapshot import SourceSnapshotError
+    from seml_hydra.store.snapshot import foreign_files as foreign
 
     try:
         return foreign(collection.database, files, target)

@@ -85,10 +85,11 @@ def get_results(
                 "get_results(to_data_frame=True) needs pandas: pip install 'seml-hydra[pandas]'"
             ) from None
     if db is None:
-        from seml_hydra.store.database import connect, resolve_db_settings
+        from seml_hydra.store.client import connect
+        from seml_hydra.store.settings import resolve_db_settings
 
         db = connect(resolve_db_settings(None))
-    from seml_hydra.store.database import validate_collection_name
+    from seml_hydra.store.collections import validate_collection_name
 
     validate_collection_name(collection)
     query = {"status": "COMPLETED"} if filter is None else dict(filter)
@@ -138,11 +139,12 @@ def get_metrics(
     from bson import ObjectId
     from bson.errors import InvalidId
 
-    from seml_hydra.store.database import metrics_collection_name, validate_collection_name
+    from seml_hydra.store.collections import metrics_collection_name, validate_collection_name
 
     validate_collection_name(collection)
     if db is None:
-        from seml_hydra.store.database import connect, resolve_db_settings
+        from seml_hydra.store.client import connect
+        from seml_hydra.store.settings import resolve_db_settings
 
         db = connect(resolve_db_settings(None))
     query = {} if ids is None else {"_id": {"$in": list(ids)}}
