@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from seml_hydra.core.errors import UserError
+from seml_hydra.core.processes import run_captured
 
 __all__ = [
     "ALIVE_STATES",
@@ -835,17 +836,7 @@ def run_slurm(args: Sequence[str], timeout_s: float = 30) -> str:
         raise TypeError("run_slurm needs a non-empty argument list, not a string")
     cmd = [str(a) for a in args]
     try:
-        proc = subprocess.run(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            timeout=timeout_s,
-            env=_slurm_env(),
-            check=False,
-        )
+        proc = run_captured(cmd, timeout_s, env=_slurm_env())
     except FileNotFoundError as e:
         raise SlurmError(
             cmd,
