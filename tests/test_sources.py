@@ -668,7 +668,7 @@ def test_a_real_launch_survives_a_delete_or_drop_while_it_stages(test_db, tmp_pa
             [
                 "import runpy, sys",
                 "import seml_hydra.launch.stage as st",
-                "from seml_hydra import manage",
+                "from seml_hydra.manage import experiments as manage",
                 "from seml_hydra.store.client import connect",
                 "from seml_hydra.store.settings import resolve_db_settings",
                 "real = st.stage",
