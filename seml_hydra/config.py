@@ -18,7 +18,7 @@ LOCAL_LAUNCHER_TARGET = "hydra_plugins.seml_launcher.seml_launcher.SemlLocalLaun
 
 @dataclass
 class DbConf:
-    """Where the experiment documents go. All ``None``: see ``seml_hydra.store.database`` for the order
+    """Where the experiment documents go. All ``None``: see ``seml_hydra.store.settings`` for the order
     (environment variable ``SEML_MONGODB_URI``, ``~/.config/seml/mongodb.config``, embedded)."""
 
     # a MongoDB URI, e.g. mongodb://user:pass@host:27017/seml

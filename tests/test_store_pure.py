@@ -57,3 +57,15 @@ def test_scrub_leaves_text_without_secrets_alone():
     assert scrub("hydra/launcher=seml at 127.0.0.1:27017", ["", None]) == (
         "hydra/launcher=seml at 127.0.0.1:27017"
     )
+
+
+def test_the_names_refused_as_the_seml_commands_own_are_its_root_commands():
+    """``CLI_WORDS`` (refused as collection names: ``seml NAME ...`` would run the command) is
+    the ``seml`` command's own list of root commands, not a second list that can drift."""
+    import typer
+
+    from seml_hydra.cli.app import app
+    from seml_hydra.store.collections import CLI_WORDS
+
+    root = typer.main.get_command(app)
+    assert set(root.commands) == set(CLI_WORDS)

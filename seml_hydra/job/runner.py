@@ -360,9 +360,9 @@ class JobRunner:
     """The picklable callable each array task runs: ``JobRunner(...)(exp_ids)``.
 
     Attributes:
-        db_cfg: the database inputs (``seml_hydra.store.database.resolve_db_settings``), resolved again
+        db_cfg: the database inputs (``seml_hydra.store.settings.resolve_db_settings``), resolved again
             on the node the way the launcher did; never holds a password (a URL's password
-            reaches the job in its environment: ``seml_hydra.store.database.job_db_environment``).
+            reaches the job in its environment: ``seml_hydra.store.job_db.job_db_environment``).
         collection: the collection name.
         payload_id: GridFS file id of the batch's :class:`Payload`.
         primary_log_level, other_log_level: log levels (names) of the primary and other ranks.
@@ -650,7 +650,7 @@ def _rank_from_env(env: Mapping[str, str]) -> str:
 def _record_rank_failure(collection: Any, exp_id: int, global_rank: Any, trace: str) -> None:
     """Append this rank's failure to ``rank_failures`` (a field Sacred's observer never holds).
 
-    The ``$push`` is made idempotent for :func:`~seml_hydra.store.database.retrying`: the failure
+    The ``$push`` is made idempotent for :func:`~seml_hydra.store.retry.retrying`: the failure
     carries a random ``id`` and the filter requires it absent, so a retry of a push that reached
     the server before the connection dropped adds nothing."""
     import uuid
@@ -827,7 +827,7 @@ def _run_observed(
     writes it back with ``$set`` on every heartbeat, which would undo fields other processes
     change meanwhile (``slurm``, a CLI's INTERRUPTED). So the observer's entry starts from
     ``{"_id": ...}`` alone and only ever holds the fields Sacred owns. Metrics go to the
-    collection's own metrics collection (``database.metrics_collection_name``), and the result
+    collection's own metrics collection (``collections.metrics_collection_name``), and the result
     is written as the task returned it (already plain: ``documents.storable_result``), not
     through Sacred's jsonpickle ``flatten``.
     """
@@ -864,7 +864,7 @@ def _run_observed(
         Rides out an unreachable MongoDB: a heartbeat that cannot be saved logs one line and
         the next one saves again (the entry holds everything); metrics that could not be sent
         go with the next heartbeat; the final save (result, captured output, status) is retried
-        through ``seml_hydra.store.database.retrying`` (Sacred 0.8.7 gives up after a few attempts
+        through ``seml_hydra.store.retry.retrying`` (Sacred 0.8.7 gives up after a few attempts
         and leaves the run in a pickle on the node). One lock orders the heartbeat thread's
         saves and the final save, and no heartbeat writes after the final save."""
 

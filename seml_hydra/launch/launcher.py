@@ -203,13 +203,13 @@ def mask_db_credentials(config: Any) -> None:
 
 def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
     """A resolved ``hydra`` node (plain containers, a ``compose.SweepPoint.hydra``) with the
-    password of MongoDB URLs masked (``database.mask_credentials``) in ``launcher.db.url`` and
+    password of MongoDB URLs masked (``masking.mask_credentials``) in ``launcher.db.url`` and
     in the strings of ``overrides.hydra``: what every point's documents, its ``.hydra/*.yaml``
     on the node and the payload's ``metadata.hydra_base`` are built from. A URL given in a
     config file (a config group such as ``+db=secret`` with ``# @package hydra.launcher``, or
     the app's primary config) is composed again for each point, after :meth:`SemlLauncher.setup`
     masked the launch's own config. The jobs still get the password, from the launcher's own
-    settings (``database.job_db_environment``).
+    settings (``job_db.job_db_environment``).
 
     Pure: returns ``hydra`` itself when nothing is to mask, else a copy of the changed path only
     (points share sub-dicts). Raises nothing."""

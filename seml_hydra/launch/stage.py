@@ -4,7 +4,7 @@ A point whose ``config_hash`` is already in the collection is not staged again (
 ``remove_duplicates``): STAGED experiments are submitted with this launch, PENDING/RUNNING/
 RESCHEDULED/COMPLETED ones are awaited or returned, FAILED/KILLED/INTERRUPTED ones are reset to
 STAGED and run again (their metrics deleted). ``force`` stages a new copy anyway. ``_id`` and ``batch_id`` come from atomic
-counters (``database.next_ids``), never from ``max + 1``.
+counters (``collections.next_ids``), never from ``max + 1``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Documents go to PENDING just before ``sbatch`` (so a job that starts at once can claim them),
 marked with the submitting process (``slurm[0].submitting``), and back to STAGED if submission
 fails; after ``sbatch`` they record ``slurm[0].array_id``, ``num_tasks`` and the sbatch options
-used instead of the mark (a MongoDB outage at that moment is ridden out: ``database.retrying``).
+used instead of the mark (a MongoDB outage at that moment is ridden out: ``retry.retrying``).
 A submission whose process died in between is undone by the next one, which cancels the array
 its sbatch may have left
 (:func:`recover_interrupted_submissions`). The array's ``--comment`` is the collection (``seml
@@ -287,7 +287,7 @@ def chunk(ids: Sequence[int], size: int) -> list[list[int]]:
 @contextlib.contextmanager
 def clean_environment(extra: Mapping[str, str] | None = None) -> Iterator[None]:
     """Temporarily drop the variables a job must not inherit (sbatch exports the environment)
-    and set ``extra`` (e.g. ``seml_hydra.store.database.job_db_environment``: a secret reaches the job
+    and set ``extra`` (e.g. ``seml_hydra.store.job_db.job_db_environment``: a secret reaches the job
     through the environment of ``sbatch`` / the local job process, never a file or a command
     line); everything is restored afterwards."""
     extra = dict(extra or {})
@@ -668,7 +668,7 @@ def submit_requests(
     are back to STAGED; groups submitted before it stay submitted), and before any sbatch when
     a value that would go into a job script holds a control character. ``db_cfg`` (pickled with
     the runner: no secret) and ``job_env`` (the jobs' environment: the secret, if any) come from
-    ``seml_hydra.store.database.job_db_config`` / ``job_db_environment``.
+    ``seml_hydra.store.job_db.job_db_config`` / ``job_db_environment``.
     """
     from seml_hydra.job.runner import JobRunner
 

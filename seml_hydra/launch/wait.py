@@ -157,7 +157,7 @@ def wait_for(
     on Ctrl-C after saying how to follow the experiments; nothing is cancelled.
 
     While MongoDB is unreachable every database step is retried
-    (``seml_hydra.store.database.retrying``: up to ``SEML_MONGODB_RETRY_S``, 300 s by default, per
+    (``seml_hydra.store.retry.retrying``: up to ``SEML_MONGODB_RETRY_S``, 300 s by default, per
     step) and the console says once that the launcher waits for the database, and when it is
     back; past that budget the connection error is raised.
     """

@@ -1373,7 +1373,7 @@ def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> 
 def delete_metrics(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> None:
     """Delete the metric documents of the runs ``docs`` (each with ``_id`` and, when it has
     any, ``info.metrics``) of collection ``name``: those of the collection's own metrics
-    collection (``database.metrics_collection_name``) by ``run_id``, and the entries of
+    collection (``collections.metrics_collection_name``) by ``run_id``, and the entries of
     ``info.metrics`` by their ids in the shared ``metrics`` collection (where runs before
     per-collection metrics, and SEML's, wrote; ``metrics.run_id`` alone is ambiguous across
     collections). Used by ``delete`` and wherever an experiment is reset to run again (a re-run
@@ -1461,7 +1461,7 @@ def matching_collections(db: Any, pattern: str) -> list[str]:
 
 def drop(db: Any, names: Sequence[str]) -> None:
     """Drop collections: cancel their active experiments, drop them, their payloads, their
-    metrics (``database.metrics_collection_name``, and their entries in the shared ``metrics``)
+    metrics (``collections.metrics_collection_name``, and their entries in the shared ``metrics``)
     and their id counters, and forget them in the completion cache."""
     from seml_hydra.store.collections import COUNTERS_COLLECTION
 

@@ -116,7 +116,7 @@ def get_metrics(
     """The metrics logged by experiments of ``collection`` (``seml_hydra.job.metrics.log_scalar``).
 
     They are read from the collection's own metrics collection
-    (``database.metrics_collection_name``: ``seml_hydra_metrics.<collection>``, by ``run_id``);
+    (``collections.metrics_collection_name``: ``seml_hydra_metrics.<collection>``, by ``run_id``);
     a metric listed in an experiment's ``info.metrics`` but not found there (a run from before
     per-collection metrics, or SEML's) is read from the shared ``metrics`` collection by the id
     ``info.metrics`` gives (never by ``run_id``, which is ambiguous across collections).

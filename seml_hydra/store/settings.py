@@ -371,7 +371,7 @@ _WARNED_OPEN: set[str] = set()
 
 
 def warn_if_open_to_others(path: Path) -> str | None:
-    """Warn (once per file and process, one log line on ``seml_hydra.store.database``) when the
+    """Warn (once per file and process, one log line on ``seml_hydra.store.settings``) when the
     MongoDB config file ``path``, which holds the database password, can be read or written by
     the group or other users; the warning says the fix (``chmod 600 <path>``, the mode
     ``seml configure`` writes). Returns the warning, ``None`` when the file is private."""

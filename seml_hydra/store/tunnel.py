@@ -155,7 +155,7 @@ def _remove_process_dir(path: Path, pid: int) -> None:
 
 def runtime_dir(env: Mapping[str, str] | None = None, max_path_bytes: int | None = None) -> Path:
     """The per-user directory of the tunnels' locks, state and logs, and of the jobs' code
-    snapshots (``seml_hydra.store.sources.materialized``); created mode 0700.
+    snapshots (``seml_hydra.store.snapshot.materialized``); created mode 0700.
 
     ``$SEML_HYDRA_RUNTIME_DIR`` when set (refused when not private: it was asked for). Else
     the first of :func:`runtime_dir_candidates` that is (or can be made) a private directory
