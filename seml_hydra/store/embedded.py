@@ -361,8 +361,9 @@ def ensure_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0
     Under a file lock in ``data_dir`` (so concurrent launchers start one server): if
     :func:`find_running_embedded` finds our server, reuse it. Otherwise stop a server of ours
     on this data directory that it rejected (an older version's without access control),
-    create the user if ``mongodb.config`` has no credentials (:func:`~seml_hydra.store.mongod.bootstrap_user`: this
-    migrates an older version's data directory, its documents kept), start ``mongod --fork
+    create the user if ``mongodb.config`` has no credentials
+    (:func:`~seml_hydra.store.mongod.bootstrap_user`: this migrates an older version's data
+    directory, its documents kept), start ``mongod --fork
     --auth`` on 127.0.0.1 at the first free port from 27018 (``--wiredTigerCacheSizeGB 0.5``,
     diagnostic data collection off, log in ``data_dir``), check it accepts the credentials,
     and record the port in ``state.json`` and ``mongodb.config``. Modes of the data directory

@@ -105,7 +105,8 @@ def retrying(
     Only for operations that are safe to repeat: a write that reached the server before the
     connection dropped is done again, so it must be idempotent (a ``$set``, a filter that no
     longer matches once applied; not a bare ``$push`` or ``$inc``). Each attempt itself waits
-    up to the client's server selection timeout (5 s for :func:`seml_hydra.store.client.connect`'s clients).
+    up to the client's server selection timeout (5 s for the clients of
+    :func:`seml_hydra.store.client.connect`).
 
     Args:
         operation: the database operation(s), called without arguments.

@@ -94,8 +94,8 @@ HOW_TO_CONFIGURE = (
 class DbSettings:
     """Where the experiments live: one MongoDB server and database.
 
-    Instances are immutable and hashable, so :func:`~seml_hydra.store.client.connect` can cache one client per
-    settings. Neither ``repr()`` nor :meth:`describe` ever show the password.
+    Instances are immutable and hashable, so :func:`~seml_hydra.store.client.connect` can
+    cache one client per settings. Neither ``repr()`` nor :meth:`describe` ever show the password.
 
     Attributes:
         host: host name or IP of the (first) server, e.g. ``"127.0.0.1"``.
@@ -107,14 +107,15 @@ class DbSettings:
             ``database``), or ``None`` for MongoDB's default.
         extra: further keyword arguments for ``pymongo.MongoClient`` as ``(name, value)``
             pairs, e.g. ``(("directConnection", False),)``.
-        uri: the raw MongoDB URI when the settings came from one; :func:`~seml_hydra.store.client.connect` then
-            connects with the URI (``host``/``port``/``username`` are informational).
+        uri: the raw MongoDB URI when the settings came from one;
+            :func:`~seml_hydra.store.client.connect` then connects with the URI
+            (``host``/``port``/``username`` are informational).
         source: where the settings came from, for messages: ``"launcher db.url"``,
             ``"env SEML_MONGODB_URI"``, a config file path, or ``"embedded mongod at ..."``.
         ssh: the config file's ``ssh_config`` block as sorted ``(key, value)`` pairs (lists
             made tuples), or None. ``host``/``port`` are then MongoDB's address as seen from
-            the SSH host, and :func:`~seml_hydra.store.client.connect` goes through a tunnel. Secrets are hidden from
-            ``repr``.
+            the SSH host, and :func:`~seml_hydra.store.client.connect` goes through a
+            tunnel. Secrets are hidden from ``repr``.
         config_file: the config file the settings were read from, or None.
     """
 

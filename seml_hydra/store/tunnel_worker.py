@@ -14,8 +14,8 @@ Life of the process:
    private runtime directory, no access for group or others: no other user can connect to it,
    unlike a TCP port on 127.0.0.1), after checking the SSH host's key against ``known_hosts``
    before anything is authenticated (:func:`seml_hydra.store.known_hosts.check_host_key`);
-   check that the SSH host reaches MongoDB, write the state file, answer one JSON line on stdout (``{"ok": true, "socket": ...}`` or
-   ``{"ok": false, "error": ...}``);
+   check that the SSH host reaches MongoDB, write the state file, answer one JSON line on
+   stdout (``{"ok": true, "socket": ...}`` or ``{"ok": false, "error": ...}``);
 3. every 0.25 s check that the SSH transport is alive and every ``health_check_interval``
    seconds open a probe channel to MongoDB through it; when the SSH connection is lost, connect
    again (host key checked again) and hand the new transport to the listening socket, which
@@ -121,8 +121,8 @@ class Tunnel:
         Our hook wraps that transport's ``start_client``: right after the key exchange, before
         any key or password is sent, the server's key is checked against ``known_hosts``
         (:func:`seml_hydra.store.known_hosts.check_host_key`); a refused key closes the
-        transport and raises :class:`HostKeyRejected`. The host key types ``known_hosts`` has for the host are
-        offered first, as OpenSSH and ``paramiko.SSHClient`` do."""
+        transport and raises :class:`HostKeyRejected`. The host key types ``known_hosts`` has
+        for the host are offered first, as OpenSSH and ``paramiko.SSHClient`` do."""
         from sshtunnel import SSHTunnelForwarder
 
         tunnel = self
