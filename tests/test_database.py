@@ -26,10 +26,9 @@ from conftest import wait_until
 
 from seml_hydra.core.processes import process_alive
 from seml_hydra.store import embedded as embedded_db
-from seml_hydra.store.client import connect, reset_client_cache
+from seml_hydra.store.client import connect, get_collection, reset_client_cache
 from seml_hydra.store.collections import (
     COUNTERS_COLLECTION,
-    get_collection,
     next_ids,
     validate_collection_name,
 )
@@ -641,7 +640,7 @@ def test_next_ids_threads_get_disjoint_ranges(db_settings):
 WORKER = textwrap.dedent(
     """
     import json, sys, time
-    from seml_hydra.store.client import connect
+    from seml_hydra.store.client import connect, get_collection
     from seml_hydra.store.collections import next_ids
     from seml_hydra.store.settings import resolve_db_settings
     url, name, go = sys.argv[1], sys.argv[2], float(sys.argv[3])

@@ -10,10 +10,12 @@ the packages above it call it. Its modules, lowest first (each imports only thos
 - ``tunnel``      starting and reusing that process; the private runtime directory.
 - ``mongod``      running a ``mongod`` binary: free port, ``--fork``, the bootstrap user.
 - ``embedded``    the embedded default server: its data directory, reuse, start, stop.
+- ``collections`` collection names (reserved ones, metrics), ``next_ids`` (pure but for the
+  counter's database calls).
 - ``settings``    DbSettings and ``resolve_db_settings`` (launcher config, env, config file,
   embedded server); reading SEML's ``mongodb.config``.
-- ``client``      ``connect``: one cached client per settings, through the tunnel if needed.
-- ``collections`` collection names (reserved ones, metrics), ``get_collection``, ``next_ids``.
+- ``client``      ``connect``, ``get_collection``: one cached client per settings, through the
+  tunnel if needed.
 - ``job_db``      what the jobs resolve the database from (never a secret in a pickle).
 - ``sources``     code snapshots, login side: selecting, uploading, leases, deleting unused.
 - ``snapshot``    code snapshots, node side: writing one out, running a job inside it.

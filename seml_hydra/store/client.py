@@ -15,15 +15,17 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
 from seml_hydra.store import tunnel
+from seml_hydra.store.collections import validate_collection_name
 from seml_hydra.store.errors import DatabaseError
 from seml_hydra.store.masking import SSH_SECRET_KEYS, scrub
 from seml_hydra.store.retry import retry_budget_s, retrying, short_reason
 from seml_hydra.store.settings import HOW_TO_CONFIGURE, DbSettings
 
 if TYPE_CHECKING:
+    import pymongo.collection
     import pymongo.database
 
-__all__ = ["connect", "reset_client_cache", "skip_exit_join"]
+__all__ = ["connect", "get_collection", "reset_client_cache", "skip_exit_join"]
 
 #: Server selection timeout of clients that go through a tunnel: long enough to ride out a
 #: reconnection of the SSH connection (the tunnel process checks it every few seconds).
@@ -178,3 +180,23 @@ def connect(
     if cached is not client:  # another thread won the race
         client.close()
     return cached[settings.database]
+
+
+def get_collection(name: str, settings: DbSettings) -> pymongo.collection.Collection:
+    """The collection ``name`` in the database of ``settings``.
+
+    Args:
+        name: collection name, checked with
+            :func:`~seml_hydra.store.collections.validate_collection_name` before any connection
+            is made.
+        settings: from :func:`seml_hydra.store.settings.resolve_db_settings`.
+
+    Returns:
+        A ``pymongo`` collection (from the cached client of :func:`connect`).
+
+    Raises:
+        InvalidCollectionName: bad ``name``.
+        DatabaseError: as :func:`connect`.
+    """
+    validate_collection_name(name)
+    return connect(settings)[name]

@@ -1,5 +1,5 @@
-"""Collections: which names may hold experiments, where their metrics live, opening one, and
-the atomic id counters (:func:`next_ids`).
+"""Collections: which names may hold experiments, where their metrics live, and the atomic id
+counters (:func:`next_ids`). (Opening one: :func:`seml_hydra.store.client.get_collection`.)
 
 Experiment ids are handed out by :func:`next_ids`, an atomic counter that never collides with
 ids that SEML itself wrote (SEML 0.5 uses ``max(_id) + 1``, starting at 1). ``pymongo`` is
@@ -11,12 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from seml_hydra.store.client import connect
 from seml_hydra.store.errors import InvalidCollectionName
-from seml_hydra.store.settings import DbSettings
 
 if TYPE_CHECKING:
-    import pymongo.collection
     import pymongo.database
 
 __all__ = [
@@ -25,7 +22,6 @@ __all__ = [
     "METRICS_PREFIX",
     "RESERVED_COLLECTIONS",
     "RESERVED_PREFIXES",
-    "get_collection",
     "is_reserved_collection",
     "metrics_collection_name",
     "next_ids",
@@ -124,26 +120,6 @@ def validate_collection_name(name: str) -> str:
             f"{METRICS_PREFIX}*); choose another name (hydra.launcher.collection=...)"
         )
     return name
-
-
-def get_collection(name: str, settings: DbSettings) -> pymongo.collection.Collection:
-    """The collection ``name`` in the database of ``settings``.
-
-    Args:
-        name: collection name, checked with :func:`validate_collection_name` before any
-            connection is made.
-        settings: from :func:`seml_hydra.store.settings.resolve_db_settings`.
-
-    Returns:
-        A ``pymongo`` collection (from the cached client of
-        :func:`seml_hydra.store.client.connect`).
-
-    Raises:
-        InvalidCollectionName: bad ``name``.
-        DatabaseError: as :func:`seml_hydra.store.client.connect`.
-    """
-    validate_collection_name(name)
-    return connect(settings)[name]
 
 
 def next_ids(
