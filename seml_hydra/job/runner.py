@@ -490,7 +490,7 @@ class JobRunner:
         on this rank."""
         from seml_hydra.core.documents import apply_diff, storable_result
         from seml_hydra.job import rank, requeue
-        from seml_hydra.launch.compose import job_config
+        from seml_hydra.core.hydra_node import job_config
 
         exp_id = doc["_id"]
         fence = _fence(doc)

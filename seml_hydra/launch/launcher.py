@@ -159,7 +159,7 @@ class SemlLauncher(Launcher):
 
         from seml_hydra.core.documents import to_bson_safe
         from seml_hydra.job.runner import Payload
-        from seml_hydra.launch.compose import typed_hydra_node
+        from seml_hydra.core.hydra_node import typed_hydra_node
 
         typed = pickle.dumps(typed_hydra_node(to_bson_safe(hydra_base)))
         payload = Payload(self.task_function, self.hydra_context, Singleton.get_state(), typed)
