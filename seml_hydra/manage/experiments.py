@@ -928,13 +928,13 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
     INTERRUPTED when the user had cancelled them; a fresh heartbeat without any Slurm record
     keeps a run RUNNING (``unsure``). A failed scheduler query marks nothing and returns a
     warning. First, experiments left PENDING without a job by a submitting process that died
-    go back to STAGED (``submit.recover_interrupted_submissions``; ``recovered``). ``fail_trace`` = the last lines of ``execution.slurm_output_file``.
+    go back to STAGED (``recovery.recover_interrupted_submissions``; ``recovered``). ``fail_trace`` = the last lines of ``execution.slurm_output_file``.
 
     An experiment of another Slurm cluster (its ``execution.cluster`` / ``slurm[0].cluster``
     is neither this cluster's ``ClusterName`` nor one of :data:`UNNAMED_CLUSTERS`) is never
     judged: job ids are per cluster, so this one's squeue and sacct say nothing about it
     (``foreign``)."""
-    from seml_hydra.launch.submit import recover_interrupted_submissions
+    from seml_hydra.launch.recovery import recover_interrupted_submissions
     from seml_hydra.slurm import client as slurm
 
     recovered = recover_interrupted_submissions(collection, query)
