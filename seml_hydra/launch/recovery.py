@@ -15,6 +15,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids
+from seml_hydra.launch.sbatch import job_name
 from seml_hydra.launch.submit import submitter_gone
 from seml_hydra.slurm import client as slurm
 
@@ -80,9 +81,9 @@ def recover_interrupted_submissions(
 def orphan_arrays(rows: Sequence[Any], collection_name: str, batch_ids: set[Any]) -> list[str]:
     """The ids of the arrays among squeue ``rows`` (``seml_hydra.slurm.client.SqueueRow``) that a
     submission of batches ``batch_ids`` of collection ``collection_name`` made (pure):
-    comment = the collection, job name ``<collection>_<batch_id>`` (``submit.submit_requests``);
+    comment = the collection, job name ``<collection>_<batch_id>`` (``sbatch.job_name``);
     sorted numerically."""
-    names = {f"{collection_name}_{b}" for b in batch_ids}
+    names = {job_name(collection_name, b) for b in batch_ids}
     arrays = {
         str(row.array_job_id if row.array_job_id is not None else row.job_id_raw)
         for row in rows

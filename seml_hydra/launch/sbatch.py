@@ -141,6 +141,12 @@ def validate_launcher(launcher: Mapping[str, Any]) -> None:
     check_script_values(launcher)
 
 
+def job_name(collection_name: str, batch_id: int) -> str:
+    """The array's ``--job-name``: ``<collection>_<batch_id>`` (``seml queue`` and the recovery
+    of interrupted submissions find a batch's arrays by it)."""
+    return f"{collection_name}_{batch_id}"
+
+
 def resource_key(launcher: Mapping[str, Any]) -> str:
     """A string identifying the resource set (points with equal keys share one array job)."""
     # every executor parameter, and how many experiments share one array task

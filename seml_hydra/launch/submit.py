@@ -30,6 +30,7 @@ from seml_hydra.launch.sbatch import (
     check_script_values,
     chunk,
     executor_parameters,
+    job_name,
     resource_key,
     sbatch_options,
     split_array,
@@ -353,7 +354,7 @@ def submit_requests(
     for group in groups:  # `seml start` rebuilds launchers from documents: check them again
         try:
             check_script_values(
-                group[0].launcher, job_name=f"{collection_name}_{group[0].batch_id}"
+                group[0].launcher, job_name=job_name(collection_name, group[0].batch_id)
             )
         except ValueError as error:
             raise SubmissionError(f"{error} Nothing was submitted.") from None
@@ -363,7 +364,7 @@ def submit_requests(
     for group in groups:
         first = group[0]
         launcher = first.launcher
-        name = f"{collection_name}_{first.batch_id}"
+        name = job_name(collection_name, first.batch_id)
         id_groups = chunk(sorted(r.exp_id for r in group), launcher["experiments_per_job"])
         runner = JobRunner(
             db_cfg=dict(db_cfg) if db_cfg else None,
