@@ -355,7 +355,7 @@ def is_slurm_task(task: tuple[str, str] | None) -> bool:
     """True for a task Slurm knows (not submitit's local executor, not missing)."""
     if task is None or task[0] == "local":
         return False
-    from seml_hydra.slurm.client import parse_job_id
+    from seml_hydra.slurm.parse import parse_job_id
 
     try:
         parse_job_id(task[1])
@@ -404,7 +404,7 @@ def decide_killed(
         now: current naive UTC time (default: now).
         heartbeat_stale_s: age in seconds from which a heartbeat no longer proves life.
     """
-    from seml_hydra.slurm.client import is_alive
+    from seml_hydra.slurm.parse import is_alive
 
     if now is None:
         now = datetime.now(timezone.utc).replace(tzinfo=None)
@@ -434,7 +434,7 @@ def decide_killed(
 
 
 def sacct_states_by_task(rows: Iterable[Any], tasks: Iterable[str] = ()) -> dict[str, list[str]]:
-    """``{job: [raw state, ...]}`` of sacct records (``slurm.SacctRow``s), pure.
+    """``{job: [raw state, ...]}`` of sacct records (``slurm.records.SacctRow``s), pure.
 
     An array record stands for each of its tasks: ``123_4`` -> ``"123_4"``, the pending or
     never-started remainder ``123_[0-3]`` -> ``"123_0"`` ... ``"123_3"``; a record without a
@@ -936,6 +936,7 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
     (``foreign``)."""
     from seml_hydra.launch.recovery import recover_interrupted_submissions
     from seml_hydra.slurm import client as slurm
+    from seml_hydra.slurm import parse
 
     recovered = recover_interrupted_submissions(collection, query)
     docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
@@ -981,7 +982,7 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
         if not array or array in alive_arrays:
             continue
         recorded = [st for job, sts in sacct.items() if job.split("_")[0] == array for st in sts]
-        if any(slurm.is_alive(st) for st in recorded):
+        if any(parse.is_alive(st) for st in recorded):
             continue
         cancelled = (doc.get("execution") or {}).get("cancel_time") is not None
         (interrupted if cancelled else killed).append(doc["_id"])
