@@ -271,7 +271,7 @@ def test_adapted_job_logging_is_a_valid_logging_config(composed_hydra, tmp_path)
 
 
 # --------------------------------------------------------------------------------------------
-# compose.job_config
+# core.hydra_node.job_config
 # --------------------------------------------------------------------------------------------
 
 APP_CONFIG = {

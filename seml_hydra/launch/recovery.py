@@ -79,7 +79,7 @@ def recover_interrupted_submissions(
 
 
 def orphan_arrays(rows: Sequence[Any], collection_name: str, batch_ids: set[Any]) -> list[str]:
-    """The ids of the arrays among squeue ``rows`` (``seml_hydra.slurm.client.SqueueRow``) that a
+    """The ids of the arrays among squeue ``rows`` (``seml_hydra.slurm.records.SqueueRow``) that a
     submission of batches ``batch_ids`` of collection ``collection_name`` made (pure):
     comment = the collection, job name ``<collection>_<batch_id>`` (``sbatch.job_name``);
     sorted numerically."""
