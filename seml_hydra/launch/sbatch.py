@@ -148,17 +148,25 @@ def job_name(collection_name: str, batch_id: int) -> str:
 
 
 def resource_key(launcher: Mapping[str, Any]) -> str:
-    """A string identifying the resource set (points with equal keys share one array job)."""
-    # every executor parameter, and how many experiments share one array task
+    """A string identifying the resource set of a launcher node (points with equal keys share
+    one array job): JSON of every executor parameter's field (:data:`GENERIC_KEYS`,
+    :data:`SLURM_KEYS`) and ``experiments_per_job`` (how ids are cut into array tasks), keys
+    sorted, a missing field as ``null``. Pure."""
     keys = (*GENERIC_KEYS, *SLURM_KEYS, "experiments_per_job")
     return json.dumps({k: launcher.get(k) for k in keys}, sort_keys=True, default=str)
 
 
 def executor_parameters(launcher: Mapping[str, Any], *, comment: str, name: str) -> dict[str, Any]:
-    """submitit ``update_parameters`` kwargs for a launcher node (pure). ``None`` is never sent.
+    """submitit ``update_parameters`` kwargs for a launcher node (pure).
 
-    The srun step always gets the task count explicitly (``--ntasks``, ``--ntasks-per-node``),
-    never a bare srun that lets Slurm guess it (SEML multi-task change).
+    :data:`GENERIC_KEYS` go as they are, :data:`SLURM_KEYS` as ``slurm_<key>`` (as
+    hydra-submitit-launcher prefixes what is not in ``BaseQueueConf``); ``None`` is never sent,
+    nor an empty ``additional_parameters`` (a mapping is sent as a copy). Plus ``name`` (the job
+    name), ``slurm_comment`` (``comment``: the collection) and ``slurm_srun_args``: the srun step
+    always gets the task count explicitly (``--ntasks``, ``--ntasks-per-node``), never a bare
+    srun that lets Slurm guess it (SEML multi-task change).
+
+    Raises ``KeyError`` for a node without ``nodes`` or ``tasks_per_node``.
     """
     params: dict[str, Any] = {k: launcher[k] for k in GENERIC_KEYS if launcher.get(k) is not None}
     params["name"] = name
