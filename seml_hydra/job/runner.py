@@ -490,8 +490,8 @@ class JobRunner:
         """Plan this rank, set it up and run the claimed experiment ``doc``; returns its outcome
         on this rank."""
         from seml_hydra.core.documents import apply_diff, storable_result
+        from seml_hydra.core.hydra_node import job_config
         from seml_hydra.job import rank, requeue
-        from seml_hydra.launch.compose import job_config
 
         exp_id = doc["_id"]
         fence = _fence(doc)

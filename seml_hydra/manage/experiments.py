@@ -353,7 +353,7 @@ def is_slurm_task(task: tuple[str, str] | None) -> bool:
     """True for a task Slurm knows (not submitit's local executor, not missing)."""
     if task is None or task[0] == "local":
         return False
-    from seml_hydra.slurm.client import parse_job_id
+    from seml_hydra.slurm.parse import parse_job_id
 
     try:
         parse_job_id(task[1])
@@ -402,7 +402,7 @@ def decide_killed(
         now: current naive UTC time (default: now).
         heartbeat_stale_s: age in seconds from which a heartbeat no longer proves life.
     """
-    from seml_hydra.slurm.client import is_alive
+    from seml_hydra.slurm.parse import is_alive
 
     if now is None:
         now = datetime.now(timezone.utc).replace(tzinfo=None)
@@ -432,7 +432,7 @@ def decide_killed(
 
 
 def sacct_states_by_task(rows: Iterable[Any], tasks: Iterable[str] = ()) -> dict[str, list[str]]:
-    """``{job: [raw state, ...]}`` of sacct records (``slurm.SacctRow``s), pure.
+    """``{job: [raw state, ...]}`` of sacct records (``slurm.records.SacctRow``s), pure.
 
     An array record stands for each of its tasks: ``123_4`` -> ``"123_4"``, the pending or
     never-started remainder ``123_[0-3]`` -> ``"123_0"`` ... ``"123_3"``; a record without a
@@ -927,14 +927,15 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
     INTERRUPTED when the user had cancelled them; a fresh heartbeat without any Slurm record
     keeps a run RUNNING (``unsure``). A failed scheduler query marks nothing and returns a
     warning. First, experiments left PENDING without a job by a submitting process that died
-    go back to STAGED (``submit.recover_interrupted_submissions``; ``recovered``). ``fail_trace`` = the last lines of ``execution.slurm_output_file``.
+    go back to STAGED (``recovery.recover_interrupted_submissions``; ``recovered``). ``fail_trace`` = the last lines of ``execution.slurm_output_file``.
 
     An experiment of another Slurm cluster (its ``execution.cluster`` / ``slurm[0].cluster``
     is neither this cluster's ``ClusterName`` nor one of :data:`UNNAMED_CLUSTERS`) is never
     judged: job ids are per cluster, so this one's squeue and sacct say nothing about it
     (``foreign``)."""
-    from seml_hydra.launch.submit import recover_interrupted_submissions
+    from seml_hydra.launch.recovery import recover_interrupted_submissions
     from seml_hydra.slurm import client as slurm
+    from seml_hydra.slurm import parse
 
     recovered = recover_interrupted_submissions(collection, query)
     docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
@@ -980,7 +981,7 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
         if not array or array in alive_arrays:
             continue
         recorded = [st for job, sts in sacct.items() if job.split("_")[0] == array for st in sts]
-        if any(slurm.is_alive(st) for st in recorded):
+        if any(parse.is_alive(st) for st in recorded):
             continue
         cancelled = (doc.get("execution") or {}).get("cancel_time") is not None
         (interrupted if cancelled else killed).append(doc["_id"])
