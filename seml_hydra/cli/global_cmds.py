@@ -23,7 +23,9 @@ def list_(
     """Collections with their experiment counts per state."""
     from rich.table import Table
 
-    from seml_hydra.manage.experiments import MALFORMED, connect_db, list_collections
+    from seml_hydra.manage.inspection import list_collections
+    from seml_hydra.manage.selection import connect_db
+    from seml_hydra.track.jobs import MALFORMED
 
     db = connect_db()
     rows = list_collections(db, pattern)
@@ -113,8 +115,8 @@ def queue(
     """Your Slurm jobs by collection, with their experiments, run time, nodes or pending reason."""
     import re
 
-    from seml_hydra.manage.experiments import ManageError, connect_db
-    from seml_hydra.manage.experiments import queue as get_queue
+    from seml_hydra.manage.inspection import queue as get_queue
+    from seml_hydra.manage.selection import ManageError, connect_db
     from seml_hydra.slurm.client import parse_job_id
 
     for job in job_ids or ():
@@ -164,13 +166,11 @@ def drop(
     yes: Yes = False,
 ) -> None:
     """Drop collections (asks first; cancels their PENDING and RUNNING experiments)."""
-    from seml_hydra.manage.experiments import (
-        connect_db,
-        list_collections,
-        matching_collections,
-        terminal_safe,
-    )
-    from seml_hydra.manage.experiments import drop as do_drop
+    from seml_hydra.manage.inspection import list_collections
+    from seml_hydra.manage.lifecycle import drop as do_drop
+    from seml_hydra.manage.lifecycle import matching_collections
+    from seml_hydra.manage.selection import connect_db
+    from seml_hydra.track.outputs import terminal_safe
 
     db = connect_db()
     names = matching_collections(db, pattern)

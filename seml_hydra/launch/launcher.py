@@ -442,7 +442,7 @@ class _Launch:
             fs.delete(ObjectId(payload_id))
             self._delete_batch_sources(batch_id)  # nor this batch's snapshot: no document names it
         self._say_staged(result)
-        from seml_hydra.manage.experiments import refresh_collection_cache
+        from seml_hydra.track.cache import refresh_collection_cache
 
         refresh_collection_cache([self.collection_name], replace=False)  # shell completion
         return result
