@@ -21,6 +21,7 @@ from seml_hydra.cli.options import WITHOUT_STATES, Target, Yes, on_collection
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids as _ids
 from seml_hydra.track.outputs import terminal_safe
+from seml_hydra.track.query import and_
 
 
 def command(name: str | None = None, **kwargs: Any) -> Any:
@@ -146,7 +147,6 @@ def start(
 def reset(target: Target, yes: Yes = False) -> None:
     """Put FAILED, KILLED and INTERRUPTED experiments back to STAGED (run with `start`)."""
     from seml_hydra.manage.lifecycle import reset as do_reset
-    from seml_hydra.track.query import and_
 
     sel, coll = target.selection, target.collection
     allowed = [s for s in states.ALL if s not in states.ACTIVE]

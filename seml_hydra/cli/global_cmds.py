@@ -9,6 +9,8 @@ import typer
 from seml_hydra.cli.core import ROOT_PANEL, STATE_COLORS, app, console, shown
 from seml_hydra.cli.options import Yes
 from seml_hydra.core import states
+from seml_hydra.core.ranges import format_ids
+from seml_hydra.track.outputs import terminal_safe
 
 command = app.command
 
@@ -70,8 +72,6 @@ def _duration(seconds: float | None) -> str:
 
 def _queue_table(rows: list[Any]) -> Any:
     from rich.table import Table
-
-    from seml_hydra.core.ranges import format_ids
 
     table = Table()
     for name in ("Collection", "Job", "State", "Experiments", "Run time", "Nodes / reason"):
@@ -170,7 +170,6 @@ def drop(
     from seml_hydra.manage.lifecycle import drop as do_drop
     from seml_hydra.manage.lifecycle import matching_collections
     from seml_hydra.manage.selection import connect_db
-    from seml_hydra.track.outputs import terminal_safe
 
     db = connect_db()
     names = matching_collections(db, pattern)

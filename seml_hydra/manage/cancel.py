@@ -246,7 +246,7 @@ def _unfinished_cancels(collection: Any, query: Mapping[str, Any]) -> list[dict]
 def _orphaned_pending_tasks(
     collection: Any, arrays: set[str], strangers: dict[str, str | None] | None = None
 ) -> list[str]:
-    """The pending tasks of SEML 0.5 arrays (see :func:`array_of`) that no longer have a
+    """The pending tasks of SEML 0.5 arrays (see ``track.jobs.array_of``) that no longer have a
     PENDING experiment to claim: SEML's ``cancel_jobs_without_experiments``. Tasks that
     started run their own experiments and are left alone, and so are jobs that are not the
     collection's (added to ``strangers``, see :func:`rows_of_collection`)."""

@@ -142,7 +142,7 @@ def read_outputs(
     ``tail`` keeps the last lines only. As SEML 0.5's ``print-output``: the experiment's own
     output file (``seml.output_file``, written by SEML) when there is one, else the job's
     (``execution.slurm_output_file``); Sacred's ``captured_out`` when the file is unreadable
-    or not safe to read. Files are read as :func:`read_output_tail` allows (inside the
+    or not safe to read. Files are read as ``track.outputs.read_output_tail`` allows (inside the
     experiment's output folder, named as its own job's output, this user's, regular), at most
     their last
     :data:`OUTPUT_TAIL_BYTES`."""

@@ -38,7 +38,7 @@ def reset(collection: Any, query: Mapping[str, Any]) -> list[int]:
     """Set the matching experiments back to STAGED, clearing what their run wrote (Sacred's
     fields, ``execution``, the job of every ``slurm`` entry and the sbatch options the
     submission set: what SEML 0.5's reset keeps is kept) and their metrics
-    (:func:`delete_metrics`). Active experiments are never reset. Returns the ids reset."""
+    (``store.metrics.delete_metrics``). Active experiments are never reset. Returns the ids reset."""
 
     q = and_(query, {"status": {"$nin": sorted(states.ACTIVE)}})
     docs = select(collection, q, {"_id": 1, "slurm": 1, "info.metrics": 1})
@@ -116,7 +116,7 @@ def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> 
     """Delete what Sacred stored for the runs ``docs`` of collection ``name`` (already
     deleted): the files of ``experiment.sources`` that no remaining run refers to (Sacred shares
     one file between runs with the same source) and of ``artifacts``, as SEML's delete, and
-    their metrics (:func:`delete_metrics`)."""
+    their metrics (``store.metrics.delete_metrics``)."""
     import gridfs
 
     files = []

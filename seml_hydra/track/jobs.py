@@ -246,7 +246,7 @@ def foreign_experiments(docs: Iterable[Mapping[str, Any]], here: str) -> dict[st
 
 
 def foreign_lines(foreign: Mapping[str, Sequence[int]], here: str | None) -> list[str]:
-    """One line per cluster of :attr:`DetectResult.foreign`, e.g. ``"3 experiment(s) run on
+    """One line per cluster of ``track.killed.DetectResult.foreign``, e.g. ``"3 experiment(s) run on
     cluster a (ids 1-3): not checked from cluster b"`` (pure)."""
 
     return [

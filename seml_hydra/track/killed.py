@@ -61,7 +61,7 @@ def detect_killed(
     *,
     recover: Callable[[Any, Mapping[str, Any] | None], list[int]] | None = None,
 ) -> DetectResult:
-    """Mark KILLED the active experiments whose Slurm task is gone (see :func:`decide_killed`);
+    """Mark KILLED the active experiments whose Slurm task is gone (see ``track.jobs.decide_killed``);
     INTERRUPTED when the user had cancelled them; a fresh heartbeat without any Slurm record
     keeps a run RUNNING (``unsure``). A failed scheduler query marks nothing and returns a
     warning. ``fail_trace`` = what sacct said of the job and the last lines of
@@ -73,7 +73,7 @@ def detect_killed(
     without a job by a submitting process that died), which this package cannot import.
 
     An experiment of another Slurm cluster (its ``execution.cluster`` / ``slurm[0].cluster``
-    is neither this cluster's ``ClusterName`` nor one of :data:`UNNAMED_CLUSTERS`) is never
+    is neither this cluster's ``ClusterName`` nor one of ``track.jobs.UNNAMED_CLUSTERS``) is never
     judged: job ids are per cluster, so this one's squeue and sacct say nothing about it
     (``foreign``)."""
 
