@@ -38,7 +38,8 @@ def reset(collection: Any, query: Mapping[str, Any]) -> list[int]:
     """Set the matching experiments back to STAGED, clearing what their run wrote (Sacred's
     fields, ``execution``, the job of every ``slurm`` entry and the sbatch options the
     submission set: what SEML 0.5's reset keeps is kept) and their metrics
-    (``store.metrics.delete_metrics``). Active experiments are never reset. Returns the ids reset."""
+    (``store.metrics.delete_metrics``). Active experiments are never reset. Returns the ids
+    reset."""
 
     q = and_(query, {"status": {"$nin": sorted(states.ACTIVE)}})
     docs = select(collection, q, {"_id": 1, "slurm": 1, "info.metrics": 1})

@@ -61,8 +61,8 @@ def detect_killed(
     *,
     recover: Callable[[Any, Mapping[str, Any] | None], list[int]] | None = None,
 ) -> DetectResult:
-    """Mark KILLED the active experiments whose Slurm task is gone (see ``track.jobs.decide_killed``);
-    INTERRUPTED when the user had cancelled them; a fresh heartbeat without any Slurm record
+    """Mark KILLED the active experiments whose Slurm task is gone (see
+    ``track.jobs.decide_killed``); INTERRUPTED when the user had cancelled them; a fresh heartbeat without any Slurm record
     keeps a run RUNNING (``unsure``). A failed scheduler query marks nothing and returns a
     warning. ``fail_trace`` = what sacct said of the job and the last lines of
     ``execution.slurm_output_file`` (:func:`document_trace`).
