@@ -10,6 +10,7 @@ import pytest
 
 from seml_hydra.cli.options import WITHOUT_STATES, Target, Yes, on_collection
 from seml_hydra.track.cache import is_listed_collection
+from seml_hydra.track.killed import recovered_message
 from seml_hydra.track.outputs import TRACE_LINES, FileTail, killed_trace
 
 
@@ -109,3 +110,13 @@ def test_every_collection_command_shows_its_selector_options():
     flags = {o for p in group.commands["status"].params for o in p.opts}
     assert {"-id", "--sacred-id", "-b", "--batch-id", "-s", "--states"} <= flags
     assert {"-fd", "--filter-dict"} <= flags
+
+
+def test_recovered_message_names_the_ids_and_what_to_do_next():
+    assert recovered_message([3, 1, 2]) == (
+        "3 experiment(s) whose submission was interrupted (left PENDING without a Slurm job): "
+        "1-3 are STAGED again"
+    )
+    assert recovered_message([5], "submit them with `seml c start`.").endswith(
+        ": 5 are STAGED again; submit them with `seml c start`."
+    )

@@ -30,11 +30,11 @@ def command(name: str | None = None, **kwargs: Any) -> Any:
 
 
 def _report_detect(result: Any, name: str) -> None:
+    from seml_hydra.track.killed import recovered_message
+
     if result.recovered:
         console().print(
-            f"{len(result.recovered)} experiment(s) were left PENDING without a job by a "
-            f"submission that died: {_ids(result.recovered)} are STAGED again; submit them with "
-            f"`seml {name} start`."
+            recovered_message(result.recovered, f"submit them with `seml {name} start`.")
         )
     if result.warning:
         err_console().print(f"[yellow]Warning:[/] {result.warning}", markup=True)
@@ -123,14 +123,12 @@ def start(
     those an interrupted submission left PENDING without a job."""
     from seml_hydra.launch.submit import recover_interrupted_submissions
     from seml_hydra.manage.start import start as do_start
+    from seml_hydra.track.killed import recovered_message
 
     sel, name = target.selection, target.name
     recovered = recover_interrupted_submissions(target.collection, sel.query())
     if recovered:
-        console().print(
-            f"{len(recovered)} experiment(s) whose submission was interrupted (left PENDING "
-            f"without a Slurm job) are STAGED again: {_ids(recovered)}"
-        )
+        console().print(recovered_message(recovered))
     arrays = do_start(target.db, name, sel.query(), limit=num_experiments)
     if not arrays:
         console().print(f"No STAGED experiments in {name} match: nothing to start.")

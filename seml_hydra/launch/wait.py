@@ -16,7 +16,7 @@ from typing import Any
 from seml_hydra.core import states
 from seml_hydra.launch.submit import recover_interrupted_submissions
 from seml_hydra.track.jobs import foreign_lines
-from seml_hydra.track.killed import detect_killed, mark_dead_jobs
+from seml_hydra.track.killed import detect_killed, mark_dead_jobs, recovered_message
 
 
 class ExperimentFailed(RuntimeError):
@@ -174,11 +174,9 @@ def wait_for(
                         "checking Slurm for killed jobs",
                     )
                     if detected.recovered:
+                        then = f"submit them with `seml {collection_name} start` (this launch "
                         console.print(
-                            f"{len(detected.recovered)} awaited experiment(s) were left PENDING "
-                            "without a job by a launch that died while submitting them: they "
-                            f"are STAGED again; submit them with `seml {collection_name} start` "
-                            "(this launch keeps waiting)."
+                            recovered_message(detected.recovered, then + "keeps waiting).")
                         )
                     if detected.foreign:
                         for line in foreign_lines(detected.foreign, detected.cluster):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.core.ranges import format_ids
 from seml_hydra.slurm import client as slurm
 from seml_hydra.track.jobs import (
     UNNAMED_CLUSTERS,
@@ -53,6 +54,20 @@ class DetectResult:
     foreign: dict[str, list[int]] = field(default_factory=dict)
     #: this cluster's name, when it was asked (only for experiments naming a cluster)
     cluster: str | None = None
+
+
+def recovered_message(ids: Sequence[int], then: str = "") -> str:
+    """The one line saying that the experiments ``ids``, left PENDING without a Slurm job by a
+    submission that died, are STAGED again (``DetectResult.recovered``,
+    ``launch.submit.recover_interrupted_submissions``), e.g. ``"2 experiment(s) whose
+    submission was interrupted (left PENDING without a Slurm job): 1-2 are STAGED again"``,
+    followed by ``"; " + then`` when ``then`` says what to do next. Pure; for the launcher,
+    its wait and the ``seml`` commands alike."""
+    text = (
+        f"{len(ids)} experiment(s) whose submission was interrupted (left PENDING without a "
+        f"Slurm job): {format_ids(list(ids))} are STAGED again"
+    )
+    return f"{text}; {then}" if then else text
 
 
 def detect_killed(
