@@ -12,9 +12,9 @@ from seml_hydra.core import states
 from seml_hydra.launch.stage import RUN_FIELDS
 from seml_hydra.manage.cancel import CancelResult, cancel
 from seml_hydra.manage.selection import ManageError
+from seml_hydra.store import sources
 from seml_hydra.store.database import COUNTERS_COLLECTION, metrics_collection_name
 from seml_hydra.store.metrics import delete_metrics
-from seml_hydra.store.sources import delete_unused_files
 from seml_hydra.track.cache import forget_cached_collections, is_listed_collection
 from seml_hydra.track.query import and_, select
 
@@ -100,10 +100,10 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     payloads = {
         str(d["seml"]["payload_file"]) for d in docs if d.get("seml", {}).get("payload_file")
     }
-    sources = {str(e[1]) for d in docs for e in _source_files(d) if len(e) > 1}
+    snapshot = {str(e[1]) for d in docs for e in _source_files(d) if len(e) > 1}
     _delete_orphan_payloads(collection.database, collection.name, payloads)
     _delete_run_files(collection.database, collection.name, docs)
-    _delete_orphan_sources(collection.database, collection.name, sources)
+    _delete_orphan_sources(collection.database, collection.name, snapshot)
     return DeleteResult(ids, cancelled)
 
 
@@ -158,7 +158,7 @@ def _delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> 
         return found
 
     candidates: dict[str, Any] = {"metadata.collection_name": name, "metadata.type": "source_file"}
-    delete_unused_files(db, _only(candidates, only), used)
+    sources.delete_unused_files(db, _only(candidates, only), used)
 
 
 def _delete_orphan_payloads(db: Any, name: str, only: set[str] | None = None) -> None:
@@ -173,7 +173,7 @@ def _delete_orphan_payloads(db: Any, name: str, only: set[str] | None = None) ->
         "metadata.collection": name,
         "metadata.kind": "seml_hydra_payload",
     }
-    delete_unused_files(db, _only(candidates, only), used)
+    sources.delete_unused_files(db, _only(candidates, only), used)
 
 
 def _only(candidates: dict[str, Any], only: set[str] | None) -> dict[str, Any]:
