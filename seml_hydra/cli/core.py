@@ -144,6 +144,7 @@ def console() -> Any:
 
 
 def err_console() -> Any:
+    """A rich console on the current stderr (warnings and errors)."""
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True)

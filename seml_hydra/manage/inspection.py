@@ -22,6 +22,9 @@ from seml_hydra.track.query import PROJECTION, select
 
 @dataclass
 class CollectionCounts:
+    """One row of ``seml list``: the collection ``name`` and ``{state: number}`` of its
+    experiments (``track.jobs.state_of`` names the states)."""
+
     name: str
     counts: dict[str, int]
 
@@ -186,6 +189,10 @@ def fail_traces(collection: Any, query: Mapping[str, Any]) -> list[tuple[int, st
 
 @dataclass
 class QueueRow:
+    """One row of ``seml queue``: a Slurm job (``job_id``, ``state``, pending ``reason``,
+    ``nodes``, ``elapsed_s`` in seconds, ``name``), its ``collection`` (None when its comment
+    names none) and the ids of the experiments it runs."""
+
     collection: str | None
     job_id: str
     state: str

@@ -22,6 +22,9 @@ EXECUTORS = {"seml_hydra.slurm": "slurm", "seml_hydra.local": "local"}
 
 @dataclass
 class StartedArray:
+    """One array job ``start`` submitted: its Slurm (or local) ``array_id``, job ``name``,
+    ``cluster`` (``"slurm"``/``"local"``), submitit ``folder`` and the experiment ``ids``."""
+
     array_id: str
     name: str
     cluster: str

@@ -87,6 +87,8 @@ def array_values(arrays: Iterable[str]) -> list[Any]:
 
 
 def job_sort_key(job: str) -> tuple[int, ...]:
+    """Sort key of a job id ``"<array>"`` / ``"<array>_<task>"`` (numeric: ``9_2`` before
+    ``10_1``). Raises ValueError for an id that is not whole numbers."""
     return tuple(int(x) for x in job.split("_"))
 
 

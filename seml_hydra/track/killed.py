@@ -77,10 +77,11 @@ def detect_killed(
     recover: Callable[[Any, Mapping[str, Any] | None], list[int]] | None = None,
 ) -> DetectResult:
     """Mark KILLED the active experiments whose Slurm task is gone (see
-    ``track.jobs.decide_killed``); INTERRUPTED when the user had cancelled them; a fresh heartbeat without any Slurm record
-    keeps a run RUNNING (``unsure``). A failed scheduler query marks nothing and returns a
-    warning. ``fail_trace`` = what sacct said of the job and the last lines of
-    ``execution.slurm_output_file`` (:func:`document_trace`).
+    ``track.jobs.decide_killed``); INTERRUPTED when the user had cancelled them; a fresh
+    heartbeat without any Slurm record keeps a run RUNNING (``unsure``). A failed scheduler
+    query marks nothing and returns a warning. ``fail_trace`` = what sacct said of the job and
+    the last lines of ``execution.slurm_output_file`` (:func:`document_trace`). Returns a
+    :class:`DetectResult`; raises pymongo errors.
 
     ``recover(collection, query)``, when given, runs first and returns the ids it put back to
     STAGED (``recovered``): the launcher and ``seml`` pass
@@ -88,10 +89,9 @@ def detect_killed(
     without a job by a submitting process that died), which this package cannot import.
 
     An experiment of another Slurm cluster (its ``execution.cluster`` / ``slurm[0].cluster``
-    is neither this cluster's ``ClusterName`` nor one of ``track.jobs.UNNAMED_CLUSTERS``) is never
-    judged: job ids are per cluster, so this one's squeue and sacct say nothing about it
+    is neither this cluster's ``ClusterName`` nor one of ``track.jobs.UNNAMED_CLUSTERS``) is
+    never judged: job ids are per cluster, so this one's squeue and sacct say nothing about it
     (``foreign``)."""
-
     recovered = recover(collection, query) if recover is not None else []
     docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
     try:

@@ -235,6 +235,9 @@ def read_document_output(
 
 
 def output_file(doc: Mapping[str, Any]) -> str | None:
+    """The job output file a document names: ``execution.slurm_output_file`` (written by the
+    job), else the submission's ``slurm[0].output_files_template``; None when it names none.
+    Pure; the path still has to pass :func:`read_document_output`."""
     execution = doc.get("execution") or {}
     path = execution.get("slurm_output_file") if isinstance(execution, Mapping) else None
     if path:
