@@ -13,7 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app
-from seml_hydra.manage import experiments as manage
+from seml_hydra.manage.inspection import QueueRow
+from seml_hydra.track.cache import (
+    cached_collections,
+    forget_cached_collections,
+    refresh_collection_cache,
+)
+from seml_hydra.track.outputs import own_output_names, read_output_tail, terminal_safe
 
 runner = CliRunner()
 
@@ -85,7 +91,7 @@ def completion(words: str, cword: int, cache_home) -> tuple[list[str], str]:
 def test_completion_offers_collections_and_root_commands_first_then_collection_commands(
     cache_home,
 ):
-    manage.refresh_collection_cache(["train", "tiny_sweep"])
+    refresh_collection_cache(["train", "tiny_sweep"])
     words, heavy = completion("seml ", 1, cache_home)
     assert {"list", "queue", "drop", "train", "tiny_sweep"} <= set(words)
     assert "status" not in words  # needs a collection first
@@ -100,11 +106,11 @@ def test_completion_offers_collections_and_root_commands_first_then_collection_c
 
 
 def test_refresh_collection_cache_adds_and_forgets_names(cache_home):
-    manage.refresh_collection_cache(["a"])
-    manage.refresh_collection_cache(["b", "fs.files"], replace=False)
-    assert manage.cached_collections() == ["a", "b"]
-    manage.forget_cached_collections(["a"])
-    assert manage.cached_collections() == ["b"]
+    refresh_collection_cache(["a"])
+    refresh_collection_cache(["b", "fs.files"], replace=False)
+    assert cached_collections() == ["a", "b"]
+    forget_cached_collections(["a"])
+    assert cached_collections() == ["b"]
     path = cache_home / "seml-hydra" / "collections.json"
     assert json.loads(path.read_text())["collections"] == ["b"]
 
@@ -132,7 +138,7 @@ def test_list_counts_states_skips_internal_collections_and_fills_the_cache(test_
         "Total",
     ]
     assert [c.strip() for c in row.split("│")[1:-1]] == ["exp_a", "1", "0", "2", "3"]
-    assert manage.cached_collections() == ["exp_a", "exp_b"]
+    assert cached_collections() == ["exp_a", "exp_b"]
     result = seml("list", "_b$")
     assert "exp_b" in result.output and "exp_a" not in result.output
 
@@ -154,7 +160,7 @@ def test_drop_asks_drops_matching_collections_counters_and_cache_entries(test_db
     names = set(test_db.list_collection_names())
     assert "sweep_1" not in names and "sweep_2" not in names and "keep" in names
     assert [c["_id"] for c in test_db["seml_hydra_counters"].find()] == ["keep._id"]
-    assert manage.cached_collections() == ["keep"]
+    assert cached_collections() == ["keep"]
     result = seml("drop", "nothing.*", "-y")
     assert result.exit_code == 0 and "No collection matches" in result.output
 
@@ -382,15 +388,15 @@ def test_status_and_print_output_read_only_the_output_files_of_the_documents_own
 
 
 def test_own_output_names_are_the_submitit_and_seml_names_of_the_recorded_jobs():
-    names = manage.own_output_names(
+    names = own_output_names(
         {"_id": 7, "execution": {"array_id": 50, "task_id": 3}, "slurm": [{"array_id": 49}]}
     )
     for good in ("50_3_0_log.out", "50_3_12_log.err", "exp_50_3.out", "49_0_log.out"):
         assert names.fullmatch(good), good
     for bad in ("id_secret.out", "123_0_log.out", "50_3_log.out", "50_30_0_log.out", "x_7.out"):
         assert not names.fullmatch(bad), bad
-    assert manage.own_output_names({"_id": 7}, seml_output_file=True).fullmatch("exp_7.out")
-    assert not manage.own_output_names({"_id": 7}).fullmatch("7_0_log.out")
+    assert own_output_names({"_id": 7}, seml_output_file=True).fullmatch("exp_7.out")
+    assert not own_output_names({"_id": 7}).fullmatch("7_0_log.out")
 
 
 def test_output_files_are_read_from_their_end_only(tmp_path):
@@ -401,7 +407,7 @@ def test_output_files_are_read_from_their_end_only(tmp_path):
         f.write(b"head line\n")
         f.seek(50 * 1024 * 1024)
         f.write(b"\nlast line\n")
-    tail = manage.read_output_tail(out, tmp_path, max_bytes=100)
+    tail = read_output_tail(out, tmp_path, max_bytes=100)
     assert tail.data is not None and tail.data.endswith(b"last line\n")
     assert len(tail.data) == 100 and tail.skipped == out.stat().st_size - 100
 
@@ -442,7 +448,7 @@ def test_print_commands_strip_terminal_escape_sequences(test_db, tmp_path):
     result = seml("c", "print-output", "-id", "3")  # a status with escape sequences
     clean(result.stdout)
     assert "experiment 3 (FAILEDhidden)" in result.stdout
-    assert manage.terminal_safe(f"a{evil}b\tc\n") == "ahiddenb\tc\n"
+    assert terminal_safe(f"a{evil}b\tc\n") == "ahiddenb\tc\n"
 
 
 def test_detect_killed_marks_nothing_when_slurm_cannot_be_asked(test_db, tmp_path, monkeypatch):
@@ -532,7 +538,7 @@ def test_list_status_and_queue_strip_escape_sequences_of_names_and_states(test_d
     status = seml("c", "status")
     assert status.exit_code == 0, status.output
     assert "FAILED" in clean(status.stdout) and "[red]ODD[/]" in status.stdout
-    row = manage.QueueRow(f"c{evil}", "12", f"PEN{evil}DING", f"why{evil}", None, 1.0, "n", [1])
+    row = QueueRow(f"c{evil}", "12", f"PEN{evil}DING", f"why{evil}", None, 1.0, "n", [1])
     console = Console(record=True, width=200, color_system=None)
     console.print(_queue_table([row]))
     text = clean(console.export_text())

@@ -7,7 +7,7 @@ from seml_hydra.core.errors import UserError, user_error_message
 from seml_hydra.job.rank import RankEnvironmentError
 from seml_hydra.launch.launcher import LaunchError
 from seml_hydra.launch.submit import JobFilesError, SubmissionError
-from seml_hydra.manage.experiments import ManageError
+from seml_hydra.manage.selection import ManageError
 from seml_hydra.slurm.client import SlurmError
 from seml_hydra.store.errors import DatabaseError, InvalidCollectionName
 from seml_hydra.store.snapshot import SourceSnapshotError

@@ -139,8 +139,8 @@ def test_a_throttled_foreign_array_does_not_disturb_status_or_queue(slurm, test_
     from typer.testing import CliRunner
 
     from seml_hydra.cli import app
-    from seml_hydra.manage.experiments import task_of
     from seml_hydra.slurm import client as slurm_client
+    from seml_hydra.track.jobs import task_of
 
     proc = run_app("fail.py", "-m", "hydra/launcher=seml", "x=1,3", "fail_on=-1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -209,7 +209,7 @@ def test_a_run_slurm_has_no_record_of_is_killed_once_its_heartbeat_is_stale(slur
     from typer.testing import CliRunner
 
     from seml_hydra.cli import app
-    from seml_hydra.manage.experiments import HEARTBEAT_STALE_S
+    from seml_hydra.track.jobs import HEARTBEAT_STALE_S
 
     array = 9_000_000  # far above the testbed's job ids: squeue and sacct know nothing of it
     task = {"cluster": "slurm", "array_id": array, "task_id": 0}
@@ -271,7 +271,7 @@ def test_status_never_judges_an_experiment_of_another_cluster(slurm, test_db):
     from typer.testing import CliRunner
 
     from seml_hydra.cli import app
-    from seml_hydra.manage.experiments import HEARTBEAT_STALE_S
+    from seml_hydra.track.jobs import HEARTBEAT_STALE_S
 
     stale = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(
         seconds=HEARTBEAT_STALE_S + 5

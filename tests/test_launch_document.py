@@ -23,7 +23,6 @@ from seml_hydra.launch.document import (
     refreshed_fields,
     seml_doc,
 )
-from seml_hydra.launch.recovery import recovered_message
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
@@ -120,13 +119,3 @@ def test_diff_parent_walks_and_creates_levels_in_dicts_and_dictconfigs():
     assert OmegaConf.to_container(cfg) == {"a": {"b": 1, "x": {"y": 2}}}
     untouched = copy.deepcopy(plain)
     assert diff_parent(untouched, ["only"]) == (untouched, "only")
-
-
-def test_recovered_message_is_one_line_for_every_caller():
-    assert recovered_message([1, 2, 3]) == (
-        "3 experiment(s) whose submission was interrupted (left PENDING without a Slurm job): "
-        "ids 1-3 are STAGED again"
-    )
-    assert recovered_message([4], "coll").endswith(
-        "ids 4 are STAGED again; submit them with `seml coll start`"
-    )

@@ -1,4 +1,5 @@
-"""Pure decisions of seml_hydra.manage.experiments: filters, states, job ids, killed detection, cancel."""
+"""Pure decisions of seml_hydra.manage and seml_hydra.track: filters, states, job ids, killed
+detection, cancel."""
 
 from __future__ import annotations
 
@@ -7,20 +8,39 @@ from pathlib import Path
 
 import pytest
 
-from seml_hydra.manage import experiments as manage
-from seml_hydra.manage.experiments import ManageError, Selection
+from seml_hydra.manage.cancel import tasks_to_cancel
+from seml_hydra.manage.selection import (
+    ManageError,
+    Selection,
+    build_filter,
+    id_ranges_by_state,
+    parse_filter_dict,
+    parse_states,
+)
+from seml_hydra.manage.start import start
+from seml_hydra.track.cache import is_listed_collection
+from seml_hydra.track.jobs import (
+    decide_killed,
+    foreign_experiments,
+    foreign_lines,
+    is_listed,
+    sacct_states_by_task,
+    task_of,
+)
+from seml_hydra.track.outputs import output_folder, tail_text, terminal_safe
+from seml_hydra.track.query import and_
 
 
 def test_parse_states_normalizes_case_commas_and_the_queued_alias():
-    assert manage.parse_states(["failed,Killed", " interrupted ", "QUEUED"]) == [
+    assert parse_states(["failed,Killed", " interrupted ", "QUEUED"]) == [
         "FAILED",
         "KILLED",
         "INTERRUPTED",
         "STAGED",
     ]
-    assert manage.parse_states(None) == [] and manage.parse_states([""]) == []
+    assert parse_states(None) == [] and parse_states([""]) == []
     with pytest.raises(ManageError, match="Unknown state 'done'"):
-        manage.parse_states(["done"])
+        parse_states(["done"])
 
 
 @pytest.mark.parametrize(
@@ -34,19 +54,17 @@ def test_parse_states_normalizes_case_commas_and_the_queued_alias():
     ],
 )
 def test_parse_filter_dict_accepts_json_and_yaml_mappings(text, expected):
-    assert manage.parse_filter_dict(text) == expected
+    assert parse_filter_dict(text) == expected
 
 
 @pytest.mark.parametrize("text", ["[1, 2]", "3", "{a: [}"])
 def test_parse_filter_dict_refuses_what_is_not_a_mapping(text):
     with pytest.raises(ManageError):
-        manage.parse_filter_dict(text)
+        parse_filter_dict(text)
 
 
 def test_build_filter_ands_every_option_and_keeps_the_filter_dict():
-    q = manage.build_filter(
-        sacred_id=3, batch_id=2, filter_states=["STAGED"], filter_dict={"config.x": 1}
-    )
+    q = build_filter(sacred_id=3, batch_id=2, filter_states=["STAGED"], filter_dict={"config.x": 1})
     assert q == {
         "config.x": 1,
         "_id": 3,
@@ -54,9 +72,9 @@ def test_build_filter_ands_every_option_and_keeps_the_filter_dict():
         "status": {"$in": ["STAGED", "QUEUED"]},
     }
     # a key of the filter dict is not overwritten: both must hold
-    q = manage.build_filter(filter_states=["FAILED"], filter_dict={"status": "KILLED"})
+    q = build_filter(filter_states=["FAILED"], filter_dict={"status": "KILLED"})
     assert q == {"status": "KILLED", "$and": [{"status": {"$in": ["FAILED"]}}]}
-    assert manage.build_filter() == {}
+    assert build_filter() == {}
 
 
 def test_selection_uses_defaults_and_refuses_states_a_command_cannot_act_on():
@@ -73,7 +91,7 @@ def test_selection_uses_defaults_and_refuses_states_a_command_cannot_act_on():
 
 def test_and_does_not_change_the_given_query():
     query = {"$and": [{"a": 1}]}
-    assert manage.and_(query, {"b": 2}) == {"$and": [{"a": 1}, {"b": 2}]}
+    assert and_(query, {"b": 2}) == {"$and": [{"a": 1}, {"b": 2}]}
     assert query == {"$and": [{"a": 1}]}
 
 
@@ -94,22 +112,22 @@ def pending(exp_id, array=None, task=None):
 def test_task_of_prefers_the_claiming_job_over_the_submission():
     doc = running(1, 10, 2)
     doc["slurm"] = [{"array_id": 9, "task_id": 0}]
-    assert manage.task_of(doc) == ("slurm", "10_2")
-    assert manage.task_of(pending(2, 11, 4)) == ("slurm", "11_4")
-    assert manage.task_of(pending(3)) is None
-    assert manage.task_of({"_id": 4, "slurm": {"array_id": 5, "task_id": 1}}) == ("slurm", "5_1")
-    assert manage.task_of({"_id": 5}) is None
+    assert task_of(doc) == ("slurm", "10_2")
+    assert task_of(pending(2, 11, 4)) == ("slurm", "11_4")
+    assert task_of(pending(3)) is None
+    assert task_of({"_id": 4, "slurm": {"array_id": 5, "task_id": 1}}) == ("slurm", "5_1")
+    assert task_of({"_id": 5}) is None
 
 
 def test_task_of_a_single_job_submission_is_the_plain_job_id():
     # submitit submits one task without --array: Slurm rejects "<id>_0" for it
     single = {"array_id": 270, "task_id": 0, "job_id": "270", "num_tasks": 1}
     doc = {"_id": 1, "status": "PENDING", "slurm": [single]}
-    assert manage.task_of(doc) == ("slurm", "270")
+    assert task_of(doc) == ("slurm", "270")
     doc["execution"] = {"cluster": "slurm", "array_id": 270, "task_id": 0}
-    assert manage.task_of(doc) == ("slurm", "270")
+    assert task_of(doc) == ("slurm", "270")
     array = {"array_id": 271, "task_id": 0, "job_id": "271_0", "num_tasks": 2}
-    assert manage.task_of({"_id": 2, "slurm": [array]}) == ("slurm", "271_0")
+    assert task_of({"_id": 2, "slurm": [array]}) == ("slurm", "271_0")
 
 
 def test_decide_killed_needs_absence_from_squeue_and_a_terminal_or_missing_sacct_record():
@@ -123,7 +141,7 @@ def test_decide_killed_needs_absence_from_squeue_and_a_terminal_or_missing_sacct
         running(7, 10, 4, cancel_time="t"),  # cancelled by the user -> interrupted
     ]
     sacct = {"10_1": ["CANCELLED by 0"], "10_2": ["RUNNING"], "10_4": ["CANCELLED"]}
-    killed, interrupted, unsure = manage.decide_killed(docs, {"10_0"}, sacct)
+    killed, interrupted, unsure = decide_killed(docs, {"10_0"}, sacct)
     assert killed == [2, 4]
     assert interrupted == [7]
     assert unsure == []
@@ -144,9 +162,7 @@ def test_decide_killed_without_a_slurm_record_needs_a_stale_heartbeat():
         running(6, 10, 5),  # never started (no heartbeat, no start_time) -> killed
     ]
     sacct = {"10_2": ["NODE_FAIL"]}
-    killed, interrupted, unsure = manage.decide_killed(
-        docs, set(), sacct, now=now, heartbeat_stale_s=60
-    )
+    killed, interrupted, unsure = decide_killed(docs, set(), sacct, now=now, heartbeat_stale_s=60)
     assert killed == [2, 3, 5, 6]
     assert unsure == [1, 4]
     assert interrupted == []
@@ -155,12 +171,12 @@ def test_decide_killed_without_a_slurm_record_needs_a_stale_heartbeat():
 def test_tasks_to_cancel_spares_tasks_shared_with_experiments_not_cancelled():
     cancelled = [running(1, 10, 0), pending(2, 10, 1), pending(3, 10, 2), pending(4)]
     others = [pending(5, 10, 2)]  # experiments_per_job > 1: task 2 also runs experiment 5
-    assert manage.tasks_to_cancel(cancelled, others) == ["10_0", "10_1"]
-    assert manage.tasks_to_cancel([running(1, 3, 10), running(2, 3, 9)], []) == ["3_9", "3_10"]
+    assert tasks_to_cancel(cancelled, others) == ["10_0", "10_1"]
+    assert tasks_to_cancel([running(1, 3, 10), running(2, 3, 9)], []) == ["3_9", "3_10"]
     # a claimed experiment names its job's cluster, an unclaimed one of an older submission
     # "slurm": the same task all the same
     claimed = running(6, 11, 0, cluster="semltest")
-    assert manage.tasks_to_cancel([claimed], [pending(7, 11, 0)]) == []
+    assert tasks_to_cancel([claimed], [pending(7, 11, 0)]) == []
 
 
 def test_id_ranges_by_state_orders_states_by_life_cycle():
@@ -171,7 +187,7 @@ def test_id_ranges_by_state_orders_states_by_life_cycle():
         {"_id": 5, "status": "FAILED"},
         {"_id": 4, "status": "WEIRD"},
     ]
-    assert manage.id_ranges_by_state(docs) == {
+    assert id_ranges_by_state(docs) == {
         "STAGED": [2],
         "COMPLETED": [1],
         "FAILED": [3, 5],
@@ -188,12 +204,12 @@ def test_hidden_collections_are_not_listed():
         "system.views",
         "seml_hydra_metrics.train",
     ):
-        assert not manage.is_listed_collection(name)
-    assert manage.is_listed_collection("train")
+        assert not is_listed_collection(name)
+    assert is_listed_collection("train")
 
 
 def test_tail_text_replaces_invalid_utf8():
-    assert manage.tail_text(b"a\nb\xff\nc\n", 2) == "b\ufffd\nc"
+    assert tail_text(b"a\nb\xff\nc\n", 2) == "b\ufffd\nc"
 
 
 @pytest.mark.parametrize(
@@ -209,7 +225,7 @@ def test_tail_text_replaces_invalid_utf8():
     ],
 )
 def test_output_folder_is_the_submitit_folder_before_its_placeholders(seml, expected):
-    assert manage.output_folder({"seml": seml}) == expected
+    assert output_folder({"seml": seml}) == expected
 
 
 @pytest.mark.parametrize(
@@ -227,7 +243,7 @@ def test_output_folder_is_the_submitit_folder_before_its_placeholders(seml, expe
     ],
 )
 def test_terminal_safe_strips_escape_sequences_and_control_characters(text, expected):
-    assert manage.terminal_safe(text) == expected
+    assert terminal_safe(text) == expected
 
 
 def test_the_waiting_launcher_copies_only_the_dead_jobs_own_output(test_db, tmp_path):
@@ -236,7 +252,7 @@ def test_the_waiting_launcher_copies_only_the_dead_jobs_own_output(test_db, tmp_
     file, which is not read."""
     import submitit
 
-    from seml_hydra.launch.wait import mark_dead_jobs
+    from seml_hydra.track.killed import mark_dead_jobs
 
     secret = tmp_path / "id_ed25519"
     secret.write_text("s3cr3t\n")
@@ -273,16 +289,14 @@ def test_sacct_states_by_task_expands_array_records_to_their_tasks():
         sacct_row("14", "FAILED"),
         sacct_row("15", "CANCELLED by 0"),  # an array's record before sacct split it
     ]
-    got = manage.sacct_states_by_task(rows, ["12_1", "13_0", "15_2", "16_0"])
+    got = sacct_states_by_task(rows, ["12_1", "13_0", "15_2", "16_0"])
     assert got["12_0"] == got["12_3"] == ["CANCELLED by 0"]
     assert got["13_0"] == ["COMPLETED"] and got["13_2"] == ["PENDING"]
     assert got["14"] == ["FAILED"]
     assert got["15_2"] == ["CANCELLED by 0"]  # the task falls back to its array's record
     assert "16_0" not in got and "15_1" not in got  # only asked tasks fall back
     # the array asked for next to its task gives the same record twice: states once
-    assert manage.sacct_states_by_task([sacct_row("12_1", "X"), sacct_row("12_1", "X")]) == {
-        "12_1": ["X"]
-    }
+    assert sacct_states_by_task([sacct_row("12_1", "X"), sacct_row("12_1", "X")]) == {"12_1": ["X"]}
 
 
 def test_foreign_experiments_are_those_naming_another_cluster():
@@ -295,8 +309,8 @@ def test_foreign_experiments_are_those_naming_another_cluster():
         pending(6, 12, 0) | {"slurm": [{"array_id": 12, "task_id": 0, "cluster": "there"}]},
         running(7, 13, 0, cluster="other"),
     ]
-    assert manage.foreign_experiments(docs, "here") == {"there": [2, 6], "other": [7]}
-    assert manage.foreign_lines({"there": [2, 6]}, "here") == [
+    assert foreign_experiments(docs, "here") == {"there": [2, 6], "other": [7]}
+    assert foreign_lines({"there": [2, 6]}, "here") == [
         "2 experiment(s) run on cluster there (2, 6): not checked from cluster here; run "
         "`status` there to check them."
     ]
@@ -304,10 +318,10 @@ def test_foreign_experiments_are_those_naming_another_cluster():
 
 def test_a_plain_id_is_listed_through_its_tasks_and_takes_their_sacct_states():
     # SEML records a one-task array as num_tasks 1: task_of says "354", squeue "354_0"
-    assert manage.is_listed("354", {"354_0"}) and manage.is_listed("354_0", {"354_0"})
-    assert not manage.is_listed("354_1", {"354_0"}) and not manage.is_listed("35", {"354_0"})
+    assert is_listed("354", {"354_0"}) and is_listed("354_0", {"354_0"})
+    assert not is_listed("354_1", {"354_0"}) and not is_listed("35", {"354_0"})
     rows = [sacct_row("354_0", "COMPLETED")]
-    assert manage.sacct_states_by_task(rows, ["354"])["354"] == ["COMPLETED"]
+    assert sacct_states_by_task(rows, ["354"])["354"] == ["COMPLETED"]
 
 
 def test_start_puts_back_only_semls_queued_spelling_not_a_concurrent_pending(test_db):
@@ -340,5 +354,5 @@ def test_start_puts_back_only_semls_queued_spelling_not_a_concurrent_pending(tes
             return getattr(self._db, attr)
 
     with contextlib.suppress(Exception):  # no payload: this SEML document cannot be submitted
-        manage.start(ConcurrentStart(test_db), "queued", {})
+        start(ConcurrentStart(test_db), "queued", {})
     assert coll.find_one({"_id": 1})["status"] == "PENDING"

@@ -218,7 +218,8 @@ def losses(lr: float) -> list:
 
 
 def test_each_collection_keeps_its_own_metrics_and_delete_and_drop_remove_them(test_db, tmp_path):
-    from seml_hydra.manage import experiments as manage
+    from seml_hydra.manage.inspection import list_collections
+    from seml_hydra.manage.lifecycle import delete, drop
     from seml_hydra.store.results import get_metrics
 
     run_metrics_app(tmp_path, "ma", "0.1,0.2")  # runs 1 and 2
@@ -240,13 +241,13 @@ def test_each_collection_keeps_its_own_metrics_and_delete_and_drop_remove_them(t
     (row,) = get_results("mb", fields=["config.lr"], metrics=True, db=test_db)
     assert row["config"] == {"lr": 0.5} and row["metrics"]["loss"]["values"] == losses(0.5)
     assert "_id" not in row
-    assert [c.name for c in manage.list_collections(test_db)] == ["ma", "mb"]
+    assert [c.name for c in list_collections(test_db)] == ["ma", "mb"]
 
-    manage.delete(test_db["ma"], {"_id": 1}, cancel_first=False)
+    delete(test_db["ma"], {"_id": 1}, cancel_first=False)
     assert [m["run_id"] for m in own_a.find()] == [2]  # only run 1's metrics went
     assert own_b.count_documents({}) == 1  # the other collection's run 1 keeps its metrics
 
-    manage.drop(test_db, ["mb"])
+    drop(test_db, ["mb"])
     assert "seml_hydra_metrics.mb" not in test_db.list_collection_names()
     assert [m["run_id"] for m in own_a.find()] == [2]
 
@@ -256,7 +257,7 @@ def test_metrics_in_the_shared_collection_stay_readable_by_their_info_ids(test_d
     by the ids in ``info.metrics``, never by the ambiguous ``run_id``."""
     from bson import ObjectId
 
-    from seml_hydra.manage import experiments as manage
+    from seml_hydra.manage.lifecycle import delete
     from seml_hydra.store.results import get_metrics
 
     mine, other = ObjectId(), ObjectId()
@@ -271,7 +272,7 @@ def test_metrics_in_the_shared_collection_stay_readable_by_their_info_ids(test_d
     )
     loss = get_metrics("old", db=test_db)[1]["loss"]
     assert loss == {"steps": [0], "values": [0.3], "timestamps": []}
-    manage.delete(test_db["old"], {}, cancel_first=False)
+    delete(test_db["old"], {}, cancel_first=False)
     assert [m["_id"] for m in test_db["metrics"].find()] == [other]
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, start_app, wait_running, wait_until
 
-from seml_hydra.manage.experiments import task_of
+from seml_hydra.track.jobs import task_of
 
 LOST = "node2"
 #: the job runs on the node that is lost; the launcher checks Slurm twice a second

@@ -553,7 +553,7 @@ def test_delete_spares_the_payload_and_snapshot_of_a_launch_still_staging(test_d
     them: a ``seml delete`` at that moment removes only the files of what it deleted."""
     import gridfs
 
-    from seml_hydra.manage.experiments import delete
+    from seml_hydra.manage.lifecycle import delete
 
     fs = gridfs.GridFS(test_db)
     coll = test_db["race"]

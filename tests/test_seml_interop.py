@@ -493,7 +493,7 @@ def test_seml057_status_leaves_our_running_experiments_running(seml057, test_db,
 
 
 def test_array_of_tells_seml_pending_experiments_from_ours():
-    from seml_hydra.manage.experiments import array_of, task_of
+    from seml_hydra.track.jobs import array_of, task_of
 
     seml_pending = {"status": "PENDING", "slurm": [{"sbatch_options": {}}, {"array_id": 626}]}
     assert task_of(seml_pending) is None and array_of(seml_pending) == "626"

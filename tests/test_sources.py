@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from seml_hydra.manage.experiments import ManageError, snapshot_of
+from seml_hydra.manage.inspection import snapshot_of
+from seml_hydra.manage.selection import ManageError
 from seml_hydra.store import snapshot as snapshots
 from seml_hydra.store import sources, tunnel
 
@@ -585,7 +586,7 @@ def existing(test_db, snapshot) -> set:
 def test_a_file_a_launch_just_reused_survives_a_delete_of_its_last_experiment(test_db, tmp_path):
     """Racy order: the launch reuses (leases) the files of experiment 1, experiment 1 is deleted
     before the launch inserts its documents, then the launch inserts and releases."""
-    from seml_hydra.manage.experiments import delete
+    from seml_hydra.manage.lifecycle import delete
 
     files = snapshot_files(make_project(tmp_path))
     coll = test_db["race"]
@@ -610,7 +611,7 @@ def test_a_launch_reusing_a_file_while_a_delete_removes_it_stores_a_new_copy(
     """Racy order: the delete has marked experiment 1's files and is checking whether a
     document still names them when the launch looks for a file to reuse; the launch then must
     not reuse the file about to go, and the delete must not remove the launch's files."""
-    from seml_hydra.manage.experiments import delete
+    from seml_hydra.manage.lifecycle import delete
 
     files = snapshot_files(make_project(tmp_path))
     coll = test_db["race"]
@@ -640,7 +641,7 @@ def test_a_launch_reusing_a_file_while_a_delete_removes_it_stores_a_new_copy(
 def test_a_lease_of_a_launch_that_died_expires(test_db, tmp_path):
     from datetime import datetime, timedelta, timezone
 
-    from seml_hydra.manage.experiments import delete
+    from seml_hydra.manage.lifecycle import delete
 
     files = snapshot_files(make_project(tmp_path))
     coll = test_db["race"]
@@ -668,7 +669,7 @@ def test_a_real_launch_survives_a_delete_or_drop_while_it_stages(test_db, tmp_pa
             [
                 "import runpy, sys",
                 "import seml_hydra.launch.stage as st",
-                "from seml_hydra.manage import experiments as manage",
+                "from seml_hydra.manage import lifecycle as manage",
                 "from seml_hydra.store.client import connect",
                 "from seml_hydra.store.settings import resolve_db_settings",
                 "real = st.stage",

@@ -8,10 +8,10 @@ from urllib.parse import quote
 
 import pytest
 
-from seml_hydra.manage.experiments import is_listed_collection
 from seml_hydra.store.collections import is_reserved_collection, validate_collection_name
 from seml_hydra.store.errors import InvalidCollectionName
 from seml_hydra.store.masking import scrub
+from seml_hydra.track.cache import is_listed_collection
 
 RESERVED = [
     "seml_hydra_counters",

@@ -12,44 +12,34 @@ from seml_hydra.cli.core import (
     COLLECTION_PANEL,
     STATE_COLORS,
     collection_app,
-    collection_name,
     confirm_if_many,
     console,
     err_console,
-    selection,
     shown,
 )
-from seml_hydra.cli.options import BatchId, FilterDict, SacredId, States, Yes
+from seml_hydra.cli.options import WITHOUT_STATES, Target, Yes, on_collection
 from seml_hydra.core import states
-
-command = collection_app.command
-
-
-def _open(ctx: typer.Context) -> tuple[Any, Any]:
-    """(database, collection) of the command line's collection."""
-    from seml_hydra.manage.experiments import connect_db, get_collection, refresh_collection_cache
-
-    db = connect_db()
-    collection = get_collection(db, collection_name(ctx))
-    refresh_collection_cache([collection.name], replace=False)
-    return db, collection
+from seml_hydra.core.ranges import format_ids as _ids
+from seml_hydra.track.outputs import terminal_safe
+from seml_hydra.track.query import and_
 
 
-def _ids(ids: list[int]) -> str:
-    from seml_hydra.core.ranges import format_ids
-
-    return format_ids(ids)
+def command(name: str | None = None, **kwargs: Any) -> Any:
+    """Register a command of ``seml <collection> ...`` (in the collection commands' help panel)."""
+    return collection_app.command(name, rich_help_panel=COLLECTION_PANEL, **kwargs)
 
 
 def _report_detect(result: Any, name: str) -> None:
-    if result.recovered:
-        from seml_hydra.launch.recovery import recovered_message
+    from seml_hydra.track.killed import recovered_message
 
-        console().print(recovered_message(result.recovered, name) + ".")
+    if result.recovered:
+        console().print(
+            recovered_message(result.recovered, f"submit them with `seml {name} start`.")
+        )
     if result.warning:
         err_console().print(f"[yellow]Warning:[/] {result.warning}", markup=True)
     if result.foreign:
-        from seml_hydra.manage.experiments import foreign_lines
+        from seml_hydra.track.jobs import foreign_lines
 
         for line in foreign_lines(result.foreign, result.cluster):
             console().print(shown(line))  # cluster names come from the documents
@@ -63,7 +53,7 @@ def _report_detect(result: Any, name: str) -> None:
             f"{_ids(result.interrupted)} are INTERRUPTED"
         )
     if result.unsure:
-        from seml_hydra.manage.experiments import HEARTBEAT_STALE_S
+        from seml_hydra.track.jobs import HEARTBEAT_STALE_S
 
         console().print(
             f"Slurm has no record of the job(s) of {_ids(result.unsure)}, but their heartbeat "
@@ -71,26 +61,38 @@ def _report_detect(result: Any, name: str) -> None:
         )
 
 
-@command(rich_help_panel=COLLECTION_PANEL)
-def status(
-    ctx: typer.Context,
-    sacred_id: SacredId = None,
-    batch_id: BatchId = None,
-    filter_states: States = None,
-    filter_dict: FilterDict = None,
-) -> None:
+def _detect(collection: Any, query: Any) -> Any:
+    """``track.killed.detect_killed`` of the selected experiments, after putting back to STAGED
+    those an interrupted submission left PENDING without a job
+    (``launch.submit.recover_interrupted_submissions``)."""
+    from seml_hydra.launch.recovery import recover_interrupted_submissions
+    from seml_hydra.track.killed import detect_killed as detect
+
+    return detect(collection, query, recover=recover_interrupted_submissions)
+
+
+def _on_pending(act: Any, target: Target) -> Any:
+    """``act(collection, query, strangers)`` (``manage.cancel.hold`` or ``release``) on the
+    selected experiments, then say which jobs were left alone as not the collection's."""
+    strangers: dict[str, Any] = {}
+    done = act(target.collection, target.selection.query(), strangers)
+    _report_strangers(strangers, target.name)
+    return done
+
+
+@command()
+@on_collection()
+def status(target: Target) -> None:
     """Counts and ids of the experiments per state (after detecting killed jobs)."""
     from rich.table import Table
 
-    from seml_hydra.manage.experiments import MALFORMED, detect_killed, malformed_message
-    from seml_hydra.manage.experiments import status as get_status
+    from seml_hydra.manage.inspection import status as get_status
+    from seml_hydra.manage.selection import malformed_message
+    from seml_hydra.track.jobs import MALFORMED
 
-    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
-    _, coll = _open(ctx)
-    query = sel.query()
-    name = collection_name(ctx)
-    _report_detect(detect_killed(coll, query), name)
-    by_state = get_status(coll, query)
+    query, name = target.selection.query(), target.name
+    _report_detect(_detect(target.collection, query), name)
+    by_state = get_status(target.collection, query)
     if not by_state:
         console().print(f"No experiments in {name} match.")
         return
@@ -109,28 +111,25 @@ def status(
         console().print(f"[yellow]{escape(malformed_message(by_state[MALFORMED]))}[/]")
 
 
-@command(rich_help_panel=COLLECTION_PANEL)
+@command()
+@on_collection(WITHOUT_STATES)
 def start(
-    ctx: typer.Context,
-    sacred_id: SacredId = None,
-    batch_id: BatchId = None,
-    filter_dict: FilterDict = None,
+    target: Target,
     num_experiments: Annotated[
         int, typer.Option("-n", "--num-experiments", help="Start at most this many; 0 = all.")
     ] = 0,
 ) -> None:
     """Submit STAGED experiments to Slurm (e.g. after `reset`), from the database alone; also
     those an interrupted submission left PENDING without a job."""
-    from seml_hydra.launch.recovery import recover_interrupted_submissions, recovered_message
-    from seml_hydra.manage.experiments import start as do_start
+    from seml_hydra.launch.recovery import recover_interrupted_submissions
+    from seml_hydra.manage.start import start as do_start
+    from seml_hydra.track.killed import recovered_message
 
-    sel = selection(sacred_id, batch_id, None, filter_dict)
-    db, coll = _open(ctx)
-    name = collection_name(ctx)
-    recovered = recover_interrupted_submissions(coll, sel.query())
+    sel, name = target.selection, target.name
+    recovered = recover_interrupted_submissions(target.collection, sel.query())
     if recovered:
         console().print(recovered_message(recovered))
-    arrays = do_start(db, name, sel.query(), limit=num_experiments)
+    arrays = do_start(target.db, name, sel.query(), limit=num_experiments)
     if not arrays:
         console().print(f"No STAGED experiments in {name} match: nothing to start.")
         return
@@ -141,22 +140,14 @@ def start(
         )
 
 
-@command(rich_help_panel=COLLECTION_PANEL)
-def reset(
-    ctx: typer.Context,
-    sacred_id: SacredId = None,
-    batch_id: BatchId = None,
-    filter_states: States = None,
-    filter_dict: FilterDict = None,
-    yes: Yes = False,
-) -> None:
+@command()
+@on_collection()
+def reset(target: Target, yes: Yes = False) -> None:
     """Put FAILED, KILLED and INTERRUPTED experiments back to STAGED (run with `start`)."""
-    from seml_hydra.manage.experiments import and_
-    from seml_hydra.manage.experiments import reset as do_reset
+    from seml_hydra.manage.lifecycle import reset as do_reset
 
-    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
+    sel, coll = target.selection, target.collection
     allowed = [s for s in states.ALL if s not in states.ACTIVE]
-    _, coll = _open(ctx)
     query = (
         sel.query(allowed=allowed)
         if sel.filter_states
@@ -175,21 +166,14 @@ def reset(
     console().print(f"Reset {len(ids)} experiment(s) to STAGED: {_ids(ids)}")
 
 
-@command(rich_help_panel=COLLECTION_PANEL)
-def cancel(
-    ctx: typer.Context,
-    sacred_id: SacredId = None,
-    batch_id: BatchId = None,
-    filter_states: States = None,
-    filter_dict: FilterDict = None,
-    yes: Yes = False,
-) -> None:
+@command()
+@on_collection()
+def cancel(target: Target, yes: Yes = False) -> None:
     """Cancel PENDING and RUNNING experiments: INTERRUPTED, and `scancel` of their array tasks
     (without -s, also finishes an earlier cancel that was interrupted before its `scancel`)."""
-    from seml_hydra.manage.experiments import cancel as do_cancel
+    from seml_hydra.manage.cancel import cancel as do_cancel
 
-    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
-    _, coll = _open(ctx)
+    sel, coll = target.selection, target.collection
     query = sel.query(allowed=[s for s in states.ALL if s in states.ACTIVE])
     confirm_if_many("Cancel", coll.count_documents(query), yes)
     # without -s: the whole selection, so experiments an unfinished cancel left INTERRUPTED
@@ -201,7 +185,7 @@ def cancel(
 
 def _report_strangers(strangers: Any, name: str) -> None:
     """Say which jobs documents named were left alone: their comment is not the collection."""
-    from seml_hydra.manage.experiments import stranger_lines
+    from seml_hydra.manage.cancel import stranger_lines
 
     for line in stranger_lines(strangers, name):
         console().print(line, markup=False)
@@ -209,11 +193,9 @@ def _report_strangers(strangers: Any, name: str) -> None:
 
 def _report_foreign(foreign: Any, cluster: str | None, what: str) -> None:
     """Say which experiments of other clusters were left alone (``what``: e.g. "cancelled")."""
-    from seml_hydra.core.ranges import format_ids
-
     for name, ids in sorted(foreign.items()):
         console().print(
-            f"{len(ids)} experiment(s) run on cluster {name} ({format_ids(ids)}): not {what} "
+            f"{len(ids)} experiment(s) run on cluster {name} ({_ids(ids)}): not {what} "
             f"from cluster {cluster}; run the command there.",
             markup=False,
         )
@@ -249,13 +231,10 @@ def _report_cancel(result: Any) -> None:
         )
 
 
-@command(rich_help_panel=COLLECTION_PANEL)
+@command()
+@on_collection()
 def delete(
-    ctx: typer.Context,
-    sacred_id: SacredId = None,
-    batch_id: BatchId = None,
-    filter_states: States = None,
-    filter_dict: FilterDict = None,
+    target: Target,
     cancel_first: Annotated[
         bool,
         typer.Option(
@@ -266,12 +245,11 @@ def delete(
     yes: Yes = False,
 ) -> None:
     """Delete experiments (all states by default; running ones are cancelled first)."""
-    from seml_hydra.manage.experiments import delete as do_delete
-    from seml_hydra.manage.experiments import refresh_collection_cache
+    from seml_hydra.manage.lifecycle import delete as do_delete
+    from seml_hydra.track.cache import refresh_collection_cache
 
-    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
-    db, coll = _open(ctx)
-    query = sel.query()
+    coll = target.collection
+    query = target.selection.query()
     confirm_if_many("Delete", coll.count_documents(query), yes)
     result = do_delete(coll, query, cancel_first=cancel_first)
     if result.cancel:
@@ -285,28 +263,20 @@ def delete(
             f"[yellow]Warning:[/] Slurm still lists {', '.join(result.cancel.still_alive)}; "
             "their experiments are deleted, so they will find nothing to run."
         )
-    refresh_collection_cache([collection_name(ctx)], replace=False)
+    refresh_collection_cache([target.name], replace=False)
     if not result.ids:
         console().print("No experiments to delete.")
         return
     console().print(f"Deleted {len(result.ids)} experiment(s): {_ids(result.ids)}")
 
 
-@command(rich_help_panel=COLLECTION_PANEL)
-def hold(
-    ctx: typer.Context,
-    sacred_id: SacredId = None,
-    batch_id: BatchId = None,
-    filter_dict: FilterDict = None,
-) -> None:
+@command()
+@on_collection(WITHOUT_STATES)
+def hold(target: Target) -> None:
     """Hold the pending Slurm array tasks of PENDING experiments (`scontrol hold`)."""
-    from seml_hydra.manage.experiments import hold as do_hold
+    from seml_hydra.manage.cancel import hold as do_hold
 
-    sel = selection(sacred_id, batch_id, None, filter_dict)
-    _, coll = _open(ctx)
-    strangers: dict[str, Any] = {}
-    held_now, already = do_hold(coll, sel.query(), strangers)
-    _report_strangers(strangers, coll.name)
+    held_now, already = _on_pending(do_hold, target)
     if held_now:
         console().print(f"Held {len(held_now)} pending Slurm task(s): {', '.join(held_now)}")
     if already:
@@ -315,21 +285,13 @@ def hold(
         console().print("Nothing pending to hold.")
 
 
-@command(rich_help_panel=COLLECTION_PANEL)
-def release(
-    ctx: typer.Context,
-    sacred_id: SacredId = None,
-    batch_id: BatchId = None,
-    filter_dict: FilterDict = None,
-) -> None:
+@command()
+@on_collection(WITHOUT_STATES)
+def release(target: Target) -> None:
     """Release the held Slurm array tasks of PENDING experiments (`scontrol release`)."""
-    from seml_hydra.manage.experiments import release as do_release
+    from seml_hydra.manage.cancel import release as do_release
 
-    sel = selection(sacred_id, batch_id, None, filter_dict)
-    _, coll = _open(ctx)
-    strangers: dict[str, Any] = {}
-    released = do_release(coll, sel.query(), strangers)
-    _report_strangers(strangers, coll.name)
+    released = _on_pending(do_release, target)
     if released:
         console().print(f"Released {len(released)} Slurm task(s): {', '.join(released)}")
     else:
@@ -341,29 +303,18 @@ TargetDir = Annotated[
 ]
 
 
-@command(
-    "download-sources",
-    rich_help_panel=COLLECTION_PANEL,
-    help="SEML's later name of restore-sources.",
-)
-@command("restore-sources", rich_help_panel=COLLECTION_PANEL)
-def restore_sources(
-    ctx: typer.Context,
-    target: TargetDir,
-    sacred_id: SacredId = None,
-    batch_id: BatchId = None,
-    filter_states: States = None,
-    filter_dict: FilterDict = None,
-    yes: Yes = False,
-) -> None:
+@command("download-sources", help="SEML's later name of restore-sources.")
+@command("restore-sources")
+@on_collection()
+def restore_sources(on: Target, target: TargetDir, yes: Yes = False) -> None:
     """Write the code snapshot the selected experiments ran with into a directory (asks when
     the directory holds other files; files already restored are kept)."""
-    from seml_hydra.manage.experiments import ManageError, foreign_files, snapshot_for
-    from seml_hydra.manage.experiments import restore_sources as do_restore
+    from seml_hydra.manage.inspection import foreign_files, snapshot_for
+    from seml_hydra.manage.inspection import restore_sources as do_restore
+    from seml_hydra.manage.selection import ManageError
 
-    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
-    _, coll = _open(ctx)
-    files = snapshot_for(coll, sel.query())
+    coll = on.collection
+    files = snapshot_for(coll, on.selection.query())
     if target.exists() and not target.is_dir():
         raise ManageError(f"{target} exists and is not a directory; name a directory.")
     foreign = foreign_files(coll, files, target) if not yes else []
@@ -386,34 +337,25 @@ def restore_sources(
         )
 
 
-@command("detect-killed", rich_help_panel=COLLECTION_PANEL)
-def detect_killed(ctx: typer.Context) -> None:
+@command("detect-killed")
+@on_collection(())
+def detect_killed(target: Target) -> None:
     """Mark KILLED the PENDING/RUNNING experiments whose Slurm job is gone."""
-    from seml_hydra.manage.experiments import detect_killed as do_detect
-
-    _, coll = _open(ctx)
-    result = do_detect(coll)
-    _report_detect(result, collection_name(ctx))
+    result = _detect(target.collection, None)
+    _report_detect(result, target.name)
     if not (result.killed or result.interrupted or result.warning or result.recovered):
         console().print("No killed experiments detected.")
 
 
-@command("print-fail-trace", rich_help_panel=COLLECTION_PANEL)
-def print_fail_trace(
-    ctx: typer.Context,
-    sacred_id: SacredId = None,
-    batch_id: BatchId = None,
-    filter_states: States = None,
-    filter_dict: FilterDict = None,
-) -> None:
+@command("print-fail-trace")
+@on_collection()
+def print_fail_trace(target: Target) -> None:
     """Print the fail trace of FAILED, KILLED and INTERRUPTED experiments (terminal escape
     sequences and control characters removed)."""
-    from seml_hydra.manage.experiments import fail_traces, terminal_safe
+    from seml_hydra.manage.inspection import fail_traces
 
-    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
-    _, coll = _open(ctx)
     default = [states.FAILED, states.KILLED, states.INTERRUPTED]
-    traces = fail_traces(coll, sel.query(default_states=default))
+    traces = fail_traces(target.collection, target.selection.query(default_states=default))
     if not traces:
         console().print("No experiments match.")
     for exp_id, state, trace in traces:  # plain text: long lines must not be cropped
@@ -426,18 +368,13 @@ def _rule(exp_id: Any, state: Any) -> None:
     status could hold escape sequences or rich markup)."""
     from rich.markup import escape
 
-    from seml_hydra.manage.experiments import terminal_safe
-
     console().rule(escape(terminal_safe(f"experiment {exp_id} ({state})")), align="left")
 
 
-@command("print-output", rich_help_panel=COLLECTION_PANEL)
+@command("print-output")
+@on_collection()
 def print_output(
-    ctx: typer.Context,
-    sacred_id: SacredId = None,
-    batch_id: BatchId = None,
-    filter_states: States = None,
-    filter_dict: FilterDict = None,
+    target: Target,
     tail: Annotated[
         int, typer.Option("-t", "--tail", min=0, help="Only the last N lines; 0 = all.")
     ] = 0,
@@ -447,11 +384,9 @@ def print_output(
     file inside the experiment's output folder that belongs to you is read."""
     from rich.markup import escape
 
-    from seml_hydra.manage.experiments import read_outputs, terminal_safe
+    from seml_hydra.manage.inspection import read_outputs
 
-    sel = selection(sacred_id, batch_id, filter_states, filter_dict)
-    _, coll = _open(ctx)
-    outputs = read_outputs(coll, sel.query(), tail=tail or None)
+    outputs = read_outputs(target.collection, target.selection.query(), tail=tail or None)
     if not outputs:
         console().print("No experiments match.")
     for out in outputs:

@@ -16,6 +16,10 @@ import typer
 from typer.core import TyperGroup
 
 from seml_hydra.core import errors, states
+from seml_hydra.track.outputs import terminal_safe
+
+#: destructive commands ask for confirmation above this many experiments (SEML's threshold)
+CONFIRM_THRESHOLD = 10
 
 ROOT_PANEL = "Commands without a collection: seml COMMAND"
 COLLECTION_PANEL = "Commands on a collection: seml COLLECTION COMMAND"
@@ -53,7 +57,8 @@ class SemlGroup(TyperGroup):
 
         if incomplete.startswith("-"):
             return super().shell_complete(ctx, incomplete)
-        from seml_hydra.manage.experiments import cached_collections
+        # here, not at the top: it loads store.client (~10 ms), which `seml --help` does not need
+        from seml_hydra.track.cache import cached_collections
 
         items = [
             CompletionItem(name, help=self.commands[name].get_short_help_str())
@@ -125,10 +130,8 @@ def collection_name(ctx: typer.Context) -> str:
 def shown(value: Any) -> str:
     """``value`` (a collection name, a state, a comment: anything a document, the database or
     Slurm gives) as text safe to print in rich markup: no terminal escape sequences or control
-    characters (``manage.terminal_safe``) and no rich markup (``rich.markup.escape``)."""
+    characters (``track.outputs.terminal_safe``) and no rich markup (``rich.markup.escape``)."""
     from rich.markup import escape
-
-    from seml_hydra.manage.experiments import terminal_safe
 
     return escape(terminal_safe(str(value)))
 
@@ -141,32 +144,14 @@ def console() -> Any:
 
 
 def err_console() -> Any:
+    """A rich console on the current stderr (warnings and errors)."""
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def selection(
-    sacred_id: int | None = None,
-    batch_id: int | None = None,
-    filter_states: list[str] | None = None,
-    filter_dict: str | None = None,
-) -> Any:
-    """The :class:`seml_hydra.manage.experiments.Selection` of the common options."""
-    from seml_hydra.manage.experiments import Selection, parse_filter_dict, parse_states
-
-    return Selection(
-        sacred_id=sacred_id,
-        batch_id=batch_id,
-        filter_states=tuple(parse_states(filter_states)),
-        filter_dict=parse_filter_dict(filter_dict),
-    )
-
-
 def confirm_if_many(what: str, count: int, yes: bool) -> None:
     """Ask before acting on more than ``CONFIRM_THRESHOLD`` experiments (unless ``--yes``)."""
-    from seml_hydra.manage.experiments import CONFIRM_THRESHOLD
-
     if count > CONFIRM_THRESHOLD and not yes:
         typer.confirm(f"{what} {count} experiments?", abort=True)
 

@@ -9,6 +9,8 @@ import typer
 from seml_hydra.cli.core import ROOT_PANEL, STATE_COLORS, app, console, shown
 from seml_hydra.cli.options import Yes
 from seml_hydra.core import states
+from seml_hydra.core.ranges import format_ids
+from seml_hydra.track.outputs import terminal_safe
 
 command = app.command
 
@@ -23,7 +25,9 @@ def list_(
     """Collections with their experiment counts per state."""
     from rich.table import Table
 
-    from seml_hydra.manage.experiments import MALFORMED, connect_db, list_collections
+    from seml_hydra.manage.inspection import list_collections
+    from seml_hydra.manage.selection import connect_db
+    from seml_hydra.track.jobs import MALFORMED
 
     db = connect_db()
     rows = list_collections(db, pattern)
@@ -69,8 +73,6 @@ def _duration(seconds: float | None) -> str:
 def _queue_table(rows: list[Any]) -> Any:
     from rich.table import Table
 
-    from seml_hydra.core.ranges import format_ids
-
     table = Table()
     for name in ("Collection", "Job", "State", "Experiments", "Run time", "Nodes / reason"):
         table.add_column(name)
@@ -113,8 +115,8 @@ def queue(
     """Your Slurm jobs by collection, with their experiments, run time, nodes or pending reason."""
     import re
 
-    from seml_hydra.manage.experiments import ManageError, connect_db
-    from seml_hydra.manage.experiments import queue as get_queue
+    from seml_hydra.manage.inspection import queue as get_queue
+    from seml_hydra.manage.selection import ManageError, connect_db
     from seml_hydra.slurm.parse import parse_job_id
 
     for job in job_ids or ():
@@ -164,13 +166,10 @@ def drop(
     yes: Yes = False,
 ) -> None:
     """Drop collections (asks first; cancels their PENDING and RUNNING experiments)."""
-    from seml_hydra.manage.experiments import (
-        connect_db,
-        list_collections,
-        matching_collections,
-        terminal_safe,
-    )
-    from seml_hydra.manage.experiments import drop as do_drop
+    from seml_hydra.manage.inspection import list_collections
+    from seml_hydra.manage.lifecycle import drop as do_drop
+    from seml_hydra.manage.lifecycle import matching_collections
+    from seml_hydra.manage.selection import connect_db
 
     db = connect_db()
     names = matching_collections(db, pattern)

@@ -1,10 +1,19 @@
-"""The options shared by several commands, declared once (typer ``Annotated`` aliases)."""
+"""The options shared by several commands, declared once (typer ``Annotated`` aliases), and
+:func:`on_collection`, the decorator that gives a collection command its selector options
+(``-id``, ``-b``, ``-s``, ``-fd``), builds the selection and opens the collection, so a command
+is written as ``def hold(target: Target) -> None``."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import typer
+
+from seml_hydra.cli.core import collection_name
 
 SacredId = Annotated[
     int | None,
@@ -49,3 +58,95 @@ Yes = Annotated[
     bool,
     typer.Option("-y", "--yes", help="Do not ask for confirmation."),
 ]
+
+#: the selector options, in the order help shows them: parameter name -> its option
+SELECTORS: dict[str, Any] = {
+    "sacred_id": SacredId,
+    "batch_id": BatchId,
+    "filter_states": States,
+    "filter_dict": FilterDict,
+}
+#: the selectors of a command that picks its own states (``start``, ``hold``, ``release``)
+WITHOUT_STATES = ("sacred_id", "batch_id", "filter_dict")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a collection command works on: ``db`` (the pymongo database), ``collection`` (the
+    pymongo collection named on the command line, which exists), its ``name``, and
+    ``selection`` (the ``seml_hydra.manage.selection.Selection`` of the selector options)."""
+
+    db: Any
+    collection: Any
+    name: str
+    selection: Any
+
+
+def selection(
+    sacred_id: int | None = None,
+    batch_id: int | None = None,
+    filter_states: list[str] | None = None,
+    filter_dict: str | None = None,
+) -> Any:
+    """The ``seml_hydra.manage.selection.Selection`` of the selector options. Raises
+    ``ManageError`` for an unknown state or a ``-fd`` that is not a mapping."""
+    # manage (and with it pymongo's helpers, Slurm's client) only when a command runs:
+    # `seml --help` and completion stay fast
+    from seml_hydra.manage.selection import Selection, parse_filter_dict, parse_states
+
+    return Selection(
+        sacred_id=sacred_id,
+        batch_id=batch_id,
+        filter_states=tuple(parse_states(filter_states)),
+        filter_dict=parse_filter_dict(filter_dict),
+    )
+
+
+def open_target(ctx: typer.Context, sel: Any) -> Target:
+    """Connect, open the command line's collection (``ManageError`` when it does not exist) and
+    add it to the completion cache."""
+    from seml_hydra.manage.selection import connect_db, get_collection
+    from seml_hydra.track.cache import refresh_collection_cache
+
+    db = connect_db()
+    collection = get_collection(db, collection_name(ctx))
+    refresh_collection_cache([collection.name], replace=False)
+    return Target(db, collection, collection.name, sel)
+
+
+def on_collection(
+    selectors: Sequence[str] = tuple(SELECTORS),
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a collection command ``f(target: Target, *arguments, **options)`` (its first
+    parameter, whatever its name, receives the :class:`Target`): the command
+    typer sees takes the context, ``f``'s arguments, the ``selectors`` (names of
+    :data:`SELECTORS`, in that order), then ``f``'s options (its parameters with a default),
+    and calls ``f`` with the :class:`Target` (selection built by :func:`selection`, collection
+    opened by :func:`open_target`) and its own parameters. Typer reads the new signature
+    (``__signature__``, ``__annotations__``), so ``--help`` shows the selectors as if each
+    command declared them."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        own = inspect.signature(func, eval_str=True)
+        params = list(own.parameters.values())[1:]  # the first one receives the Target
+        at = next((i for i, p in enumerate(params) if p.default is not p.empty), len(params))
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        added = [
+            inspect.Parameter(n, kind, default=None, annotation=SELECTORS[n]) for n in selectors
+        ]
+        ctx = inspect.Parameter("ctx", kind, annotation=typer.Context)
+        signature = own.replace(parameters=[ctx, *params[:at], *added, *params[at:]])
+
+        @functools.wraps(func)
+        def command(ctx: typer.Context, **kwargs: Any) -> Any:
+            chosen = {name: kwargs.pop(name) for name in selectors}
+            return func(open_target(ctx, selection(**chosen)), **kwargs)
+
+        command.__signature__ = signature  # type: ignore[attr-defined]
+        command.__annotations__ = {
+            **{p.name: p.annotation for p in signature.parameters.values()},
+            "return": own.return_annotation,
+        }
+        return command
+
+    return decorate

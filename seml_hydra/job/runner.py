@@ -71,7 +71,7 @@ def execution_identity(env: Mapping[str, str]) -> dict[str, Any]:
 
     Slurm: ``SLURM_CLUSTER_NAME``, ``SLURM_ARRAY_JOB_ID`` (or ``SLURM_JOB_ID`` for a job that is
     not an array) and ``SLURM_ARRAY_TASK_ID`` (or 0); without ``SLURM_CLUSTER_NAME`` the cluster
-    is ``"slurm"``, which ``seml_hydra.manage.experiments`` takes for this cluster (``UNNAMED_CLUSTERS``,
+    is ``"slurm"``, which ``seml_hydra.track.jobs`` takes for this cluster (``UNNAMED_CLUSTERS``,
     as documents from before the real name was recorded). submitit's local executor: cluster
     ``"local"``, the local job id (the process id of the job) and task 0.
 

@@ -26,7 +26,7 @@ from seml_hydra.core.errors import UserError
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.launch import document
 from seml_hydra.launch.compose import compose_points
-from seml_hydra.launch.recovery import recover_interrupted_submissions, recovered_message
+from seml_hydra.launch.recovery import recover_interrupted_submissions
 from seml_hydra.launch.sbatch import validate_launcher
 from seml_hydra.launch.stage import next_batch_id, stage
 from seml_hydra.launch.submit import JobFilesError, SubmissionError, SubmitRequest, submit_requests
@@ -46,6 +46,7 @@ from seml_hydra.store.sources import (
     select_sources,
     upload_sources,
 )
+from seml_hydra.track.killed import recovered_message
 
 log = logging.getLogger(__name__)
 
@@ -395,7 +396,7 @@ class _Launch:
             fs.delete(ObjectId(payload_id))
             self._delete_batch_sources(batch_id)  # nor this batch's snapshot: no document names it
         self._say_staged(result)
-        from seml_hydra.manage.experiments import refresh_collection_cache
+        from seml_hydra.track.cache import refresh_collection_cache
 
         refresh_collection_cache([self.collection_name], replace=False)  # shell completion
         return result

@@ -14,26 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.core.ranges import format_ids
 from seml_hydra.launch.sbatch import job_name
 from seml_hydra.launch.submit import submitter_gone
 from seml_hydra.slurm import client as slurm
 
 log = logging.getLogger(__name__)
-
-
-def recovered_message(ids: Sequence[int], collection_name: str | None = None) -> str:
-    """The user's line for the ids :func:`recover_interrupted_submissions` put back to STAGED
-    (pure), e.g. ``2 experiment(s) whose submission was interrupted (left PENDING without a
-    Slurm job): ids 1-2 are STAGED again``. With ``collection_name`` (the caller does not
-    submit them itself) it adds ``; submit them with `seml <collection_name> start` ``."""
-    text = (
-        f"{len(ids)} experiment(s) whose submission was interrupted (left PENDING without a "
-        f"Slurm job): ids {format_ids(list(ids))} are STAGED again"
-    )
-    if collection_name is not None:
-        text += f"; submit them with `seml {collection_name} start`"
-    return text
 
 
 def recover_interrupted_submissions(

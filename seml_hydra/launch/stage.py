@@ -207,7 +207,7 @@ def stage(
             )
             if result.modified_count:
                 if index in plan.rerun:  # the failed attempt's metrics must not mix in
-                    from seml_hydra.manage.experiments import delete_metrics
+                    from seml_hydra.store.metrics import delete_metrics
 
                     delete_metrics(db, collection_name, [doc])
                 (rerun_ids if index in plan.rerun else resubmit_ids).append(doc["_id"])

@@ -15,10 +15,12 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff
-from seml_hydra.launch.recovery import recovered_message
+from seml_hydra.launch.recovery import recover_interrupted_submissions
 from seml_hydra.slurm import client as slurm
 from seml_hydra.store.results import restore_results
 from seml_hydra.store.retry import retrying, short_reason
+from seml_hydra.track.jobs import foreign_lines
+from seml_hydra.track.killed import detect_killed, mark_dead_jobs, recovered_message
 
 
 class ExperimentFailed(RuntimeError):
@@ -89,56 +91,6 @@ def count_states(collection: Any, ids: Sequence[int]) -> dict[str, int]:
     return {row["_id"]: row["n"] for row in collection.aggregate(pipeline)}
 
 
-def _tail(path: str | None, folder: str | None) -> str:
-    """The last lines of a job's output file in its submitit ``folder`` (read as
-    ``manage.read_output_tail`` allows), or why it was not read."""
-    from seml_hydra.manage.experiments import read_output_tail, tail_text
-
-    tail = read_output_tail(path, folder)
-    if tail.data is None:
-        return f"({path}: {tail.problem})" if path else ""
-    return tail_text(tail.data)
-
-
-def mark_dead_jobs(collection: Any, jobs: Mapping[str, tuple[Any, Sequence[int]]]) -> list[int]:
-    """Mark KILLED the experiments of finished submitit jobs that are still PENDING/RUNNING.
-
-    ``jobs``: job id -> (submitit Job, experiment ids). Only a job submitit reports as done
-    counts; the update filter requires an active state, so a result written meanwhile wins.
-    Returns the ids marked.
-    """
-    marked: list[int] = []
-    for job_id, (job, ids) in list(jobs.items()):
-        try:
-            done = job.done()
-        except Exception:  # the scheduler could not be asked: decide nothing
-            continue
-        if not done:
-            continue
-        active = [
-            d["_id"]
-            for d in collection.find(
-                {"_id": {"$in": list(ids)}, "status": {"$in": sorted(states.ACTIVE)}}, {"_id": 1}
-            )
-        ]
-        if active:
-            trace = (
-                f"The job {job_id} ended (submitit state {job.state}) while the experiment was "
-                "not finished. Last lines of its output:\n"
-                + _tail(str(job.paths.stderr), str(job.paths.folder))
-                + "\n"
-                + _tail(str(job.paths.stdout), str(job.paths.folder))
-            )
-            result = collection.update_many(
-                {"_id": {"$in": active}, "status": {"$in": sorted(states.ACTIVE)}},
-                {"$set": {"status": states.KILLED, "fail_trace": trace.splitlines(True)}},
-            )
-            if result.modified_count:
-                marked.extend(active)
-        del jobs[job_id]
-    return marked
-
-
 def wait_for(
     collection: Any,
     ids: Sequence[int],
@@ -151,9 +103,10 @@ def wait_for(
 ) -> None:
     """Block until every experiment in ``ids`` is in a terminal state, showing live progress.
 
-    ``jobs`` are this launch's local submitit jobs, checked for dead processes every tick. With
+    ``jobs`` are this launch's local submitit jobs, checked for dead processes every tick
+    (``seml_hydra.track.killed.mark_dead_jobs``). With
     ``slurm_check_s``, experiments on Slurm are checked against the scheduler every that many
-    seconds (``seml_hydra.manage.experiments.detect_killed``: KILLED only with evidence from squeue and
+    seconds (``seml_hydra.track.killed.detect_killed``: KILLED only with evidence from squeue and
     sacct; a failed query marks nothing), which also covers experiments of earlier launches
     this one waits for. An experiment deleted
     meanwhile stops being waited for. Raises ``SystemExit(130)``
@@ -212,20 +165,20 @@ def wait_for(
                     continue
                 if slurm_check_s is not None and time.monotonic() >= next_slurm_check:
                     next_slurm_check = time.monotonic() + slurm_check_s
-                    from seml_hydra.manage.experiments import detect_killed
-
                     detected = db(
-                        lambda: detect_killed(collection, {"_id": {"$in": unique}}),
+                        lambda: detect_killed(
+                            collection,
+                            {"_id": {"$in": unique}},
+                            recover=recover_interrupted_submissions,
+                        ),
                         "checking Slurm for killed jobs",
                     )
                     if detected.recovered:
+                        then = f"submit them with `seml {collection_name} start` (this launch "
                         console.print(
-                            recovered_message(detected.recovered, collection_name)
-                            + " (this launch keeps waiting)."
+                            recovered_message(detected.recovered, then + "keeps waiting).")
                         )
                     if detected.foreign:
-                        from seml_hydra.manage.experiments import foreign_lines
-
                         for line in foreign_lines(detected.foreign, detected.cluster):
                             if ("foreign", line) not in told:
                                 told.add(("foreign", line))

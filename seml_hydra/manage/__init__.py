@@ -1,3 +1,17 @@
-"""What the ``seml`` command does to stored experiments, on the login node: selection,
-liveness (KILLED detection), lifecycle commands (cancel, delete, reset, hold, release), start,
-inspection. Imports ``core``, ``store``, ``slurm`` and ``launch`` (start submits again)."""
+"""What the ``seml`` command does to stored experiments, on the login node; nothing here
+prints or exits (``seml_hydra.cli`` does), every problem a user can cause raises
+``selection.ManageError`` (or another ``core.errors.UserError``) with a complete message.
+
+- :mod:`seml_hydra.manage.selection`: the selector options as a MongoDB filter (``Selection``),
+  connecting and opening a collection.
+- :mod:`seml_hydra.manage.cancel`: ``cancel``, ``hold``, ``release`` (the collection's own
+  Slurm jobs only).
+- :mod:`seml_hydra.manage.lifecycle`: ``reset``, ``delete``, ``drop``.
+- :mod:`seml_hydra.manage.start`: ``start`` (submit STAGED experiments from the database).
+- :mod:`seml_hydra.manage.inspection`: ``list``, ``status``, ``queue``, outputs, fail traces,
+  code snapshots.
+
+Liveness and KILLED detection, output tails and the completion cache are in
+``seml_hydra.track`` (shared with the launcher). Imports ``core``, ``slurm``, ``store``,
+``job``, ``track`` and ``launch`` (``start`` submits again).
+"""

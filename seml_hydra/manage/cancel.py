@@ -1,0 +1,354 @@
+"""``cancel``, ``hold`` and ``release``: the Slurm side of an experiment's life.
+
+Only jobs whose sbatch ``--comment`` is the collection are acted on (:func:`rows_of_collection`:
+a document may name any job id); experiments of another Slurm cluster are left alone
+(``track.killed.without_foreign``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from seml_hydra.core import states
+from seml_hydra.manage.selection import ManageError
+from seml_hydra.slurm import client as slurm
+from seml_hydra.track.jobs import (
+    array_of,
+    array_values,
+    foreign_experiments,
+    is_listed,
+    is_slurm_task,
+    job_sort_key,
+    row_jobs,
+    squeue_alive,
+    task_of,
+)
+from seml_hydra.track.killed import without_foreign
+from seml_hydra.track.outputs import terminal_safe
+from seml_hydra.track.query import and_, select
+
+#: how long cancel waits for Slurm to end cancelled tasks before re-setting INTERRUPTED
+CANCEL_WAIT_S = 60.0
+
+#: where ``cancel`` records that the user asked for the interruption (Sacred's observer never
+#: writes ``execution``; ``stage.RUN_FIELDS`` clears it on a re-run)
+CANCEL_MARK = "execution.cancel_time"
+
+
+def rows_of_collection(
+    rows: Iterable[Any], collection_name: str
+) -> tuple[list[Any], dict[str, str | None]]:
+    """Split squeue rows into those of jobs of collection ``collection_name`` and the others
+    (pure): ``(rows whose comment is the collection, {job or array id: its comment})``.
+
+    The sbatch ``--comment`` of a job is its collection: our launcher and SEML both set it, and
+    ``seml queue`` finds a collection's jobs by it (SEML's rule). A document names a job by a
+    bare id, which any document writer may forge: ``cancel``, ``delete``, ``hold`` and
+    ``release`` act only on the jobs whose comment says they belong to the collection.
+    """
+    ours, others = [], {}
+    for row in rows:
+        if row.comment == collection_name:
+            ours.append(row)
+        else:
+            job = str(row.array_job_id if row.array_job_id is not None else row.job_id_raw)
+            others[job] = row.comment
+    return ours, others
+
+
+def stranger_lines(strangers: Mapping[str, str | None], collection_name: str) -> list[str]:
+    """One line per job of ``strangers`` (``{job id: its comment}``, see
+    :func:`rows_of_collection`) saying it was left alone (pure; the comment is shown without
+    terminal escapes), e.g. ``job 548 is not a job of collection X (its comment is
+    'unrelated'): left alone``."""
+    lines = []
+    for job, comment in sorted(strangers.items(), key=lambda item: job_sort_key(item[0])):
+        what = (
+            "it has no comment" if comment is None else f"its comment is {terminal_safe(comment)!r}"
+        )
+        lines.append(
+            f"job {job} is not a job of collection {terminal_safe(collection_name)} ({what}): "
+            "left alone"
+        )
+    return lines
+
+
+def our_squeue_rows(
+    arrays: Sequence[str], collection_name: str, strangers: dict[str, str | None] | None
+) -> list[Any]:
+    """squeue rows (every task its own row) of the jobs ``arrays`` whose comment is the
+    collection; the others are added to ``strangers`` (when given). Raises ``SlurmError``."""
+
+    rows = slurm.squeue_jobs(job_ids=list(arrays), all_users=True, expand_arrays=True)
+    ours, others = rows_of_collection(rows, collection_name)
+    if strangers is not None:
+        strangers.update(others)
+    return ours
+
+
+def tasks_to_cancel(
+    cancelled: Sequence[Mapping[str, Any]], others_active: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Slurm tasks to ``scancel`` for the experiments ``cancelled`` (pure).
+
+    A task also assigned to an active experiment that is not being cancelled
+    (``experiments_per_job > 1``) is spared: the job skips the INTERRUPTED experiments itself.
+    Both are experiments of this cluster (other clusters' are left out before).
+    Returns ``"<array>_<task>"`` strings, sorted, without duplicates.
+    """
+    # by job id alone: an unclaimed experiment's task names the cluster of its submission,
+    # a claimed one's that of its job ("slurm" and the real name, for older submissions)
+    spared = {task[1] for task in map(task_of, others_active) if task is not None}
+    out = set()
+    for doc in cancelled:
+        task = task_of(doc)
+        if is_slurm_task(task) and task[1] not in spared:  # type: ignore[index]
+            out.add(task[1])  # type: ignore[index]
+    return sorted(out, key=job_sort_key)
+
+
+@dataclass
+class CancelResult:
+    """What :func:`cancel` did: the ids it marked INTERRUPTED, the Slurm tasks it cancelled
+    (only those squeue still listed alive: a task already gone is not reported), the ids run by
+    the local executor (marked, not stopped), the tasks still alive after the wait, the ids
+    of an earlier unfinished cancel it finished, and the experiments of other clusters it left
+    alone (``foreign``)."""
+
+    interrupted: list[int] = field(default_factory=list)
+    cancelled_tasks: list[str] = field(default_factory=list)
+    local_ids: list[int] = field(default_factory=list)
+    still_alive: list[str] = field(default_factory=list)
+    #: experiments an earlier, unfinished cancel had marked, whose tasks were cancelled now
+    finished: list[int] = field(default_factory=list)
+    #: ``{cluster: ids}`` of active experiments of another Slurm cluster: left alone
+    foreign: dict[str, list[int]] = field(default_factory=dict)
+    #: this cluster's name, when it was asked
+    cluster: str | None = None
+    #: ``{job id: its comment}`` of jobs documents named that are not the collection's (their
+    #: ``--comment`` differs): left alone (:func:`rows_of_collection`)
+    strangers: dict[str, str | None] = field(default_factory=dict)
+
+
+def cancel(
+    collection: Any, query: Mapping[str, Any], *, wait_s: float = CANCEL_WAIT_S
+) -> CancelResult:
+    """Interrupt the matching active experiments: INTERRUPTED (with ``execution.cancel_time``),
+    ``scancel`` of exactly their array tasks, wait (at most ``wait_s``) until Slurm no longer
+    lists those tasks alive, then INTERRUPTED again: Sacred's heartbeat rewrites ``status``
+    until the process is gone. Tasks shared with active experiments not cancelled are spared.
+    Experiments of the local executor are marked but their processes are not stopped.
+    Experiments of another Slurm cluster are left alone (``foreign``): a job id there names
+    another job here.
+
+    Safe to run again: a cancel that stopped between marking and ``scancel`` (killed, or Slurm
+    failed) is finished by the next one, which also cancels the tasks squeue still lists alive
+    of the matching experiments a cancel marked INTERRUPTED (:func:`_unfinished_cancels`).
+
+    Only jobs whose sbatch comment is the collection are cancelled (:func:`rows_of_collection`:
+    a document may name any job id); the others are reported in ``strangers``."""
+
+    docs = select(collection, and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
+    try:  # job ids are per cluster: another cluster's experiments are not touched from here
+        docs, foreign, here = without_foreign(docs)
+    except slurm.SlurmError as error:
+        raise ManageError(
+            f"Could not ask Slurm for its cluster name ({error}); nothing was cancelled."
+        ) from None
+    unfinished = _unfinished_cancels(collection, query)
+    if not docs and not unfinished:
+        return CancelResult(foreign=foreign, cluster=here)
+    ids = [d["_id"] for d in docs]
+    mark = {"status": states.INTERRUPTED, CANCEL_MARK: datetime.now(timezone.utc)}
+    active = {"status": {"$in": sorted(states.ACTIVE)}}
+    if ids:
+        collection.update_many({"_id": {"$in": ids}, **active}, {"$set": mark})
+    cancelled = docs + unfinished
+    arrays = sorted({t[1].split("_")[0] for t in map(task_of, cancelled) if is_slurm_task(t)})
+    others = []
+    if arrays:
+        array_values = [int(a) for a in arrays] + arrays
+        others = select(
+            collection,
+            {
+                "_id": {"$nin": [d["_id"] for d in cancelled]},
+                **active,
+                "$or": [
+                    {"slurm.array_id": {"$in": array_values}},
+                    {"execution.array_id": {"$in": array_values}},
+                ],
+            },
+        )
+        if here is not None:  # (unknown: a foreign task of the same id spares ours, safely)
+            skipped = {i for ids in foreign_experiments(others, here).values() for i in ids}
+            others = [d for d in others if d["_id"] not in skipped]
+    tasks = tasks_to_cancel(cancelled, others)
+    strangers: dict[str, str | None] = {}
+    tasks += _orphaned_pending_tasks(collection, {a for a in map(array_of, docs) if a}, strangers)
+    result = CancelResult(
+        strangers=strangers,
+        foreign=foreign,
+        cluster=here,
+        interrupted=ids,
+        local_ids=[d["_id"] for d in docs if (task_of(d) or ("",))[0] == "local"],
+        finished=[d["_id"] for d in unfinished if task_of(d)[1] in tasks],  # type: ignore[index]
+    )
+    ids = [*ids, *result.finished]
+    if tasks:
+        try:
+            # only tasks squeue still lists are cancelled (and reported): the others are gone
+            result.cancelled_tasks = _alive_tasks(tasks, collection.name, strangers)
+            if result.cancelled_tasks:
+                slurm.scancel(result.cancelled_tasks)
+                result.still_alive = _wait_gone(result.cancelled_tasks, wait_s, collection.name)
+        except slurm.SlurmError as error:
+            raise ManageError(
+                f"Experiment(s) {', '.join(map(str, ids))} are INTERRUPTED, but Slurm could not "
+                f"cancel their task(s) {', '.join(tasks)}: {error}. Run the command again to "
+                "cancel them."
+            ) from None
+    collection.update_many(
+        {"_id": {"$in": ids}, "status": {"$in": [*sorted(states.ACTIVE), states.KILLED]}},
+        {"$set": {"status": states.INTERRUPTED}},
+    )
+    return result
+
+
+def _unfinished_cancels(collection: Any, query: Mapping[str, Any]) -> list[dict]:
+    """The matching experiments a cancel marked INTERRUPTED (``execution.cancel_time``) whose
+    Slurm task squeue still lists alive: that cancel stopped before its ``scancel`` took effect.
+    A failed squeue finds none (the cancel's own squeue then reports the problem)."""
+
+    marked = [
+        doc
+        for doc in select(
+            collection, and_(query, {"status": states.INTERRUPTED, CANCEL_MARK: {"$exists": True}})
+        )
+        if is_slurm_task(task_of(doc))
+    ]
+    if not marked:
+        return []
+    try:
+        marked = without_foreign(marked)[0]
+        if not marked:
+            return []
+        jobs = sorted({task_of(d)[1] for d in marked})  # type: ignore[index]
+        alive = set(_alive_tasks(jobs, collection.name))
+    except (slurm.SlurmError, ValueError):
+        return []
+    return [d for d in marked if task_of(d)[1] in alive]  # type: ignore[index]
+
+
+def _orphaned_pending_tasks(
+    collection: Any, arrays: set[str], strangers: dict[str, str | None] | None = None
+) -> list[str]:
+    """The pending tasks of SEML 0.5 arrays (see ``track.jobs.array_of``) that no longer have a
+    PENDING experiment to claim: SEML's ``cancel_jobs_without_experiments``. Tasks that
+    started run their own experiments and are left alone, and so are jobs that are not the
+    collection's (added to ``strangers``, see :func:`rows_of_collection`)."""
+    if not arrays:
+        return []
+    waiting = {
+        array
+        for array in map(
+            array_of,
+            select(
+                collection,
+                {
+                    "status": states.PENDING,
+                    "slurm.array_id": {"$in": array_values(arrays)},
+                },
+            ),
+        )
+        if array
+    }
+    orphaned = sorted(arrays - waiting, key=int)
+    if not orphaned:
+        return []
+    rows = our_squeue_rows(orphaned, collection.name, strangers)
+    tasks = {job for row in rows if row.state == "PENDING" for job in row_jobs(row)}
+    return sorted(tasks, key=job_sort_key)
+
+
+def _alive_tasks(
+    tasks: Sequence[str],
+    collection_name: str,
+    strangers: dict[str, str | None] | None = None,
+) -> list[str]:
+    """The ``tasks`` squeue lists alive whose job's comment is ``collection_name``; the jobs of
+    another comment are added to ``strangers`` (when given). Raises ``SlurmError``."""
+    arrays = sorted({t.split("_")[0] for t in tasks}, key=int)
+    alive = squeue_alive(our_squeue_rows(arrays, collection_name, strangers))
+    return [t for t in tasks if is_listed(t, alive)]
+
+
+def _wait_gone(tasks: Sequence[str], wait_s: float, collection_name: str) -> list[str]:
+    """Poll squeue until none of ``tasks`` is alive or ``wait_s`` passed; the ones still alive."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = _alive_tasks(tasks, collection_name)
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.5)
+
+
+def pending_tasks(
+    collection: Any,
+    query: Mapping[str, Any],
+    strangers: dict[str, str | None] | None = None,
+) -> tuple[list[str], list[str]]:
+    """``(held, not held)`` pending Slurm tasks of the matching PENDING experiments of this
+    cluster (those of another cluster are left out, and so are jobs whose comment is not the
+    collection: added to ``strangers`` when given, see :func:`rows_of_collection`).
+
+    Raises:
+        SlurmError: squeue failed, or the cluster's name could not be asked.
+    """
+    q = and_(query, {"status": states.PENDING})
+    docs = without_foreign(select(collection, q))[0]  # another cluster's ids name other jobs
+    tasks = {t[1] for t in map(task_of, docs) if is_slurm_task(t)}
+    # SEML 0.5's pending experiments belong to their whole array (any task may claim them)
+    seml_arrays = {a for a in map(array_of, docs) if a}
+    if not tasks and not seml_arrays:
+        return [], []
+    arrays = sorted({t.split("_")[0] for t in tasks} | seml_arrays, key=int)
+    held, free = set(), set()
+    for row in our_squeue_rows(arrays, collection.name, strangers):
+        if row.state != "PENDING":
+            continue
+        target = held if "held" in (row.reason or "").lower() else free
+        jobs = squeue_alive([row])
+        if str(row.array_job_id) not in seml_arrays:
+            jobs &= tasks
+        target.update(jobs)
+    return sorted(held, key=job_sort_key), sorted(free, key=job_sort_key)
+
+
+def hold(
+    collection: Any,
+    query: Mapping[str, Any],
+    strangers: dict[str, str | None] | None = None,
+) -> tuple[list[str], list[str]]:
+    """Hold the pending, not yet held tasks; returns ``(held now, already held)``. Jobs that
+    are not the collection's are left alone and added to ``strangers`` (:func:`pending_tasks`)."""
+
+    held, free = pending_tasks(collection, query, strangers)
+    slurm.hold(free)
+    return free, held
+
+
+def release(
+    collection: Any,
+    query: Mapping[str, Any],
+    strangers: dict[str, str | None] | None = None,
+) -> list[str]:
+    """Release the held pending tasks; returns them. Jobs that are not the collection's are
+    left alone and added to ``strangers`` (:func:`pending_tasks`)."""
+
+    held, _ = pending_tasks(collection, query, strangers)
+    slurm.release(held)
+    return held

@@ -1,0 +1,269 @@
+"""What the ``seml`` commands show: ``list`` (counts per collection), ``status``, ``queue``,
+``print-output``, ``print-fail-trace``, and ``restore-sources`` (the code snapshot)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seml_hydra.core import states
+from seml_hydra.manage.selection import ManageError, id_ranges_by_state
+from seml_hydra.slurm import client as slurm
+from seml_hydra.store.snapshot import SourceSnapshotError, write_sources
+from seml_hydra.store.snapshot import foreign_files as foreign
+from seml_hydra.track.cache import is_listed_collection, refresh_collection_cache
+from seml_hydra.track.jobs import array_of, row_jobs, state_of, task_of
+from seml_hydra.track.outputs import OUTPUT_TAIL_BYTES, output_file, read_document_output
+from seml_hydra.track.query import PROJECTION, select
+
+
+@dataclass
+class CollectionCounts:
+    """One row of ``seml list``: the collection ``name`` and ``{state: number}`` of its
+    experiments (``track.jobs.state_of`` names the states)."""
+
+    name: str
+    counts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def list_collections(db: Any, pattern: str | None = None) -> list[CollectionCounts]:
+    """Experiment collections (names matching ``pattern`` with ``re.search``) with counts per
+    state. Refreshes the completion cache with every experiment collection."""
+    try:
+        regex = re.compile(pattern) if pattern else None
+    except re.error as error:
+        raise ManageError(f"Bad regular expression {pattern!r}: {error}") from None
+    names = sorted(n for n in db.list_collection_names() if is_listed_collection(n))
+    refresh_collection_cache(names)
+    out = []
+    for name in names:
+        if regex is not None and not regex.search(name):
+            continue
+        pipeline = [{"$group": {"_id": "$status", "n": {"$sum": 1}}}]
+        counts: dict[str, int] = {}
+        for row in db[name].aggregate(pipeline):
+            status = state_of(row["_id"])
+            counts[status] = counts.get(status, 0) + row["n"]
+        out.append(CollectionCounts(name, counts))
+    return out
+
+
+def status(collection: Any, query: Mapping[str, Any] | None = None) -> dict[str, list[int]]:
+    """``{state: ids}`` of the experiments matching ``query``."""
+    return id_ranges_by_state(select(collection, dict(query or {}), {"_id": 1, "status": 1}))
+
+
+def snapshot_of(docs: Sequence[Mapping[str, Any]]) -> list[list[Any]] | None:
+    """The one code snapshot (``seml.source_files``) the documents share (pure).
+
+    Returns ``None`` when none of them has one. Raises :class:`ManageError` listing the batch
+    ids when they have different snapshots: the filter must pick one.
+    """
+    snapshots: dict[tuple, list[int]] = {}
+    for doc in docs:
+        files = (doc.get("seml") or {}).get("source_files")
+        if files:
+            key = tuple((str(rel), str(fid)) for rel, fid in files)
+            snapshots.setdefault(key, []).append(doc.get("batch_id"))
+    if not snapshots:
+        return None
+    if len(snapshots) > 1:
+        batches = sorted({b for ids in snapshots.values() for b in ids if b is not None})
+        raise ManageError(
+            f"The selected experiments have {len(snapshots)} different code snapshots (batches "
+            f"{', '.join(map(str, batches))}); pick one with -b BATCH_ID or -id ID."
+        )
+    for doc in docs:  # the ObjectIds themselves, from the first document that has them
+        files = (doc.get("seml") or {}).get("source_files")
+        if files:
+            return [list(entry) for entry in files]
+    return None
+
+
+def snapshot_for(collection: Any, query: Mapping[str, Any]) -> list[list[Any]]:
+    """The code snapshot of the selected experiments (for ``restore-sources``).
+
+    Raises :class:`ManageError` when nothing matches, nothing has a snapshot, or several
+    snapshots match.
+    """
+    docs = select(collection, query, {"seml.source_files": 1, "batch_id": 1})
+    if not docs:
+        raise ManageError("No experiments match the filters.")
+    files = snapshot_of(docs)
+    if files is None:
+        raise ManageError("The selected experiments have no code snapshot (seml.source_files).")
+    return files
+
+
+def restore_sources(collection: Any, files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
+    """Write a snapshot from :func:`snapshot_for` into ``target`` (SEML's ``restore-sources``,
+    later ``download-sources``); returns the files written: files already there with the
+    snapshot's content are kept (``sources.write_sources``). Raises :class:`ManageError`."""
+
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        return write_sources(collection.database, files, target)
+    except SourceSnapshotError as error:
+        raise ManageError(str(error)) from None
+
+
+def foreign_files(collection: Any, files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
+    """The files in ``target`` that are not the snapshot's (``sources.foreign_files``): a
+    restore there mixes with or overwrites them. Raises :class:`ManageError`."""
+
+    try:
+        return foreign(collection.database, files, target)
+    except SourceSnapshotError as error:
+        raise ManageError(str(error)) from None
+
+
+@dataclass
+class Output:
+    """One experiment's output for ``print-output``: ``text`` (``None`` when there is none, then
+    ``problem`` says why), the ``path`` it came from, and ``skipped`` bytes left out at the
+    start of a file longer than :data:`OUTPUT_TAIL_BYTES`."""
+
+    exp_id: int
+    status: str
+    path: str | None
+    text: str | None
+    problem: str | None = None
+    skipped: int = 0
+
+
+def read_outputs(
+    collection: Any, query: Mapping[str, Any], *, tail: int | None = None
+) -> list[Output]:
+    """The output of each matching experiment, decoded as UTF-8 with invalid bytes as U+FFFD;
+    ``tail`` keeps the last lines only. As SEML 0.5's ``print-output``: the experiment's own
+    output file (``seml.output_file``, written by SEML) when there is one, else the job's
+    (``execution.slurm_output_file``); Sacred's ``captured_out`` when the file is unreadable
+    or not safe to read. Files are read as ``track.outputs.read_output_tail`` allows (inside the
+    experiment's output folder, named as its own job's output, this user's, regular), at most
+    their last
+    :data:`OUTPUT_TAIL_BYTES`."""
+    out = []
+    projection = {**PROJECTION, "captured_out": 1}
+    for doc in select(collection, query, projection):
+        own = (doc.get("seml") or {}).get("output_file")
+        path = own or (output_file(doc) if (doc.get("execution") or {}) else None)
+        if not path:
+            out.append(Output(doc["_id"], doc.get("status"), None, None, "no output file yet"))
+            continue
+        path = str(path)
+        read = read_document_output(
+            doc, path, collection.name, seml_output_file=bool(own), max_bytes=OUTPUT_TAIL_BYTES
+        )
+        data = read.data
+        if data is None:
+            captured = doc.get("captured_out")
+            if isinstance(captured, str) and captured:
+                data = captured.encode("utf-8")
+                path = f"{path} ({read.problem}); Sacred's captured_out"
+            else:
+                out.append(Output(doc["_id"], doc.get("status"), path, None, read.problem))
+                continue
+        text = data.decode("utf-8", errors="replace")
+        if tail:
+            text = "\n".join(text.splitlines()[-tail:])
+        out.append(Output(doc["_id"], doc.get("status"), path, text, skipped=read.skipped))
+    return out
+
+
+def fail_traces(collection: Any, query: Mapping[str, Any]) -> list[tuple[int, str, str]]:
+    """``(id, status, trace)`` of the matching experiments (trace ``""`` when none)."""
+    out = []
+    for doc in select(collection, query, {"_id": 1, "status": 1, "fail_trace": 1}):
+        trace = doc.get("fail_trace") or []
+        text = "".join(trace) if isinstance(trace, list) else str(trace)
+        out.append((doc["_id"], doc.get("status"), text))
+    return out
+
+
+@dataclass
+class QueueRow:
+    """One row of ``seml queue``: a Slurm job (``job_id``, ``state``, pending ``reason``,
+    ``nodes``, ``elapsed_s`` in seconds, ``name``), its ``collection`` (None when its comment
+    names none) and the ids of the experiments it runs."""
+
+    collection: str | None
+    job_id: str
+    state: str
+    reason: str | None
+    nodes: str | None
+    elapsed_s: float | None
+    name: str
+    exp_ids: list[int]
+
+
+def queue(
+    db: Any | None,
+    job_ids: Sequence[str] | None = None,
+    *,
+    all_jobs: bool = False,
+    slurm_states: Sequence[str] | None = None,
+) -> list[QueueRow]:
+    """The user's Slurm jobs, with the collection of their ``--comment`` and the experiments
+    they run. Without ``all_jobs`` only jobs whose comment names an experiment collection of
+    ``db`` are kept. One squeue call, one MongoDB query per collection."""
+
+    rows = slurm.squeue_jobs(job_ids=list(job_ids) if job_ids else None, states=slurm_states)
+    names = set()
+    if db is not None:
+        names = {n for n in db.list_collection_names() if is_listed_collection(n)}
+    by_collection: dict[str, list[Any]] = {}
+    for row in rows:
+        if row.comment in names:
+            by_collection.setdefault(row.comment, []).append(row)
+    exp_of: dict[tuple[str, str], list[int]] = {}
+    for name, crows in by_collection.items():
+        arrays = sorted({r.array_job_id or r.job_id_raw for r in crows})
+        if not arrays:
+            continue
+        values = arrays + [str(a) for a in arrays]
+        for doc in db[name].find(
+            {
+                "$or": [
+                    {"slurm.array_id": {"$in": values}},
+                    {"execution.array_id": {"$in": values}},
+                ]
+            },
+            {"_id": 1, "slurm": 1, "execution": 1, "status": 1},
+        ):
+            task = task_of(doc)
+            if task is not None:
+                exp_of.setdefault((name, task[1]), []).append(doc["_id"])
+            elif doc.get("status") == states.PENDING and array_of(doc):
+                # SEML 0.5: a pending experiment waits for any pending task of its array
+                exp_of.setdefault((name, f"{array_of(doc)}_*"), []).append(doc["_id"])
+    out = []
+    for row in rows:
+        known = row.comment in names
+        if not known and not all_jobs:
+            continue
+        ids: list[int] = []
+        if known:
+            for job in row_jobs(row):
+                ids.extend(exp_of.get((row.comment, job), []))
+            if row.state == "PENDING" and row.array_job_id is not None:
+                ids.extend(exp_of.get((row.comment, f"{row.array_job_id}_*"), []))
+        out.append(
+            QueueRow(
+                collection=row.comment if known else None,
+                job_id=row.job_id,
+                state=row.state,
+                reason=row.reason,
+                nodes=row.nodelist,
+                elapsed_s=row.elapsed_s,
+                name=row.name,
+                exp_ids=sorted(set(ids)),
+            )
+        )
+    return out

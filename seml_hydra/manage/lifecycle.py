@@ -1,0 +1,224 @@
+"""``reset``, ``delete`` and ``drop``: putting experiments back to STAGED, and removing them
+with what they left in the database (Sacred's files, metrics, code snapshots, payloads)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from seml_hydra.core import states
+from seml_hydra.launch.stage import RUN_FIELDS
+from seml_hydra.manage.cancel import CancelResult, cancel
+from seml_hydra.manage.selection import ManageError
+from seml_hydra.store import sources
+from seml_hydra.store.collections import COUNTERS_COLLECTION, metrics_collection_name
+from seml_hydra.store.metrics import delete_metrics
+from seml_hydra.track.cache import forget_cached_collections, is_listed_collection
+from seml_hydra.track.query import and_, select
+
+#: the ``slurm[i]`` fields a submission writes (ours, and SEML 0.5's ``reschedule_file``);
+#: cleared on reset (a reset experiment has no job)
+SLURM_JOB_FIELDS = (
+    "array_id",
+    "task_id",
+    "job_id",
+    "num_tasks",
+    "output_files_template",
+    "reschedule_file",
+    "submitting",
+)
+
+#: sbatch options a submission sets itself; removed on reset, as SEML's ``reset_slurm_dict``
+SUBMISSION_SBATCH_OPTIONS = ("job-name", "output", "array", "comment")
+
+
+def reset(collection: Any, query: Mapping[str, Any]) -> list[int]:
+    """Set the matching experiments back to STAGED, clearing what their run wrote (Sacred's
+    fields, ``execution``, the job of every ``slurm`` entry and the sbatch options the
+    submission set: what SEML 0.5's reset keeps is kept) and their metrics
+    (``store.metrics.delete_metrics``). Active experiments are never reset. Returns the ids
+    reset."""
+
+    q = and_(query, {"status": {"$nin": sorted(states.ACTIVE)}})
+    docs = select(collection, q, {"_id": 1, "slurm": 1, "info.metrics": 1})
+    ids = [d["_id"] for d in docs]
+    if not ids:
+        return []
+    unset = {name: "" for name in RUN_FIELDS}
+    # every slurm entry: SEML 0.5 writes the job into the entry it submitted with, not slurm[0]
+    entries = max((len(d["slurm"]) for d in docs if isinstance(d.get("slurm"), list)), default=1)
+    for i in range(max(entries, 1)):
+        unset.update({f"slurm.{i}.{name}": "" for name in SLURM_JOB_FIELDS})
+        unset.update({f"slurm.{i}.sbatch_options.{o}": "" for o in SUBMISSION_SBATCH_OPTIONS})
+    collection.update_many(
+        {"_id": {"$in": ids}, "status": {"$nin": sorted(states.ACTIVE)}},
+        {"$set": {"status": states.STAGED}, "$unset": unset},
+    )
+    # the run's metrics go with it (``info`` is a run field): a re-run starts with none
+    delete_metrics(collection.database, collection.name, docs)
+    return ids
+
+
+@dataclass
+class DeleteResult:
+    """What :func:`delete` did: the ids deleted, and the :class:`CancelResult` of cancelling
+    them first (None with ``cancel_first=False`` or when nothing matched)."""
+
+    ids: list[int] = field(default_factory=list)
+    cancel: CancelResult | None = None
+
+
+def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = True) -> DeleteResult:
+    """Delete the matching experiments (cancelling the active ones first unless
+    ``cancel_first`` is False) and the GridFS payloads no experiment refers to any more.
+
+    The experiments are selected once, then cancelled and deleted by id: cancelling changes
+    their status (INTERRUPTED), so a selection by state (``delete -s RUNNING``) made again
+    after the cancel would match none of them."""
+    docs = select(
+        collection,
+        query,
+        {
+            "_id": 1,
+            "experiment.sources": 1,
+            "artifacts": 1,
+            "info.metrics": 1,
+            "seml.payload_file": 1,
+            "seml.source_files": 1,
+        },
+    )
+    ids = [d["_id"] for d in docs]
+    if not ids:
+        return DeleteResult()
+    by_id = {"_id": {"$in": ids}}
+    cancelled = cancel(collection, by_id) if cancel_first else None
+    collection.delete_many(by_id)
+    # only files the deleted experiments used: a launch staging into the collection right
+    # now has uploaded its payload and snapshot before inserting the documents using them
+    payloads = {
+        str(d["seml"]["payload_file"]) for d in docs if d.get("seml", {}).get("payload_file")
+    }
+    snapshot = {str(e[1]) for d in docs for e in _source_files(d) if len(e) > 1}
+    _delete_orphan_payloads(collection.database, collection.name, payloads)
+    _delete_run_files(collection.database, collection.name, docs)
+    _delete_orphan_sources(collection.database, collection.name, snapshot)
+    return DeleteResult(ids, cancelled)
+
+
+def _source_files(doc: Mapping[str, Any]) -> list[Any]:
+    """``seml.source_files`` of a document (``[]`` when it has none)."""
+    seml = doc.get("seml")
+    return list(seml.get("source_files") or []) if isinstance(seml, Mapping) else []
+
+
+def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> None:
+    """Delete what Sacred stored for the runs ``docs`` of collection ``name`` (already
+    deleted): the files of ``experiment.sources`` that no remaining run refers to (Sacred shares
+    one file between runs with the same source) and of ``artifacts``, as SEML's delete, and
+    their metrics (``store.metrics.delete_metrics``)."""
+    import gridfs
+
+    files = []
+    for doc in docs:
+        files += [s[1] for s in (doc.get("experiment") or {}).get("sources") or [] if len(s) > 1]
+        files += [a.get("file_id") for a in doc.get("artifacts") or [] if isinstance(a, Mapping)]
+    files = [f for f in files if f is not None]
+    if files:
+        # Sacred stores a source file once per content (any run, any collection may share it)
+        shared = set()
+        for other in db.list_collection_names():
+            if not is_listed_collection(other):
+                continue
+            for doc in db[other].find(
+                {"experiment.sources": {"$elemMatch": {"$elemMatch": {"$in": files}}}},
+                {"experiment.sources": 1},
+            ):
+                shared.update(str(s[1]) for s in doc["experiment"]["sources"] if len(s) > 1)
+        fs = gridfs.GridFS(db)
+        for file_id in files:
+            if str(file_id) not in shared:
+                fs.delete(file_id)
+    delete_metrics(db, name, docs)
+
+
+def _delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> None:
+    """Delete the code snapshot files of collection ``name`` (``metadata.type: source_file``,
+    written by SEML 0.5 or by us) that no experiment of the collection refers to any more;
+    with ``only``, just those of these file ids. A file a launch has just reused (leased,
+    ``sources.delete_unused_files``) is kept."""
+
+    def used() -> set[str]:
+        found = set()
+        for doc in db[name].find(
+            {"seml.source_files": {"$exists": True}}, {"seml.source_files": 1}
+        ):
+            found.update(str(entry[1]) for entry in _source_files(doc) if len(entry) > 1)
+        return found
+
+    candidates: dict[str, Any] = {"metadata.collection_name": name, "metadata.type": "source_file"}
+    sources.delete_unused_files(db, _only(candidates, only), used)
+
+
+def _delete_orphan_payloads(db: Any, name: str, only: set[str] | None = None) -> None:
+    """Delete the batch payloads of collection ``name`` no experiment refers to any more; with
+    ``only``, just those of these file ids. The payload of a launch still staging (leased,
+    ``sources.delete_unused_files``) is kept."""
+
+    def used() -> set[str]:
+        return {str(p) for p in db[name].distinct("seml.payload_file") if p}
+
+    candidates: dict[str, Any] = {
+        "metadata.collection": name,
+        "metadata.kind": "seml_hydra_payload",
+    }
+    sources.delete_unused_files(db, _only(candidates, only), used)
+
+
+def _only(candidates: dict[str, Any], only: set[str] | None) -> dict[str, Any]:
+    """``candidates`` restricted to the file ids ``only`` (strings of ObjectIds) when given."""
+    if only is None:
+        return candidates
+    from bson import ObjectId
+    from bson.errors import InvalidId
+
+    ids = []
+    for file_id in only:
+        try:
+            ids.append(ObjectId(file_id))
+        except (InvalidId, TypeError):
+            ids.append(file_id)
+    return {**candidates, "_id": {"$in": ids}}
+
+
+def matching_collections(db: Any, pattern: str) -> list[str]:
+    """Experiment collections whose name matches ``pattern`` (``re.fullmatch``, as SEML)."""
+    try:
+        regex = re.compile(pattern)
+    except re.error as error:
+        raise ManageError(f"Bad regular expression {pattern!r}: {error}") from None
+    return sorted(
+        n for n in db.list_collection_names() if is_listed_collection(n) and regex.fullmatch(n)
+    )
+
+
+def drop(db: Any, names: Sequence[str]) -> None:
+    """Drop collections: cancel their active experiments, drop them, their payloads, their
+    metrics (``database.metrics_collection_name``, and their entries in the shared ``metrics``)
+    and their id counters, and forget them in the completion cache."""
+
+    for name in names:
+        if not is_listed_collection(name):
+            raise ManageError(f"{name!r} is not an experiment collection; it is not dropped.")
+        cancel(db[name], {})
+        runs = select(
+            db[name], {}, {"_id": 1, "experiment.sources": 1, "artifacts": 1, "info.metrics": 1}
+        )
+        db.drop_collection(name)
+        _delete_orphan_payloads(db, name)
+        _delete_run_files(db, name, runs)
+        db.drop_collection(metrics_collection_name(name))
+        _delete_orphan_sources(db, name)
+        db[COUNTERS_COLLECTION].delete_many({"_id": {"$in": [f"{name}._id", f"{name}.batch_id"]}})
+    forget_cached_collections(names)

@@ -1,0 +1,158 @@
+"""``start``: submit STAGED experiments from the database alone (the launch's payload and the
+document's Hydra diff rebuild each submission request)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from seml_hydra.core import states
+from seml_hydra.core.documents import apply_diff
+from seml_hydra.job.runner import hydra_base
+from seml_hydra.launch.submit import SubmitRequest, submit_requests
+from seml_hydra.manage.selection import ManageError, state_values
+from seml_hydra.store.job_db import job_db_config, job_db_environment
+from seml_hydra.store.settings import resolve_db_settings
+from seml_hydra.track.query import and_
+
+#: the launchers a document may name (``seml.launcher``) and the submitit cluster of each
+EXECUTORS = {"seml_hydra.slurm": "slurm", "seml_hydra.local": "local"}
+
+
+@dataclass
+class StartedArray:
+    """One array job ``start`` submitted: its Slurm (or local) ``array_id``, job ``name``,
+    ``cluster`` (``"slurm"``/``"local"``), submitit ``folder`` and the experiment ``ids``."""
+
+    array_id: str
+    name: str
+    cluster: str
+    folder: str
+    ids: list[int]
+
+
+def no_payload_message(doc: Mapping[str, Any]) -> str:
+    """Why ``start`` cannot run ``doc``, a STAGED document without ``seml.payload_file`` (pure).
+
+    Such a document is either one SEML staged from a YAML file, or one of ours after SEML
+    0.5.7's own ``reset``, which keeps only the fields SEML knows
+    (``get_experiment_reset_op``: ``hydra``, ``seed`` and ``seml.payload_file`` go); the two
+    look alike, so the message names both, ours first when the document names an executable."""
+    seml = doc.get("seml") if isinstance(doc.get("seml"), Mapping) else {}
+    executable = seml.get("executable")
+    ours = (
+        "this experiment's seml-hydra fields (payload, hydra, seed) are gone, as SEML's own "
+        "`reset` removes them: re-launch the sweep (its points are found by config hash and "
+        "run again) or, next time, use seml-hydra's `seml <collection> reset`"
+    )
+    if not executable:
+        return (
+            f"Experiment {doc.get('_id')} has no seml.payload_file: it was not staged by the "
+            f"seml-hydra launcher, or {ours}. Nothing was submitted."
+        )
+    return (
+        f"Experiment {doc.get('_id')} has no seml.payload_file, so there is no Hydra app for "
+        f"seml-hydra to run: either {ours}; or it was staged by SEML from a YAML file (executable "
+        f"{executable!r}): start it with SEML's own `seml <collection> start`. Nothing was "
+        "submitted."
+    )
+
+
+def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str, Any]]:
+    """``(working_dir, SubmitRequest)`` per STAGED document, rebuilt from the database alone:
+    the launcher node is the batch payload's base Hydra node with the document's diff applied.
+    Raises ManageError for a document staged by SEML itself (no ``seml.payload_file``), an
+    unknown executor, or a payload that is gone."""
+
+    bases: dict[str, dict[str, Any]] = {}
+    out = []
+    for doc in docs:
+        seml = doc.get("seml") or {}
+        payload = seml.get("payload_file")
+        if not payload:
+            raise ManageError(no_payload_message(doc))
+        cluster = EXECUTORS.get(str(seml.get("launcher")))
+        if cluster is None:
+            raise ManageError(
+                f"Experiment {doc['_id']} names the launcher {seml.get('launcher')!r}; "
+                f"`seml start` knows {', '.join(EXECUTORS)}."
+            )
+        if payload not in bases:
+            try:
+                bases[payload] = hydra_base(db, payload)
+            except Exception as error:
+                raise ManageError(
+                    f"The payload {payload} of experiment {doc['_id']} is gone from GridFS "
+                    f"({type(error).__name__}); launch the sweep again."
+                ) from None
+        node = apply_diff(bases[payload], (doc.get("hydra") or {}).get("node_diff", []))
+        launcher = dict(node["launcher"])
+        workdir = str(seml.get("working_dir") or os.getcwd())
+        folder = str(launcher.get("submitit_folder"))
+        if not os.path.isabs(folder):
+            launcher["submitit_folder"] = os.path.join(workdir, folder)
+        out.append(
+            (workdir, SubmitRequest(doc["_id"], launcher, payload, doc["batch_id"], cluster))
+        )
+    return out
+
+
+def start(
+    db: Any, collection_name: str, query: Mapping[str, Any], *, limit: int = 0
+) -> list[StartedArray]:
+    """Submit the matching STAGED experiments (at most ``limit``, 0 = all) from the database
+    alone, one array job per batch and resource set. Submission runs in the launch's working
+    directory (jobs start where the sweep was launched). Raises ``SubmissionError`` when sbatch
+    refuses (those experiments stay STAGED)."""
+
+    q = and_(query, {"status": {"$in": state_values([states.STAGED])}})
+    docs = list(db[collection_name].find(q).sort("_id", 1))
+    if limit > 0:
+        docs = docs[:limit]
+    if not docs:
+        return []
+    old = [d["_id"] for d in docs if d.get("status") != states.STAGED]
+    if old:  # SEML's "QUEUED": the submission step moves STAGED documents only
+        db[collection_name].update_many(
+            # only SEML's old spelling: a document a concurrent launch or start moved on
+            # meanwhile (PENDING, RUNNING) must not be put back
+            {"_id": {"$in": old}, "status": {"$in": list(states.ALIASES)}},
+            {"$set": {"status": states.STAGED}},
+        )
+    settings = resolve_db_settings(None)
+    by_dir: dict[str, list[Any]] = {}
+    for workdir, request in build_requests(db, docs):
+        by_dir.setdefault(workdir, []).append(request)
+    started = []
+    for workdir, requests in by_dir.items():
+        launch_db = requests[0].launcher.get("db")
+        with _cwd(workdir):
+            arrays = submit_requests(
+                db[collection_name],
+                collection_name,
+                requests,
+                db_cfg=job_db_config(settings, launch_db),
+                job_env=job_db_environment(settings, launch_db),
+            )
+        for array in arrays:
+            ids = sorted(i for _, group in array.jobs.values() for i in group)
+            started.append(
+                StartedArray(array.array_id, array.name, array.cluster, array.folder, ids)
+            )
+    return started
+
+
+class _cwd:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.old = ""
+
+    def __enter__(self) -> None:
+        self.old = os.getcwd()
+        if os.path.isdir(self.path):
+            os.chdir(self.path)
+
+    def __exit__(self, *exc: Any) -> None:
+        os.chdir(self.old)

@@ -1,0 +1,258 @@
+"""Pure decisions about the Slurm task of an experiment document: which task runs it
+(:func:`task_of`, :func:`array_of`), whether squeue/sacct still list it alive
+(:func:`decide_killed`, :func:`sacct_states_by_task`), and which experiments belong to another
+Slurm cluster (:func:`foreign_experiments`). No I/O: squeue and sacct rows come in as
+arguments (``seml_hydra.slurm.client.SqueueRow`` / ``SacctRow``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from seml_hydra.core import states
+from seml_hydra.core.ranges import format_ids
+from seml_hydra.slurm.parse import is_alive, parse_job_id
+
+#: a heartbeat younger than this (seconds) proves a run alive when Slurm has no record of its
+#: job (Sacred beats every 10 s; see :func:`decide_killed`)
+HEARTBEAT_STALE_S = states.HEARTBEAT_STALE_S
+
+#: the state shown for documents whose ``status`` is not a string (forged or broken)
+MALFORMED = "MALFORMED"
+
+
+def state_of(status: Any) -> str:
+    """A stored ``status`` as a state name (pure): SEML's aliases mapped (``QUEUED`` ->
+    ``STAGED``), a missing or empty one ``UNKNOWN``, one that is not a string (a dict, a
+    number: a forged or broken document) :data:`MALFORMED`."""
+    if status is None or status == "":
+        return "UNKNOWN"
+    if not isinstance(status, str):
+        return MALFORMED
+    return states.ALIASES.get(status, status)
+
+
+def task_of(doc: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(cluster, job id)`` of the Slurm task that runs (or will run) the experiment, or None
+    when it has none yet. The job id is ``"<array_id>_<task_id>"``, or the plain ``"<job_id>"``
+    when the submission was a single job (submitit submits one task without ``--array``; Slurm
+    rejects ``"<id>_0"`` for such a job).
+
+    A claimed experiment's ``execution`` (written by the job itself) wins over the submission's
+    ``slurm[0]``. The cluster is ``"local"`` for submitit's local executor (no Slurm job).
+    """
+    slurm = doc.get("slurm")
+    first = slurm[0] if isinstance(slurm, list) and slurm else slurm
+    first = first if isinstance(first, Mapping) else {}
+    execution = doc.get("execution") or {}
+    if isinstance(execution, Mapping) and execution.get("array_id") is not None:
+        cluster = str(execution.get("cluster") or "slurm")
+        array, task = execution["array_id"], execution.get("task_id", 0)
+    elif first.get("array_id") is not None and first.get("task_id") is not None:
+        cluster = str(first.get("cluster") or "slurm")
+        array, task = first["array_id"], first["task_id"]
+    else:
+        return None
+    job_id = first.get("job_id")
+    single = str(first.get("array_id")) == str(array) and (
+        isinstance(job_id, str) and "_" not in job_id or first.get("num_tasks") == 1
+    )
+    return cluster, str(array) if single and task == 0 else f"{array}_{task}"
+
+
+def array_of(doc: Mapping[str, Any]) -> str | None:
+    """The array job of an experiment SEML 0.5 submitted but no task claimed yet, or None.
+
+    SEML records only ``slurm[i].array_id`` at submission: any pending task of that array may
+    claim any of its experiments, so such an experiment belongs to the array, not to a task.
+    None when :func:`task_of` knows the experiment's task, or it was never submitted (pure).
+    """
+    if task_of(doc) is not None:
+        return None
+    slurm = doc.get("slurm")
+    entries = slurm if isinstance(slurm, list) else [slurm]
+    for entry in entries:
+        if isinstance(entry, Mapping) and entry.get("array_id") is not None:
+            array = str(entry["array_id"])
+            return array if array.isdigit() else None
+    return None
+
+
+def array_values(arrays: Iterable[str]) -> list[Any]:
+    """``array_id`` values to match in MongoDB: SEML stores integers, strings appear too."""
+    arrays = sorted(set(arrays))
+    return [int(a) for a in arrays] + arrays
+
+
+def job_sort_key(job: str) -> tuple[int, ...]:
+    """Sort key of a job id ``"<array>"`` / ``"<array>_<task>"`` (numeric: ``9_2`` before
+    ``10_1``). Raises ValueError for an id that is not whole numbers."""
+    return tuple(int(x) for x in job.split("_"))
+
+
+def row_jobs(row: Any) -> list[str]:
+    """Job ids (``"<array>_<task>"`` or ``"<job>"``) a squeue row stands for."""
+    if row.array_job_id is not None:
+        return [f"{row.array_job_id}_{t}" for t in row.task_ids or ()]
+    return [str(row.job_id_raw)]
+
+
+def squeue_alive(rows: Iterable[Any]) -> set[str]:
+    """Job ids of the alive squeue rows."""
+    return {job for row in rows if row.alive for job in row_jobs(row)}
+
+
+def is_listed(job: str, alive: set[str] | frozenset[str]) -> bool:
+    """Whether job ``job`` is among the ``alive`` job ids (pure): itself, or for a plain id
+    ``"123"`` any task ``"123_<t>"`` (SEML records a one-task array as ``num_tasks: 1``, so
+    :func:`task_of` names it ``"123"`` while squeue lists ``"123_0"``; ``scancel 123`` acts on
+    all of its tasks)."""
+    return job in alive or ("_" not in job and any(a.split("_")[0] == job for a in alive))
+
+
+def is_slurm_task(task: tuple[str, str] | None) -> bool:
+    """True for a task Slurm knows (not submitit's local executor, not missing)."""
+    if task is None or task[0] == "local":
+        return False
+
+    try:
+        parse_job_id(task[1])
+    except ValueError:
+        return False
+    return True
+
+
+def last_sign_of_life(doc: Mapping[str, Any]) -> datetime | None:
+    """The experiment's Sacred ``heartbeat`` (else ``start_time``) as a naive UTC datetime, or
+    None when the run never started (pure). pymongo returns Sacred's UTC times naive; aware
+    values are converted."""
+    for key in ("heartbeat", "start_time"):
+        value = doc.get(key)
+        if isinstance(value, datetime):
+            if value.tzinfo is not None:
+                value = value.astimezone(timezone.utc).replace(tzinfo=None)
+            return value
+    return None
+
+
+def decide_killed(
+    docs: Sequence[Mapping[str, Any]],
+    alive_tasks: Iterable[str],
+    sacct_states: Mapping[str, list[str]],
+    *,
+    now: datetime | None = None,
+    heartbeat_stale_s: float = HEARTBEAT_STALE_S,
+) -> tuple[list[int], list[int], list[int]]:
+    """Which active experiments lost their job (pure): ``(killed, interrupted, unsure)`` ids.
+
+    An experiment counts as lost only with evidence: its task is absent from squeue's alive
+    tasks AND sacct reports for it only terminal states, or nothing at all. With nothing at
+    all (accounting lagging, purged, or a job from another cluster) the heartbeat decides too:
+    a run whose Sacred heartbeat (or ``start_time``) is younger than ``heartbeat_stale_s``
+    seconds is alive whatever Slurm says, and is returned in ``unsure`` instead (checked again
+    later). A definitive terminal sacct state (CANCELLED, TIMEOUT, NODE_FAIL, ...) needs no
+    heartbeat: the job's processes are gone. An experiment without a Slurm task (local
+    executor, not submitted yet) is never lost. One that the user cancelled
+    (``execution.cancel_time``) is INTERRUPTED rather than KILLED.
+
+    Args:
+        docs: active experiments (``_id``, ``status``, ``execution``, ``slurm``, ``heartbeat``).
+        alive_tasks: ``"<array>_<task>"`` of every task squeue lists in a non-terminal state.
+        sacct_states: ``{"<array>_<task>": [state, ...]}`` from sacct (missing = no record).
+        now: current naive UTC time (default: now).
+        heartbeat_stale_s: age in seconds from which a heartbeat no longer proves life.
+    """
+
+    if now is None:
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+    alive = set(alive_tasks)
+    killed, interrupted, unsure = [], [], []
+    for doc in docs:
+        task = task_of(doc)
+        if not is_slurm_task(task):
+            continue
+        job = task[1]  # type: ignore[index]
+        if is_listed(job, alive):
+            continue
+        recorded = sacct_states.get(job, [])
+        if any(is_alive(s) for s in recorded):
+            continue
+        if not recorded:
+            sign = last_sign_of_life(doc)
+            if sign is not None and (now - sign).total_seconds() < heartbeat_stale_s:
+                unsure.append(doc["_id"])
+                continue
+        execution = doc.get("execution") or {}
+        if isinstance(execution, Mapping) and execution.get("cancel_time") is not None:
+            interrupted.append(doc["_id"])
+        else:
+            killed.append(doc["_id"])
+    return killed, interrupted, unsure
+
+
+def sacct_states_by_task(rows: Iterable[Any], tasks: Iterable[str] = ()) -> dict[str, list[str]]:
+    """``{job: [raw state, ...]}`` of sacct records (``slurm.SacctRow``s), pure.
+
+    An array record stands for each of its tasks: ``123_4`` -> ``"123_4"``, the pending or
+    never-started remainder ``123_[0-3]`` -> ``"123_0"`` ... ``"123_3"``; a record without a
+    task part -> its job id (``"123"``: a job that is not an array, or an array's record
+    before sacct split it into tasks). A job of ``tasks`` (``"<array>_<task>"``) without a
+    record of its own then takes that ``"<array>"`` record's states, and a plain id of
+    ``tasks`` without one those of its array's tasks (see :func:`is_listed`). States in row order,
+    without repeats (an array and its task may both have been asked for).
+    """
+    out: dict[str, list[str]] = {}
+
+    def add(job: str, state: str) -> None:
+        states_of = out.setdefault(job, [])
+        if state not in states_of:
+            states_of.append(state)
+
+    for row in rows:
+        array = row.job_id.split("_")[0]
+        if row.task_ids is None:
+            add(row.job_id, row.state_raw)
+        for t in row.task_ids or ():
+            add(f"{array}_{t}", row.state_raw)
+    for task in tasks:
+        array = task.split("_")[0]
+        if task in out:
+            continue
+        if "_" in task and array in out:
+            out[task] = list(out[array])
+        elif "_" not in task:  # a one-task array named by its plain id (see is_listed)
+            found = [st for job, sts in out.items() if job.split("_")[0] == task for st in sts]
+            if found:
+                out[task] = list(dict.fromkeys(found))
+    return out
+
+
+#: cluster names of documents that do not name their Slurm cluster: ``"slurm"`` (what
+#: submissions recorded before the real ClusterName, and a job without SLURM_CLUSTER_NAME) or
+#: none; they are judged as this cluster's, as before
+UNNAMED_CLUSTERS = ("slurm", "")
+
+
+def foreign_experiments(docs: Iterable[Mapping[str, Any]], here: str) -> dict[str, list[int]]:
+    """``{cluster: ids}`` of the experiments whose Slurm task (:func:`task_of`) runs on another
+    cluster than ``here`` (pure). Experiments without a task, of the local executor, or whose
+    cluster is one of :data:`UNNAMED_CLUSTERS` are this cluster's."""
+    out: dict[str, list[int]] = {}
+    for doc in docs:
+        task = task_of(doc)
+        if is_slurm_task(task) and task[0] not in (*UNNAMED_CLUSTERS, here):  # type: ignore[index]
+            out.setdefault(task[0], []).append(doc["_id"])  # type: ignore[index]
+    return out
+
+
+def foreign_lines(foreign: Mapping[str, Sequence[int]], here: str | None) -> list[str]:
+    """One line per cluster of ``track.killed.DetectResult.foreign``, e.g. ``"3 experiment(s) run on
+    cluster a (ids 1-3): not checked from cluster b"`` (pure)."""
+
+    return [
+        f"{len(ids)} experiment(s) run on cluster {cluster} ({format_ids(list(ids))}): not "
+        f"checked from cluster {here}; run `status` there to check them."
+        for cluster, ids in sorted(foreign.items())
+    ]

@@ -1,0 +1,258 @@
+"""KILLED detection, the I/O side: :func:`detect_killed` asks squeue and sacct about the active
+experiments' Slurm tasks and marks the lost ones KILLED (or INTERRUPTED when cancelled), with
+the tail of their output as ``fail_trace``; :func:`mark_dead_jobs` does the same for the
+launcher's own submitit jobs once submitit reports them done. The decisions are pure
+(``seml_hydra.track.jobs.decide_killed``); the traces come from the one builder
+``seml_hydra.track.outputs.killed_trace``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from seml_hydra.core import states
+from seml_hydra.core.ranges import format_ids
+from seml_hydra.slurm import client as slurm
+from seml_hydra.track.jobs import (
+    UNNAMED_CLUSTERS,
+    array_of,
+    decide_killed,
+    foreign_experiments,
+    is_listed,
+    is_slurm_task,
+    job_sort_key,
+    sacct_states_by_task,
+    squeue_alive,
+    task_of,
+)
+from seml_hydra.track.outputs import (
+    killed_trace,
+    output_file,
+    read_document_output,
+    read_output_tail,
+)
+from seml_hydra.track.query import and_, select
+
+
+@dataclass
+class DetectResult:
+    """What :func:`detect_killed` did: ids marked KILLED / INTERRUPTED, ids left RUNNING only
+    because their heartbeat is fresh (``unsure``), ids put back to STAGED (``recovered``), ids
+    left alone because they run on another cluster (``foreign``), and a warning when Slurm
+    could not be asked."""
+
+    killed: list[int] = field(default_factory=list)
+    interrupted: list[int] = field(default_factory=list)
+    warning: str | None = None
+    #: gone from squeue, no sacct record, but a heartbeat younger than HEARTBEAT_STALE_S
+    unsure: list[int] = field(default_factory=list)
+    #: PENDING without a job because their submitting process died: STAGED again
+    recovered: list[int] = field(default_factory=list)
+    #: ``{cluster: ids}`` of active experiments of another Slurm cluster: not judged from here
+    foreign: dict[str, list[int]] = field(default_factory=dict)
+    #: this cluster's name, when it was asked (only for experiments naming a cluster)
+    cluster: str | None = None
+
+
+def recovered_message(ids: Sequence[int], then: str = "") -> str:
+    """The one line saying that the experiments ``ids``, left PENDING without a Slurm job by a
+    submission that died, are STAGED again (``DetectResult.recovered``,
+    ``launch.submit.recover_interrupted_submissions``), e.g. ``"2 experiment(s) whose
+    submission was interrupted (left PENDING without a Slurm job): 1-2 are STAGED again"``,
+    followed by ``"; " + then`` when ``then`` says what to do next. Pure; for the launcher,
+    its wait and the ``seml`` commands alike."""
+    text = (
+        f"{len(ids)} experiment(s) whose submission was interrupted (left PENDING without a "
+        f"Slurm job): {format_ids(list(ids))} are STAGED again"
+    )
+    return f"{text}; {then}" if then else text
+
+
+def detect_killed(
+    collection: Any,
+    query: Mapping[str, Any] | None = None,
+    *,
+    recover: Callable[[Any, Mapping[str, Any] | None], list[int]] | None = None,
+) -> DetectResult:
+    """Mark KILLED the active experiments whose Slurm task is gone (see
+    ``track.jobs.decide_killed``); INTERRUPTED when the user had cancelled them; a fresh
+    heartbeat without any Slurm record keeps a run RUNNING (``unsure``). A failed scheduler
+    query marks nothing and returns a warning. ``fail_trace`` = what sacct said of the job and
+    the last lines of ``execution.slurm_output_file`` (:func:`document_trace`). Returns a
+    :class:`DetectResult`; raises pymongo errors.
+
+    ``recover(collection, query)``, when given, runs first and returns the ids it put back to
+    STAGED (``recovered``): the launcher and ``seml`` pass
+    ``seml_hydra.launch.submit.recover_interrupted_submissions`` (experiments left PENDING
+    without a job by a submitting process that died), which this package cannot import.
+
+    An experiment of another Slurm cluster (its ``execution.cluster`` / ``slurm[0].cluster``
+    is neither this cluster's ``ClusterName`` nor one of ``track.jobs.UNNAMED_CLUSTERS``) is
+    never judged: job ids are per cluster, so this one's squeue and sacct say nothing about it
+    (``foreign``)."""
+    recovered = recover(collection, query) if recover is not None else []
+    docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
+    try:
+        docs, foreign, here = without_foreign(docs)
+    except slurm.SlurmError as error:
+        return DetectResult(
+            warning=f"Could not ask Slurm for its cluster name ({error}); no experiment "
+            "was marked KILLED.",
+            recovered=recovered,
+        )
+    tasks = {task_of(d) for d in docs}
+    jobs = sorted({t[1] for t in tasks if is_slurm_task(t)})
+    seml_arrays = {a for a in map(array_of, docs) if a}  # SEML 0.5's unclaimed experiments
+    if not jobs and not seml_arrays:
+        return DetectResult(recovered=recovered, foreign=foreign, cluster=here)
+    arrays = sorted({j.split("_")[0] for j in jobs} | seml_arrays, key=int)
+    try:
+        rows = slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True)
+        alive = squeue_alive(rows)
+        alive_arrays = {j.split("_")[0] for j in alive}
+        missing = [j for j in jobs if not is_listed(j, alive)]
+        missing += sorted(seml_arrays - alive_arrays, key=int)
+        sacct: dict[str, list[str]] = {}
+        if missing:
+            # the arrays too: sacct lists a task that never started only in its array's
+            # record (`123_[0-3]`, e.g. a held array cancelled), not under `123_0`
+            asked = sorted(set(missing) | {j.split("_")[0] for j in missing}, key=job_sort_key)
+            sacct = sacct_states_by_task(slurm.sacct_jobs(asked), missing)
+    except (slurm.SlurmError, ValueError) as error:
+        return DetectResult(
+            warning=f"Could not ask Slurm about the jobs ({error}); no experiment was marked "
+            "KILLED.",
+            recovered=recovered,
+            foreign=foreign,
+            cluster=here,
+        )
+    killed, interrupted, unsure = decide_killed(docs, alive, sacct)
+    # an experiment waiting for any task of its SEML array is lost when no task of the array
+    # is alive in squeue, nor in sacct
+    for doc in docs:
+        array = array_of(doc)
+        if not array or array in alive_arrays:
+            continue
+        recorded = [st for job, sts in sacct.items() if job.split("_")[0] == array for st in sts]
+        if any(slurm.is_alive(st) for st in recorded):
+            continue
+        cancelled = (doc.get("execution") or {}).get("cancel_time") is not None
+        (interrupted if cancelled else killed).append(doc["_id"])
+    by_id = {d["_id"]: d for d in docs}
+    from pymongo import UpdateOne
+
+    updates = []
+    for exp_id in killed:
+        doc = by_id[exp_id]
+        updates.append(
+            UpdateOne(
+                {"_id": exp_id, "status": doc["status"]},
+                {
+                    "$set": {
+                        "status": states.KILLED,
+                        "fail_trace": document_trace(doc, collection.name, _recorded(doc, sacct)),
+                    }
+                },
+            )
+        )
+    for exp_id in interrupted:
+        updates.append(
+            UpdateOne(
+                {"_id": exp_id, "status": by_id[exp_id]["status"]},
+                {"$set": {"status": states.INTERRUPTED}},
+            )
+        )
+    if updates:
+        collection.bulk_write(updates, ordered=False)
+    return DetectResult(
+        killed, interrupted, unsure=unsure, recovered=recovered, foreign=foreign, cluster=here
+    )
+
+
+def _recorded(doc: Mapping[str, Any], sacct: Mapping[str, list[str]]) -> list[str]:
+    """sacct's states of the experiment's task (``[]`` without a task or a record)."""
+    task = task_of(doc)
+    return list(sacct.get(task[1], [])) if task else []
+
+
+def document_trace(
+    doc: Mapping[str, Any], collection_name: str, slurm_states: Sequence[str] = ()
+) -> list[str]:
+    """``fail_trace`` of an experiment of collection ``collection_name`` whose Slurm job is gone:
+    what Slurm said of its job (``slurm_states``, from sacct), then the last lines of its
+    output file (``track.outputs.output_file``, read as ``read_document_output`` allows), built
+    by ``track.outputs.killed_trace``."""
+    task = task_of(doc)
+    ended = (
+        f"ended ({', '.join(dict.fromkeys(slurm_states))})"
+        if slurm_states
+        else "ended (or is unknown to Slurm)"
+    )
+    head = (
+        f"Slurm job {task[1] if task else '?'} {ended} while the experiment "
+        f"was {doc.get('status')}; squeue and sacct no longer list it as alive."
+    )
+    path = output_file(doc)
+    tails = [(path, read_document_output(doc, path, collection_name))] if path else []
+    return killed_trace(head, tails)
+
+
+def without_foreign(
+    docs: list[dict],
+) -> tuple[list[dict], dict[str, list[int]], str | None]:
+    """``(docs of this cluster, {cluster: ids} of the others, this cluster's name)``; the name
+    is asked (``slurm.cluster_name``, raising ``SlurmError``) only when a document names a
+    cluster (None otherwise)."""
+
+    if not any(is_slurm_task(t) and t[0] not in UNNAMED_CLUSTERS for t in map(task_of, docs)):
+        return docs, {}, None
+    here = slurm.cluster_name()
+    foreign = foreign_experiments(docs, here)
+    skipped = {i for ids in foreign.values() for i in ids}
+    return [d for d in docs if d["_id"] not in skipped], foreign, here
+
+
+def mark_dead_jobs(collection: Any, jobs: Mapping[str, tuple[Any, Sequence[int]]]) -> list[int]:
+    """Mark KILLED the experiments of finished submitit jobs that are still PENDING/RUNNING
+    (the launcher's wait, for its local jobs).
+
+    ``jobs``: job id -> (submitit Job, experiment ids); the jobs found done are removed from
+    it. Only a job submitit reports as done counts; the update filter requires an active state,
+    so a result written meanwhile wins. ``fail_trace``: the job's end, then the last lines of
+    its stderr and stdout files (``track.outputs.killed_trace``; read as ``read_output_tail``
+    allows, inside the job's submitit folder). Returns the ids marked.
+    """
+    marked: list[int] = []
+    for job_id, (job, ids) in list(jobs.items()):
+        try:
+            done = job.done()
+        except Exception:  # the scheduler could not be asked: decide nothing
+            continue
+        if not done:
+            continue
+        active = [
+            d["_id"]
+            for d in collection.find(
+                {"_id": {"$in": list(ids)}, "status": {"$in": sorted(states.ACTIVE)}}, {"_id": 1}
+            )
+        ]
+        if active:
+            folder = str(job.paths.folder)
+            trace = killed_trace(
+                f"The job {job_id} ended (submitit state {job.state}) while the experiment was "
+                "not finished.",
+                [
+                    (str(path), read_output_tail(str(path), folder))
+                    for path in (job.paths.stderr, job.paths.stdout)
+                ],
+            )
+            result = collection.update_many(
+                {"_id": {"$in": active}, "status": {"$in": sorted(states.ACTIVE)}},
+                {"$set": {"status": states.KILLED, "fail_trace": trace}},
+            )
+            if result.modified_count:
+                marked.extend(active)
+        del jobs[job_id]
+    return marked
