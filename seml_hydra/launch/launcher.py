@@ -19,6 +19,12 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf
 
 from seml_hydra.core.errors import UserError
+from seml_hydra.store.payload import (
+    delete_payload,
+    hydra_base_for,
+    pickled_payload,
+    put_payload,
+)
 
 log = logging.getLogger(__name__)
 
@@ -149,28 +155,14 @@ class SemlLauncher(Launcher):
         return _Launch(self, db, settings, collection_name, points, blob, console).run()
 
     def _pickled_payload(self, hydra_base: dict[str, Any]) -> bytes:
-        """The batch payload, pickled now so an unpicklable task fails before anything is
-        staged (a lock in a closure, an open file...). ``hydra_base`` is the batch's base Hydra
-        node (the first point's), stored typed for the jobs (``Payload.typed_hydra_base``)."""
-        import pickle
-
-        import cloudpickle
-        from hydra.core.singleton import Singleton
-
+        """The batch payload (``store.payload.pickled_payload``), pickled now so an unpicklable
+        task fails before anything is staged. ``hydra_base`` is the batch's base Hydra node (the
+        first point's), stored typed for the jobs (``Payload.typed_hydra_base``)."""
         from seml_hydra.core.documents import to_bson_safe
-        from seml_hydra.job.runner import Payload
         from seml_hydra.launch.compose import typed_hydra_node
 
-        typed = pickle.dumps(typed_hydra_node(to_bson_safe(hydra_base)))
-        payload = Payload(self.task_function, self.hydra_context, Singleton.get_state(), typed)
-        try:
-            return cloudpickle.dumps(payload)
-        except Exception as error:
-            raise LaunchError(
-                f"the task function cannot be pickled ({type(error).__name__}: {error}). Jobs "
-                "receive the task by pickle: move objects such as locks, open files or clients "
-                "out of module globals and closures, and create them inside the task."
-            ) from None
+        typed = typed_hydra_node(to_bson_safe(hydra_base))
+        return pickled_payload(self.task_function, self.hydra_context, typed)
 
 
 def mask_db_credentials(config: Any) -> None:
@@ -363,25 +355,13 @@ class _Launch:
         import random
         from datetime import datetime, timezone
 
-        import gridfs
-
         from seml_hydra.core.documents import build_document, pick_seed, to_bson_safe
         from seml_hydra.launch.gitinfo import git_info
         from seml_hydra.launch.stage import next_batch_id, stage
         from seml_hydra.launch.submit import sbatch_options
 
-        fs = gridfs.GridFS(self.db)
-        payload_id = str(
-            fs.put(
-                self.blob,
-                filename=f"seml_hydra_payload_{self.collection_name}",
-                metadata={
-                    "collection": self.collection_name,
-                    "kind": "seml_hydra_payload",
-                    "hydra_base": to_bson_safe(self.points[0].hydra),
-                    "leases": [lease],
-                },
-            )
+        payload_id = put_payload(
+            self.db, self.collection_name, self.blob, to_bson_safe(self.points[0].hydra), lease
         )
         self.payload_id = payload_id
         batch_id = next_batch_id(self.db, self.collection_name)
@@ -431,15 +411,11 @@ class _Launch:
                 batch_id,
             )
         except BaseException:
-            from bson import ObjectId
-
-            fs.delete(ObjectId(payload_id))
+            delete_payload(self.db, payload_id)
             self._delete_batch_sources(batch_id)
             raise
         if not result.to_submit:  # everything was there already: no job will need the payload
-            from bson import ObjectId
-
-            fs.delete(ObjectId(payload_id))
+            delete_payload(self.db, payload_id)
             self._delete_batch_sources(batch_id)  # nor this batch's snapshot: no document names it
         self._say_staged(result)
         from seml_hydra.manage.experiments import refresh_collection_cache
@@ -595,21 +571,7 @@ class _Launch:
                 ],
             }
             ret = job_return_from_document(
-                doc, _base_for(self.db, doc, base, self.payload_id), self.collection_name
+                doc, hydra_base_for(self.db, doc, base, self.payload_id), self.collection_name
             )
             returns.append(ret)
         return returns
-
-
-def _base_for(db: Any, doc: dict[str, Any], base: dict[str, Any], payload_id: str) -> Any:
-    """The Hydra base node a document's diff refers to: this launch's, or (for an experiment
-    staged by an earlier launch and only awaited) the one stored with that launch's payload."""
-    stored = doc.get("seml", {}).get("payload_file")
-    if stored in (None, payload_id):
-        return base
-    from seml_hydra.job.runner import hydra_base
-
-    try:
-        return hydra_base(db, stored)
-    except Exception:  # payload gone: the diff still applies to this launch's base
-        return base

@@ -26,6 +26,12 @@ from typing import Any
 from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
 from seml_hydra.store.database import METRICS_PREFIX, metrics_collection_name
+from seml_hydra.store.payload import (
+    delete_orphan_payloads,
+    hydra_base,
+    payload_ids,
+    restricted_to,
+)
 
 #: collections that are not experiment collections (never listed, dropped or completed)
 HIDDEN_COLLECTIONS = ("seml_hydra_counters", "metrics")
@@ -1325,11 +1331,8 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     collection.delete_many(by_id)
     # only files the deleted experiments used: a launch staging into the collection right
     # now has uploaded its payload and snapshot before inserting the documents using them
-    payloads = {
-        str(d["seml"]["payload_file"]) for d in docs if d.get("seml", {}).get("payload_file")
-    }
     sources = {str(e[1]) for d in docs for e in _source_files(d) if len(e) > 1}
-    _delete_orphan_payloads(collection.database, collection.name, payloads)
+    delete_orphan_payloads(collection.database, collection.name, payload_ids(docs))
     _delete_run_files(collection.database, collection.name, docs)
     _delete_orphan_sources(collection.database, collection.name, sources)
     return DeleteResult(ids, cancelled)
@@ -1414,39 +1417,7 @@ def _delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> 
         return found
 
     candidates: dict[str, Any] = {"metadata.collection_name": name, "metadata.type": "source_file"}
-    delete_unused_files(db, _only(candidates, only), used)
-
-
-def _delete_orphan_payloads(db: Any, name: str, only: set[str] | None = None) -> None:
-    """Delete the batch payloads of collection ``name`` no experiment refers to any more; with
-    ``only``, just those of these file ids. The payload of a launch still staging (leased,
-    ``sources.delete_unused_files``) is kept."""
-    from seml_hydra.store.sources import delete_unused_files
-
-    def used() -> set[str]:
-        return {str(p) for p in db[name].distinct("seml.payload_file") if p}
-
-    candidates: dict[str, Any] = {
-        "metadata.collection": name,
-        "metadata.kind": "seml_hydra_payload",
-    }
-    delete_unused_files(db, _only(candidates, only), used)
-
-
-def _only(candidates: dict[str, Any], only: set[str] | None) -> dict[str, Any]:
-    """``candidates`` restricted to the file ids ``only`` (strings of ObjectIds) when given."""
-    if only is None:
-        return candidates
-    from bson import ObjectId
-    from bson.errors import InvalidId
-
-    ids = []
-    for file_id in only:
-        try:
-            ids.append(ObjectId(file_id))
-        except (InvalidId, TypeError):
-            ids.append(file_id)
-    return {**candidates, "_id": {"$in": ids}}
+    delete_unused_files(db, restricted_to(candidates, only), used)
 
 
 def matching_collections(db: Any, pattern: str) -> list[str]:
@@ -1474,7 +1445,7 @@ def drop(db: Any, names: Sequence[str]) -> None:
             db[name], {}, {"_id": 1, "experiment.sources": 1, "artifacts": 1, "info.metrics": 1}
         )
         db.drop_collection(name)
-        _delete_orphan_payloads(db, name)
+        delete_orphan_payloads(db, name)
         _delete_run_files(db, name, runs)
         db.drop_collection(metrics_collection_name(name))
         _delete_orphan_sources(db, name)
@@ -1593,7 +1564,6 @@ def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str
     Raises ManageError for a document staged by SEML itself (no ``seml.payload_file``), an
     unknown executor, or a payload that is gone."""
     from seml_hydra.core.documents import apply_diff
-    from seml_hydra.job.runner import hydra_base
     from seml_hydra.launch.submit import SubmitRequest
 
     bases: dict[str, dict[str, Any]] = {}
