@@ -3,22 +3,73 @@
 The config IS the documentation (as in hydra-submitit-launcher's ``config.py``): every field says
 what it does and its unit. A field left ``None`` is never sent to sbatch.
 
+Every field of the launcher says how it reaches submitit, in its metadata (``ROLE``), as
+hydra-submitit-launcher derives its split from ``BaseQueueConf`` (generic keys as they are, the
+others with the executor's prefix): :data:`GENERIC` (a submitit generic executor parameter,
+same name, Slurm and local executor), :data:`SLURM` (Slurm only: ``slurm_<name>``) or
+:data:`LAUNCHER` (read by the launcher or the jobs, never an executor parameter). ``SBATCH``
+names the sbatch option a value is recorded under in ``slurm[0].sbatch_options`` (SEML's
+record). ``seml_hydra.launch.sbatch`` derives the executor parameters, the sbatch options and
+the resource key from them; a field without a role fails ``tests/test_submit_params.py``.
+
 This module is imported at every Hydra start (through the plugin shim), so it imports nothing but
-``dataclasses`` and ``typing``; registration in Hydra's ConfigStore lives in the shim.
+``dataclasses``, ``typing`` and ``collections.abc``; registration in Hydra's ConfigStore lives in
+the shim. Its dataclasses are pickled by name inside payloads (Hydra's ConfigStore state): keep
+their names.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field
 from typing import Any
 
 SLURM_LAUNCHER_TARGET = "hydra_plugins.seml_launcher.seml_launcher.SemlSlurmLauncher"
 LOCAL_LAUNCHER_TARGET = "hydra_plugins.seml_launcher.seml_launcher.SemlLocalLauncher"
 
+#: metadata key of a launcher field: how it reaches submitit (one of :data:`ROLES`)
+ROLE = "submitit"
+#: metadata key of a launcher field: its sbatch option name in ``slurm[0].sbatch_options``
+SBATCH = "sbatch"
+#: submitit's generic executor parameter of the same name (both executors)
+GENERIC = "generic"
+#: Slurm only: submitit's ``slurm_<name>`` parameter (an ``#SBATCH`` line or the script's setup)
+SLURM = "slurm"
+#: read by the launcher or the jobs; never an executor parameter
+LAUNCHER = "launcher"
+ROLES = (GENERIC, SLURM, LAUNCHER)
+
+
+def _field(role: str, default: Any, factory: Callable[[], Any] | None, sbatch: str | None) -> Any:
+    metadata = {ROLE: role, SBATCH: sbatch}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def generic(default: Any = MISSING, *, sbatch: str | None = None) -> Any:
+    """A dataclass field with role :data:`GENERIC`, recorded as sbatch option ``sbatch``."""
+    return _field(GENERIC, default, None, sbatch)
+
+
+def slurm(
+    default: Any = MISSING,
+    *,
+    factory: Callable[[], Any] | None = None,
+    sbatch: str | None = None,
+) -> Any:
+    """A dataclass field with role :data:`SLURM`, recorded as sbatch option ``sbatch``."""
+    return _field(SLURM, default, factory, sbatch)
+
+
+def launcher_only(default: Any = MISSING, *, factory: Callable[[], Any] | None = None) -> Any:
+    """A dataclass field with role :data:`LAUNCHER` (never sent to submitit)."""
+    return _field(LAUNCHER, default, factory, None)
+
 
 @dataclass
 class DbConf:
-    """Where the experiment documents go. All ``None``: see ``seml_hydra.store.database`` for the order
+    """Where the experiment documents go. All ``None``: see ``seml_hydra.store.settings`` for the order
     (environment variable ``SEML_MONGODB_URI``, ``~/.config/seml/mongodb.config``, embedded)."""
 
     # a MongoDB URI, e.g. mongodb://user:pass@host:27017/seml
@@ -33,64 +84,65 @@ class DbConf:
 class SemlLauncherConf:
     """Fields shared by the Slurm and the local launcher."""
 
-    _target_: str = SLURM_LAUNCHER_TARGET
+    _target_: str = launcher_only(SLURM_LAUNCHER_TARGET)
 
     # MongoDB collection the sweep's experiments go to (SEML's "collection")
-    collection: str = "${hydra.job.name}"
-    db: DbConf = field(default_factory=DbConf)
+    collection: str = launcher_only("${hydra.job.name}")
+    db: DbConf = launcher_only(factory=DbConf)
     # submitit's working folder: pickles and the jobs' stdout/stderr (%j = Slurm job id)
-    submitit_folder: str = "${hydra.sweep.dir}/.submitit/%j"
+    submitit_folder: str = launcher_only("${hydra.sweep.dir}/.submitit/%j")
     # true: wait for the experiments and return their results to Hydra;
     # false: return right after submission with a `seml_hydra.Submission` handle per point
-    wait: bool = True
+    wait: bool = launcher_only(True)
     # seconds between two MongoDB polls while waiting
-    poll_interval_s: float = 2.0
+    poll_interval_s: float = launcher_only(2.0)
     # sweep points run one after another in one array task (1 = one experiment per task)
-    experiments_per_job: int = 1
+    experiments_per_job: int = launcher_only(1)
     # at most this many array tasks run at once (sbatch --array=...%k); null = no limit
-    array_parallelism: int | None = None
+    array_parallelism: int | None = slurm(None)
     # stage a new copy of points whose config is already in the collection
-    force: bool = False
+    force: bool = launcher_only(False)
     # store the app's imported modules and config files in GridFS; jobs run that snapshot
-    snapshot: bool = True
+    snapshot: bool = launcher_only(True)
     # the project the snapshot is taken from (default: the app's git root, else its directory)
-    project_root: str | None = None
+    project_root: str | None = launcher_only(None)
     # files above this size (KB) are left out of the snapshot, with a message
-    snapshot_max_file_kb: int = 1024
+    snapshot_max_file_kb: int = launcher_only(1024)
     # more Sacred observers for the primary rank, as _target_ nodes, e.g.
     # [{_target_: sacred.observers.FileStorageObserver, basedir: runs}]
-    observers: list[Any] = field(default_factory=list)
+    observers: list[Any] = launcher_only(factory=list)
     # log levels on the primary rank (global rank 0) and on the others
-    primary_log_level: str = "INFO"
-    other_log_level: str = "ERROR"
+    primary_log_level: str = launcher_only("INFO")
+    other_log_level: str = launcher_only("ERROR")
 
     # -- resources (submitit's generic names; the Slurm ones become sbatch options) --
-    nodes: int = 1
-    tasks_per_node: int = 1
-    cpus_per_task: int | None = None
-    gpus_per_node: int | None = None
+    # (mem_gb is recorded as sbatch's --mem=<n>G: seml_hydra.launch.sbatch.mem_option)
+    nodes: int = generic(1, sbatch="nodes")
+    tasks_per_node: int = generic(1, sbatch="ntasks-per-node")
+    cpus_per_task: int | None = generic(None, sbatch="cpus-per-task")
+    gpus_per_node: int | None = generic(None, sbatch="gpus-per-node")
     # memory per node in GB
-    mem_gb: float | None = None
+    mem_gb: float | None = generic(None, sbatch="mem")
     # wall time limit in minutes
-    timeout_min: int = 60
+    timeout_min: int = generic(60, sbatch="time")
     # Slurm signals the job this many seconds before the time limit (see seml_hydra.job.requeue)
-    signal_delay_s: int = 120
+    signal_delay_s: int = slurm(120)
     # requeues on timeout/preemption of a task that opted in, before it ends FAILED
-    max_requeues: int = 3
-    partition: str | None = None
-    qos: str | None = None
-    account: str | None = None
-    constraint: str | None = None
-    exclude: str | None = None
-    gres: str | None = None
+    max_requeues: int = launcher_only(3)
+    partition: str | None = slurm(None, sbatch="partition")
+    qos: str | None = slurm(None, sbatch="qos")
+    account: str | None = slurm(None, sbatch="account")
+    constraint: str | None = slurm(None, sbatch="constraint")
+    exclude: str | None = slurm(None, sbatch="exclude")
+    gres: str | None = slurm(None, sbatch="gres")
     # shell lines run in the sbatch script before the task starts (e.g. module load ...)
-    setup: list[str] | None = None
+    setup: list[str] | None = slurm(None)
     # raw sbatch options without the leading dashes, e.g. {mail-type: END}
-    additional_parameters: dict[str, Any] = field(default_factory=dict)
+    additional_parameters: dict[str, Any] = slurm(factory=dict)
 
 
 @dataclass
 class SemlLocalLauncherConf(SemlLauncherConf):
     """submitit's LocalExecutor: the same pipeline on this machine (a laptop, a test)."""
 
-    _target_: str = LOCAL_LAUNCHER_TARGET
+    _target_: str = launcher_only(LOCAL_LAUNCHER_TARGET)

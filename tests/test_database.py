@@ -1,4 +1,5 @@
-"""Tests for seml_hydra.store.database and seml_hydra.store.embedded against a real mongod (no mocks).
+"""Tests for seml_hydra.store (settings, client, collections, job_db, embedded) against a real
+mongod (no mocks).
 
 The server at $SEML_TEST_MONGO_URL (default mongodb://127.0.0.1:27017, no access control,
 user seml/seml on database seml) must be running: tests that need it fail, they do not skip.
@@ -23,23 +24,20 @@ import pytest
 import yaml
 from conftest import wait_until
 
-from seml_hydra.store import database
+from seml_hydra.core.processes import process_alive
 from seml_hydra.store import embedded as embedded_db
-from seml_hydra.store.database import (
+from seml_hydra.store.client import connect, get_collection, reset_client_cache
+from seml_hydra.store.collections import (
     COUNTERS_COLLECTION,
-    DatabaseError,
-    DbSettings,
-    InvalidCollectionName,
-    connect,
-    get_collection,
-    job_db_config,
-    job_db_environment,
-    mask_credentials,
     next_ids,
-    resolve_db_settings,
     validate_collection_name,
 )
 from seml_hydra.store.embedded import EmbeddedServer, ensure_embedded_mongod, stop_embedded_mongod
+from seml_hydra.store.errors import DatabaseError, InvalidCollectionName
+from seml_hydra.store.job_db import job_db_config, job_db_environment
+from seml_hydra.store.masking import mask_credentials
+from seml_hydra.store.mongod import free_ports
+from seml_hydra.store.settings import DbSettings, resolve_db_settings
 
 REPO = Path(__file__).resolve().parents[1]
 MONGO_URL = os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
@@ -96,7 +94,7 @@ def db_settings(mongo_url: str):
     client = pymongo.MongoClient(mongo_url, serverSelectionTimeoutMS=5000)
     client.drop_database(name)
     client.close()
-    database.reset_client_cache()
+    reset_client_cache()
 
 
 # --------------------------------------------------------------------------- precedence
@@ -157,7 +155,7 @@ def test_a_config_file_other_users_can_read_is_warned_about_once_with_the_fix(en
     a 0600 file. In a subprocess, as the ``seml`` CLI runs (logging not configured)."""
     path = write_config(tmp_path / "m.config")
     code = (
-        "from seml_hydra.store.database import resolve_db_settings\n"
+        "from seml_hydra.store.settings import resolve_db_settings\n"
         "for _ in range(3):\n    resolve_db_settings(None)\n"
     )
     run_env = {"PATH": os.environ["PATH"], **env, "SEML_MONGODB_CONFIG": str(path)}
@@ -642,7 +640,9 @@ def test_next_ids_threads_get_disjoint_ranges(db_settings):
 WORKER = textwrap.dedent(
     """
     import json, sys, time
-    from seml_hydra.store.database import connect, next_ids, resolve_db_settings
+    from seml_hydra.store.client import connect, get_collection
+    from seml_hydra.store.collections import next_ids
+    from seml_hydra.store.settings import resolve_db_settings
     url, name, go = sys.argv[1], sys.argv[2], float(sys.argv[3])
     db = connect(resolve_db_settings({"url": url, "database": name}, env={}))
     while time.time() < go:
@@ -680,7 +680,8 @@ def test_next_ids_processes_get_disjoint_ranges(db_settings, mongo_url):
 
 def test_import_does_not_load_pymongo_or_yaml():
     code = (
-        "import sys, seml_hydra.store.database, seml_hydra.store.embedded; "
+        "import sys, seml_hydra.store.collections, seml_hydra.store.job_db, "
+        "seml_hydra.store.embedded; "
         "print([m for m in ('pymongo', 'yaml', 'filelock') if m in sys.modules])"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -732,7 +733,7 @@ def test_resolve_falls_back_to_embedded_server(env):
         s2 = resolve_db_settings({"database": "other"}, env, start_embedded=False)
         assert (s2.port, s2.database) == (s.port, "other")
     finally:
-        database.reset_client_cache()
+        reset_client_cache()
         assert stop_embedded_mongod(data_dir)
 
 
@@ -808,7 +809,7 @@ def shared_data_dir():
         try:
             stop_embedded_mongod(base / "mongodb")
         finally:
-            database.reset_client_cache()
+            reset_client_cache()
             shutil.rmtree(base, ignore_errors=True)
 
 
@@ -828,7 +829,7 @@ def _unix_sockets_of(pid: int) -> list[str]:
 
 
 def _gone(pid: int) -> bool:
-    return not embedded_db._alive(pid)
+    return not process_alive(pid)
 
 
 def _private_modes(data_dir: Path) -> dict[str, str]:
@@ -908,7 +909,7 @@ def _old_style_mongod(data_dir: Path, port: int) -> int:
 
 def test_an_older_versions_data_dir_is_migrated_with_its_documents(shared_data_dir, other_user):
     data_dir = shared_data_dir
-    port = next(embedded_db._free_ports())
+    port = next(free_ports())
     old_pid = _old_style_mongod(data_dir, port)
     old = pymongo.MongoClient("127.0.0.1", port, serverSelectionTimeoutMS=5000)
     old["seml"]["sweep"].insert_many([{"_id": 1, "config": {"x": 1}}, {"_id": 2}])

@@ -103,17 +103,17 @@ class PrivateMongod:
 @pytest.fixture
 def private_mongod(tmp_path_factory, monkeypatch):
     """A standalone mongod of this test, the launch's database (``SEML_MONGODB_URI``)."""
-    from seml_hydra.store import database
+    from seml_hydra.store.client import reset_client_cache
 
     base = tmp_path_factory.mktemp("mongod")
     server = PrivateMongod(base)
     server.start()
     monkeypatch.setenv("SEML_MONGODB_URI", f"mongodb://127.0.0.1:{server.port}/{DB}")
-    database.reset_client_cache()
+    reset_client_cache()
     try:
         yield server
     finally:
-        database.reset_client_cache()
+        reset_client_cache()
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
 
@@ -122,7 +122,7 @@ def private_mongod(tmp_path_factory, monkeypatch):
 def replica_set(tmp_path_factory, monkeypatch):
     """Three mongod of one replica set ``rs`` (elections after 2 s without a primary), the
     launch's database through a multi-host URI. Yields the members."""
-    from seml_hydra.store import database
+    from seml_hydra.store.client import reset_client_cache
 
     base = tmp_path_factory.mktemp("rs")
     members = [PrivateMongod(base, repl_set="rs") for _ in range(3)]
@@ -138,10 +138,10 @@ def replica_set(tmp_path_factory, monkeypatch):
         wait_until("the replica set has a primary", lambda: primary_of(members), 120)
         hosts = ",".join(f"127.0.0.1:{m.port}" for m in members)
         monkeypatch.setenv("SEML_MONGODB_URI", f"mongodb://{hosts}/{DB}?replicaSet=rs")
-        database.reset_client_cache()
+        reset_client_cache()
         yield members
     finally:
-        database.reset_client_cache()
+        reset_client_cache()
         for member in members:
             member.stop()
         shutil.rmtree(base, ignore_errors=True)
@@ -435,13 +435,13 @@ def failing(errors: list[BaseException], clock: FakeClock, cost_s: float = 5.0):
 def test_retrying_rides_out_connection_errors_with_backoff_and_one_log_line_each(caplog):
     from pymongo.errors import AutoReconnect, NetworkTimeout, ServerSelectionTimeoutError
 
-    from seml_hydra.store.database import retrying
+    from seml_hydra.store.retry import retrying
 
     clock = FakeClock()
     errors = [ServerSelectionTimeoutError("h:1: refused"), AutoReconnect("x"), NetworkTimeout("y")]
     operation, calls = failing(errors, clock)
     seen = []
-    with caplog.at_level(logging.WARNING, logger="seml_hydra.store.database"):
+    with caplog.at_level(logging.WARNING, logger="seml_hydra.store.retry"):
         result = retrying(
             operation,
             "saving X",
@@ -462,7 +462,7 @@ def test_retrying_rides_out_connection_errors_with_backoff_and_one_log_line_each
 def test_retrying_gives_up_after_its_budget_and_raises_the_connection_error():
     from pymongo.errors import ServerSelectionTimeoutError
 
-    from seml_hydra.store.database import retrying
+    from seml_hydra.store.retry import retrying
 
     clock = FakeClock()
     errors = [ServerSelectionTimeoutError("down")] * 1000
@@ -476,7 +476,7 @@ def test_retrying_gives_up_after_its_budget_and_raises_the_connection_error():
 def test_retrying_does_not_retry_other_errors_nor_with_a_zero_budget():
     from pymongo.errors import AutoReconnect, DuplicateKeyError
 
-    from seml_hydra.store.database import retrying
+    from seml_hydra.store.retry import retrying
 
     clock = FakeClock()
     operation, calls = failing([DuplicateKeyError("dup")], clock)
@@ -490,7 +490,8 @@ def test_retrying_does_not_retry_other_errors_nor_with_a_zero_budget():
 
 
 def test_retry_budget_comes_from_the_environment_and_a_bad_value_is_one_clear_error():
-    from seml_hydra.store.database import DEFAULT_RETRY_S, DatabaseError, retry_budget_s
+    from seml_hydra.store.errors import DatabaseError
+    from seml_hydra.store.retry import DEFAULT_RETRY_S, retry_budget_s
 
     assert retry_budget_s({}) == DEFAULT_RETRY_S == 300
     assert retry_budget_s({"SEML_MONGODB_RETRY_S": "42.5"}) == 42.5
@@ -501,7 +502,8 @@ def test_retry_budget_comes_from_the_environment_and_a_bad_value_is_one_clear_er
 
 
 def test_a_multi_host_uri_is_accepted_and_every_host_is_checked():
-    from seml_hydra.store.database import DatabaseError, resolve_db_settings
+    from seml_hydra.store.errors import DatabaseError
+    from seml_hydra.store.settings import resolve_db_settings
 
     url = "mongodb://127.0.0.1:27018,127.0.0.1:27019,127.0.0.1:27020/db?replicaSet=rs"
     settings = resolve_db_settings({"url": url}, env={})

@@ -19,10 +19,10 @@ from seml_hydra.core.documents import (
     build_document,
     config_hash,
     dict_diff,
-    overrides_to_nested,
     pick_seed,
     to_bson_safe,
 )
+from seml_hydra.core.overrides import overrides_to_nested
 
 
 def seml_make_hash(d: dict) -> str:

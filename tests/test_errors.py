@@ -9,8 +9,8 @@ from seml_hydra.launch.launcher import LaunchError
 from seml_hydra.launch.submit import JobFilesError, SubmissionError
 from seml_hydra.manage.experiments import ManageError
 from seml_hydra.slurm.client import SlurmError
-from seml_hydra.store.database import DatabaseError, InvalidCollectionName
-from seml_hydra.store.sources import SourceSnapshotError
+from seml_hydra.store.errors import DatabaseError, InvalidCollectionName
+from seml_hydra.store.snapshot import SourceSnapshotError
 from seml_hydra.store.tunnel import RuntimeDirError, TunnelError
 
 USER_ERRORS = [

@@ -19,6 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 
+from seml_hydra.core.documents import same
 from seml_hydra.launch import compose
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,11 +63,11 @@ def assert_same_as_full(config_dir: Path, args: list[str], fast: str = "all") ->
     assert [p.overrides for p in points] == [list(o) for o in job_overrides]
     for point, overrides in zip(points, job_overrides):
         config, hydra_node = compose.compose_full(loader, master, overrides, point.job_num)
-        assert compose._same(point.config, config), (overrides, point.config, config)
+        assert same(point.config, config), (overrides, point.config, config)
         diff = {
             k: (point.hydra.get(k), hydra_node.get(k))
             for k in {*hydra_node, *point.hydra}
-            if not compose._same(point.hydra.get(k), hydra_node.get(k))
+            if not same(point.hydra.get(k), hydra_node.get(k))
         }
         assert not diff, (overrides, diff)
         assert point.job_num == 3 + point.index
@@ -213,6 +214,6 @@ def test_large_grid_is_fast_and_equal_on_samples():
     assert compose.last_stats == {"points": 400, "fast": 400, "combinations": 1}
     for index in (0, 1, 57, 199, 399):
         config, hydra_node = compose.compose_full(loader, master, job_overrides[index], index)
-        assert compose._same(points[index].config, config)
-        assert compose._same(points[index].hydra, hydra_node)
+        assert same(points[index].config, config)
+        assert same(points[index].hydra, hydra_node)
     assert os.path.isabs(points[0].hydra["sweep"]["dir"])

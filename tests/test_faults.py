@@ -498,7 +498,7 @@ def test_recovering_a_dead_submission_cancels_its_unrecorded_array_only(slurm, t
     collection of the same name in another database)."""
     import socket
 
-    from seml_hydra.launch.submit import recover_interrupted_submissions
+    from seml_hydra.launch.recovery import recover_interrupted_submissions
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -546,7 +546,8 @@ def test_recovery_leaves_the_unrecorded_array_of_a_live_submission_of_the_batch_
     import os
     import socket
 
-    from seml_hydra.launch.submit import process_start, recover_interrupted_submissions
+    from seml_hydra.core.processes import process_start
+    from seml_hydra.launch.recovery import recover_interrupted_submissions
 
     dead = subprocess.Popen(["true"])
     dead.wait()

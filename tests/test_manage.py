@@ -258,7 +258,7 @@ def test_the_waiting_launcher_copies_only_the_dead_jobs_own_output(test_db, tmp_
 
 
 def sacct_row(job_id: str, state: str):
-    from seml_hydra.slurm.client import SacctRow
+    from seml_hydra.slurm.records import SacctRow
 
     raw = job_id.split("_")[0]
     return SacctRow(job_id, raw, state.split()[0], state, 0, 0, None, None, None, 0.0, None, "u",

@@ -486,11 +486,8 @@ def test_only_experiments_whose_submitting_process_is_gone_are_recovered(test_db
     """The rule of ``recover_interrupted_submissions`` on every kind of mark, without Slurm."""
     from datetime import timedelta
 
-    from seml_hydra.launch.submit import (
-        SUBMIT_TIMEOUT_S,
-        recover_interrupted_submissions,
-        submission_mark,
-    )
+    from seml_hydra.launch.recovery import recover_interrupted_submissions
+    from seml_hydra.launch.submit import SUBMIT_TIMEOUT_S, submission_mark
 
     ended = subprocess.Popen(["true"])
     ended.wait()

@@ -1,5 +1,5 @@
 """Unit tests for the pure parts of the run step (seml_hydra.job.runner) and for
-seml_hydra.launch.compose.job_config. No MongoDB, no Slurm, no task run."""
+seml_hydra.core.hydra_node.job_config. No MongoDB, no Slurm, no task run."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from seml_hydra.core import states
+from seml_hydra.core.hydra_node import job_config
 from seml_hydra.job.claim import claim_filter, pending_for
 from seml_hydra.job.runner import adapt_hydra_node
 from seml_hydra.job.slurm_env import execution_identity
-from seml_hydra.launch.compose import job_config
 
 # --------------------------------------------------------------------------------------------
 # execution_identity
@@ -276,7 +276,7 @@ def test_adapted_job_logging_is_a_valid_logging_config(composed_hydra, tmp_path)
 
 
 # --------------------------------------------------------------------------------------------
-# compose.job_config
+# core.hydra_node.job_config
 # --------------------------------------------------------------------------------------------
 
 APP_CONFIG = {
@@ -372,12 +372,12 @@ def _fast_and_full(base, node, monkeypatch):
     fast path had to type a node from scratch."""
     import pickle
 
-    from seml_hydra.launch import compose
+    from seml_hydra.core import hydra_node as node_module
 
-    typed = pickle.dumps(compose.typed_hydra_node(base))
+    typed = pickle.dumps(node_module.typed_hydra_node(base))
     calls = []
-    real = compose.typed_hydra_node
-    monkeypatch.setattr(compose, "typed_hydra_node", lambda n: calls.append(1) or real(n))
+    real = node_module.typed_hydra_node
+    monkeypatch.setattr(node_module, "typed_hydra_node", lambda n: calls.append(1) or real(n))
     fast = job_config(
         copy.deepcopy(APP_CONFIG), node, "5_1", typed_base=pickle.loads(typed), base_node=base
     )

@@ -1,4 +1,5 @@
-"""Pure tests of seml_hydra.slurm.client: parsers on captured Slurm 22.05 output, no Slurm needed.
+"""Pure tests of seml_hydra.slurm (parse, records, and the client with a fake subprocess):
+parsers on captured Slurm 22.05 output, no Slurm needed.
 
 The fixtures in tests/fixtures/slurm are described in its README.md.
 """
@@ -13,23 +14,26 @@ from pathlib import Path
 import pytest
 
 from seml_hydra.slurm import client as slurm
-from seml_hydra.slurm.client import (
+from seml_hydra.slurm import records
+from seml_hydra.slurm.client import SlurmError
+from seml_hydra.slurm.parse import (
     ALIVE_STATES,
     COMPACT_STATE_CODES,
-    FIELD_SEP,
-    RECORD_SEP,
-    SQUEUE_FIELDS,
     TERMINAL_STATES,
     JobId,
-    SlurmError,
     is_alive,
     normalize_state,
     parse_array_task_spec,
     parse_duration_s,
     parse_job_id,
-    parse_sacct,
     parse_scontrol_show_config,
     parse_scontrol_show_job,
+)
+from seml_hydra.slurm.records import (
+    FIELD_SEP,
+    RECORD_SEP,
+    SQUEUE_FIELDS,
+    parse_sacct,
     parse_squeue,
 )
 
@@ -305,12 +309,12 @@ def test_normalize_state_and_is_alive(state, normal, alive):
 
 
 def test_squeue_format_uses_unit_and_record_separators():
-    fmt = slurm.squeue_format()
+    fmt = records.squeue_format()
     assert fmt == FIELD_SEP.join("%" + c for c in SQUEUE_FIELDS) + RECORD_SEP
     assert "|" not in fmt
-    assert slurm.squeue_format(["%i", "T"]) == f"%i{FIELD_SEP}%T{RECORD_SEP}"
+    assert records.squeue_format(["%i", "T"]) == f"%i{FIELD_SEP}%T{RECORD_SEP}"
     with pytest.raises(ValueError):
-        slurm.squeue_format(["%.18i"])
+        records.squeue_format(["%.18i"])
 
 
 # job_id -> (job_id_raw, array_job_id, task_ids, throttle, state, reason, nodelist, elapsed_s,
@@ -501,9 +505,9 @@ EARLIER_SACCT_FIELDS = (
 
 
 def test_sacct_format():
-    assert slurm.sacct_format() == ",".join(slurm.SACCT_FIELDS)
-    assert slurm.SACCT_FIELDS[-1] == "JobIDRaw"  # never free text last
-    assert set(slurm.SACCT_FIELDS) == set(EARLIER_SACCT_FIELDS)
+    assert records.sacct_format() == ",".join(records.SACCT_FIELDS)
+    assert records.SACCT_FIELDS[-1] == "JobIDRaw"  # never free text last
+    assert set(records.SACCT_FIELDS) == set(EARLIER_SACCT_FIELDS)
 
 
 # job_id -> (job_id_raw, state, state_raw, exit_code, exit_signal, nodelist, start, end,
@@ -607,7 +611,7 @@ def test_parse_sacct_edge_cases():
     line = FIELD_SEP.join(
         ["1", "RUNNING", "", "", "garbage", "", "", "", "u", "n", "", "1", "debug"]
     )
-    (row,) = parse_sacct(line + "\n", fields=(*slurm.SACCT_FIELDS, "Partition"))
+    (row,) = parse_sacct(line + "\n", fields=(*records.SACCT_FIELDS, "Partition"))
     assert row.extra == {"Partition": "debug"}
     assert (row.exit_code, row.exit_signal, row.start, row.elapsed_s) == (None, None, None, None)
     # newlines in the free-text fields, even at the end of one, stay in their record
@@ -821,7 +825,7 @@ def test_squeue_jobs_builds_a_safe_command(fake):
     assert len(rows) == 14
     ((cmd, _),) = f.calls
     assert cmd[0] == "squeue"
-    assert f"--format={slurm.squeue_format()}" in cmd
+    assert f"--format={records.squeue_format()}" in cmd
     assert "--noheader" in cmd and "--all" in cmd and "--array" not in cmd
     assert "--jobs=2,3,10+1,2_[2-9%1]" in cmd
     assert "--user=root" in cmd and "--states=all" in cmd

@@ -14,6 +14,7 @@ from conftest import wait_until
 
 from seml_hydra.slurm import client as sl
 from seml_hydra.slurm.client import SlurmError
+from seml_hydra.slurm.parse import parse_job_id
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
 
@@ -29,7 +30,7 @@ def submit():
     def _submit(*args: str) -> str:
         out = sl.run_slurm(["sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", *args])
         job_id = out.strip().split(";")[0]
-        sl.parse_job_id(job_id)
+        parse_job_id(job_id)
         submitted.append(job_id)
         return job_id
 
@@ -54,7 +55,7 @@ def test_held_array_is_found_released_and_cancelled(submit):
     assert row.comment == comment
     assert row.name == "seml hydra|test"
     assert row.user == me and row.nodelist is None and row.elapsed_s == 0.0
-    parsed = sl.parse_job_id(row.job_id)
+    parsed = parse_job_id(row.job_id)
     assert (parsed.array_id, parsed.task_ids, parsed.throttle) == (jid, (0, 1, 2, 3), 2)
 
     # the same job among all of the current user's jobs, and among everybody's

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from seml_hydra.manage.experiments import ManageError, snapshot_of
+from seml_hydra.store import snapshot as snapshots
 from seml_hydra.store import sources, tunnel
 
 
@@ -79,7 +80,7 @@ def test_upload_deduplicates_by_content_and_restore_is_byte_for_byte(test_db, tm
     changed = {rel for (rel, a), (_, b) in zip(first, third) if a != b}
     assert changed == {"train.py"}
     out = tmp_path / "out"
-    sources.write_sources(test_db, first, out)
+    snapshots.write_sources(test_db, first, out)
     for f in files:
         restored = (out / f.rel_path).read_bytes()
         if f.rel_path != "train.py":
@@ -103,8 +104,8 @@ def test_write_sources_refuses_paths_outside_the_target(test_db, tmp_path):
     import gridfs
 
     file_id = gridfs.GridFS(test_db).put(b"x", filename="../evil.py")
-    with pytest.raises(sources.SourceSnapshotError, match="leaves"):
-        sources.write_sources(test_db, [["../evil.py", file_id]], tmp_path / "t")
+    with pytest.raises(snapshots.SourceSnapshotError, match="leaves"):
+        snapshots.write_sources(test_db, [["../evil.py", file_id]], tmp_path / "t")
 
 
 def test_restore_sources_into_a_directory_another_user_can_write_follows_no_link(
@@ -227,7 +228,7 @@ def test_materialized_runs_from_the_snapshot_and_removes_only_its_directory(
     sibling = private_runtime / "other_dir"
     sibling.mkdir()
     cwd = Path.cwd()
-    with sources.materialized(test_db, snapshot, "7_0") as directory:
+    with snapshots.materialized(test_db, snapshot, "7_0") as directory:
         assert directory.parent == private_runtime
         assert directory.stat().st_mode & 0o777 == 0o700
         assert Path.cwd() == cwd  # Hydra decides the working directory, not the snapshot
@@ -236,7 +237,7 @@ def test_materialized_runs_from_the_snapshot_and_removes_only_its_directory(
 
         mypkg_model = importlib.import_module("mypkg.model")
         assert mypkg_model.VALUE == 1
-        with sources.materialized(test_db, snapshot, "7_0") as again:  # a second rank
+        with snapshots.materialized(test_db, snapshot, "7_0") as again:  # a second rank
             assert again == directory
         assert directory.exists()  # the first rank still uses it
     sys.modules.pop("mypkg.model", None)
@@ -252,8 +253,8 @@ def test_materialized_fails_clearly_when_the_node_cannot_create_the_directory(
     blocker = tmp_path / "not_a_dir"
     blocker.write_text("")
     monkeypatch.setenv("SEML_HYDRA_RUNTIME_DIR", str(blocker / "runtime"))
-    with pytest.raises(sources.SourceSnapshotError, match="cannot create the private runtime"):
-        with sources.materialized(test_db, [], "8_0"):
+    with pytest.raises(snapshots.SourceSnapshotError, match="cannot create the private runtime"):
+        with snapshots.materialized(test_db, [], "8_0"):
             pass
 
 
@@ -272,7 +273,7 @@ def test_a_module_planted_by_another_user_at_the_old_shared_path_is_not_imported
         f" && echo 1 > {shared_tmp}/.seml_hydra_src_{key}.users",
         check=True,
     )
-    with sources.materialized(test_db, snapshot, key) as directory:
+    with snapshots.materialized(test_db, snapshot, key) as directory:
         assert import_value("planted_a") == 1
         assert directory.parent == shared_tmp / f"seml-hydra-{os.getuid()}"
         assert str(planted) not in sys.path
@@ -301,7 +302,7 @@ def test_a_lock_another_user_holds_does_not_hang_the_job(test_db, tmp_path, shar
         outcome = {}
 
         def job():
-            with sources.materialized(test_db, snapshot, key):
+            with snapshots.materialized(test_db, snapshot, key):
                 outcome["value"] = import_value("planted_b")
 
         thread = threading.Thread(target=job, daemon=True)
@@ -344,9 +345,9 @@ def test_a_lock_that_stays_held_fails_the_job_clearly(
     holder = subprocess.Popen(["flock", str(lock), "cat"], stdin=subprocess.PIPE)
     try:
         wait_until("a stuck rank holds the lock", lambda: _is_locked(lock), timeout=30)
-        monkeypatch.setattr(sources, "LOCK_TIMEOUT_S", 0.2)
-        with pytest.raises(sources.SourceSnapshotError, match="stayed held for"):
-            with sources.materialized(test_db, snapshot, "slurm_43_0"):
+        monkeypatch.setattr(snapshots, "LOCK_TIMEOUT_S", 0.2)
+        with pytest.raises(snapshots.SourceSnapshotError, match="stayed held for"):
+            with snapshots.materialized(test_db, snapshot, "slurm_43_0"):
                 pass
     finally:
         holder.kill()
@@ -393,7 +394,7 @@ def test_a_snapshot_base_taken_by_another_user_is_passed_over_with_a_warning(
         (fallback / "planted_d.py").write_text("VALUE = 667\n")
     path_before = list(sys.path)
     with caplog.at_level(logging.WARNING, logger="seml_hydra.store.tunnel"):
-        with sources.materialized(test_db, snapshot, f"semltest_44_{len(planted_as)}") as where:
+        with snapshots.materialized(test_db, snapshot, f"semltest_44_{len(planted_as)}") as where:
             assert import_value("planted_d") == 1
             if planted_as == "home taken too":
                 assert where.parent.parent == shared_tmp
@@ -441,7 +442,7 @@ def test_leftovers_of_killed_jobs_are_removed_and_a_wrapped_pid_never_reuses_one
     wrapped = leftover(f"src-{key}-{host}", [[os.getpid(), "1"]])
     killed = leftover(f"src-slurm_45_0-{host}", [[dead.pid, None]])
     elsewhere = leftover("src-slurm_46_0-otherhost", [[dead.pid, None]])
-    with sources.materialized(test_db, snapshot, key) as directory:
+    with snapshots.materialized(test_db, snapshot, key) as directory:
         assert directory != wrapped
         assert import_value("stale_e") == 1
         assert not wrapped.exists()
@@ -535,7 +536,7 @@ def test_a_snapshot_is_read_in_two_queries_whatever_its_number_of_files(test_db,
     import pymongo
     from pymongo import monitoring
 
-    from seml_hydra.store.sources import read_sources
+    from seml_hydra.store.snapshot import read_sources
 
     fs = gridfs.GridFS(test_db)
     contents = {f"pkg/m{i}.py": f"x = {i}\n".encode() for i in range(20)}
@@ -597,7 +598,7 @@ def test_a_file_a_launch_just_reused_survives_a_delete_of_its_last_experiment(te
     coll.insert_one({"_id": 2, "status": "STAGED", "seml": {"source_files": second}})
     sources.release_lease(test_db, lease["id"])
     assert existing(test_db, second) == {file_id for _, file_id in second}
-    assert sources.read_sources(test_db, second, tmp_path / "out")  # every file readable
+    assert snapshots.read_sources(test_db, second, tmp_path / "out")  # every file readable
     # released: the last experiment's delete removes them
     assert delete(coll, {"_id": 2}, cancel_first=False).ids == [2]
     assert existing(test_db, second) == set()
@@ -667,8 +668,9 @@ def test_a_real_launch_survives_a_delete_or_drop_while_it_stages(test_db, tmp_pa
             [
                 "import runpy, sys",
                 "import seml_hydra.launch.stage as st",
-                "from seml_hydra import manage",
-                "from seml_hydra.store.database import connect, resolve_db_settings",
+                "from seml_hydra.manage import experiments as manage",
+                "from seml_hydra.store.client import connect",
+                "from seml_hydra.store.settings import resolve_db_settings",
                 "real = st.stage",
                 "def racy(*args, **kwargs):",
                 "    db = connect(resolve_db_settings(None))",

@@ -1,5 +1,6 @@
-"""Unit tests for seml_hydra.launch.submit's pure parts: validation, submitit parameters, sbatch
-options, resource keys, chunking and the cleaned environment. No Slurm, no MongoDB."""
+"""Unit tests for seml_hydra.launch.sbatch (validation, submitit parameters derived from the
+config dataclasses, sbatch options, resource keys, chunking) and submit's pure parts (the
+cleaned environment). No Slurm, no MongoDB."""
 
 from __future__ import annotations
 
@@ -9,17 +10,20 @@ import os
 import pytest
 
 from seml_hydra.config import SemlLauncherConf, SemlLocalLauncherConf
-from seml_hydra.launch.submit import (
+from seml_hydra.launch.sbatch import (
     GENERIC_KEYS,
     RESERVED_SBATCH_OPTIONS,
+    SBATCH_NAMES,
+    SCRIPT_TEXT_FIELDS,
+    SLURM_KEYS,
     check_script_values,
     chunk,
-    clean_environment,
     executor_parameters,
     resource_key,
     sbatch_options,
     validate_launcher,
 )
+from seml_hydra.launch.submit import clean_environment
 
 
 def launcher(**changes) -> dict:
@@ -491,3 +495,127 @@ def test_recording_the_submitted_jobs_finishes_through_ctrl_c_then_reraises_it()
     assert len(calls) == 3
     finish_despite_interrupt(lambda: calls.append(1))  # no interrupt: one call, no raise
     assert len(calls) == 4
+
+
+# --------------------------------------------------------------------------------------------
+# the mapping derived from the config dataclasses (seml_hydra.config field metadata)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("conf", [SemlLauncherConf, SemlLocalLauncherConf])
+def test_every_launcher_field_is_classified_exactly_once(conf):
+    """Each field says how it reaches submitit (generic, Slurm-only or launcher-only): a field
+    added without a role (``foo: int = 1``) fails here instead of silently never reaching sbatch
+    or reaching it under the wrong name."""
+    from seml_hydra import config
+
+    roles = {f.name: f.metadata.get(config.ROLE) for f in dataclasses.fields(conf)}
+    unclassified = sorted(name for name, role in roles.items() if role not in config.ROLES)
+    assert unclassified == []
+    generic = {n for n, r in roles.items() if r == config.GENERIC}
+    slurm = {n for n, r in roles.items() if r == config.SLURM}
+    only = {n for n, r in roles.items() if r == config.LAUNCHER}
+    assert generic | slurm | only == set(roles)
+    assert not (generic & slurm or generic & only or slurm & only)
+    if conf is SemlLauncherConf:  # what the executor parameters are built from
+        assert set(GENERIC_KEYS) == generic and set(SLURM_KEYS) == slurm
+
+
+def test_an_unclassified_field_is_caught():
+    """The check above sees a plain new field: it carries no role."""
+    from seml_hydra import config
+
+    @dataclasses.dataclass
+    class Extended(SemlLauncherConf):
+        foo: int = 1
+
+    assert dataclasses.fields(Extended)[-1].metadata.get(config.ROLE) not in config.ROLES
+
+
+def test_generic_keys_are_submitits_and_sbatch_names_cover_the_resources():
+    assert GENERIC_KEYS == (
+        "nodes",
+        "tasks_per_node",
+        "cpus_per_task",
+        "gpus_per_node",
+        "mem_gb",
+        "timeout_min",
+    )
+    assert set(SBATCH_NAMES) == {*GENERIC_KEYS, *SCRIPT_TEXT_FIELDS}
+    assert SCRIPT_TEXT_FIELDS == ("partition", "qos", "account", "constraint", "exclude", "gres")
+
+
+#: every resource field set (values as a user would give them)
+FULL = dict(
+    nodes=2,
+    tasks_per_node=4,
+    cpus_per_task=8,
+    gpus_per_node=1,
+    mem_gb=16.5,
+    timeout_min=90,
+    signal_delay_s=60,
+    max_requeues=2,
+    partition="gpu",
+    qos="high",
+    account="lab",
+    constraint="a100",
+    exclude="node3",
+    gres="gpu:1",
+    setup=["module load cuda"],
+    array_parallelism=5,
+    additional_parameters={"mail-type": "END"},
+)
+
+
+def test_executor_parameters_of_a_full_config_are_those_of_the_hand_kept_lists():
+    """The parameters the derived mapping gives for a config with every field set, as the
+    hand-kept key lists (``GENERIC_KEYS``/``SLURM_KEYS`` written out) gave them."""
+    assert executor_parameters(launcher(**FULL), comment="coll", name="coll_3") == {
+        "nodes": 2,
+        "tasks_per_node": 4,
+        "cpus_per_task": 8,
+        "gpus_per_node": 1,
+        "mem_gb": 16.5,
+        "timeout_min": 90,
+        "name": "coll_3",
+        "slurm_signal_delay_s": 60,
+        "slurm_partition": "gpu",
+        "slurm_qos": "high",
+        "slurm_account": "lab",
+        "slurm_constraint": "a100",
+        "slurm_exclude": "node3",
+        "slurm_gres": "gpu:1",
+        "slurm_setup": ["module load cuda"],
+        "slurm_array_parallelism": 5,
+        "slurm_comment": "coll",
+        "slurm_additional_parameters": {"mail-type": "END"},
+        "slurm_srun_args": ["--ntasks=8", "--ntasks-per-node=4"],
+    }
+
+
+def test_sbatch_options_and_resource_key_of_a_full_config_are_unchanged():
+    assert sbatch_options(launcher(**FULL), comment="coll", name="coll_3") == {
+        "nodes": 2,
+        "ntasks-per-node": 4,
+        "cpus-per-task": 8,
+        "gpus-per-node": 1,
+        "time": 90,
+        "partition": "gpu",
+        "qos": "high",
+        "account": "lab",
+        "constraint": "a100",
+        "exclude": "node3",
+        "gres": "gpu:1",
+        "mem": "16896M",
+        "ntasks": 8,
+        "comment": "coll",
+        "job-name": "coll_3",
+        "mail-type": "END",
+    }
+    assert resource_key(launcher(**FULL)) == (
+        '{"account": "lab", "additional_parameters": {"mail-type": "END"}, '
+        '"array_parallelism": 5, "constraint": "a100", "cpus_per_task": 8, "exclude": "node3", '
+        '"experiments_per_job": 1, "gpus_per_node": 1, "gres": "gpu:1", "mem_gb": 16.5, '
+        '"nodes": 2, "partition": "gpu", "qos": "high", "setup": ["module load cuda"], '
+        '"signal_delay_s": 60, "tasks_per_node": 4, "timeout_min": 90}'
+    )

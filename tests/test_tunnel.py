@@ -22,8 +22,10 @@ import pytest
 import yaml
 from conftest import MONGO_URL, ROOT, run_app, wait_until
 
-from seml_hydra.store import database, tunnel
-from seml_hydra.store.database import DatabaseError, connect, resolve_db_settings
+from seml_hydra.store import tunnel
+from seml_hydra.store.client import connect, reset_client_cache
+from seml_hydra.store.errors import DatabaseError
+from seml_hydra.store.settings import resolve_db_settings
 
 SSHD_PORT = int(os.environ.get("SEML_TEST_SSHD_PORT", "22022"))
 SSHD_DIR = Path(os.environ.get("SEML_TEST_SSHD_DIR", "/tmp/seml-hydra-sshd"))
@@ -118,9 +120,9 @@ def tunnel_env(tmp_path, monkeypatch, sshd, mongo_user):
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    database.reset_client_cache()
+    reset_client_cache()
     yield {"env": env, "config": config, "path": path, "runtime": runtime, "home": home}
-    database.reset_client_cache()
+    reset_client_cache()
     tunnel.close_tunnels()
     shutil.rmtree(runtime, ignore_errors=True)
 
@@ -276,7 +278,7 @@ def test_a_runtime_dir_another_user_took_is_passed_over_and_the_tunnel_opens(
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1 and f"{taken} belongs to uid {other_user.uid}" in warnings[0]
     finally:
-        database.reset_client_cache()
+        reset_client_cache()
         tunnel.close_tunnels()
         shutil.rmtree(shared, ignore_errors=True)
         shutil.rmtree(home, ignore_errors=True)
@@ -336,7 +338,8 @@ def test_bad_ssh_host_or_unreachable_mongodb_fail_clearly(tunnel_env, tmp_path):
 
 HOLDER = """
 import sys, time
-from seml_hydra.store.database import connect, resolve_db_settings
+from seml_hydra.store.client import connect
+from seml_hydra.store.settings import resolve_db_settings
 db = connect(resolve_db_settings(None))
 print(db.client.address[0], flush=True)
 for line in sys.stdin:          # 'ping' -> one round trip through the tunnel

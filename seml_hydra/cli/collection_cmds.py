@@ -43,11 +43,9 @@ def _ids(ids: list[int]) -> str:
 
 def _report_detect(result: Any, name: str) -> None:
     if result.recovered:
-        console().print(
-            f"{len(result.recovered)} experiment(s) were left PENDING without a job by a "
-            f"submission that died: {_ids(result.recovered)} are STAGED again; submit them with "
-            f"`seml {name} start`."
-        )
+        from seml_hydra.launch.recovery import recovered_message
+
+        console().print(recovered_message(result.recovered, name) + ".")
     if result.warning:
         err_console().print(f"[yellow]Warning:[/] {result.warning}", markup=True)
     if result.foreign:
@@ -123,7 +121,7 @@ def start(
 ) -> None:
     """Submit STAGED experiments to Slurm (e.g. after `reset`), from the database alone; also
     those an interrupted submission left PENDING without a job."""
-    from seml_hydra.launch.submit import recover_interrupted_submissions
+    from seml_hydra.launch.recovery import recover_interrupted_submissions, recovered_message
     from seml_hydra.manage.experiments import start as do_start
 
     sel = selection(sacred_id, batch_id, None, filter_dict)
@@ -131,10 +129,7 @@ def start(
     name = collection_name(ctx)
     recovered = recover_interrupted_submissions(coll, sel.query())
     if recovered:
-        console().print(
-            f"{len(recovered)} experiment(s) whose submission was interrupted (left PENDING "
-            f"without a Slurm job) are STAGED again: {_ids(recovered)}"
-        )
+        console().print(recovered_message(recovered))
     arrays = do_start(db, name, sel.query(), limit=num_experiments)
     if not arrays:
         console().print(f"No STAGED experiments in {name} match: nothing to start.")

@@ -112,7 +112,7 @@ collection_app = typer.Typer(
 @collection_app.callback()
 def _collection(ctx: typer.Context) -> None:
     """Commands on the collection named before the command."""
-    from seml_hydra.store.database import validate_collection_name
+    from seml_hydra.store.collections import validate_collection_name
 
     ctx.meta["seml_collection"] = validate_collection_name(ctx.info_name or "")
 

@@ -115,7 +115,7 @@ def queue(
 
     from seml_hydra.manage.experiments import ManageError, connect_db
     from seml_hydra.manage.experiments import queue as get_queue
-    from seml_hydra.slurm.client import parse_job_id
+    from seml_hydra.slurm.parse import parse_job_id
 
     for job in job_ids or ():
         try:

@@ -12,16 +12,20 @@ Everything here is pure: no I/O, no clock, no randomness (callers pass ``add_tim
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
+import enum
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence, Set
+from datetime import date, datetime, time
 from pathlib import PurePath
 from typing import Any, TypedDict
 
 from seml_hydra.core import states
+from seml_hydra.core.overrides import overrides_to_nested
 
 #: ``seml.version``: the SEML schema our documents follow. SEML >= 0.5 silently "migrates" (rewrites)
 #: every document below [0, 5, 0] on any command, so this is SEML's version, not ours
@@ -95,11 +99,6 @@ def storable_result(value: Any) -> tuple[Any, list[str]]:
     Returns ``(value, problems)``: ``problems`` names each replaced part (``"result.thing:
     Opaque"``) so the caller can warn.
     """
-    import enum
-    from collections.abc import Sequence as AnySequence
-    from collections.abc import Set as AnySet
-    from datetime import date, time
-
     problems: list[str] = []
 
     def convert(v: Any, path: str) -> Any:
@@ -127,7 +126,7 @@ def storable_result(value: Any) -> tuple[Any, list[str]]:
             return v.isoformat()
         elif isinstance(v, Mapping):
             return {str(k): convert(x, f"{path}.{k}") for k, x in v.items()}
-        elif isinstance(v, (AnySequence, AnySet)):
+        elif isinstance(v, (Sequence, Set)):
             return [convert(x, f"{path}[{i}]") for i, x in enumerate(v)]
         elif isinstance(v, PurePath):
             return str(v)
@@ -163,10 +162,6 @@ def plain_result(value: Any, path: str = "result") -> tuple[Any, list[str]]:
         ``(plain value, problems)``; each problem is ``"<path>: <tag>"``, e.g.
         ``"result.model: py/reduce"``.
     """
-    import base64
-    import binascii
-    import json
-
     problems: list[str] = []
 
     def key_of(key: Any) -> Any:
@@ -250,36 +245,6 @@ def experiment_hash(config: Mapping[str, Any], launcher: Mapping[str, Any] | Non
     return config_hash({**config, "__seml_hydra_shape__": shape})
 
 
-def overrides_to_nested(overrides: Sequence[str]) -> dict[str, Any]:
-    """Turn Hydra override strings into the nested ``config_unresolved`` dict.
-
-    ``["model=small", "optimizer.lr=0.1", "+extra=[1,2]", "~drop"]`` ->
-    ``{"model": "small", "optimizer": {"lr": 0.1}, "extra": [1, 2], "drop": None}``. Values are
-    parsed by Hydra's override grammar; a ``group@package`` key is stored under ``group``.
-
-    Raises ``hydra.errors.OverrideParseException`` on a malformed override (Hydra has already
-    rejected those before a launcher runs).
-    """
-    from seml_hydra.launch.compose import (
-        parse_override,  # cached: a sweep repeats the same few strings
-    )
-
-    nested: dict[str, Any] = {}
-    for override in (parse_override(text) for text in overrides):
-        value = None if override.is_delete() else override.value()
-        if not isinstance(value, (str, int, float, bool, list, dict, type(None))):
-            value = str(value)
-        node = nested
-        *parents, leaf = override.key_or_group.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-            if not isinstance(node, dict):  # "a=1 a.b=2": keep the first, stringly
-                break
-        else:
-            node[leaf] = value
-    return nested
-
-
 _DELETED = "__seml_hydra_deleted__"
 
 
@@ -298,7 +263,7 @@ def dict_diff(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[dict[st
                 continue
             if key in a and isinstance(a[key], Mapping) and isinstance(value, Mapping):
                 walk(a[key], value, [*path, key])
-            elif key not in a or not _same(a[key], value):
+            elif key not in a or not same(a[key], value):
                 out.append({"path": [*path, key], "value": value})
         for key in a:
             if key not in b:
@@ -308,25 +273,40 @@ def dict_diff(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[dict[st
     return out
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Equal with equal types all the way down (``1``, ``1.0`` and ``True`` differ)."""
+def same(a: Any, b: Any) -> bool:
+    """Equal with equal types all the way down (``1``, ``1.0`` and ``True`` differ): how
+    :func:`dict_diff` tells a changed leaf, and how the launcher's fast composition is checked
+    against Hydra's own (``seml_hydra.launch.compose``)."""
     if type(a) is not type(b):
         return False
     if isinstance(a, Mapping):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def diff_parent(root: Any, path: Sequence[Any]) -> tuple[Any, Any]:
+    """Walk a diff entry's ``path`` (:func:`dict_diff`) from ``root`` to the container of its
+    leaf: returns ``(that container, the leaf's key)``. A missing level on the way is created
+    as an empty dict (``root`` changes in place then). Works on plain dicts and on OmegaConf
+    ``DictConfig`` nodes alike (the created level is read back, so it is the container's own
+    node). Raises what the containers raise for a level that is not a mapping (``TypeError``,
+    OmegaConf's errors)."""
+    *parents, leaf = path
+    node = root
+    for key in parents:
+        if key not in node:
+            node[key] = {}
+        node = node[key]
+    return node, leaf
 
 
 def apply_diff(base: Mapping[str, Any], diff: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Return a deep copy of ``base`` with ``diff`` (from :func:`dict_diff`) applied."""
     result = copy.deepcopy(dict(base))
     for entry in diff:
-        *parents, leaf = entry["path"]
-        node = result
-        for key in parents:
-            node = node.setdefault(key, {})
+        node, leaf = diff_parent(result, entry["path"])
         if entry.get("delete"):
             node.pop(leaf, None)
         else:

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.store.database import retrying
+from seml_hydra.store.retry import retrying
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.store.database import retrying
+from seml_hydra.store.retry import retrying
 
 
 def record_rank_failure(collection: Any, exp_id: int, global_rank: Any, trace: str) -> None:
     """Append this rank's failure to ``rank_failures`` (a field Sacred's observer never holds).
 
-    The ``$push`` is made idempotent for :func:`~seml_hydra.store.database.retrying`: the failure
+    The ``$push`` is made idempotent for :func:`~seml_hydra.store.retry.retrying`: the failure
     carries a random ``id`` and the filter requires it absent, so a retry of a push that reached
     the server before the connection dropped adds nothing."""
     import uuid

@@ -14,12 +14,8 @@ from typing import Any
 
 from seml_hydra.job import metrics
 from seml_hydra.job.sacred_compat import experiment
-from seml_hydra.store.database import (
-    is_connection_error,
-    metrics_collection_name,
-    retrying,
-    short_reason,
-)
+from seml_hydra.store.collections import metrics_collection_name
+from seml_hydra.store.retry import is_connection_error, retrying, short_reason
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +74,7 @@ def run_observed(
     writes it back with ``$set`` on every heartbeat, which would undo fields other processes
     change meanwhile (``slurm``, a CLI's INTERRUPTED). So the observer's entry starts from
     ``{"_id": ...}`` alone and only ever holds the fields Sacred owns. Metrics go to the
-    collection's own metrics collection (``database.metrics_collection_name``), and the result
+    collection's own metrics collection (``collections.metrics_collection_name``), and the result
     is written as the task returned it (already plain: ``documents.storable_result``), not
     through Sacred's jsonpickle ``flatten``.
     """
@@ -111,7 +107,7 @@ def run_observed(
         Rides out an unreachable MongoDB: a heartbeat that cannot be saved logs one line and
         the next one saves again (the entry holds everything); metrics that could not be sent
         go with the next heartbeat; the final save (result, captured output, status) is retried
-        through ``seml_hydra.store.database.retrying`` (Sacred 0.8.7 gives up after a few attempts
+        through ``seml_hydra.store.retry.retrying`` (Sacred 0.8.7 gives up after a few attempts
         and leaves the run in a pickle on the node). One lock orders the heartbeat thread's
         saves and the final save, and no heartbeat writes after the final save."""
 

@@ -23,17 +23,20 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff, storable_result
+from seml_hydra.core.hydra_node import job_config
 from seml_hydra.job import rank, requeue
 from seml_hydra.job.claim import claim_after_earlier_run, fence
 from seml_hydra.job.failures import fail_if_a_rank_failed, record_rank_failure, trace_lines
 from seml_hydra.job.observed import bounded_result, freeze_observers, run_observed
 from seml_hydra.job.slurm_env import execution_identity, rank_label, restart_count
-from seml_hydra.store import sources
-from seml_hydra.store.database import connect, resolve_db_settings, retrying, skip_exit_join
+from seml_hydra.store.client import connect, skip_exit_join
 
 # ``Payload`` is also what ``seml_hydra.run.Payload`` (this module's name before the sub-package
 # layout, an alias of it) unpickles to in payloads stored before then
 from seml_hydra.store.payload import Payload, load_payload
+from seml_hydra.store.retry import retrying
+from seml_hydra.store.settings import resolve_db_settings
+from seml_hydra.store.snapshot import SourceSnapshotError, materialized
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +92,9 @@ class JobRunner:
     """The picklable callable each array task runs: ``JobRunner(...)(exp_ids)``.
 
     Attributes:
-        db_cfg: the database inputs (``seml_hydra.store.database.resolve_db_settings``), resolved again
+        db_cfg: the database inputs (``seml_hydra.store.settings.resolve_db_settings``), resolved again
             on the node the way the launcher did; never holds a password (a URL's password
-            reaches the job in its environment: ``seml_hydra.store.database.job_db_environment``).
+            reaches the job in its environment: ``seml_hydra.store.job_db.job_db_environment``).
         collection: the collection name.
         payload_id: GridFS file id of the batch's :class:`Payload`.
         primary_log_level, other_log_level: log levels (names) of the primary and other ranks.
@@ -179,7 +182,7 @@ class JobRunner:
 
     def _run_one(self, db: Any, collection: Any, exp_id: int, execution: dict[str, Any]) -> str:
         """Claim experiment ``exp_id`` and run it, inside its code snapshot when it has one
-        (``seml_hydra.store.sources.materialized``: once per node, removed afterwards)."""
+        (``seml_hydra.store.snapshot.materialized``: once per node, removed afterwards)."""
         doc, why = claim_after_earlier_run(
             collection,
             exp_id,
@@ -194,9 +197,9 @@ class JobRunner:
             return self._run_claimed(db, collection, doc)
         job_key = f"{execution['cluster']}_{execution['array_id']}_{execution['task_id']}"
         try:
-            snapshot = sources.materialized(db, source_files, job_key)
+            snapshot = materialized(db, source_files, job_key)
             directory = snapshot.__enter__()
-        except sources.SourceSnapshotError:
+        except SourceSnapshotError:
             where = rank_label(os.environ)
             log.exception("Experiment %s could not start on rank %s", exp_id, where)
             record_rank_failure(collection, exp_id, where, traceback.format_exc())
@@ -211,8 +214,6 @@ class JobRunner:
     def _run_claimed(self, db: Any, collection: Any, doc: dict[str, Any]) -> str:
         """Plan this rank, set it up and run the claimed experiment ``doc``; returns its outcome
         on this rank."""
-        from seml_hydra.launch.compose import job_config
-
         exp_id = doc["_id"]
         fenced = fence(doc)
         plan = None

@@ -1,5 +1,7 @@
 """Inside Hydra's process on the login node: the ``hydra/launcher=seml`` launcher.
 
-compose (sweep point -> resolved config) -> documents -> stage (insert into MongoDB) ->
-submit (submitit array jobs) -> wait (poll until done, hand Hydra its ``JobReturn``s).
-Imports ``core``, ``store``, ``slurm`` and ``job`` (the runner it pickles for submitit)."""
+``compose`` (sweep point -> resolved config; its fast path in ``compose_fast``) -> ``document``
+(point -> experiment document, pure) -> ``stage`` (insert into MongoDB) -> ``submit`` (submitit
+array jobs; the sbatch mapping, pure, in ``sbatch``; undoing a dead submission in ``recovery``)
+-> ``wait`` (poll until done, hand Hydra its ``JobReturn``s); ``launcher`` orchestrates them.
+Imports ``core``, ``slurm``, ``store`` and ``job`` (the runner it pickles for submitit)."""

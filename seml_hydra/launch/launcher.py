@@ -1,4 +1,5 @@
-"""The Hydra launcher: compose -> document -> stage -> submit -> wait.
+"""The Hydra launcher: compose -> document -> stage -> submit -> wait (the orchestration; each
+step is its own module: ``compose``, ``document``, ``stage``, ``submit``, ``wait``).
 
 ``SemlLauncher`` is subclassed by the plugin shim (``hydra_plugins.seml_launcher``) for Slurm
 and for submitit's local executor. Heavy imports (pymongo, submitit, sacred, rich) happen inside
@@ -9,21 +10,47 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf
 
+from seml_hydra.core.documents import experiment_hash, to_bson_safe
 from seml_hydra.core.errors import UserError
+from seml_hydra.core.ranges import format_ids
+from seml_hydra.launch import document
+from seml_hydra.launch.compose import compose_points
+from seml_hydra.launch.recovery import recover_interrupted_submissions, recovered_message
+from seml_hydra.launch.sbatch import validate_launcher
+from seml_hydra.launch.stage import next_batch_id, stage
+from seml_hydra.launch.submit import JobFilesError, SubmissionError, SubmitRequest, submit_requests
+from seml_hydra.launch.wait import Submission, job_return_from_document, wait_for
+from seml_hydra.store.client import connect
+from seml_hydra.store.collections import validate_collection_name
+from seml_hydra.store.gitinfo import git_info
+from seml_hydra.store.job_db import job_db_config, job_db_environment
+from seml_hydra.store.masking import mask_credentials
 from seml_hydra.store.payload import (
     delete_payload,
     hydra_base_for,
     pickled_payload,
     put_payload,
+)
+from seml_hydra.store.retry import is_connection_error, retrying, short_reason
+from seml_hydra.store.settings import resolve_db_settings
+from seml_hydra.store.sources import (
+    imported_module_files,
+    new_lease,
+    project_root,
+    release_lease,
+    select_sources,
+    upload_sources,
 )
 
 log = logging.getLogger(__name__)
@@ -92,8 +119,6 @@ class SemlLauncher(Launcher):
             )
             raise SystemExit(1) from None
         except Exception as error:
-            from seml_hydra.store.database import is_connection_error, short_reason
-
             if not is_connection_error(error):
                 raise
             Console(stderr=True, highlight=False, soft_wrap=True).print(
@@ -116,10 +141,6 @@ class SemlLauncher(Launcher):
     def _launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, console: Any
     ) -> list[JobReturn]:
-        from seml_hydra.launch.compose import compose_points
-        from seml_hydra.launch.submit import validate_launcher
-        from seml_hydra.store.database import connect, resolve_db_settings, validate_collection_name
-
         params = self.params
         _warn_password_on_command_line(sys.argv[1:], console)
         if not job_overrides:
@@ -158,8 +179,7 @@ class SemlLauncher(Launcher):
         """The batch payload (``store.payload.pickled_payload``), pickled now so an unpicklable
         task fails before anything is staged. ``hydra_base`` is the batch's base Hydra node (the
         first point's), stored typed for the jobs (``Payload.typed_hydra_base``)."""
-        from seml_hydra.core.documents import to_bson_safe
-        from seml_hydra.launch.compose import typed_hydra_node
+        from seml_hydra.core.hydra_node import typed_hydra_node
 
         typed = typed_hydra_node(to_bson_safe(hydra_base))
         return pickled_payload(self.task_function, self.hydra_context, typed)
@@ -172,8 +192,6 @@ def mask_db_credentials(config: Any) -> None:
     (their resolved value is not written). Nothing else changes; a config without those keys
     is left alone."""
     from omegaconf import open_dict, read_write
-
-    from seml_hydra.store.database import mask_credentials
 
     hydra = config.get("hydra") if OmegaConf.is_dict(config) else None
     if hydra is None:
@@ -193,18 +211,16 @@ def mask_db_credentials(config: Any) -> None:
 
 def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
     """A resolved ``hydra`` node (plain containers, a ``compose.SweepPoint.hydra``) with the
-    password of MongoDB URLs masked (``database.mask_credentials``) in ``launcher.db.url`` and
+    password of MongoDB URLs masked (``masking.mask_credentials``) in ``launcher.db.url`` and
     in the strings of ``overrides.hydra``: what every point's documents, its ``.hydra/*.yaml``
     on the node and the payload's ``metadata.hydra_base`` are built from. A URL given in a
     config file (a config group such as ``+db=secret`` with ``# @package hydra.launcher``, or
     the app's primary config) is composed again for each point, after :meth:`SemlLauncher.setup`
     masked the launch's own config. The jobs still get the password, from the launcher's own
-    settings (``database.job_db_environment``).
+    settings (``job_db.job_db_environment``).
 
     Pure: returns ``hydra`` itself when nothing is to mask, else a copy of the changed path only
     (points share sub-dicts). Raises nothing."""
-    from seml_hydra.store.database import mask_credentials
-
     out = hydra
     launcher = hydra.get("launcher")
     if isinstance(launcher, dict) and isinstance(db := launcher.get("db"), dict):
@@ -220,8 +236,6 @@ def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
 
 
 def _warn_password_on_command_line(argv: Sequence[str], console: Any) -> None:
-    from seml_hydra.store.database import mask_credentials
-
     if any(mask_credentials(arg) != arg for arg in argv):
         console.print(
             "[yellow]Warning:[/] a MongoDB URL on the command line carries a password, which "
@@ -254,44 +268,9 @@ class _Launch:
         self.console = console
 
     # -- staging -------------------------------------------------------------------------
-    def _hydra_doc(self, point: Any) -> dict[str, Any]:
-        from seml_hydra.core.documents import dict_diff
-
-        hydra = point.hydra
-        return {
-            "overrides": point.overrides,
-            "job_num": point.job_num,
-            "job_name": hydra["job"]["name"],
-            "sweep_dir": os.path.abspath(str(hydra["sweep"]["dir"])),
-            "output_dir": hydra["runtime"]["output_dir"],
-            "choices": hydra["runtime"].get("choices", {}),
-            "node_diff": dict_diff(self.points[0].hydra, hydra),
-        }
-
-    def _seml_doc(self, payload_id: str) -> dict[str, Any]:
-        from seml_hydra.store.database import mask_credentials
-
-        point = self.points[0]
-        return {
-            "executable": os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else "",
-            "name": point.hydra["job"]["name"],
-            "working_dir": point.hydra["runtime"]["cwd"],
-            "output_dir": os.path.abspath(str(point.launcher["submitit_folder"])),
-            "command": mask_credentials(" ".join(sys.argv)),
-            "launcher": f"seml_hydra.{self.launcher.executor}",
-            "payload_file": payload_id,
-        }
-
     def _snapshot(self, batch_id: int, lease: dict[str, Any]) -> list[list[Any]]:
         """Store the app's sources in GridFS (``seml_hydra.store.sources``), each file carrying
         ``lease``; say what was skipped."""
-        from seml_hydra.store.sources import (
-            imported_module_files,
-            project_root,
-            select_sources,
-            upload_sources,
-        )
-
         hydra = self.points[0].hydra
         launcher = self.points[0].launcher
         app_dir = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv[0] else os.getcwd()
@@ -327,13 +306,7 @@ class _Launch:
         for f in list(self.db["fs.files"].find(query, {"_id": 1})):
             fs.delete(f["_id"])
 
-    def _job_name(self, batch_id: int) -> str:
-        return f"{self.collection_name}_{batch_id}"
-
     def stage(self) -> Any:
-        from seml_hydra.core.documents import experiment_hash, to_bson_safe
-        from seml_hydra.store.sources import new_lease, release_lease
-
         hashes = [experiment_hash(to_bson_safe(p.config), p.launcher) for p in self.points]
         self.launcher._staging_started = True
         self._recover(hashes)
@@ -352,53 +325,32 @@ class _Launch:
 
     def _stage_leased(self, hashes: Sequence[str], lease: dict[str, Any]) -> Any:
         """:meth:`stage` once the GridFS files it stores are protected by ``lease``."""
-        import random
-        from datetime import datetime, timezone
-
-        from seml_hydra.core.documents import build_document, pick_seed, to_bson_safe
-        from seml_hydra.launch.gitinfo import git_info
-        from seml_hydra.launch.stage import next_batch_id, stage
-        from seml_hydra.launch.submit import sbatch_options
-
         payload_id = put_payload(
             self.db, self.collection_name, self.blob, to_bson_safe(self.points[0].hydra), lease
         )
         self.payload_id = payload_id
         batch_id = next_batch_id(self.db, self.collection_name)
-        seml = self._seml_doc(payload_id)
+        seml = document.seml_doc(
+            self.points[0], payload_id=payload_id, executor=self.launcher.executor, argv=sys.argv
+        )
         if self.points[0].launcher.get("snapshot", True):
             seml["source_files"] = self._snapshot(batch_id, lease)
-        git = git_info(seml["working_dir"])
-        now = datetime.now(timezone.utc)
+        docs = document.LaunchDocs(
+            collection_name=self.collection_name,
+            base_hydra=self.points[0].hydra,
+            seml=seml,
+            git=git_info(seml["working_dir"]),
+            add_time=datetime.now(timezone.utc),
+        )
         rng = random.SystemRandom()
 
         def make_document(index: int, exp_id: int, batch_id: int) -> dict[str, Any]:
             point = self.points[index]
-            return build_document(
-                exp_id=exp_id,
-                batch_id=batch_id,
-                config=point.config,
-                overrides=point.overrides,
-                hydra=self._hydra_doc(point),
-                seed=pick_seed(point.config, rng.randrange(2**31)),
-                seml=seml,
-                sbatch_options=sbatch_options(
-                    point.launcher, comment=self.collection_name, name=self._job_name(batch_id)
-                ),
-                experiments_per_job=point.launcher["experiments_per_job"],
-                git=git,
-                add_time=now,
-                launcher=point.launcher,
-            )
+            seed = document.draw_seed(point.config, rng)
+            return document.make_document(docs, point, exp_id=exp_id, batch_id=batch_id, seed=seed)
 
         def refresh_existing(index: int) -> dict[str, Any]:
-            # the re-run joins this batch: it names this batch's source files, which SEML's
-            # delete removes with the last document of the batch (``upload_sources``)
-            return {
-                "hydra": self._hydra_doc(self.points[index]),
-                "seml": {**seml},
-                "batch_id": batch_id,
-            }
+            return document.refreshed_fields(docs, self.points[index], batch_id)
 
         try:
             result = stage(
@@ -425,22 +377,14 @@ class _Launch:
 
     def _recover(self, hashes: Sequence[str]) -> None:
         """Points an earlier launch left PENDING without a job (it died during sbatch) are
-        STAGED again, so this launch submits them (``submit.recover_interrupted_submissions``)."""
-        from seml_hydra.core.ranges import format_ids
-        from seml_hydra.launch.submit import recover_interrupted_submissions
-
+        STAGED again, so this launch submits them (``recovery.recover_interrupted_submissions``)."""
         recovered = recover_interrupted_submissions(
             self.collection, {"config_hash": {"$in": sorted(set(hashes))}}
         )
         if recovered:
-            self.console.print(
-                f"{len(recovered)} experiment(s) whose submission was interrupted (left PENDING "
-                f"without a Slurm job) are STAGED again: ids {format_ids(recovered)}"
-            )
+            self.console.print(recovered_message(recovered))
 
     def _say_staged(self, result: Any) -> None:
-        from seml_hydra.core.ranges import format_ids
-
         where = f"collection [bold]{self.collection_name}[/] ({self.settings.describe()})"
         if result.new_ids:
             self.console.print(
@@ -466,14 +410,6 @@ class _Launch:
 
     # -- submission ------------------------------------------------------------------------
     def submit(self, result: Any) -> dict[str, tuple[Any, list[int]]]:
-        from seml_hydra.launch.submit import (
-            JobFilesError,
-            SubmissionError,
-            SubmitRequest,
-            submit_requests,
-        )
-        from seml_hydra.store.database import job_db_config, job_db_environment
-
         to_submit = set(result.to_submit)
         requests, seen = [], set()
         for index, exp_id in enumerate(result.ids):
@@ -520,9 +456,6 @@ class _Launch:
 
     # -- run --------------------------------------------------------------------------------
     def run(self) -> list[JobReturn]:
-        from seml_hydra.launch.wait import Submission, job_return_from_document, wait_for
-        from seml_hydra.store.database import retrying
-
         result = self.stage()
         jobs = self.submit(result)
         ids = result.ids

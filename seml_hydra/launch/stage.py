@@ -4,7 +4,7 @@ A point whose ``config_hash`` is already in the collection is not staged again (
 ``remove_duplicates``): STAGED experiments are submitted with this launch, PENDING/RUNNING/
 RESCHEDULED/COMPLETED ones are awaited or returned, FAILED/KILLED/INTERRUPTED ones are reset to
 STAGED and run again (their metrics deleted). ``force`` stages a new copy anyway. ``_id`` and ``batch_id`` come from atomic
-counters (``database.next_ids``), never from ``max + 1``.
+counters (``collections.next_ids``), never from ``max + 1``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.store.collections import next_ids
 
 #: run fields Sacred and the run step write; cleared when a finished experiment is reset
 RUN_FIELDS = (
@@ -127,8 +128,6 @@ def _max_of(collection: Any, field_name: str) -> Callable[[], int]:
 
 def next_batch_id(db: Any, collection_name: str) -> int:
     """A new ``batch_id`` for a launch into ``collection_name`` (atomic counter)."""
-    from seml_hydra.store.database import next_ids
-
     collection = db[collection_name]
     return next_ids(db, f"{collection_name}.batch_id", 1, floor=_max_of(collection, "batch_id"))[0]
 
@@ -157,8 +156,6 @@ def stage(
     New documents are written with ``insert_many``, :data:`INSERT_CHUNK` at a time; if one
     fails, the ones written are removed again, so no half-staged batch remains. Raises pymongo errors.
     """
-    from seml_hydra.store.database import next_ids
-
     collection = db[collection_name]
     collection.create_index("config_hash")
     found = list(

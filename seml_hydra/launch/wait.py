@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.core.documents import apply_diff
+from seml_hydra.launch.recovery import recovered_message
+from seml_hydra.slurm import client as slurm
+from seml_hydra.store.results import restore_results
+from seml_hydra.store.retry import retrying, short_reason
 
 
 class ExperimentFailed(RuntimeError):
@@ -55,8 +60,6 @@ STUCK_REASONS = {
 def pending_reasons(collection: Any, ids: Sequence[int]) -> dict[str, str]:
     """``{Slurm job id: reason}`` of the PENDING experiments' jobs that squeue lists as pending.
     Raises ``seml_hydra.slurm.client.SlurmError`` when squeue fails."""
-    from seml_hydra.slurm import client as slurm
-
     arrays = sorted(
         {
             str(d["slurm"][0]["array_id"])
@@ -157,14 +160,12 @@ def wait_for(
     on Ctrl-C after saying how to follow the experiments; nothing is cancelled.
 
     While MongoDB is unreachable every database step is retried
-    (``seml_hydra.store.database.retrying``: up to ``SEML_MONGODB_RETRY_S``, 300 s by default, per
+    (``seml_hydra.store.retry.retrying``: up to ``SEML_MONGODB_RETRY_S``, 300 s by default, per
     step) and the console says once that the launcher waits for the database, and when it is
     back; past that budget the connection error is raised.
     """
     from rich.live import Live
     from rich.text import Text
-
-    from seml_hydra.store.database import retrying, short_reason
 
     unique = sorted(set(ids))
     pending_jobs = dict(jobs)
@@ -219,10 +220,8 @@ def wait_for(
                     )
                     if detected.recovered:
                         console.print(
-                            f"{len(detected.recovered)} awaited experiment(s) were left PENDING "
-                            "without a job by a launch that died while submitting them: they "
-                            f"are STAGED again; submit them with `seml {collection_name} start` "
-                            "(this launch keeps waiting)."
+                            recovered_message(detected.recovered, collection_name)
+                            + " (this launch keeps waiting)."
                         )
                     if detected.foreign:
                         from seml_hydra.manage.experiments import foreign_lines
@@ -265,11 +264,9 @@ def _say_stuck(
     console: Any, collection: Any, ids: Sequence[int], name: str, told: set[tuple[str, str]]
 ) -> None:
     """Print, once per job and reason, why a pending job will not start by itself."""
-    from seml_hydra.slurm.client import SlurmError
-
     try:
         reasons = pending_reasons(collection, ids)
-    except SlurmError:
+    except slurm.SlurmError:
         return
     for job, reason in sorted(reasons.items()):
         if reason in STUCK_REASONS and (job, reason) not in told:
@@ -295,8 +292,6 @@ def job_return_from_document(
     from hydra.core.utils import JobReturn, JobStatus
     from omegaconf import OmegaConf
 
-    from seml_hydra.core.documents import apply_diff
-
     hydra_doc = doc.get("hydra", {})
     hydra_node = apply_diff(hydra_base, hydra_doc.get("node_diff", []))
     hydra_node["job"]["id"] = hydra_doc.get("job_id") or _job_id(doc)
@@ -307,8 +302,6 @@ def job_return_from_document(
     ret.working_dir = hydra_doc.get("working_dir") or hydra_doc.get("output_dir")
     ret.task_name = hydra_doc.get("task_name") or hydra_doc.get("job_name")
     if doc.get("status") == states.COMPLETED:
-        from seml_hydra.store.results import restore_results
-
         restored = {"_id": doc.get("_id"), "result": doc.get("result")}
         restore_results([restored], collection)
         ret.status = JobStatus.COMPLETED

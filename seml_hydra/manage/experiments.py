@@ -25,7 +25,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
-from seml_hydra.store.database import METRICS_PREFIX, metrics_collection_name
+from seml_hydra.store.collections import is_reserved_collection, metrics_collection_name
 from seml_hydra.store.payload import (
     delete_orphan_payloads,
     hydra_base,
@@ -34,8 +34,6 @@ from seml_hydra.store.payload import (
 )
 
 #: collections that are not experiment collections (never listed, dropped or completed)
-HIDDEN_COLLECTIONS = ("seml_hydra_counters", "metrics")
-HIDDEN_PREFIXES = ("fs.", "system.", METRICS_PREFIX)
 #: destructive commands ask for confirmation above this many experiments (SEML's threshold)
 CONFIRM_THRESHOLD = 10
 #: a heartbeat younger than this (seconds) proves a run alive when Slurm has no record of its
@@ -181,7 +179,7 @@ class Selection:
 def is_listed_collection(name: str) -> bool:
     """Whether ``name`` is an experiment collection to show (not counters, GridFS, metrics,
     ``seml_hydra_metrics.*``)."""
-    return name not in HIDDEN_COLLECTIONS and not name.startswith(HIDDEN_PREFIXES)
+    return not is_reserved_collection(name)
 
 
 #: the state shown for documents whose ``status`` is not a string (forged or broken)
@@ -361,7 +359,7 @@ def is_slurm_task(task: tuple[str, str] | None) -> bool:
     """True for a task Slurm knows (not submitit's local executor, not missing)."""
     if task is None or task[0] == "local":
         return False
-    from seml_hydra.slurm.client import parse_job_id
+    from seml_hydra.slurm.parse import parse_job_id
 
     try:
         parse_job_id(task[1])
@@ -410,7 +408,7 @@ def decide_killed(
         now: current naive UTC time (default: now).
         heartbeat_stale_s: age in seconds from which a heartbeat no longer proves life.
     """
-    from seml_hydra.slurm.client import is_alive
+    from seml_hydra.slurm.parse import is_alive
 
     if now is None:
         now = datetime.now(timezone.utc).replace(tzinfo=None)
@@ -440,7 +438,7 @@ def decide_killed(
 
 
 def sacct_states_by_task(rows: Iterable[Any], tasks: Iterable[str] = ()) -> dict[str, list[str]]:
-    """``{job: [raw state, ...]}`` of sacct records (``slurm.SacctRow``s), pure.
+    """``{job: [raw state, ...]}`` of sacct records (``slurm.records.SacctRow``s), pure.
 
     An array record stands for each of its tasks: ``123_4`` -> ``"123_4"``, the pending or
     never-started remainder ``123_[0-3]`` -> ``"123_0"`` ... ``"123_3"``; a record without a
@@ -791,14 +789,15 @@ def terminal_safe(text: str) -> str:
 
 def connect_db() -> Any:
     """The pymongo database, resolved as everywhere (env, SEML config, embedded)."""
-    from seml_hydra.store.database import connect, resolve_db_settings
+    from seml_hydra.store.client import connect
+    from seml_hydra.store.settings import resolve_db_settings
 
     return connect(resolve_db_settings(None))
 
 
 def get_collection(db: Any, name: str, *, must_exist: bool = True) -> Any:
     """Collection ``name`` of ``db``; raises ManageError when it does not exist."""
-    from seml_hydra.store.database import validate_collection_name
+    from seml_hydra.store.collections import validate_collection_name
 
     validate_collection_name(name)
     if must_exist and name not in db.list_collection_names(filter={"name": name}):
@@ -934,14 +933,15 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
     INTERRUPTED when the user had cancelled them; a fresh heartbeat without any Slurm record
     keeps a run RUNNING (``unsure``). A failed scheduler query marks nothing and returns a
     warning. First, experiments left PENDING without a job by a submitting process that died
-    go back to STAGED (``submit.recover_interrupted_submissions``; ``recovered``). ``fail_trace`` = the last lines of ``execution.slurm_output_file``.
+    go back to STAGED (``recovery.recover_interrupted_submissions``; ``recovered``). ``fail_trace`` = the last lines of ``execution.slurm_output_file``.
 
     An experiment of another Slurm cluster (its ``execution.cluster`` / ``slurm[0].cluster``
     is neither this cluster's ``ClusterName`` nor one of :data:`UNNAMED_CLUSTERS`) is never
     judged: job ids are per cluster, so this one's squeue and sacct say nothing about it
     (``foreign``)."""
-    from seml_hydra.launch.submit import recover_interrupted_submissions
+    from seml_hydra.launch.recovery import recover_interrupted_submissions
     from seml_hydra.slurm import client as slurm
+    from seml_hydra.slurm import parse
 
     recovered = recover_interrupted_submissions(collection, query)
     docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
@@ -987,7 +987,7 @@ def detect_killed(collection: Any, query: Mapping[str, Any] | None = None) -> De
         if not array or array in alive_arrays:
             continue
         recorded = [st for job, sts in sacct.items() if job.split("_")[0] == array for st in sts]
-        if any(slurm.is_alive(st) for st in recorded):
+        if any(parse.is_alive(st) for st in recorded):
             continue
         cancelled = (doc.get("execution") or {}).get("cancel_time") is not None
         (interrupted if cancelled else killed).append(doc["_id"])
@@ -1377,7 +1377,7 @@ def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> 
 def delete_metrics(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> None:
     """Delete the metric documents of the runs ``docs`` (each with ``_id`` and, when it has
     any, ``info.metrics``) of collection ``name``: those of the collection's own metrics
-    collection (``database.metrics_collection_name``) by ``run_id``, and the entries of
+    collection (``collections.metrics_collection_name``) by ``run_id``, and the entries of
     ``info.metrics`` by their ids in the shared ``metrics`` collection (where runs before
     per-collection metrics, and SEML's, wrote; ``metrics.run_id`` alone is ambiguous across
     collections). Used by ``delete`` and wherever an experiment is reset to run again (a re-run
@@ -1405,7 +1405,7 @@ def _delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> 
     """Delete the code snapshot files of collection ``name`` (``metadata.type: source_file``,
     written by SEML 0.5 or by us) that no experiment of the collection refers to any more;
     with ``only``, just those of these file ids. A file a launch has just reused (leased,
-    ``sources.delete_unused_files``) is kept."""
+    ``seml_hydra.store.sources.delete_unused_files``) is kept."""
     from seml_hydra.store.sources import delete_unused_files
 
     def used() -> set[str]:
@@ -1433,9 +1433,9 @@ def matching_collections(db: Any, pattern: str) -> list[str]:
 
 def drop(db: Any, names: Sequence[str]) -> None:
     """Drop collections: cancel their active experiments, drop them, their payloads, their
-    metrics (``database.metrics_collection_name``, and their entries in the shared ``metrics``)
+    metrics (``collections.metrics_collection_name``, and their entries in the shared ``metrics``)
     and their id counters, and forget them in the completion cache."""
-    from seml_hydra.store.database import COUNTERS_COLLECTION
+    from seml_hydra.store.collections import COUNTERS_COLLECTION
 
     for name in names:
         if not is_listed_collection(name):
@@ -1607,7 +1607,8 @@ def start(
     directory (jobs start where the sweep was launched). Raises ``SubmissionError`` when sbatch
     refuses (those experiments stay STAGED)."""
     from seml_hydra.launch.submit import submit_requests
-    from seml_hydra.store.database import job_db_config, job_db_environment, resolve_db_settings
+    from seml_hydra.store.job_db import job_db_config, job_db_environment
+    from seml_hydra.store.settings import resolve_db_settings
 
     q = and_(query, {"status": {"$in": _state_values([states.STAGED])}})
     docs = list(db[collection_name].find(q).sort("_id", 1))
@@ -1708,8 +1709,8 @@ def snapshot_for(collection: Any, query: Mapping[str, Any]) -> list[list[Any]]:
 def restore_sources(collection: Any, files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
     """Write a snapshot from :func:`snapshot_for` into ``target`` (SEML's ``restore-sources``,
     later ``download-sources``); returns the files written: files already there with the
-    snapshot's content are kept (``sources.write_sources``). Raises :class:`ManageError`."""
-    from seml_hydra.store.sources import SourceSnapshotError, write_sources
+    snapshot's content are kept (``seml_hydra.store.snapshot.write_sources``). Raises :class:`ManageError`."""
+    from seml_hydra.store.snapshot import SourceSnapshotError, write_sources
 
     target.mkdir(parents=True, exist_ok=True)
     try:
@@ -1719,10 +1720,10 @@ def restore_sources(collection: Any, files: Sequence[Sequence[Any]], target: Pat
 
 
 def foreign_files(collection: Any, files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
-    """The files in ``target`` that are not the snapshot's (``sources.foreign_files``): a
+    """The files in ``target`` that are not the snapshot's (``seml_hydra.store.snapshot.foreign_files``): a
     restore there mixes with or overwrites them. Raises :class:`ManageError`."""
-    from seml_hydra.store.sources import SourceSnapshotError
-    from seml_hydra.store.sources import foreign_files as foreign
+    from seml_hydra.store.snapshot import SourceSnapshotError
+    from seml_hydra.store.snapshot import foreign_files as foreign
 
     try:
         return foreign(collection.database, files, target)

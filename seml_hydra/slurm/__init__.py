@@ -1,2 +1,3 @@
-"""Slurm's command-line tools: pure parsers of their output and the client that runs them
-(argument lists, never a shell). Imports ``core`` only."""
+"""Slurm's command-line tools (imports ``core`` only): ``parse`` (pure: job states, ids, array
+task specs, durations, ``scontrol show``), ``records`` (pure: squeue's and sacct's formats and
+rows) and ``client`` (runs the commands: argument lists, never a shell)."""

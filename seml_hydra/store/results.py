@@ -15,6 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from seml_hydra.core.documents import plain_result
+from seml_hydra.store.client import connect
+from seml_hydra.store.collections import metrics_collection_name, validate_collection_name
+from seml_hydra.store.settings import resolve_db_settings
+
 #: fields returned when ``fields`` is not given
 DEFAULT_FIELDS = ("_id", "batch_id", "status", "config", "result")
 
@@ -30,8 +35,6 @@ def restore_results(docs: Sequence[dict[str, Any]], collection: str) -> None:
     rebuild, warns once for the whole read with a :class:`StoredObjectWarning` naming each
     experiment (``collection`` and ``_id``) and key."""
     import warnings
-
-    from seml_hydra.core.documents import plain_result
 
     found = []
     for doc in docs:
@@ -75,7 +78,7 @@ def get_results(
 
     Raises:
         ImportError: ``to_data_frame=True`` without pandas.
-        seml_hydra.store.database.DatabaseError: the database cannot be reached.
+        seml_hydra.store.errors.DatabaseError: the database cannot be reached.
     """
     if to_data_frame:
         try:
@@ -85,11 +88,7 @@ def get_results(
                 "get_results(to_data_frame=True) needs pandas: pip install 'seml-hydra[pandas]'"
             ) from None
     if db is None:
-        from seml_hydra.store.database import connect, resolve_db_settings
-
         db = connect(resolve_db_settings(None))
-    from seml_hydra.store.database import validate_collection_name
-
     validate_collection_name(collection)
     query = {"status": "COMPLETED"} if filter is None else dict(filter)
     wanted = list(fields) if fields else list(DEFAULT_FIELDS)
@@ -117,7 +116,7 @@ def get_metrics(
     """The metrics logged by experiments of ``collection`` (``seml_hydra.job.metrics.log_scalar``).
 
     They are read from the collection's own metrics collection
-    (``database.metrics_collection_name``: ``seml_hydra_metrics.<collection>``, by ``run_id``);
+    (``collections.metrics_collection_name``: ``seml_hydra_metrics.<collection>``, by ``run_id``);
     a metric listed in an experiment's ``info.metrics`` but not found there (a run from before
     per-collection metrics, or SEML's) is read from the shared ``metrics`` collection by the id
     ``info.metrics`` gives (never by ``run_id``, which is ambiguous across collections).
@@ -132,18 +131,14 @@ def get_metrics(
         [...]}}}`` (timestamps are ``datetime``); experiments without metrics are left out.
 
     Raises:
-        seml_hydra.store.database.InvalidCollectionName: a bad ``collection``.
-        seml_hydra.store.database.DatabaseError: the database cannot be reached.
+        seml_hydra.store.errors.InvalidCollectionName: a bad ``collection``.
+        seml_hydra.store.errors.DatabaseError: the database cannot be reached.
     """
     from bson import ObjectId
     from bson.errors import InvalidId
 
-    from seml_hydra.store.database import metrics_collection_name, validate_collection_name
-
     validate_collection_name(collection)
     if db is None:
-        from seml_hydra.store.database import connect, resolve_db_settings
-
         db = connect(resolve_db_settings(None))
     query = {} if ids is None else {"_id": {"$in": list(ids)}}
     docs = list(db[collection].find(query, {"_id": 1, "info.metrics": 1}))

@@ -1,38 +1,35 @@
-"""Code snapshots: jobs run the code as it was at launch (SEML 0.5's source files, in GridFS).
+"""Code snapshots, the login-node side: jobs run the code as it was at launch (SEML 0.5's source
+files, in GridFS).
 
 At staging, the app's own files - the Python modules it imported from under its project root
 (not site-packages, not a virtualenv) and its Hydra config directory - are stored in GridFS once
-per content hash and collection, and listed in each document as ``seml.source_files`` =
-``[[relative path, file id], ...]`` (SEML's field, so ``seml <col> download-sources`` of SEML
-0.5.7 reads them). On the node, each job writes the snapshot once per node into a directory it
-creates inside this user's private runtime directory (mode 0700, checked with ``lstat``: nobody
-else can plant a module there), puts it (and its ``src/``) first on ``sys.path``, runs from it,
-and removes only that directory (and what killed jobs of this user left). (It imports from the
-snapshot; its working directory stays Hydra's.)
+per content hash and collection (:func:`select_sources`, :func:`upload_sources`), and listed in
+each document as ``seml.source_files`` = ``[[relative path, file id], ...]`` (SEML's field, so
+``seml <col> download-sources`` of SEML 0.5.7 reads them). A launch holds a lease on the files
+until its documents name them, so that a concurrent ``delete``/``drop``
+(:func:`delete_unused_files`) leaves them alone. On the node, :mod:`seml_hydra.store.snapshot`
+writes the snapshot out and runs from it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
-from seml_hydra.core.errors import UserError
+from seml_hydra.store.gitinfo import git_toplevel
 
 #: files larger than this are not snapshotted (and reported), in KB
 DEFAULT_MAX_FILE_KB = 1024
 #: config files taken from the Hydra config directory
 CONFIG_SUFFIXES = (".yaml", ".yml")
 _PACKAGE_DIRS = ("site-packages", "dist-packages")
-
-
-class SourceSnapshotError(UserError, RuntimeError):
-    """The snapshot cannot be stored or written; the message says where and why."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +47,6 @@ def project_root(app_dir: str | Path, override: str | None = None) -> Path:
     ``app_dir`` itself."""
     if override:
         return Path(override).expanduser().resolve()
-    from seml_hydra.launch.gitinfo import git_toplevel
-
     top = git_toplevel(app_dir)
     return Path(top).resolve() if top else Path(app_dir).resolve()
 
@@ -146,7 +141,7 @@ def upload_sources(
     leaves it alone although no document names it yet. A file a deleter has marked is never
     reused (a new copy is stored instead).
     """
-    import gridfs
+    import gridfs  # lazy: pymongo is slow to import
 
     fs = gridfs.GridFS(db)
     out = []
@@ -191,9 +186,6 @@ LEASE_S = 3600.0
 
 def new_lease() -> dict[str, Any]:
     """A fresh lease ``{"id": random hex, "time": now (UTC)}`` for ``metadata.leases``."""
-    import uuid
-    from datetime import datetime, timezone
-
     return {"id": uuid.uuid4().hex, "time": datetime.now(timezone.utc)}
 
 
@@ -206,8 +198,6 @@ def release_lease(db: Any, lease_id: str) -> None:
 
 
 def _stale_before() -> Any:
-    from datetime import datetime, timedelta, timezone
-
     return datetime.now(timezone.utc) - timedelta(seconds=LEASE_S)
 
 
@@ -258,436 +248,3 @@ def delete_unused_files(
             db["fs.chunks"].delete_many({"files_id": file_id})
             deleted.append(file_id)
     return deleted
-
-
-def read_sources(
-    db: Any, source_files: Sequence[Sequence[Any]], target: Path
-) -> list[tuple[Path, bytes]]:
-    """The files of a snapshot (``seml.source_files``) as ``(path under target, content)``.
-
-    Each path is ``target`` (resolved) joined with the snapshot's relative path, without
-    following any symbolic link under ``target`` (:func:`write_sources` refuses or replaces
-    them).
-
-    Raises :class:`SourceSnapshotError` when a file is missing from GridFS or a path would
-    leave ``target`` (absolute, ``..``, empty).
-    """
-    target = Path(target).resolve()
-    paths = []
-    for rel_path, file_id in source_files:
-        parts = [p for p in PurePosixPath(str(rel_path)).parts if p != "."]
-        if (
-            not parts
-            or PurePosixPath(str(rel_path)).is_absolute()
-            or ".." in parts
-            or "\x00" in str(rel_path)
-        ):
-            raise SourceSnapshotError(f"source file path {rel_path!r} leaves {target}")
-        paths.append((rel_path, file_id, target.joinpath(*parts)))
-    contents = _gridfs_contents(db, [file_id for _, file_id, _ in paths])
-    out = []
-    for rel_path, file_id, path in paths:
-        if file_id not in contents:
-            raise SourceSnapshotError(f"source file {rel_path} ({file_id}) is not in GridFS")
-        out.append((path, contents[file_id]))
-    return out
-
-
-def _gridfs_contents(db: Any, file_ids: Sequence[Any]) -> dict[Any, bytes]:
-    """``{file id: content}`` of the complete GridFS files among ``file_ids``, in two queries
-    whatever their number (``fs.files`` lengths, then ``fs.chunks`` in ``(files_id, n)`` order,
-    the index GridFS keeps; the layout is the GridFS specification's). A file whose chunks do
-    not add up to its length is left out, as one that does not exist."""
-    ids = list(dict.fromkeys(file_ids))
-    lengths = {f["_id"]: f["length"] for f in db["fs.files"].find({"_id": {"$in": ids}})}
-    parts: dict[Any, list[bytes]] = {i: [] for i in lengths}
-    chunks = (
-        db["fs.chunks"].find({"files_id": {"$in": list(lengths)}}).sort([("files_id", 1), ("n", 1)])
-    )
-    for chunk in chunks:
-        parts[chunk["files_id"]].append(bytes(chunk["data"]))
-    contents = {i: b"".join(p) for i, p in parts.items()}
-    return {i: data for i, data in contents.items() if len(data) == lengths[i]}
-
-
-def write_sources(db: Any, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
-    """Write a snapshot (``seml.source_files``) into ``target``; returns the paths written.
-
-    Safe to run again: a file already there with the snapshot's content is left as it is, and
-    each file is written under a temporary name and then renamed, so an interrupted write leaves
-    no partial file and writing again writes only what is missing or different.
-
-    Safe in a directory other users can write (:func:`_write_under`): nothing under ``target``
-    is followed if it is a symbolic link. A file that is a link is replaced by the snapshot's
-    file (the link itself, not what it points to); a directory that is a link is refused; the
-    temporary file gets a random name and is created exclusively (``O_EXCL | O_NOFOLLOW``), so
-    a link planted at a guessed name is never written through.
-
-    Raises :class:`SourceSnapshotError` as :func:`read_sources`, and when a directory of a
-    file under ``target`` is a symbolic link or not a directory, or a file cannot be written.
-    """
-    files = read_sources(db, source_files, target)
-    root = Path(target).resolve()
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    written = []
-    for path, data in files:
-        try:
-            if _write_under(root, path.relative_to(root).parts, data):
-                written.append(path)
-        except OSError as error:
-            raise SourceSnapshotError(f"cannot write {path}: {error.strerror or error}") from None
-    return written
-
-
-def _write_under(root: Path, parts: Sequence[str], data: bytes) -> bool:
-    """Write ``data`` to ``root/<parts>`` unless it is already there; returns whether it wrote.
-
-    Each directory below ``root`` is created (mode 0700) or opened with ``O_NOFOLLOW`` from its
-    parent's descriptor, so a directory swapped for a symbolic link is never entered, even
-    between a check and the write. The file is written to a new temporary file in the same
-    directory (random name, ``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0666 less the umask, as a
-    plain write) and renamed over the file name (``os.replace``: a link there is replaced).
-
-    Raises :class:`SourceSnapshotError` for a directory that is a link or not a directory;
-    ``OSError`` when writing fails.
-    """
-    import errno
-    import secrets
-
-    *dirs, leaf = parts
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for i, part in enumerate(dirs):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o700, dir_fd=fd)
-            try:
-                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError as error:
-                if error.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                where = root.joinpath(*dirs[: i + 1])
-                raise SourceSnapshotError(
-                    f"{where} is a symbolic link or not a directory: refusing to write the "
-                    "snapshot through it; remove it (or choose another target) and try again"
-                ) from None
-            os.close(fd)
-            fd = sub
-        if _same_content(fd, leaf, data):
-            return False
-        tmp = f".{leaf}.{secrets.token_hex(8)}.tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        out = os.open(tmp, flags, 0o666, dir_fd=fd)
-        try:
-            with os.fdopen(out, "wb") as stream:
-                stream.write(data)
-            os.replace(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=fd)
-            raise
-        return True
-    finally:
-        os.close(fd)
-
-
-def _same_content(dir_fd: int, name: str, data: bytes) -> bool:
-    """Whether ``name`` in the directory ``dir_fd`` is a regular file (not a link) holding
-    ``data``."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return False
-    with os.fdopen(fd, "rb") as stream:
-        import stat
-
-        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-            return False
-        return stream.read(len(data) + 1) == data
-
-
-def foreign_files(db: Any, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
-    """The files in ``target`` that are not the snapshot's: not in it, with other content, or
-    symbolic links (what writing the snapshot there would mix with or overwrite). Raises as
-    :func:`read_sources`."""
-    target = Path(target).resolve()
-    if not target.is_dir():
-        return []
-    snapshot = dict(read_sources(db, source_files, target))
-    return sorted(
-        path
-        for path in target.rglob("*")
-        if path.is_symlink() or (path.is_file() and snapshot.get(path) != path.read_bytes())
-    )
-
-
-# ----------------------------------------------------------------------- on the node
-
-#: seconds a rank waits for its node's snapshot lock before failing (the first rank of the
-#: node holds it while it writes the snapshot from GridFS)
-LOCK_TIMEOUT_S = 300.0
-#: name prefix of the snapshot files in the private runtime directory
-SNAPSHOT_PREFIX = "src-"
-
-
-def _safe_name(text: str) -> str:
-    """``text`` with every character outside ``[A-Za-z0-9._]`` replaced by ``_`` (a file name
-    part without separators; ``-`` separates the parts of a snapshot name)."""
-    return "".join(c if c.isascii() and (c.isalnum() or c in "._") else "_" for c in text)
-
-
-def process_alive(pid: int, start: str | None) -> bool:
-    """True when process ``pid`` runs and, if ``start`` is given and ``/proc`` tells, is the
-    process that had that start time (``seml_hydra.launch.submit.process_start``), not a later one
-    with a wrapped pid."""
-    from seml_hydra.launch.submit import process_start
-
-    now = process_start(pid)
-    if now is None:
-        return False
-    return start is None or now == "" or now == start
-
-
-def live_users(users: Any) -> list[list[Any]]:
-    """The entries ``[pid, start]`` of a snapshot registry whose process still runs
-    (:func:`process_alive`); malformed entries are dropped."""
-    out = []
-    for entry in users if isinstance(users, list) else []:
-        if (
-            isinstance(entry, list)
-            and len(entry) == 2
-            and isinstance(entry[0], int)
-            and isinstance(entry[1], (str, type(None)))
-            and process_alive(entry[0], entry[1])
-        ):
-            out.append(entry)
-    return out
-
-
-def _read_registry(path: Path, stem: str) -> dict[str, Any] | None:
-    """The registry ``{"dir": name, "users": [[pid, start], ...]}`` of a snapshot, or ``None``
-    when absent or not well formed (a ``dir`` must be ``<stem>-<token>``, a plain name)."""
-    import json
-
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(state, dict):
-        return None
-    name = state.get("dir")
-    if not isinstance(name, str) or "/" in name or not name.startswith(f"{stem}-"):
-        return None
-    return {"dir": name, "users": live_users(state.get("users"))}
-
-
-def _write_registry(path: Path, directory: str, users: list[list[Any]]) -> None:
-    import json
-
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"dir": directory, "users": users}))
-    os.replace(tmp, path)
-
-
-def _snapshot_dirs(base: Path, stem: str) -> list[Path]:
-    return [p for p in base.glob(f"{stem}-*") if p.name.rsplit("-", 1)[0] == stem]
-
-
-def _clean_stem(base: Path, stem: str, keep: str | None) -> None:
-    """Under the lock of ``stem`` (held by the caller): remove its snapshot directories other
-    than ``keep``; when ``keep`` is ``None`` its registry too."""
-    import shutil
-
-    for path in _snapshot_dirs(base, stem):
-        if path.name != keep:
-            shutil.rmtree(path, ignore_errors=True)
-    if keep is None:
-        (base / f"{stem}.json").unlink(missing_ok=True)
-
-
-def remove_stale_snapshots(base: Path, host: str, *, skip: str = "") -> list[str]:
-    """Remove what killed jobs left in ``base`` for this ``host``: for each snapshot name
-    (``src-<job key>-<host>``) whose lock is free and whose registry lists no running process
-    (:func:`live_users`), its directories, registry and lock file; for one still in use, its
-    directories the registry does not name (a rank killed while writing one). ``skip`` is left
-    alone (the caller's own). Names of other hosts are never touched (their processes cannot
-    be checked from here). Returns the names cleaned."""
-    from filelock import FileLock, Timeout
-
-    suffix = f"-{_safe_name(host)}"
-    stems = set()
-    for path in base.glob(f"{SNAPSHOT_PREFIX}*"):
-        name = path.name
-        stem = name[: -len(".json")] if name.endswith(".json") else name
-        stem = stem[: -len(".lock")] if stem.endswith(".lock") else stem
-        if path.is_dir() and not path.is_symlink():
-            stem = name.rsplit("-", 1)[0]
-        if stem.endswith(suffix) and stem != skip:
-            stems.add(stem)
-    cleaned = []
-    for stem in sorted(stems):
-        lock_path = base / f"{stem}.lock"
-        lock = FileLock(str(lock_path))
-        try:
-            lock.acquire(timeout=0)
-        except (Timeout, OSError):  # a rank of that job is at work on it now
-            continue
-        try:
-            state = _read_registry(base / f"{stem}.json", stem)
-            alive = state is not None and bool(state["users"])
-            _clean_stem(base, stem, state["dir"] if alive else None)  # type: ignore[index]
-            if not alive:
-                lock_path.unlink(missing_ok=True)
-                cleaned.append(stem)
-        finally:
-            lock.release()
-    return cleaned
-
-
-def snapshot_base() -> Path:
-    """The private directory the snapshots of this user live in: the per-user runtime
-    directory (``seml_hydra.store.tunnel.runtime_dir``: mode 0700, checked with ``lstat`` to be a
-    directory of this user that nobody else can write). When another user took the usual
-    name first (``<tmp>/seml-hydra-<uid>``), that one warns and uses a directory under the
-    home, else a fresh one of this process: nothing is imported from the taken one.
-
-    Raises :class:`SourceSnapshotError` when no private directory can be made, or
-    ``$SEML_HYDRA_RUNTIME_DIR`` names one that is not private (another user made it, it is
-    open to others, or it is a symlink): nothing is imported from it.
-    """
-    from seml_hydra.store.tunnel import RuntimeDirError, runtime_dir
-
-    try:
-        return runtime_dir()
-    except RuntimeDirError as error:
-        raise SourceSnapshotError(
-            f"no private place for the code snapshot on node {os.uname().nodename}: {error}"
-        ) from None
-
-
-@contextlib.contextmanager
-def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -> Iterator[Path]:
-    """Run inside the snapshot: once per node per job, in a private directory this job creates.
-
-    Everything lives in this user's private runtime directory (:func:`snapshot_base`), named
-    ``src-<job_key>-<host>`` (``job_key`` = ``<cluster>_<array>_<task>``): the lock
-    (``.lock``), the registry of the ranks using the snapshot (``.json``: its directory and
-    the ``[pid, start time]`` of each rank) and the snapshot directory
-    ``src-<job_key>-<host>-<random token>`` (mode 0700). Under the lock (at most
-    :data:`LOCK_TIMEOUT_S` seconds), the first rank of the job on this node - the first one
-    that finds no running process in the registry - removes what an earlier, killed job of the
-    same key left (a requeued task, or a local job whose process id wrapped) and writes a new
-    directory; the other ranks reuse the directory the registry names; the last one to leave
-    removes it. Creating a directory also removes the leftovers of this host's other killed
-    jobs (:func:`remove_stale_snapshots`).
-
-    Before anything is imported, the base and the snapshot directory are checked with
-    ``lstat`` (this user's, not open to others, not symlinks); then the directory and its
-    ``src/`` come first on ``sys.path``. The working directory stays what Hydra makes it (the
-    launch directory, or the output directory with ``hydra.job.chdir=true``): SEML runs from
-    its temporary copy, but a Hydra app's relative paths (data, caches) mean the launch
-    directory, and those files are not in the snapshot anyway.
-
-    Raises :class:`SourceSnapshotError` when the node has no private place for it, the lock is
-    not free within :data:`LOCK_TIMEOUT_S`, or the directory cannot be created or filled.
-    """
-    import secrets
-    import shutil
-    import socket
-
-    from filelock import FileLock, Timeout
-
-    from seml_hydra.store.database import retrying
-    from seml_hydra.store.tunnel import private_dir_problem
-
-    base = snapshot_base()
-    host = socket.gethostname()
-    stem = f"{SNAPSHOT_PREFIX}{_safe_name(job_key)}-{_safe_name(host)}"
-    registry = base / f"{stem}.json"
-    lock = FileLock(str(base / f"{stem}.lock"), timeout=LOCK_TIMEOUT_S)
-    from seml_hydra.launch.submit import process_start
-
-    me = [os.getpid(), process_start(os.getpid())]
-    created = False
-    directory = base / stem
-    try:
-        with lock:
-            state = _read_registry(registry, stem)
-            if state is not None and state["users"] and (base / state["dir"]).is_dir():
-                directory = base / state["dir"]
-                users = [*state["users"], me]
-            else:  # nobody runs from a snapshot of this key: whatever is there is stale
-                # (or it was removed under its users, by a cleaner of old temporary files)
-                _clean_stem(base, stem, None)
-                directory = base / f"{stem}-{secrets.token_hex(8)}"
-                directory.mkdir(mode=0o700)
-                created = True
-                try:
-                    # rewriting the files is harmless: retried while MongoDB is unreachable
-                    retrying(
-                        lambda: write_sources(db, source_files, directory),
-                        "writing the code snapshot",
-                    )
-                except BaseException:
-                    shutil.rmtree(directory, ignore_errors=True)
-                    raise
-                users = [me]
-            _write_registry(registry, directory.name, users)
-    except Timeout:
-        raise SourceSnapshotError(
-            f"the code snapshot lock {lock.lock_file} on node {os.uname().nodename} stayed "
-            f"held for {LOCK_TIMEOUT_S:.0f} s: another rank of this job is stuck writing the "
-            "snapshot. Cancel the job and start it again."
-        ) from None
-    except OSError as error:
-        raise SourceSnapshotError(
-            f"cannot create the code snapshot directory {directory} on node "
-            f"{os.uname().nodename}: {error}. Free space in {base} or set TMPDIR."
-        ) from None
-    if created:
-        remove_stale_snapshots(base, host, skip=stem)
-    problem = private_dir_problem(base) or private_dir_problem(directory)
-    if problem:  # changed since it was checked: only root could have done that
-        raise SourceSnapshotError(
-            f"the code snapshot directory {directory} {problem}: not importing from it."
-        )
-    added = [str(directory / "src"), str(directory)]
-    sys.path[:0] = added
-    try:
-        yield directory
-    finally:
-        for entry in added:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(entry)
-        _leave(lock, registry, stem, directory, me)
-
-
-def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any]) -> None:
-    """Take this rank out of the registry; the last rank removes the directory. A lock that
-    stays held only leaves the directory behind (removed by a later job,
-    :func:`remove_stale_snapshots`)."""
-    import shutil
-
-    from filelock import Timeout
-
-    try:
-        with lock:
-            state = _read_registry(registry, stem)
-            if state is None or state["dir"] != directory.name:  # no rank can be using it
-                shutil.rmtree(directory, ignore_errors=True)
-                return
-            users = state["users"]
-            if me in users:
-                users.remove(me)
-            if users:
-                _write_registry(registry, directory.name, users)
-            else:
-                shutil.rmtree(directory, ignore_errors=True)
-                registry.unlink(missing_ok=True)
-    except (Timeout, OSError) as error:
-        import logging
-
-        logging.getLogger(__name__).warning(
-            "Could not remove the code snapshot %s (%s); a later job removes it.",
-            directory,
-            error,
-        )

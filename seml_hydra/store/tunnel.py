@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from seml_hydra.core.errors import UserError
+from seml_hydra.store.masking import SSH_SECRET_KEYS
 
 __all__ = [
     "TunnelError",
@@ -55,7 +56,6 @@ __all__ = [
 
 #: environment variable overriding the runtime directory (tests, unusual systems)
 ENV_RUNTIME_DIR = "SEML_HYDRA_RUNTIME_DIR"
-SECRET_KEYS = ("ssh_password", "ssh_private_key_password")
 #: seconds between two checks of the keeper thread
 KEEPER_INTERVAL_S = 1.0
 
@@ -155,7 +155,7 @@ def _remove_process_dir(path: Path, pid: int) -> None:
 
 def runtime_dir(env: Mapping[str, str] | None = None, max_path_bytes: int | None = None) -> Path:
     """The per-user directory of the tunnels' locks, state and logs, and of the jobs' code
-    snapshots (``seml_hydra.store.sources.materialized``); created mode 0700.
+    snapshots (``seml_hydra.store.snapshot.materialized``); created mode 0700.
 
     ``$SEML_HYDRA_RUNTIME_DIR`` when set (refused when not private: it was asked for). Else
     the first of :func:`runtime_dir_candidates` that is (or can be made) a private directory
@@ -263,7 +263,7 @@ def _warn_refused(refused: list[tuple[Path, str]], using: str) -> None:
 
 def tunnel_key(ssh: Mapping[str, Any], remote: tuple[str, int]) -> str:
     """A short name for a tunnel: a hash of its configuration without the secrets."""
-    public = {k: v for k, v in ssh.items() if k not in SECRET_KEYS}
+    public = {k: v for k, v in ssh.items() if k not in SSH_SECRET_KEYS}
     text = json.dumps([public, list(remote)], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

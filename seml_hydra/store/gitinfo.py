@@ -6,13 +6,12 @@ import subprocess
 from pathlib import Path
 
 from seml_hydra.core.documents import GitDoc
+from seml_hydra.core.processes import run_captured
 
 
 def _git(directory: Path, *args: str) -> str | None:
     try:
-        out = subprocess.run(
-            ["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=10
-        )
+        out = run_captured(["git", "-C", str(directory), *args], timeout_s=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None

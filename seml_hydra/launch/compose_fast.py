@@ -1,0 +1,482 @@
+"""The fast path of :func:`seml_hydra.launch.compose.compose_points`: the points of one
+combination of config-group choices from ONE Hydra composition.
+
+Hydra composes a point in two steps: the defaults list (config groups, YAML loading: ~50 ms)
+and then the plain value overrides, applied with OmegaConf. The second step is all that differs
+between the points of one combination of config-group choices. So for every combination of two
+or more points the config is composed ONCE by Hydra's ``load_sweep_config`` (with the group
+overrides only: :class:`Combination`), and each point then gets its value overrides through what
+Hydra's own ``ConfigLoaderImpl._apply_overrides_to_config`` ends in, on that composed, still
+unresolved config (:meth:`Combination.point`). Only what can differ is resolved again per point:
+the overridden leaves and every interpolation that (transitively) references an overridden key,
+``hydra.job.num``, ``hydra.runtime.output_dir``, ``hydra.overrides.task`` or
+``hydra.job.override_dirname`` (:class:`_Plan`; an interpolation the dependency scan does not
+understand, e.g. a custom resolver, is always re-resolved). Everything else is shared with the
+combination's resolved base: points share unchanged sub-dicts.
+
+Anything this module cannot prove equal to Hydra's composition raises (:class:`NotFast`, or the
+error OmegaConf raised): the caller then composes the point in full. Hydra and OmegaConf are
+imported inside the functions (the launcher module is imported at every Hydra start).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+class NotFast(Exception):
+    """This point (or combination) cannot take the fast path."""
+
+
+JOB_NUM = ("hydra", "job", "num")
+OUTPUT_DIR = ("hydra", "runtime", "output_dir")
+TASK = ("hydra", "overrides", "task")
+DIRNAME = ("hydra", "job", "override_dirname")
+DIRNAME_CONF = ("hydra", "job", "config", "override_dirname")
+SWEEP_DIR = ("hydra", "sweep", "dir")
+SWEEP_SUBDIR = ("hydra", "sweep", "subdir")
+_KEY = re.compile(r"^(\.*)([A-Za-z0-9_\-/]+(?:\.[A-Za-z0-9_\-/]+)*)?$")
+#: resolvers whose value does not depend on the config (``now`` is cached from the master config)
+_CONSTANT_RESOLVERS = ("now", "oc.env")
+
+
+@dataclass
+class Split:
+    """A point's overrides, sorted for the fast path (``None`` group key: full composition)."""
+
+    group_key: tuple[str, ...] | None
+    values: list[tuple[tuple[str, ...], Any]]
+    task: list[str]
+    app: list[Any]
+
+
+class Combination:
+    """One combination of group overrides: Hydra's composed (unresolved) config, its resolved
+    container, and the interpolations in it with what they reference."""
+
+    def __init__(
+        self, config_loader: Any, master_config: Any, group_key: tuple[str, ...], job_num: int
+    ) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from omegaconf import OmegaConf
+
+        cfg = config_loader.load_sweep_config(master_config, list(group_key))
+        OmegaConf.set_readonly(cfg.hydra, False)
+        self.cfg = cfg
+        # HydraConfig's view (``${hydra:...}``): a copy of the hydra node whose root is ``cfg``
+        view = OmegaConf.masked_copy(cfg, "hydra")
+        OmegaConf.set_readonly(view.hydra, False)
+        view.hydra._set_parent(cfg)
+        self.view = view
+        self.interps: dict[tuple[Any, ...], _Interp] = {}
+        _find_interpolations(cfg, (), self.interps)
+        self.plans: dict[tuple[tuple[str, ...], ...], _Plan] = {}
+        self.located: dict[tuple[str, ...], tuple[Any, str, Any]] = {}
+        # the base container: resolved with this job number and its output dir
+        HydraConfig.instance().cfg = view
+        self._write_inputs(job_num, None, None)
+        subdir = str(_resolved(cfg, SWEEP_SUBDIR))
+        self.sweep_dir = os.path.abspath(str(_resolved(cfg, SWEEP_DIR)))
+        self._write_output_dir(os.path.abspath(os.path.join(self.sweep_dir, subdir)))
+        container = OmegaConf.to_container(
+            cfg, resolve=True, throw_on_missing=False, enum_to_str=True
+        )
+        assert isinstance(container, dict)
+        container["hydra"]["sweep"]["dir"] = self.sweep_dir
+        self.base = container
+        conf = container["hydra"]["job"]["config"]["override_dirname"]
+        self.dirname_conf = (conf["kv_sep"], conf["item_sep"], list(conf["exclude_keys"]))
+
+    def _write_inputs(self, job_num: int, task: list[str] | None, dirname: str | None) -> None:
+        """Set ``hydra.job.num`` (and, when an interpolation needs them, the task overrides and
+        ``override_dirname``) in the config and the view."""
+        for root in (self.cfg, self.view):
+            _leaf(root, JOB_NUM)._set_value(job_num)
+            if task is not None:
+                root.hydra.overrides._get_node("task")._set_value(task)
+            if dirname is not None:
+                _leaf(root, DIRNAME)._set_value(dirname)
+
+    def _write_output_dir(self, output_dir: str) -> None:
+        for root in (self.cfg, self.view):
+            _leaf(root, OUTPUT_DIR)._set_value(output_dir)
+
+    def plan(self, value_paths: tuple[tuple[str, ...], ...]) -> _Plan:
+        plan = self.plans.get(value_paths)
+        if plan is None:
+            plan = self.plans[value_paths] = _Plan.make(self, value_paths)
+        return plan
+
+    def point(self, job_num: int, split: Split) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The point's ``(app config, hydra node)``; raises for anything not provably equal
+        to Hydra's composition (the caller then composes it in full)."""
+        from hydra._internal.config_loader_impl import get_overrides_dirname
+        from hydra.core.hydra_config import HydraConfig
+
+        plan = self.plan(tuple(path for path, _ in split.values))
+        kv_sep, item_sep, exclude = self.dirname_conf
+        dirname = get_overrides_dirname(
+            overrides=split.app, kv_sep=kv_sep, item_sep=item_sep, exclude_keys=exclude
+        )
+        saved: list[tuple[Any, Any, Any, Any]] = []
+        HydraConfig.instance().cfg = self.view
+        patches: dict[tuple[Any, ...], Any] = {
+            JOB_NUM: job_num,
+            TASK: list(split.task),
+            DIRNAME: dirname,
+        }
+        try:
+            for path, override in split.values:
+                located = self.located.get(path)
+                if located is None:
+                    located = self.located[path] = _locate(self.cfg, path)
+                parent, key, node = located
+                value = override.value()
+                if not plan.omegaconf and _stored_as_is(node, value):
+                    # an untyped leaf keeps a primitive unchanged, and nothing OmegaConf
+                    # resolves for this point reads it: no need to write it into the config
+                    patches[path] = value
+                    continue
+                saved.append((parent, key, node, node._val))
+                # what ``ConfigLoaderImpl._apply_overrides_to_config`` ends in for a plain
+                # override of an existing leaf (``OmegaConf.update`` -> ``parent.key = value``),
+                # without walking the path again; any error: the full composition reports it
+                parent.__setattr__(key, value)
+                patches[path] = _resolved(self.cfg, path)
+            if plan.omegaconf:
+                self._write_inputs(
+                    job_num,
+                    list(split.task) if plan.needs_task else None,
+                    dirname if plan.needs_dirname else None,
+                )
+            sweep_dir = self.sweep_dir
+            if SWEEP_DIR in plan.early:
+                sweep_dir = os.path.abspath(str(self._evaluate(SWEEP_DIR, patches)))
+                patches[SWEEP_DIR] = sweep_dir
+            if SWEEP_SUBDIR in plan.early:
+                subdir = patches[SWEEP_SUBDIR] = self._evaluate(SWEEP_SUBDIR, patches)
+            else:
+                subdir = self.base["hydra"]["sweep"]["subdir"]
+            output_dir = patches[OUTPUT_DIR] = os.path.abspath(os.path.join(sweep_dir, str(subdir)))
+            if plan.omegaconf:
+                self._write_output_dir(output_dir)
+            for path in plan.order:
+                patches[path] = self._evaluate(path, patches)
+        finally:
+            for parent, key, node, value in reversed(saved):
+                node._val = value
+                parent.__dict__["_content"][key] = node
+        container = _patched(self.base, patches)
+        hydra_node = container.pop("hydra")
+        return container, hydra_node
+
+    def _evaluate(self, path: tuple[Any, ...], patches: dict[tuple[Any, ...], Any]) -> Any:
+        """An interpolation's value for this point: computed here when it is a plain string
+        template over keys (``${a.b}/${hydra:job.num}``), else resolved by OmegaConf."""
+        interp = self.interps.get(path)
+        if interp is not None and interp.pieces is not None:
+            values = []
+            for piece in interp.pieces:
+                if isinstance(piece, str):
+                    values.append(piece)
+                    continue
+                value = _lookup(self.base, patches, piece)
+                if value is _UNKNOWN:
+                    break
+                values.append(value)
+            else:
+                if not interp.single:
+                    return "".join(str(v) for v in values)
+                if not interp.string:
+                    return values[0]
+                if values[0] is not None:
+                    return str(values[0])
+        return _resolved(self.cfg, path)
+
+
+_UNKNOWN = object()
+
+
+def _lookup(base: dict[str, Any], patches: dict[tuple[Any, ...], Any], ref: tuple[str, ...]) -> Any:
+    """The point's resolved primitive value at ``ref`` (``_UNKNOWN`` if not a plain primitive
+    reachable through dicts, or missing)."""
+    value: Any = _UNKNOWN
+    rest: tuple[str, ...] = ()
+    for i in range(len(ref), 0, -1):
+        if ref[:i] in patches:
+            value, rest = patches[ref[:i]], ref[i:]
+            break
+    if value is _UNKNOWN:
+        value, rest = base, ref
+    for key in rest:
+        if not isinstance(value, dict) or key not in value:
+            return _UNKNOWN
+        value = value[key]
+    if isinstance(value, bool) or value is None or type(value) in (str, int, float):
+        return _UNKNOWN if value == "???" else value
+    return _UNKNOWN
+
+
+@dataclass
+class _Interp:
+    """An interpolation of the composed config: the paths it references (``None``: not
+    understood, re-resolved for every point) and, for a plain string template over keys on an
+    untyped or string node, its pieces (literal strings and referenced paths)."""
+
+    refs: list[tuple[str, ...]] | None
+    pieces: list[Any] | None
+    single: bool
+    string: bool  # a ``str`` node: the value is converted with ``str()``
+
+
+@dataclass
+class _Plan:
+    """What to re-resolve per point for one set of overridden keys."""
+
+    early: set[tuple[Any, ...]]  # hydra.sweep.dir/subdir when they vary (output_dir needs them)
+    order: list[tuple[Any, ...]]  # the other varying interpolations, dependencies first
+    omegaconf: bool  # some of them are resolved by OmegaConf: write the inputs into the config
+    needs_task: bool
+    needs_dirname: bool
+
+    @staticmethod
+    def make(combination: Combination, value_paths: tuple[tuple[str, ...], ...]) -> _Plan:
+        interps = combination.interps
+        varying: list[tuple[Any, ...]] = [JOB_NUM, OUTPUT_DIR, TASK, DIRNAME, *value_paths]
+        chosen: list[tuple[Any, ...]] = []
+        changed = True
+        while changed:
+            changed = False
+            for path, interp in interps.items():
+                if path in chosen:
+                    continue
+                refs = interp.refs
+                if (
+                    refs is None
+                    or any(_overlap(path, v) for v in value_paths)
+                    or any(_overlap(r, v) for r in refs for v in varying)
+                ):
+                    chosen.append(path)
+                    varying.append(path)
+                    changed = True
+        for path in chosen:
+            if _overlap(path, DIRNAME_CONF):
+                raise NotFast("override_dirname's settings depend on swept values")
+            if any(_overlap(path, v) and len(v) < len(path) for v in value_paths):
+                raise NotFast("an interpolation below an overridden key")
+            if any(_overlap(path, q) and q != path for q in chosen):
+                raise NotFast("nested interpolations")
+        early = {p for p in chosen if p in (SWEEP_DIR, SWEEP_SUBDIR)}
+        for path in early:
+            refs = interps[path].refs
+            if refs is None or any(_overlap(r, OUTPUT_DIR) for r in refs):
+                raise NotFast("the sweep dir depends on the output dir")
+        if SWEEP_SUBDIR in early and SWEEP_DIR in early:
+            raise NotFast("both sweep dir and subdir vary")
+        # dependencies first
+        order: list[tuple[Any, ...]] = []
+        pending = [p for p in chosen if p not in early and p not in value_paths]
+        while pending:
+            ready = [
+                p
+                for p in pending
+                if not any(_overlap(r, q) for r in interps[p].refs or () for q in pending if q != p)
+            ]
+            if not ready:
+                raise NotFast("interpolation cycle")
+            order.extend(ready)
+            pending = [p for p in pending if p not in ready]
+        omegaconf = any(interps[p].pieces is None for p in [*early, *order])
+
+        def needs(target: tuple[str, ...]) -> bool:
+            return any(
+                interps[p].refs is None or any(_overlap(r, target) for r in interps[p].refs or ())
+                for p in chosen
+            )
+
+        return _Plan(early, order, omegaconf, needs(TASK), needs(DIRNAME))
+
+
+def _overlap(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """One path is a prefix of the other (keys compared as strings)."""
+    n = min(len(a), len(b))
+    return all(str(a[i]) == str(b[i]) for i in range(n))
+
+
+def _find_interpolations(
+    node: Any, path: tuple[Any, ...], out: dict[tuple[Any, ...], _Interp]
+) -> None:
+    """Record every interpolation below ``node`` (see :class:`_Interp`)."""
+    from omegaconf import AnyNode, DictConfig, ListConfig, StringNode
+
+    if isinstance(node, DictConfig):
+        keys: Any = node.keys()
+    elif isinstance(node, ListConfig):
+        keys = range(len(node))
+    else:
+        return
+    for key in keys:
+        child = node._get_node(key)
+        child_path = (*path, key)
+        if child._is_interpolation():
+            text = str(child._value())
+            refs, pieces = _interpolation_refs(child_path, text)
+            if type(child) not in (AnyNode, StringNode) or "\\" in text:
+                pieces = None
+            single = pieces is not None and len(pieces) == 1 and not isinstance(pieces[0], str)
+            out[child_path] = _Interp(refs, pieces, single, type(child) is StringNode)
+        elif not (child._is_none() or child._is_missing()):
+            _find_interpolations(child, child_path, out)
+
+
+def _interpolation_refs(
+    path: tuple[Any, ...], text: str
+) -> tuple[list[tuple[str, ...]] | None, list[Any] | None]:
+    """The config paths an interpolation string references (``None`` when unsure: nested
+    interpolations, resolvers other than ``now``/``oc.env``/``hydra``, list indices...), and the
+    string as pieces (``None`` unless only keys and ``${hydra:key}`` are interpolated)."""
+    refs: list[tuple[str, ...]] = []
+    pieces: list[Any] | None = []
+    position = 0
+    start = text.find("${")
+    while start != -1:
+        end = text.find("}", start)
+        if end == -1:
+            return None, None
+        if pieces is not None and start > position:
+            pieces.append(text[position:start])
+        inner = text[start + 2 : end].strip()
+        if "$" in inner or "{" in inner or "[" in inner:
+            return None, None
+        ref: tuple[str, ...] | None = None
+        if ":" in inner:
+            name, _, argument = inner.partition(":")
+            name = name.strip()
+            if name in _CONSTANT_RESOLVERS:
+                pieces = None
+            elif name == "hydra":
+                match = _KEY.match(argument.strip())
+                if not match or match.group(1) or not match.group(2):
+                    return None, None
+                ref = ("hydra", *match.group(2).split("."))
+            else:
+                return None, None
+        else:
+            match = _KEY.match(inner)
+            if not match:
+                return None, None
+            dots, key = match.group(1), match.group(2) or ""
+            if not dots:
+                if not key:
+                    return None, None
+                ref = tuple(key.split("."))
+            else:
+                if len(dots) > len(path):
+                    return None, None
+                base = tuple(str(k) for k in path[: len(path) - len(dots)])
+                ref = (*base, *key.split(".")) if key else base
+        if ref is not None:
+            refs.append(ref)
+            if pieces is not None:
+                pieces.append(ref)
+        position = end + 1
+        start = text.find("${", position)
+    if pieces is not None and position < len(text):
+        pieces.append(text[position:])
+    return refs, pieces
+
+
+def _leaf(cfg: Any, path: tuple[str, ...]) -> Any:
+    node = cfg
+    for key in path:
+        node = node._get_node(key)
+    return node
+
+
+def _locate(cfg: Any, path: tuple[str, ...]) -> tuple[Any, str, Any]:
+    """``(parent, key, value node)`` of an existing leaf reached through plain dicts only."""
+    from omegaconf import DictConfig, ValueNode
+
+    parent = cfg
+    for key in path[:-1]:
+        parent = parent._get_node(key)
+        if (
+            not isinstance(parent, DictConfig)
+            or parent._is_interpolation()
+            or parent._is_none()
+            or parent._is_missing()
+        ):
+            raise NotFast(f"{'.'.join(path)} is not below plain dicts")
+    node = parent._get_node(path[-1]) if isinstance(parent, DictConfig) else None
+    if not isinstance(node, ValueNode):
+        raise NotFast(f"{'.'.join(path)} is not an existing leaf")
+    return parent, path[-1], node
+
+
+def _stored_as_is(node: Any, value: Any) -> bool:
+    """``parent.key = value`` would store ``value`` unchanged in this untyped leaf (OmegaConf's
+    ``AnyNode`` keeps primitives as they are); not for read-only nodes, ``None`` in a
+    non-optional node or the missing marker, which OmegaConf treats specially."""
+    from omegaconf import AnyNode
+
+    return (
+        type(node) is AnyNode
+        and type(value) in (str, int, float, bool)
+        and value != "???"
+        and not node._get_flag("readonly")
+    )
+
+
+def _resolved(cfg: Any, path: tuple[Any, ...]) -> Any:
+    """The value at ``path`` as ``OmegaConf.to_container(resolve=True, throw_on_missing=False,
+    enum_to_str=True)`` gives it."""
+    from enum import Enum
+
+    from omegaconf import Container, OmegaConf, ValueNode
+
+    parent = cfg
+    for key in path[:-1]:
+        parent = parent._get_node(key)
+        if parent._is_interpolation():
+            raise NotFast("below an interpolation")
+    key = path[-1]
+    node = parent._get_node(key)
+    if isinstance(node, ValueNode) and not node._is_interpolation():
+        if node._is_missing():
+            return "???"
+        value = node._value()
+        return value.name if isinstance(value, Enum) else value
+    if isinstance(node, Container) and not node._is_interpolation():
+        return OmegaConf.to_container(node, resolve=True, throw_on_missing=False, enum_to_str=True)
+    if node._is_missing():
+        return "???"
+    value = parent[key]
+    if OmegaConf.is_config(value):
+        return OmegaConf.to_container(value, resolve=True, throw_on_missing=False, enum_to_str=True)
+    if isinstance(value, Enum):
+        return value.name
+    return value
+
+
+def _patched(base: dict[str, Any], patches: dict[tuple[Any, ...], Any]) -> dict[str, Any]:
+    """A copy of ``base`` with ``patches`` set, copying only the containers on their paths (the
+    rest is shared with ``base``)."""
+    root = dict(base)
+    copied: dict[tuple[Any, ...], Any] = {(): root}
+    for path, value in patches.items():
+        node = root
+        for depth in range(len(path) - 1):
+            prefix = path[: depth + 1]
+            child = copied.get(prefix)
+            if child is None:
+                original = node[path[depth]]
+                child = dict(original) if isinstance(original, dict) else list(original)
+                node[path[depth]] = child
+                copied[prefix] = child
+            node = child
+        node[path[-1]] = value
+    return root

@@ -1,0 +1,135 @@
+"""Document building for one launch (pure): a composed sweep point -> its STAGED experiment
+document (``seml_hydra.core.documents.build_document``), and the blocks every point of the launch
+shares.
+
+The launcher (``seml_hydra.launch.launcher``) does the I/O around it: it stores the payload and
+the code snapshot, reads the git state (``store.gitinfo.git_info``), takes the clock and draws
+the seeds, then hands :class:`LaunchDocs` and each point to :func:`make_document`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from seml_hydra.core.documents import GitDoc, HydraDoc, build_document, dict_diff, pick_seed
+from seml_hydra.launch.compose import SweepPoint
+from seml_hydra.launch.sbatch import job_name, sbatch_options
+from seml_hydra.store.masking import mask_credentials
+
+
+@dataclass(frozen=True)
+class LaunchDocs:
+    """What every document of one launch shares.
+
+    Attributes:
+        collection_name: the collection (``--comment``, and the job name's prefix).
+        base_hydra: the first point's resolved ``hydra`` node: every point's ``node_diff``
+            is taken against it (it is stored with the payload as ``metadata.hydra_base``).
+        seml: the ``seml`` block (:func:`seml_doc`, plus ``source_files`` of the snapshot).
+        git: ``{path, commit, dirty}`` of the app's working dir, or None outside git.
+        add_time: staging time (UTC), the same for all documents of the launch.
+    """
+
+    collection_name: str
+    base_hydra: Mapping[str, Any]
+    seml: Mapping[str, Any]
+    git: GitDoc | None
+    add_time: datetime
+
+
+def hydra_doc(point: SweepPoint, base_hydra: Mapping[str, Any]) -> HydraDoc:
+    """The document's ``hydra`` block of ``point`` (see ``core.documents.HydraDoc``); its Hydra
+    node is stored as the diff against ``base_hydra`` (``core.documents.dict_diff``)."""
+    hydra = point.hydra
+    return {
+        "overrides": point.overrides,
+        "job_num": point.job_num,
+        "job_name": hydra["job"]["name"],
+        "sweep_dir": os.path.abspath(str(hydra["sweep"]["dir"])),
+        "output_dir": hydra["runtime"]["output_dir"],
+        "choices": hydra["runtime"].get("choices", {}),
+        "node_diff": dict_diff(base_hydra, hydra),
+    }
+
+
+def seml_doc(
+    first: SweepPoint, *, payload_id: str, executor: str, argv: Sequence[str]
+) -> dict[str, Any]:
+    """The ``seml`` block shared by a launch's documents (SEML 0.5's names where SEML has one):
+    ``executable`` (absolute ``argv[0]``), ``name`` (``hydra.job.name``), ``working_dir``
+    (Hydra's ``runtime.cwd``), ``output_dir`` (the absolute submitit folder), ``command`` (the
+    command line, MongoDB passwords masked: ``store.masking.mask_credentials``), ``launcher``
+    (``seml_hydra.<executor>``) and ``payload_file`` (the GridFS id of the batch payload).
+
+    Args:
+        first: the launch's first point (its ``hydra`` node and launcher).
+        payload_id: the payload file's id, as a string.
+        executor: ``"slurm"`` or ``"local"``.
+        argv: the launch's command line (``sys.argv``).
+    """
+    return {
+        "executable": os.path.abspath(argv[0]) if argv and argv[0] else "",
+        "name": first.hydra["job"]["name"],
+        "working_dir": first.hydra["runtime"]["cwd"],
+        "output_dir": os.path.abspath(str(first.launcher["submitit_folder"])),
+        "command": mask_credentials(" ".join(argv)),
+        "launcher": f"seml_hydra.{executor}",
+        "payload_file": payload_id,
+    }
+
+
+def draw_seed(config: Mapping[str, Any], rng: random.Random) -> int:
+    """The experiment's seed: the app's own integer ``seed`` (``core.documents.pick_seed``),
+    else a number in ``[0, 2**31)`` drawn from ``rng`` (the launcher's ``SystemRandom``)."""
+    return pick_seed(config, rng.randrange(2**31))
+
+
+def make_document(
+    docs: LaunchDocs, point: SweepPoint, *, exp_id: int, batch_id: int, seed: int
+) -> dict[str, Any]:
+    """The STAGED document of ``point`` (``core.documents.build_document``): its config and
+    overrides, :func:`hydra_doc`, the launch's ``seml`` and ``git`` blocks, and the sbatch
+    options it is submitted with (``launch.sbatch.sbatch_options``, job name
+    ``<collection>_<batch_id>``).
+
+    Args:
+        docs: the launch's shared blocks.
+        point: the composed point.
+        exp_id, batch_id: from the collection's atomic counters.
+        seed: from :func:`draw_seed`.
+    """
+    return build_document(
+        exp_id=exp_id,
+        batch_id=batch_id,
+        config=point.config,
+        overrides=point.overrides,
+        hydra=hydra_doc(point, docs.base_hydra),
+        seed=seed,
+        seml=docs.seml,
+        sbatch_options=sbatch_options(
+            point.launcher,
+            comment=docs.collection_name,
+            name=job_name(docs.collection_name, batch_id),
+        ),
+        experiments_per_job=point.launcher["experiments_per_job"],
+        git=docs.git,
+        add_time=docs.add_time,
+        launcher=point.launcher,
+    )
+
+
+def refreshed_fields(docs: LaunchDocs, point: SweepPoint, batch_id: int) -> dict[str, Any]:
+    """The fields set on an existing document that this launch runs again (a re-run or a
+    re-submission): this launch's ``hydra`` and ``seml`` blocks and its ``batch_id``. The
+    re-run joins this batch: it names this batch's source files, which SEML's delete removes
+    with the last document of the batch (``store.sources.upload_sources``)."""
+    return {
+        "hydra": hydra_doc(point, docs.base_hydra),
+        "seml": dict(docs.seml),
+        "batch_id": batch_id,
+    }

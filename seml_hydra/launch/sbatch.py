@@ -1,0 +1,220 @@
+"""What a point's ``hydra.launcher`` node becomes for Slurm (pure): validation, the submitit
+executor parameters, the sbatch options recorded in the documents, the resource key that groups
+points into array jobs, and how ids are cut into array tasks and arrays.
+
+The mapping is derived from the config dataclass (``seml_hydra.config.SemlLauncherConf``), as
+hydra-submitit-launcher derives its split from ``BaseQueueConf``: each field's ``ROLE`` metadata
+says whether it is a generic submitit parameter (:data:`GENERIC_KEYS`), a Slurm-only one sent as
+``slurm_<key>`` (:data:`SLURM_KEYS`) or read by the launcher alone; its ``SBATCH`` metadata names
+its sbatch option (:data:`SBATCH_NAMES`). A new field is classified where it is declared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from seml_hydra import config
+from seml_hydra.config import SemlLauncherConf
+
+_FIELDS = dataclasses.fields(SemlLauncherConf)
+#: the fields of ``hydra.launcher`` (``seml_hydra.config.SemlLauncherConf``)
+LAUNCHER_FIELDS = tuple(f.name for f in _FIELDS)
+#: generic submitit executor keys (applied to the Slurm and the local executor): role GENERIC
+GENERIC_KEYS = tuple(f.name for f in _FIELDS if f.metadata.get(config.ROLE) == config.GENERIC)
+#: Slurm-only launcher fields, passed to submitit as ``slurm_<key>``: role SLURM
+SLURM_KEYS = tuple(f.name for f in _FIELDS if f.metadata.get(config.ROLE) == config.SLURM)
+#: launcher field -> its sbatch option in ``slurm[0].sbatch_options`` (``SBATCH`` metadata)
+SBATCH_NAMES: Mapping[str, str] = {
+    f.name: f.metadata[config.SBATCH] for f in _FIELDS if f.metadata.get(config.SBATCH)
+}
+
+
+#: sbatch options the launcher sets itself; users must not set them through additional_parameters
+RESERVED_SBATCH_OPTIONS = ("comment", "job-name", "job_name", "array", "output", "error")
+#: launcher fields whose text is written into the sbatch script (``#SBATCH --<option>=<value>``):
+#: the Slurm-only fields recorded as an sbatch option (the generic ones are numbers)
+SCRIPT_TEXT_FIELDS = tuple(key for key in SLURM_KEYS if key in SBATCH_NAMES)
+
+
+def control_character(text: str) -> str | None:
+    """The first control character of ``text`` (code point below 0x20 - null, tab, newline,
+    carriage return... - or 0x7f, DEL), or None (pure)."""
+    return next((c for c in text if ord(c) < 0x20 or ord(c) == 0x7F), None)
+
+
+def script_values(launcher: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(field, text)`` of every launcher value that reaches the sbatch script (pure):
+    :data:`SCRIPT_TEXT_FIELDS`, ``submitit_folder`` (the ``--output`` path), each ``setup``
+    line (``setup[i]``) and each ``additional_parameters`` key and value. ``None`` is left out
+    (never sent); other values as ``str()``, as submitit writes them."""
+    out = [(key, str(launcher[key])) for key in SCRIPT_TEXT_FIELDS if launcher.get(key) is not None]
+    if launcher.get("submitit_folder") is not None:
+        out.append(("submitit_folder", str(launcher["submitit_folder"])))
+    setup = launcher.get("setup")
+    if isinstance(setup, str):
+        setup = [setup]
+    for i, line in enumerate(setup or ()):
+        out.append((f"setup[{i}]", str(line)))
+    for key, value in (launcher.get("additional_parameters") or {}).items():
+        out.append(("additional_parameters (an option name)", str(key)))
+        if value is not None:
+            out.append((f"additional_parameters.{key}", str(value)))
+    return out
+
+
+def check_script_values(launcher: Mapping[str, Any], *, job_name: str | None = None) -> None:
+    """Refuse a launcher whose values would break the sbatch script.
+
+    submitit writes each option as one ``#SBATCH --<key>=<value>`` line and each ``setup``
+    entry as one shell line: a newline in a value ends the ``#SBATCH`` block (sbatch ignores
+    every ``#SBATCH`` line after a command) and runs the rest as a shell command. So no value
+    of :func:`script_values` (nor ``job_name``, the ``--job-name``) may hold a control
+    character (:func:`control_character`); ``setup`` is a list of lines by design, but each
+    entry must be one line.
+
+    Raises:
+        ValueError: naming the field and the character, e.g. ``hydra.launcher.partition=
+            'debug\\n#x' contains the control character '\\n'``.
+    """
+    values = script_values(launcher)
+    if job_name is not None:
+        values.append(("job name (<collection>_<batch_id>)", job_name))
+    for name, text in values:
+        char = control_character(text)
+        if char is not None:
+            what = name if name.startswith("job name") else f"hydra.launcher.{name}"
+            hint = (
+                " (setup is a list: one shell line per entry)" if name.startswith("setup") else ""
+            )
+            raise ValueError(
+                f"{what}={text!r} contains the control character {char!r}: values written "
+                f"into the Slurm job script must be a single line of printable text{hint}."
+            )
+
+
+def validate_launcher(launcher: Mapping[str, Any]) -> None:
+    """Reject launcher values that cannot work, before anything is staged.
+
+    Raises ``ValueError`` with the field and what to do: unknown fields (a typo added with
+    ``+hydra.launcher.mem_gbb=4``), non-positive counts, times or sizes, reserved sbatch options in
+    ``additional_parameters``; ``experiments_per_job > 1`` with more than one task (mutually
+    exclusive, as in SEML's multi-task change); non-positive counts; a control character (a
+    newline...) in a value that goes into the job script (:func:`check_script_values`).
+    """
+    unknown = sorted(set(launcher) - set(LAUNCHER_FIELDS) - {"_target_"})
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, LAUNCHER_FIELDS, n=1)
+            hints.append(f"{key}" + (f" (did you mean {close[0]}?)" if close else ""))
+        raise ValueError(
+            f"unknown launcher field(s) hydra.launcher.{', '.join(hints)}; the fields are listed "
+            "in the README (raw sbatch options go in hydra.launcher.additional_parameters)."
+        )
+    for key in ("nodes", "tasks_per_node", "experiments_per_job", "timeout_min"):
+        if not isinstance(launcher.get(key), int) or launcher[key] < 1:
+            raise ValueError(f"hydra.launcher.{key}={launcher.get(key)!r}: must be an integer >= 1")
+    for key in ("cpus_per_task", "gpus_per_node", "mem_gb", "array_parallelism"):
+        value = launcher.get(key)
+        if value is not None and (isinstance(value, bool) or not value > 0):
+            raise ValueError(f"hydra.launcher.{key}={value!r}: must be positive (or null)")
+    reserved = [
+        k for k in (launcher.get("additional_parameters") or {}) if k in RESERVED_SBATCH_OPTIONS
+    ]
+    if reserved:
+        raise ValueError(
+            f"hydra.launcher.additional_parameters sets {', '.join(reserved)}, which the launcher "
+            "sets itself (comment = collection, job-name = <collection>_<batch>, array, output). "
+            "Remove them; use hydra.launcher.collection to change the comment."
+        )
+    if launcher["experiments_per_job"] > 1 and launcher["nodes"] * launcher["tasks_per_node"] > 1:
+        raise ValueError(
+            f"hydra.launcher.experiments_per_job={launcher['experiments_per_job']} with "
+            f"{launcher['nodes']} node(s) x {launcher['tasks_per_node']} task(s): several "
+            "experiments per job and multi-task jobs are mutually exclusive. Set "
+            "experiments_per_job=1 or nodes=1 tasks_per_node=1."
+        )
+    check_script_values(launcher)
+
+
+def job_name(collection_name: str, batch_id: int) -> str:
+    """The array's ``--job-name``: ``<collection>_<batch_id>`` (``seml queue`` and the recovery
+    of interrupted submissions find a batch's arrays by it)."""
+    return f"{collection_name}_{batch_id}"
+
+
+def resource_key(launcher: Mapping[str, Any]) -> str:
+    """A string identifying the resource set of a launcher node (points with equal keys share
+    one array job): JSON of every executor parameter's field (:data:`GENERIC_KEYS`,
+    :data:`SLURM_KEYS`) and ``experiments_per_job`` (how ids are cut into array tasks), keys
+    sorted, a missing field as ``null``. Pure."""
+    keys = (*GENERIC_KEYS, *SLURM_KEYS, "experiments_per_job")
+    return json.dumps({k: launcher.get(k) for k in keys}, sort_keys=True, default=str)
+
+
+def executor_parameters(launcher: Mapping[str, Any], *, comment: str, name: str) -> dict[str, Any]:
+    """submitit ``update_parameters`` kwargs for a launcher node (pure).
+
+    :data:`GENERIC_KEYS` go as they are, :data:`SLURM_KEYS` as ``slurm_<key>`` (as
+    hydra-submitit-launcher prefixes what is not in ``BaseQueueConf``); ``None`` is never sent,
+    nor an empty ``additional_parameters`` (a mapping is sent as a copy). Plus ``name`` (the job
+    name), ``slurm_comment`` (``comment``: the collection) and ``slurm_srun_args``: the srun step
+    always gets the task count explicitly (``--ntasks``, ``--ntasks-per-node``), never a bare
+    srun that lets Slurm guess it (SEML multi-task change).
+
+    Raises ``KeyError`` for a node without ``nodes`` or ``tasks_per_node``.
+    """
+    params: dict[str, Any] = {k: launcher[k] for k in GENERIC_KEYS if launcher.get(k) is not None}
+    params["name"] = name
+    for key in SLURM_KEYS:
+        value = launcher.get(key)
+        if isinstance(value, Mapping):  # additional_parameters: a copy, and not sent when empty
+            value = dict(value) or None
+        if value is not None:
+            params[f"slurm_{key}"] = value
+    params["slurm_comment"] = comment
+    ntasks = launcher["nodes"] * launcher["tasks_per_node"]
+    params["slurm_srun_args"] = [
+        f"--ntasks={ntasks}",
+        f"--ntasks-per-node={launcher['tasks_per_node']}",
+    ]
+    return params
+
+
+def sbatch_options(launcher: Mapping[str, Any], *, comment: str, name: str) -> dict[str, Any]:
+    """The sbatch options a point is submitted with, under sbatch's own names
+    (:data:`SBATCH_NAMES`; ``mem_gb`` as :func:`mem_option`), plus ``ntasks``, ``comment``,
+    ``job-name`` and the ``additional_parameters`` (recorded in ``slurm[0].sbatch_options`` as
+    SEML does). ``None`` is left out. Pure."""
+    out = {}
+    for key, flag in SBATCH_NAMES.items():
+        if launcher.get(key) is not None:
+            out[flag] = mem_option(launcher[key]) if key == "mem_gb" else launcher[key]
+    out["ntasks"] = launcher["nodes"] * launcher["tasks_per_node"]
+    out["comment"] = comment
+    out["job-name"] = name
+    out.update(launcher.get("additional_parameters") or {})
+    return out
+
+
+def mem_option(mem_gb: float) -> str:
+    """sbatch's ``--mem`` value for ``mem_gb`` GB: ``16.0`` -> ``"16G"``, ``0.5`` -> ``"512M"``
+    (sbatch rejects ``16.0G``; same rule as submitit's ``_convert_mem``)."""
+    mem = float(mem_gb)
+    return f"{int(mem)}G" if mem.is_integer() else f"{int(mem * 1024)}M"
+
+
+def chunk(ids: Sequence[int], size: int) -> list[list[int]]:
+    """Split ``ids`` into consecutive groups of at most ``size`` (one group per array task)."""
+    return [list(ids[i : i + size]) for i in range(0, len(ids), size)]
+
+
+def split_array(id_groups: Sequence[Sequence[int]], max_array_size: int) -> list[list[list[int]]]:
+    """Cut an array's task list into arrays of at most ``max_array_size`` tasks (Slurm's
+    ``MaxArraySize``: task ids must stay below it). Pure."""
+    size = max(1, int(max_array_size))
+    return [[list(g) for g in id_groups[i : i + size]] for i in range(0, len(id_groups), size)]

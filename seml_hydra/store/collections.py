@@ -1,0 +1,194 @@
+"""Collections: which names may hold experiments, where their metrics live, and the atomic id
+counters (:func:`next_ids`). (Opening one: :func:`seml_hydra.store.client.get_collection`.)
+
+Experiment ids are handed out by :func:`next_ids`, an atomic counter that never collides with
+ids that SEML itself wrote (SEML 0.5 uses ``max(_id) + 1``, starting at 1). ``pymongo`` is
+imported inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from seml_hydra.store.errors import InvalidCollectionName
+
+if TYPE_CHECKING:
+    import pymongo.database
+
+__all__ = [
+    "CLI_WORDS",
+    "COUNTERS_COLLECTION",
+    "METRICS_PREFIX",
+    "RESERVED_COLLECTIONS",
+    "RESERVED_PREFIXES",
+    "is_reserved_collection",
+    "metrics_collection_name",
+    "next_ids",
+    "validate_collection_name",
+]
+
+#: Collection that holds the id counters of :func:`next_ids`.
+COUNTERS_COLLECTION = "seml_hydra_counters"
+
+#: collections that hold something else than experiments: our id counters, Sacred's shared
+#: metrics collection (where runs before per-collection metrics wrote), GridFS's bucket
+RESERVED_COLLECTIONS = frozenset({COUNTERS_COLLECTION, "metrics", "fs"})
+#: the metrics of experiments collection ``C`` are in ``METRICS_PREFIX + C``
+#: (:func:`metrics_collection_name`); no experiments collection may start with it
+METRICS_PREFIX = "seml_hydra_metrics."
+#: name prefixes of collections that hold something else than experiments: GridFS's files and
+#: chunks, MongoDB's own (``system.*``), the metrics collections
+RESERVED_PREFIXES = ("fs.", "system.", METRICS_PREFIX)
+
+
+def is_reserved_collection(name: str) -> bool:
+    """Whether collection ``name`` holds something else than experiments (counters, GridFS,
+    metrics, MongoDB's ``system.*``: :data:`RESERVED_COLLECTIONS`, :data:`RESERVED_PREFIXES`),
+    so that it is neither listed nor accepted as an experiments collection. Pure."""
+    return name in RESERVED_COLLECTIONS or name.startswith(RESERVED_PREFIXES)
+
+
+def metrics_collection_name(collection: str) -> str:
+    """The metrics collection of experiments collection ``collection``:
+    ``"seml_hydra_metrics.<collection>"`` (documents ``{run_id, name, steps, values,
+    timestamps}``, Sacred's format; ``run_id`` is the experiment's ``_id``). It is Omniboard's
+    ``metricsCollectionName`` for runs collection ``collection``. Pure."""
+    return METRICS_PREFIX + collection
+
+
+#: the ``seml`` command's own first words: a collection so named could not be reached by
+#: ``seml NAME COMMAND``
+CLI_WORDS = frozenset({"list", "queue", "drop", "configure"})
+
+
+def validate_collection_name(name: str) -> str:
+    """Check a collection name before it reaches MongoDB.
+
+    Rules (MongoDB's naming restrictions, plus a length cap): a non-empty string of at most
+    100 characters, without ``$`` or a control character (below 0x20: null, newline, carriage
+    return, tab...; or 0x7f: the name reaches the sbatch script as ``--comment`` and
+    ``--job-name``, where a newline would end the ``#SBATCH`` block and inject a shell line),
+    not starting with ``system.``
+    (reserved), without a leading or trailing dot, none of the collections the database
+    already uses for other things (:data:`RESERVED_COLLECTIONS`, GridFS's ``fs.*``, the metrics
+    collections ``seml_hydra_metrics.*``), and not a
+    first word of the ``seml`` command (:data:`CLI_WORDS`, or starting with ``-``).
+
+    Args:
+        name: the collection name, e.g. ``"my_sweep"``.
+
+    Returns:
+        ``name`` unchanged.
+
+    Raises:
+        InvalidCollectionName: (a ``DatabaseError`` and ``ValueError``) saying which rule
+            the name breaks.
+    """
+
+    def bad(why: str) -> InvalidCollectionName:
+        return InvalidCollectionName(f"Invalid collection name {name!r}: {why}.")
+
+    if not isinstance(name, str):
+        raise InvalidCollectionName(
+            f"Invalid collection name {name!r}: it must be a string, not {type(name).__name__}."
+        )
+    if not name:
+        raise bad("it is empty")
+    if len(name) > 100:
+        raise bad(f"it has {len(name)} characters, at most 100 are allowed")
+    if "$" in name:
+        raise bad("it must not contain '$'")
+    control = next((c for c in name if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if control is not None:
+        raise bad(
+            f"it contains the control character {control!r}; use printable characters only "
+            "(the name goes into the Slurm job script)"
+        )
+    if name.startswith("system."):
+        raise bad("names starting with 'system.' are reserved by MongoDB")
+    if name.startswith(".") or name.endswith("."):
+        raise bad("it must not start or end with '.'")
+    if name in CLI_WORDS or name.startswith("-"):
+        raise bad(
+            f"`seml {name} ...` is the seml command's own, so the collection could not be "
+            "managed; choose another name (hydra.launcher.collection=...)"
+        )
+    if is_reserved_collection(name):
+        raise bad(
+            "it is used by seml-hydra, GridFS or Sacred (seml_hydra_counters, fs.*, metrics, "
+            f"{METRICS_PREFIX}*); choose another name (hydra.launcher.collection=...)"
+        )
+    return name
+
+
+def next_ids(
+    db: pymongo.database.Database,
+    counter_name: str,
+    n: int,
+    floor: Callable[[], int | None] | None = None,
+) -> range:
+    """Atomically reserve ``n`` new integer ids from a counter.
+
+    The counter is the document ``{_id: counter_name, value: <last id handed out>}`` in the
+    collection ``seml_hydra_counters`` of ``db``. Concurrent callers (threads, processes,
+    hosts) always get disjoint ranges because every reservation is one ``$inc`` that returns
+    the new value (``find_one_and_update`` with ``ReturnDocument.AFTER``).
+
+    When the counter does not exist yet, ``floor()`` is called once (e.g. the largest ``_id``
+    SEML already wrote to the collection, since SEML 0.5 numbers experiments ``max + 1``
+    starting at 1) and the counter is created with ``$max: {value: floor()}`` before the
+    ``$inc``. ``$max`` never lowers the value, so two processes creating the counter at once
+    still never get the same ids. Without ``floor`` a new counter starts at 0 (first id 1).
+
+    Args:
+        db: the database (from :func:`seml_hydra.store.client.connect`).
+        counter_name: counter key, e.g. the experiment collection's name.
+        n: number of ids to reserve (``>= 0``; 0 returns an empty range).
+        floor: called only when the counter does not exist; returns the largest id already
+            in use (``None`` counts as 0).
+
+    Returns:
+        ``range(first, first + n)`` of ids nobody else got.
+
+    Raises:
+        ValueError: ``n`` is negative or ``floor()`` returned a non-integer.
+        pymongo.errors.PyMongoError: the database operation failed.
+    """
+    from pymongo import ReturnDocument  # lazy: pymongo is slow to import
+    from pymongo.errors import DuplicateKeyError
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"next_ids: n must be a non-negative integer, got {n!r}")
+    counters = db[COUNTERS_COLLECTION]
+    query = {"_id": counter_name}
+    inc = {"$inc": {"value": n}}
+
+    doc = None
+    if floor is not None:
+        doc = counters.find_one_and_update(query, inc, return_document=ReturnDocument.AFTER)
+        if doc is None:  # the counter does not exist yet: create it at the floor
+            start = floor()
+            start = 0 if start is None else start
+            if isinstance(start, bool) or not isinstance(start, int):
+                raise ValueError(f"next_ids: floor() must return an int, got {start!r}")
+            for attempt in range(2):
+                try:
+                    counters.update_one(query, {"$max": {"value": start}}, upsert=True)
+                    break
+                except DuplicateKeyError:  # created concurrently; $max again on the doc
+                    if attempt:
+                        raise
+    if doc is None:
+        for attempt in range(2):
+            try:
+                doc = counters.find_one_and_update(
+                    query, inc, upsert=True, return_document=ReturnDocument.AFTER
+                )
+                break
+            except DuplicateKeyError:  # concurrent upsert of a new counter; retry once
+                if attempt:
+                    raise
+    assert doc is not None
+    last = int(doc["value"])
+    return range(last - n + 1, last + 1)
