@@ -38,8 +38,8 @@ class Payload:
         task_function: the ``@hydra.main`` task (cloudpickled by value when defined in __main__).
         hydra_context: Hydra's ``HydraContext`` (config loader and callbacks) for ``run_job``.
         singleton_state: ``Singleton.get_state()`` of the launching process (ConfigStore...).
-        typed_hydra_base: pickled typed Hydra node of the base Hydra node
-            (``typed_hydra_node``; None in payloads from before it existed).
+        typed_hydra_base: the base Hydra node typed (``core.hydra_node.typed_hydra_node``),
+            pickled; None in payloads from before it existed.
 
     The batch's base Hydra node (each document stores its own diff to it) is kept as JSON in the
     GridFS file's ``metadata.hydra_base``, readable without unpickling (:func:`hydra_base`).
@@ -61,8 +61,8 @@ def pickled_payload(task_function: Any, hydra_context: Any, typed_hydra_base: An
     Args:
         task_function: the ``@hydra.main`` task.
         hydra_context: Hydra's ``HydraContext`` of the launch.
-        typed_hydra_base: the typed base Hydra node (``typed_hydra_node`` of the first point's
-            node), stored pickled in :attr:`Payload.typed_hydra_base`.
+        typed_hydra_base: the typed base Hydra node (``core.hydra_node.typed_hydra_node`` of the
+            first point's node), stored pickled in :attr:`Payload.typed_hydra_base`.
 
     Pickled at launch, before anything is staged, so an unpicklable task (a lock in a closure,
     an open file...) fails first. Raises :class:`UnpicklableTaskError` saying so.
