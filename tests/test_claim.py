@@ -18,7 +18,8 @@ import pytest
 from conftest import run_app
 
 from seml_hydra.core import states
-from seml_hydra.job.runner import JobRunner, claim
+from seml_hydra.job.claim import claim
+from seml_hydra.job.runner import JobRunner
 
 THIS_JOB = {"cluster": "semltest", "array_id": 500, "task_id": 3}
 OTHER_JOBS = [

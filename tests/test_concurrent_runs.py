@@ -18,8 +18,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from seml_hydra.core import states
-from seml_hydra.job import runner as run
-from seml_hydra.job.runner import claim, claim_after_earlier_run
+from seml_hydra.job import claim as claiming
+from seml_hydra.job.claim import claim, claim_after_earlier_run, fence
+from seml_hydra.job.failures import fail_if_a_rank_failed, rank_failure_header, record_rank_failure
+from seml_hydra.job.observed import _WithoutUpsert
+from seml_hydra.job.slurm_env import restart_count
 
 JOB = {"cluster": "semltest", "array_id": 700, "task_id": 2}
 EARLIER = {**JOB, "restart": 0}
@@ -147,8 +150,8 @@ def test_a_requeued_run_waits_and_does_not_rerun_what_the_earlier_run_completed(
         pauses.append(seconds)
         coll.update_one({"_id": 1}, {"$set": {"status": states.COMPLETED, "result": 7}})
 
-    monkeypatch.setattr(run.time, "sleep", earlier_run_completes)
-    with caplog.at_level(logging.WARNING, logger="seml_hydra.job.runner"):
+    monkeypatch.setattr(claiming.time, "sleep", earlier_run_completes)
+    with caplog.at_level(logging.WARNING, logger="seml_hydra.job.claim"):
         doc, why = claim_after_earlier_run(coll, 1, REQUEUED, poll_s=0.5)
     assert (doc, why) == (None, "it is COMPLETED, not PENDING")
     assert pauses == [0.5]
@@ -163,7 +166,7 @@ def test_a_requeued_run_takes_over_when_the_earlier_run_dies_while_it_waits(test
     def earlier_run_dies(seconds):  # its last heartbeat ages past the bound
         coll.update_one({"_id": 1}, {"$set": {"heartbeat": sacred_time(STALE)}})
 
-    monkeypatch.setattr(run.time, "sleep", earlier_run_dies)
+    monkeypatch.setattr(claiming.time, "sleep", earlier_run_dies)
     doc, why = claim_after_earlier_run(coll, 1, REQUEUED, poll_s=0.5)
     assert why is None and doc["execution"]["restart"] == 1
 
@@ -171,7 +174,7 @@ def test_a_requeued_run_takes_over_when_the_earlier_run_dies_while_it_waits(test
 def test_the_wait_for_an_earlier_run_is_bounded(test_db, monkeypatch):
     coll = test_db["runs"]
     before = insert_running(coll, EARLIER, heartbeat=sacred_time(FRESH))
-    monkeypatch.setattr(run.time, "sleep", lambda s: pytest.fail("waited past the bound"))
+    monkeypatch.setattr(claiming.time, "sleep", lambda s: pytest.fail("waited past the bound"))
     doc, why = claim_after_earlier_run(coll, 1, REQUEUED, max_wait_s=0)
     assert doc is None and why.endswith("; gave up waiting after 0 s")
     assert coll.find_one({"_id": 1}) == before
@@ -182,21 +185,19 @@ def test_an_earlier_run_that_lives_on_cannot_write_over_the_run_that_took_over(t
     coll = test_db["runs"]
     earlier = insert_running(coll, EARLIER, claim_time=datetime.now(timezone.utc) - STALE)
     later, _ = claim(coll, 1, REQUEUED)
-    run._WithoutUpsert(coll, run._fence(earlier)).update_one(
+    _WithoutUpsert(coll, fence(earlier)).update_one(
         {"_id": 1}, {"$set": {"status": states.FAILED, "heartbeat": sacred_time(FRESH)}}
     )
     assert coll.find_one({"_id": 1}) == later
-    run._WithoutUpsert(coll, run._fence(later)).update_one(
-        {"_id": 1}, {"$set": {"result": 3}}, upsert=True
-    )
+    _WithoutUpsert(coll, fence(later)).update_one({"_id": 1}, {"$set": {"result": 3}}, upsert=True)
     assert coll.find_one({"_id": 1})["result"] == 3
 
 
 def test_restart_count():
-    assert run.restart_count({}) == 0
-    assert run.restart_count({"SLURM_RESTART_COUNT": "2"}) == 2
+    assert restart_count({}) == 0
+    assert restart_count({"SLURM_RESTART_COUNT": "2"}) == 2
     with pytest.raises(ValueError, match="SLURM_RESTART_COUNT='x' is not an integer"):
-        run.restart_count({"SLURM_RESTART_COUNT": "x"})
+        restart_count({"SLURM_RESTART_COUNT": "x"})
 
 
 # --------------------------------------------------------------------------------------------
@@ -224,22 +225,20 @@ def test_two_ranks_failing_at_once_keep_both_headers_in_fail_trace(test_db):
     coll = test_db["runs"]
     sacred_trace = ["Traceback (most recent call last):\n", "ValueError: rank 0\n"]
     coll.insert_one({"_id": 1, "status": states.FAILED, "fail_trace": sacred_trace})
-    run._record_rank_failure(coll, 1, 1, "Traceback\n$ a line with a dollar\nKeyError: 1\n")
+    record_rank_failure(coll, 1, 1, "Traceback\n$ a line with a dollar\nKeyError: 1\n")
 
     def rank_2_fails():  # after rank 1 read the document, before it writes
-        run._record_rank_failure(coll, 1, 2, "Traceback\nOSError: 2\n")
-        run._fail_if_a_rank_failed(coll, 1)
+        record_rank_failure(coll, 1, 2, "Traceback\nOSError: 2\n")
+        fail_if_a_rank_failed(coll, 1)
 
-    run._fail_if_a_rank_failed(_WritesAfter(coll, rank_2_fails), 1)
+    fail_if_a_rank_failed(_WritesAfter(coll, rank_2_fails), 1)
     doc = coll.find_one({"_id": 1})
     trace = doc["fail_trace"]
     headers = [line for line in trace if line.startswith("--- rank")]
-    assert sorted(headers) == sorted({run.rank_failure_header(f) for f in doc["rank_failures"]}), (
-        trace
-    )
+    assert sorted(headers) == sorted({rank_failure_header(f) for f in doc["rank_failures"]}), trace
     assert len(headers) == 2
     assert trace[:2] == sacred_trace
     assert "$ a line with a dollar\n" in trace and "OSError: 2\n" in trace
     assert doc["status"] == states.FAILED
-    run._fail_if_a_rank_failed(coll, 1)  # again: nothing added twice
+    fail_if_a_rank_failed(coll, 1)  # again: nothing added twice
     assert coll.find_one({"_id": 1})["fail_trace"] == trace

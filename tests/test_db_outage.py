@@ -516,7 +516,7 @@ def test_a_multi_host_uri_is_accepted_and_every_host_is_checked():
 
 
 def test_metrics_kept_for_the_next_heartbeat_are_sent_before_the_new_ones():
-    from seml_hydra.job.runner import _merge_metrics
+    from seml_hydra.job.observed import _merge_metrics
 
     earlier = {"loss": {"steps": [0, 1], "values": [1.0, 0.5], "timestamps": ["a", "b"]}}
     later = {
@@ -536,13 +536,13 @@ def test_a_rank_failure_pushed_again_by_a_retry_is_recorded_once(test_db, monkey
     failure, same id) adds nothing."""
     import uuid
 
-    from seml_hydra.job import runner as run
+    from seml_hydra.job.failures import record_rank_failure
 
     coll = test_db["ranks"]
     coll.insert_one({"_id": 1, "status": "RUNNING"})
     same = uuid.uuid4()
     monkeypatch.setattr(uuid, "uuid4", lambda: same)
-    run._record_rank_failure(coll, 1, 1, "trace\n")
-    run._record_rank_failure(coll, 1, 1, "trace\n")  # what a retry sends
+    record_rank_failure(coll, 1, 1, "trace\n")
+    record_rank_failure(coll, 1, 1, "trace\n")  # what a retry sends
     failures = coll.find_one({"_id": 1})["rank_failures"]
     assert [(f["rank"], f["trace"]) for f in failures] == [(1, "trace\n")]

@@ -525,7 +525,7 @@ def test_stored_object_warning_names_every_key_under_a_tagged_result():
 
 
 def test_masked_hydra_node_masks_the_db_url_and_hydra_overrides_and_copies_only_them():
-    from seml_hydra.launch.launcher import masked_hydra_node
+    from seml_hydra.launch.pipeline import masked_hydra_node
 
     shared = {"name": "app"}
     hydra = {

@@ -4,8 +4,8 @@ launcher and the ``seml`` command decide "message or traceback" by that one clas
 import pytest
 
 from seml_hydra.core.errors import UserError, user_error_message
-from seml_hydra.job.rank import RankEnvironmentError
-from seml_hydra.launch.launcher import LaunchError
+from seml_hydra.job.slurm_env import RankEnvironmentError
+from seml_hydra.launch.pipeline import LaunchError
 from seml_hydra.launch.submit import JobFilesError, SubmissionError
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.slurm.client import SlurmError

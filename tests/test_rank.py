@@ -11,7 +11,6 @@ import pytest
 
 from seml_hydra.job import rank
 from seml_hydra.job.rank import (
-    RankEnvironmentError,
     RankPlan,
     apply_seed,
     current_plan,
@@ -19,6 +18,7 @@ from seml_hydra.job.rank import (
     plan_rank,
     set_current_plan,
 )
+from seml_hydra.job.slurm_env import RankEnvironmentError
 
 
 def slurm_step(

@@ -12,7 +12,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from seml_hydra.core import states
 from seml_hydra.core.hydra_node import job_config
-from seml_hydra.job.runner import adapt_hydra_node, claim_filter, execution_identity, pending_for
+from seml_hydra.job.claim import claim_filter, pending_for
+from seml_hydra.job.runner import adapt_hydra_node
+from seml_hydra.job.slurm_env import execution_identity
 
 # --------------------------------------------------------------------------------------------
 # execution_identity
@@ -76,7 +78,10 @@ def test_execution_identity_missing_names_the_variables():
     "env, variable",
     [
         ({"SLURM_JOB_ID": "abc"}, "SLURM_JOB_ID"),
-        ({"SLURM_JOB_ID": "1", "SLURM_ARRAY_JOB_ID": "x1"}, "SLURM_ARRAY_JOB_ID"),
+        (
+            {"SLURM_JOB_ID": "1", "SLURM_ARRAY_JOB_ID": "x1", "SLURM_ARRAY_TASK_ID": "0"},
+            "SLURM_ARRAY_JOB_ID",
+        ),
         (
             {"SLURM_JOB_ID": "1", "SLURM_ARRAY_JOB_ID": "1", "SLURM_ARRAY_TASK_ID": "1.5"},
             "SLURM_ARRAY_TASK_ID",

@@ -22,5 +22,5 @@ ALIASES = {"QUEUED": STAGED}
 
 #: a Sacred heartbeat (or start/claim time) younger than this (seconds) proves a run alive
 #: (Sacred beats every 10 s): ``manage.decide_killed`` and the claim of a requeued task
-#: (``run.claim_filter``) use it
+#: (``seml_hydra.job.claim.claim_filter``) use it
 HEARTBEAT_STALE_S = 60.0

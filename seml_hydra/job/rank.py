@@ -2,7 +2,7 @@
 
 One experiment document may run as several Slurm tasks (possibly on several nodes), every
 rank running the same task function.  This module turns the environment of one such process
-into a :class:`RankPlan` that tells the rest of ``seml_hydra`` how this rank must behave.
+(read by ``seml_hydra.job.slurm_env``) into a :class:`RankPlan` that tells the rest of ``seml_hydra`` how this rank must behave.
 The rules follow SEML's multi-task change ("Add support for multi node/task jobs"):
 
 * rank 0 logs from ``INFO``, every other rank only from ``ERROR``;
@@ -32,17 +32,15 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.util import find_spec
 from numbers import Integral
 from typing import Any
 
-from seml_hydra.core.errors import UserError
+from seml_hydra.job.slurm_env import placement
 
 __all__ = [
-    "RankEnvironmentError",
     "RankPlan",
     "apply_seed",
     "current_plan",
@@ -53,53 +51,10 @@ __all__ = [
     "set_current_plan",
 ]
 
-SOURCE_SLURM = "slurm"
-SOURCE_SUBMITIT_LOCAL = "submitit-local"
-SOURCE_SINGLE_PROCESS = "single-process"
-
 # numpy's legacy ``numpy.random.seed`` accepts 0 <= seed < 2**32 only.
 _NUMPY_SEED_MODULUS = 2**32
 # ``torch.manual_seed`` accepts a 64-bit seed; negative seeds are wrapped into uint64 by torch.
 _TORCH_SEED_MODULUS = 2**64
-
-_INT_RE = re.compile(r"-?[0-9]+")
-
-
-class RankEnvironmentError(UserError, ValueError):
-    """An environment variable needed to place this rank is missing or malformed.
-
-    The message always names the variable, its value (or that it is not set) and what was
-    expected, e.g. ``SLURM_PROCID='4' is out of range; expected the global rank of this
-    task, an integer in 0..3 (SLURM_NTASKS='4')``.
-
-    Attributes:
-        variable: name of the offending variable, e.g. ``"SLURM_PROCID"``.
-        value: its raw value, or ``None`` when it is not set.
-        expected: human-readable description of an acceptable value.
-        problem: what is wrong with the value (``None`` when it is not set).
-    """
-
-    def __init__(
-        self,
-        variable: str,
-        value: str | None,
-        expected: str,
-        problem: str | None = None,
-    ) -> None:
-        self.variable = variable
-        self.value = value
-        self.expected = expected
-        self.problem = problem
-        if value is None:
-            message = f"{variable} is not set; expected {expected}"
-        else:
-            message = f"{variable}={value!r} is {problem or 'invalid'}; expected {expected}"
-        super().__init__(message)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # submitit pickles exceptions raised in a task back to the submitter; the default
-        # ValueError pickling would call __init__ with the message only.
-        return (type(self), (self.variable, self.value, self.expected, self.problem))
 
 
 @dataclass(frozen=True)
@@ -140,224 +95,6 @@ class RankPlan:
     job_id: str | None
     array_job_id: str | None
     array_task_id: int | None
-
-
-# --------------------------------------------------------------------------------------
-# Reading variables
-# --------------------------------------------------------------------------------------
-
-
-def _get(env: Mapping[str, str], name: str) -> str | None:
-    """The value of ``name``; an empty string counts as not set."""
-    value = env.get(name)
-    if value is None or value == "":
-        return None
-    return value
-
-
-def _first(env: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str | None]:
-    """The first of ``names`` that is set, and its value; else ``(names[0], None)``.
-
-    A variable set to the empty string is reported (not skipped) so it gets a clear error.
-    """
-    for name in names:
-        value = env.get(name)
-        if value is not None:
-            return name, value
-    return names[0], None
-
-
-def _parse_int(name: str, value: Any, expected: str, *, minimum: int) -> int:
-    if not isinstance(value, str) or not _INT_RE.fullmatch(value):
-        raise RankEnvironmentError(name, value, expected, "not an integer")
-    number = int(value)
-    if number < minimum:
-        problem = "negative" if number < 0 else "too small"
-        raise RankEnvironmentError(name, value, expected, problem)
-    return number
-
-
-def _read_count(env: Mapping[str, str], names: tuple[str, ...], what: str) -> tuple[str, int]:
-    """A required positive count (world size, number of nodes): ``(variable used, value)``."""
-    name, value = _first(env, names)
-    expected = f"{what}, a positive integer"
-    if value is None:
-        if len(names) > 1:
-            expected += f" (its fallback {' / '.join(names[1:])} is not set either)"
-        raise RankEnvironmentError(names[0], None, expected)
-    return name, _parse_int(name, value, expected, minimum=1)
-
-
-def _read_index(
-    env: Mapping[str, str],
-    name: str,
-    what: str,
-    *,
-    bound: int,
-    bound_name: str,
-) -> int:
-    """A required index in ``0..bound-1``."""
-    value = env.get(name)
-    expected = f"{what}, an integer in 0..{bound - 1} ({bound_name}={str(bound)!r})"
-    if value is None:
-        raise RankEnvironmentError(name, None, expected)
-    number = _parse_int(name, value, expected, minimum=0)
-    if number >= bound:
-        raise RankEnvironmentError(name, value, expected, "out of range")
-    return number
-
-
-def _require(env: Mapping[str, str], name: str, expected: str) -> str:
-    value = env.get(name)
-    if value is None or value == "":
-        raise RankEnvironmentError(name, value, expected, "empty")
-    return value
-
-
-# --------------------------------------------------------------------------------------
-# Placing the rank
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Placement:
-    global_rank: int
-    local_rank: int
-    world_size: int
-    node_rank: int
-    num_nodes: int
-    source: str
-    job_id: str | None = None
-    array_job_id: str | None = None
-    array_task_id: int | None = None
-
-
-def _detect_source(env: Mapping[str, str]) -> str:
-    executor = env.get("SUBMITIT_EXECUTOR", "")
-    if executor == "slurm":
-        return SOURCE_SLURM
-    if executor == "local":
-        return SOURCE_SUBMITIT_LOCAL
-    if _get(env, "SLURM_JOB_ID") is not None:
-        return SOURCE_SLURM
-    return SOURCE_SINGLE_PROCESS
-
-
-def _place_slurm(env: Mapping[str, str]) -> _Placement:
-    raw_job_id = _require(env, "SLURM_JOB_ID", "the Slurm job id of this task")
-
-    array_job_id = _get(env, "SLURM_ARRAY_JOB_ID")
-    raw_task_id = _get(env, "SLURM_ARRAY_TASK_ID")
-    array_task_id: int | None = None
-    if array_job_id is not None and raw_task_id is None:
-        raise RankEnvironmentError(
-            "SLURM_ARRAY_TASK_ID",
-            None,
-            f"the array task index, because SLURM_ARRAY_JOB_ID={array_job_id!r} is set",
-        )
-    if raw_task_id is not None:
-        if array_job_id is None:
-            raise RankEnvironmentError(
-                "SLURM_ARRAY_JOB_ID",
-                None,
-                f"the array's job id, because SLURM_ARRAY_TASK_ID={raw_task_id!r} is set",
-            )
-        array_task_id = _parse_int(
-            "SLURM_ARRAY_TASK_ID",
-            raw_task_id,
-            "the array task index, a non-negative integer",
-            minimum=0,
-        )
-    job_id = raw_job_id if array_job_id is None else f"{array_job_id}_{array_task_id}"
-    ids = {"job_id": job_id, "array_job_id": array_job_id, "array_task_id": array_task_id}
-
-    in_step = _get(env, "SLURM_STEP_ID") is not None or _get(env, "SLURM_STEPID") is not None
-    if not in_step:
-        # The batch script itself (or an salloc shell): exactly one process, whatever
-        # SLURM_NTASKS says about the allocation.  Slurm sets SLURM_PROCID=0 there, if at all.
-        procid = env.get("SLURM_PROCID")
-        if procid is not None:
-            expected = (
-                "0 or unset, because SLURM_STEP_ID is not set (outside an srun step this "
-                "process is the batch script itself, a single process)"
-            )
-            if _parse_int("SLURM_PROCID", procid, expected, minimum=0) != 0:
-                raise RankEnvironmentError("SLURM_PROCID", procid, expected, "not 0")
-        return _Placement(0, 0, 1, 0, 1, SOURCE_SLURM, **ids)
-
-    ntasks_name, world_size = _read_count(
-        env, ("SLURM_NTASKS", "SLURM_NPROCS"), "the number of tasks of this srun step"
-    )
-    nodes_name, num_nodes = _read_count(
-        env, ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"), "the number of nodes of this job"
-    )
-    global_rank = _read_index(
-        env,
-        "SLURM_PROCID",
-        "the global rank of this task",
-        bound=world_size,
-        bound_name=ntasks_name,
-    )
-    local_rank = _read_index(
-        env,
-        "SLURM_LOCALID",
-        "the rank of this task on its node",
-        bound=world_size,
-        bound_name=ntasks_name,
-    )
-    node_rank = _read_index(
-        env,
-        "SLURM_NODEID",
-        "the index of this node",
-        bound=num_nodes,
-        bound_name=nodes_name,
-    )
-    return _Placement(
-        global_rank, local_rank, world_size, node_rank, num_nodes, SOURCE_SLURM, **ids
-    )
-
-
-def _place_submitit_local(env: Mapping[str, str]) -> _Placement:
-    job_id = _require(env, "SUBMITIT_LOCAL_JOB_ID", "the job id given by submitit's LocalExecutor")
-    ntasks_name, world_size = _read_count(
-        env, ("SUBMITIT_LOCAL_NTASKS",), "the number of tasks of this local job"
-    )
-    nodes_name, num_nodes = _read_count(
-        env, ("SUBMITIT_LOCAL_JOB_NUM_NODES",), "the number of nodes of this local job"
-    )
-    global_rank = _read_index(
-        env,
-        "SUBMITIT_LOCAL_GLOBALID",
-        "the global rank of this task",
-        bound=world_size,
-        bound_name=ntasks_name,
-    )
-    local_rank = _read_index(
-        env,
-        "SUBMITIT_LOCAL_LOCALID",
-        "the rank of this task on its node",
-        bound=world_size,
-        bound_name=ntasks_name,
-    )
-    node_rank = _read_index(
-        env,
-        "SUBMITIT_LOCAL_NODEID",
-        "the index of this node",
-        bound=num_nodes,
-        bound_name=nodes_name,
-    )
-    return _Placement(
-        global_rank, local_rank, world_size, node_rank, num_nodes, SOURCE_SUBMITIT_LOCAL, job_id
-    )
-
-
-def _place(env: Mapping[str, str]) -> _Placement:
-    source = _detect_source(env)
-    if source == SOURCE_SLURM:
-        return _place_slurm(env)
-    if source == SOURCE_SUBMITIT_LOCAL:
-        return _place_submitit_local(env)
-    return _Placement(0, 0, 1, 0, 1, SOURCE_SINGLE_PROCESS)
 
 
 # --------------------------------------------------------------------------------------
@@ -455,8 +192,8 @@ def plan_rank(
         observers and writes outputs; all other ranks log at ``other_log_level`` and do none
         of that.  The seed is the same on every rank (SEML multi-task change).
 
-    Where the facts come from (variable names as in submitit's ``SlurmJobEnvironment`` and
-    ``LocalJobEnvironment``):
+    Where the facts come from (read by ``seml_hydra.job.slurm_env.placement``; variable names as
+    in submitit's ``SlurmJobEnvironment`` and ``LocalJobEnvironment``):
 
     * ``SUBMITIT_EXECUTOR=slurm`` -> Slurm; ``SUBMITIT_EXECUTOR=local`` -> submitit local,
       even if ``SLURM_JOB_ID`` is set (a local executor used inside an allocation);
@@ -478,34 +215,34 @@ def plan_rank(
       and ``SUBMITIT_LOCAL_JOB_ID`` are all required.
 
     Raises:
-        RankEnvironmentError: a required variable is missing, or one is not a non-negative
-            integer, a count is 0, a rank or local rank is >= the world size, a node id is
+        slurm_env.RankEnvironmentError: a required variable is missing, or one is not a
+            non-negative integer, a count is 0, a rank or local rank is >= the world size, a node id is
             >= the number of nodes.  The message names the variable, its value and what was
             expected.
         ValueError: the document's seed is not an int (see :func:`seed_from_document`), or
             a log level name is unknown.
         TypeError: a log level is neither an int nor a str.
     """
-    placement = _place(env)
+    place = placement(env)
     seed = seed_from_document(document)
     primary_level = resolve_log_level(primary_log_level)
     other_level = resolve_log_level(other_log_level)
-    is_primary = placement.global_rank == 0
+    is_primary = place.global_rank == 0
     return RankPlan(
-        global_rank=placement.global_rank,
-        local_rank=placement.local_rank,
-        world_size=placement.world_size,
-        node_rank=placement.node_rank,
-        num_nodes=placement.num_nodes,
+        global_rank=place.global_rank,
+        local_rank=place.local_rank,
+        world_size=place.world_size,
+        node_rank=place.node_rank,
+        num_nodes=place.num_nodes,
         is_primary=is_primary,
         log_level=primary_level if is_primary else other_level,
         seed=seed,
         attach_observers=is_primary,
         writes_outputs=is_primary,
-        source=placement.source,
-        job_id=placement.job_id,
-        array_job_id=placement.array_job_id,
-        array_task_id=placement.array_task_id,
+        source=place.source,
+        job_id=place.job_id,
+        array_job_id=place.array_job_id,
+        array_task_id=place.array_task_id,
     )
 
 
@@ -645,7 +382,7 @@ def current_plan() -> RankPlan:
     the module that reads ``os.environ`` itself.
 
     Raises:
-        RankEnvironmentError: only outside a run, if ``os.environ`` is malformed.
+        slurm_env.RankEnvironmentError: only outside a run, if ``os.environ`` is malformed.
     """
     plan = _current
     if plan is not None:

@@ -36,7 +36,7 @@ def recover_interrupted_submissions(
     still created mostly cannot start a task (submitit moves its pickles into place only after
     sbatch returned), and a job claims only a PENDING experiment, atomically, so of two jobs of
     one experiment only one runs it, and a job claims a PENDING experiment only for the array
-    its document records (``seml_hydra.job.runner.pending_for``). Before the experiments go back to
+    its document records (``seml_hydra.job.claim.pending_for``). Before the experiments go back to
     STAGED, the array the dead process's sbatch may still have created is cancelled
     (:func:`cancel_orphan_arrays`): no document records it, so it would run nothing anyway.
     """

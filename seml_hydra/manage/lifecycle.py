@@ -15,6 +15,7 @@ from seml_hydra.manage.selection import ManageError
 from seml_hydra.store import sources
 from seml_hydra.store.collections import COUNTERS_COLLECTION, metrics_collection_name
 from seml_hydra.store.metrics import delete_metrics
+from seml_hydra.store.payload import delete_orphan_payloads, payload_ids, restricted_to
 from seml_hydra.track.cache import forget_cached_collections, is_listed_collection
 from seml_hydra.track.query import and_, select
 
@@ -97,11 +98,8 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     collection.delete_many(by_id)
     # only files the deleted experiments used: a launch staging into the collection right
     # now has uploaded its payload and snapshot before inserting the documents using them
-    payloads = {
-        str(d["seml"]["payload_file"]) for d in docs if d.get("seml", {}).get("payload_file")
-    }
     snapshot = {str(e[1]) for d in docs for e in _source_files(d) if len(e) > 1}
-    _delete_orphan_payloads(collection.database, collection.name, payloads)
+    delete_orphan_payloads(collection.database, collection.name, payload_ids(docs))
     _delete_run_files(collection.database, collection.name, docs)
     _delete_orphan_sources(collection.database, collection.name, snapshot)
     return DeleteResult(ids, cancelled)
@@ -158,38 +156,7 @@ def _delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> 
         return found
 
     candidates: dict[str, Any] = {"metadata.collection_name": name, "metadata.type": "source_file"}
-    sources.delete_unused_files(db, _only(candidates, only), used)
-
-
-def _delete_orphan_payloads(db: Any, name: str, only: set[str] | None = None) -> None:
-    """Delete the batch payloads of collection ``name`` no experiment refers to any more; with
-    ``only``, just those of these file ids. The payload of a launch still staging (leased,
-    ``sources.delete_unused_files``) is kept."""
-
-    def used() -> set[str]:
-        return {str(p) for p in db[name].distinct("seml.payload_file") if p}
-
-    candidates: dict[str, Any] = {
-        "metadata.collection": name,
-        "metadata.kind": "seml_hydra_payload",
-    }
-    sources.delete_unused_files(db, _only(candidates, only), used)
-
-
-def _only(candidates: dict[str, Any], only: set[str] | None) -> dict[str, Any]:
-    """``candidates`` restricted to the file ids ``only`` (strings of ObjectIds) when given."""
-    if only is None:
-        return candidates
-    from bson import ObjectId
-    from bson.errors import InvalidId
-
-    ids = []
-    for file_id in only:
-        try:
-            ids.append(ObjectId(file_id))
-        except (InvalidId, TypeError):
-            ids.append(file_id)
-    return {**candidates, "_id": {"$in": ids}}
+    sources.delete_unused_files(db, restricted_to(candidates, only), used)
 
 
 def matching_collections(db: Any, pattern: str) -> list[str]:
@@ -216,7 +183,7 @@ def drop(db: Any, names: Sequence[str]) -> None:
             db[name], {}, {"_id": 1, "experiment.sources": 1, "artifacts": 1, "info.metrics": 1}
         )
         db.drop_collection(name)
-        _delete_orphan_payloads(db, name)
+        delete_orphan_payloads(db, name)
         _delete_run_files(db, name, runs)
         db.drop_collection(metrics_collection_name(name))
         _delete_orphan_sources(db, name)

@@ -10,10 +10,10 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff
-from seml_hydra.job.runner import hydra_base
 from seml_hydra.launch.submit import SubmitRequest, submit_requests
 from seml_hydra.manage.selection import ManageError, state_values
 from seml_hydra.store.job_db import job_db_config, job_db_environment
+from seml_hydra.store.payload import hydra_base
 from seml_hydra.store.settings import resolve_db_settings
 from seml_hydra.track.query import and_
 

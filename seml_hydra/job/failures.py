@@ -1,0 +1,96 @@
+"""Failures of the ranks of a multi-task experiment: each failing rank appends its trace to the
+document's ``rank_failures`` (a field Sacred's observer never holds), and a failure on any rank
+fails the experiment with one ``fail_trace`` header per failing rank. Every write is
+idempotent, so ``retrying`` it while MongoDB is unreachable adds nothing twice."""
+
+from __future__ import annotations
+
+import socket
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from seml_hydra.core import states
+from seml_hydra.store.retry import retrying
+
+
+def record_rank_failure(collection: Any, exp_id: int, global_rank: Any, trace: str) -> None:
+    """Append this rank's failure to ``rank_failures`` (a field Sacred's observer never holds).
+
+    The ``$push`` is made idempotent for :func:`~seml_hydra.store.retry.retrying`: the failure
+    carries a random ``id`` and the filter requires it absent, so a retry of a push that reached
+    the server before the connection dropped adds nothing."""
+    import uuid
+
+    failure = {
+        "rank": global_rank,
+        "host": socket.gethostname(),
+        "trace": trace,
+        "id": uuid.uuid4().hex,
+    }
+    retrying(
+        lambda: collection.update_one(
+            {"_id": exp_id, "rank_failures.id": {"$ne": failure["id"]}},
+            {"$push": {"rank_failures": failure}},
+        ),
+        f"recording the failure of rank {global_rank} of experiment {exp_id}",
+    )
+
+
+def trace_lines() -> list[str]:
+    """The current exception's traceback as lines (Sacred's ``fail_trace`` format)."""
+    return traceback.format_exc().splitlines(True)
+
+
+def fail_if_a_rank_failed(collection: Any, exp_id: int) -> None:
+    """Mark the experiment FAILED when ranks recorded failures (``rank_failures``); its
+    ``fail_trace`` gets, once per failing rank, a header naming the rank followed by its trace.
+
+    ``rank_failures`` only grows (``$push``), so reading it is safe; ``fail_trace`` is extended
+    by one atomic pipeline update that appends a rank's lines only when its header is not in
+    the stored trace yet, so ranks doing this at the same time (or Sacred's final save of the
+    primary in between) never drop each other's headers. Retried as a whole while MongoDB is
+    unreachable (a read, then an update that appends nothing twice).
+    """
+    retrying(
+        lambda: _fail_if_a_rank_failed_once(collection, exp_id),
+        f"checking the other ranks of experiment {exp_id}",
+    )
+
+
+def _fail_if_a_rank_failed_once(collection: Any, exp_id: int) -> None:
+    doc = collection.find_one({"_id": exp_id}, {"rank_failures": 1})
+    entries = [
+        [rank_failure_header(failure), *str(failure.get("trace", "")).splitlines(True)]
+        for failure in (doc or {}).get("rank_failures") or []
+    ]
+    if not entries:
+        return
+    collection.update_one(
+        {"_id": exp_id, "status": {"$in": [states.RUNNING, states.COMPLETED, states.FAILED]}},
+        [{"$set": {"status": states.FAILED, "fail_trace": appended_once(entries)}}],
+    )
+
+
+def rank_failure_header(failure: Mapping[str, Any]) -> str:
+    """The ``fail_trace`` line that starts failure ``{"rank", "host", ...}``'s trace (pure)."""
+    return f"--- rank {failure.get('rank')} on {failure.get('host')} failed:\n"
+
+
+def appended_once(entries: Sequence[Sequence[str]], field: str = "fail_trace") -> dict[str, Any]:
+    """Aggregation expression (pure): the list ``field`` (missing = ``[]``) with each entry's
+    lines appended unless the entry's first line (its header) is already in it. The lines go
+    in as ``$literal``, so a line starting with ``$`` stays text."""
+    return {
+        "$reduce": {
+            "input": {"$literal": [list(entry) for entry in entries]},
+            "initialValue": {"$ifNull": [f"${field}", []]},
+            "in": {
+                "$cond": [
+                    {"$in": [{"$arrayElemAt": ["$$this", 0]}, "$$value"]},
+                    "$$value",
+                    {"$concatArrays": ["$$value", "$$this"]},
+                ]
+            },
+        }
+    }

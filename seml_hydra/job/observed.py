@@ -1,0 +1,282 @@
+"""The primary rank's Sacred run: a ``MongoObserver`` that overwrites the experiment's own
+document (as SEML does), so the document IS the Sacred run (``start_time``, ``heartbeat``,
+``host``, ``captured_out``, ``result``, ``stop_time``, ``fail_trace``), riding out an
+unreachable MongoDB; the bounds on what it stores (captured output, result); and freezing it
+when the job is being requeued. Sacred itself is imported when a run starts."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from seml_hydra.job import metrics
+from seml_hydra.job.sacred_compat import experiment
+from seml_hydra.store.collections import metrics_collection_name
+from seml_hydra.store.retry import is_connection_error, retrying, short_reason
+
+log = logging.getLogger(__name__)
+
+
+#: ``captured_out`` keeps at most this many characters, the last ones: a MongoDB document holds
+#: at most 16 MB, and Sacred's final save of a bigger run fails (the run would end KILLED)
+MAX_CAPTURED_CHARS = 1_000_000
+
+
+def bounded_output(text: str) -> str:
+    """Sacred's ``captured_out_filter``: ``text`` or, above :data:`MAX_CAPTURED_CHARS`, a line
+    saying how much was dropped followed by the last ``MAX_CAPTURED_CHARS`` characters (the job's
+    output file keeps everything)."""
+    if len(text) <= MAX_CAPTURED_CHARS:
+        return text
+    marker = (
+        "[seml-hydra: earlier output dropped from captured_out; the job's output file has it]\n"
+    )
+    if text.startswith(marker):
+        text = text[len(marker) :]
+    return marker + text[-MAX_CAPTURED_CHARS:]
+
+
+#: a result larger than this (bytes of BSON) is stored as a truncated repr: a MongoDB document
+#: holds at most 16 MB, and the result shares it with the captured output and the config
+MAX_RESULT_BYTES = 4 * 1024 * 1024
+
+
+def bounded_result(value: Any, problems: list[str]) -> Any:
+    """``value``, or a truncated repr of it when its BSON is above :data:`MAX_RESULT_BYTES`
+    (then a line is added to ``problems``)."""
+    import bson
+
+    size = len(bson.encode({"result": value}))
+    if size <= MAX_RESULT_BYTES:
+        return value
+    problems.append(f"result: {size} bytes, above the {MAX_RESULT_BYTES} bytes kept")
+    return repr(value)[:1000] + f"... <{size} bytes, truncated>"
+
+
+def run_observed(
+    db: Any,
+    collection_name: str,
+    doc: Mapping[str, Any],
+    task: Any,
+    extra_observers: Sequence[Mapping[str, Any]] = (),
+    *,
+    fence: Mapping[str, Any] | None = None,
+) -> Any:
+    """Run ``task`` as a Sacred run whose ``MongoObserver`` overwrites document ``doc['_id']``.
+
+    ``fence``: a filter every save of the observer must also match (``seml_hydra.job.claim.fence``), else the
+    save writes nothing.
+
+    Sacred 0.8.7 (``observers/mongo.py``) loads the whole document when asked to overwrite and
+    writes it back with ``$set`` on every heartbeat, which would undo fields other processes
+    change meanwhile (``slurm``, a CLI's INTERRUPTED). So the observer's entry starts from
+    ``{"_id": ...}`` alone and only ever holds the fields Sacred owns. Metrics go to the
+    collection's own metrics collection (``collections.metrics_collection_name``), and the result
+    is written as the task returned it (already plain: ``documents.storable_result``), not
+    through Sacred's jsonpickle ``flatten``.
+    """
+    import warnings
+
+    from hydra.utils import instantiate
+
+    # the app's own sources are snapshotted by seml-hydra and its git state is in the
+    # document's ``git`` block: the Experiment discovers neither
+    ex = experiment(doc.get("seml", {}).get("name", collection_name))
+    from sacred import SETTINGS
+    from sacred.observers import MongoObserver
+
+    SETTINGS.CAPTURE_MODE = "sys"
+    SETTINGS.CONFIG.READ_ONLY_CONFIG = False
+    quiet = logging.getLogger("seml_hydra.sacred")
+    quiet.setLevel(logging.WARNING)
+    ex.logger = quiet
+    ex.captured_out_filter = bounded_output
+    ex.add_config({**doc["config"], "seed": doc.get("seed", 0)})
+    ex.main(task)
+    ex.pre_run_hook(lambda _run: metrics.bind_run(_run))  # seml_hydra.job.metrics.log_scalar
+
+    class DocumentObserver(MongoObserver):
+        """Never writes ``config``: the document keeps the config staged for it (Sacred would
+        store its own copy with an added ``seed`` key). Never creates the document either:
+        Sacred's ``final_save`` upserts, which would bring back, as a fragment, an experiment
+        deleted while it ran (``seml delete --no-cancel``).
+
+        Rides out an unreachable MongoDB: a heartbeat that cannot be saved logs one line and
+        the next one saves again (the entry holds everything); metrics that could not be sent
+        go with the next heartbeat; the final save (result, captured output, status) is retried
+        through ``seml_hydra.store.retry.retrying`` (Sacred 0.8.7 gives up after a few attempts
+        and leaves the run in a pickle on the node). One lock orders the heartbeat thread's
+        saves and the final save, and no heartbeat writes after the final save."""
+
+        _lock = threading.RLock()
+        _finished = False
+        _unsent: dict[str, dict[str, list[Any]]] | None = None
+
+        def _entry(self) -> dict[str, Any]:
+            # a copy: swapping ``run_entry`` itself would lose what the main thread writes into
+            # it meanwhile (Sacred's completed_event sets status and result while a heartbeat
+            # save waits for the server)
+            return {k: v for k, v in self.run_entry.items() if k != "config"}
+
+        def _filter(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+            # the fence: an earlier run that a requeued task took over writes nothing
+            return {"_id": entry["_id"], **(fence or {})}
+
+        @contextlib.contextmanager
+        def _without_config(self) -> Iterator[None]:
+            entry, runs = self.run_entry, self.runs
+            self.run_entry = self._entry()
+            self.runs = _WithoutUpsert(runs, fence or {})
+            try:
+                yield
+            finally:
+                self.run_entry, self.runs = entry, runs
+
+        def save(self) -> None:
+            with self._lock:
+                if self.frozen or self._finished:
+                    return
+                _untee_log_handlers()
+                entry = self._entry()
+                try:
+                    self.runs.update_one(self._filter(entry), {"$set": entry})
+                except Exception as error:
+                    if not is_connection_error(error):
+                        raise  # Sacred's run logs it and stops calling this observer
+                    log.warning(
+                        "Experiment %s: heartbeat not saved, MongoDB unreachable (%s); "
+                        "the next one tries again",
+                        entry["_id"],
+                        short_reason(error),
+                    )
+
+        def final_save(self, attempts: int) -> None:
+            with self._lock:
+                if self.frozen or self._finished:
+                    return
+                self._finished = True
+                _untee_log_handlers()
+                entry = self._entry()
+                try:
+                    retrying(
+                        lambda: self.runs.update_one(self._filter(entry), {"$set": entry}),
+                        f"saving the outcome of experiment {entry['_id']} ({entry['status']})",
+                    )
+                except Exception:  # Sacred's own path: unencodable entries, the pickle
+                    with self._without_config():
+                        super().final_save(attempts)
+
+        # The task's value is already plain (``documents.storable_result``): Sacred's
+        # ``flatten`` (jsonpickle) would store a datetime, bytes or a tuple as a
+        # ``{"py/...": ...}`` dict instead of the BSON date, binary or array MongoDB can query.
+        def heartbeat_event(
+            self, info: Any, captured_out: Any, beat_time: Any, result: Any
+        ) -> None:
+            super().heartbeat_event(info, captured_out, beat_time, None)  # stored at completion
+
+        def completed_event(self, stop_time: Any, result: Any) -> None:
+            self.run_entry["stop_time"] = stop_time
+            self.run_entry["result"] = result
+            self.run_entry["status"] = "COMPLETED"
+            self.final_save(attempts=10)
+
+        def log_metrics(self, metrics_by_name: dict[str, Any], info: dict[str, Any]) -> None:
+            from pymongo.errors import ServerSelectionTimeoutError
+
+            with self._lock:
+                metrics_by_name = _merge_metrics(self._unsent, metrics_by_name)
+                self._unsent = None
+                try:
+                    super().log_metrics(metrics_by_name, info)
+                except Exception as error:
+                    if not is_connection_error(error):
+                        raise
+                    # nothing was sent when no server could be selected: send it again with
+                    # the next heartbeat; otherwise part of it may be stored (a $push), and
+                    # sending it again could duplicate values
+                    resend = isinstance(error, ServerSelectionTimeoutError)
+                    self._unsent = metrics_by_name if resend else None
+                    log.warning(
+                        "Experiment %s: metrics not saved, MongoDB unreachable (%s); %s",
+                        doc["_id"],
+                        short_reason(error),
+                        "the next heartbeat sends them" if resend else "these values are lost",
+                    )
+
+    def make_observer() -> DocumentObserver:  # reads the document (Sacred's overwrite)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return DocumentObserver(
+                client=db.client, db_name=db.name, collection=collection_name, overwrite=doc["_id"]
+            )
+
+    observer = retrying(make_observer, f"starting the Sacred run of experiment {doc['_id']}")
+    observer.overwrite = {"_id": doc["_id"]}
+    observer.frozen = False
+    # the collection's own metrics collection: Sacred's default, the one shared ``metrics``
+    # keyed by ``run_id`` alone, mixes the runs of collections whose ids all start at 1
+    observer.metrics = db[metrics_collection_name(collection_name)]
+    ex.observers.append(observer)
+    _ACTIVE_OBSERVERS.append(observer)
+    for node in extra_observers:
+        ex.observers.append(instantiate(node))
+    try:
+        return ex.run().result
+    finally:
+        _ACTIVE_OBSERVERS.remove(observer)
+
+
+def _untee_log_handlers() -> None:
+    """Point the root logger's stream handlers back at the real stream once Sacred's output
+    capture is over. Hydra configures logging inside the captured run, so its console handler
+    writes to Sacred's tee, whose buffer is closed after the run: every later log line (the
+    final save's retries, the next experiment's claim) would end in a "Logging error"."""
+    for handler in logging.getLogger().handlers:
+        stream = getattr(handler, "stream", None)
+        out = getattr(stream, "_self_out", None)
+        if out is not None and getattr(out, "closed", False):
+            handler.setStream(stream.__wrapped__)
+
+
+def _merge_metrics(
+    earlier: Mapping[str, Mapping[str, list[Any]]] | None, later: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Sacred's ``linearize_metrics`` output ``{name: {"steps", "values", "timestamps"}}`` of
+    ``earlier`` followed by ``later``, per name (pure)."""
+    merged = {name: {k: list(v) for k, v in m.items()} for name, m in (earlier or {}).items()}
+    for name, m in later.items():
+        if name not in merged:
+            merged[name] = {k: list(v) for k, v in m.items()}
+            continue
+        for key in ("steps", "values", "timestamps"):
+            merged[name][key] = merged[name].get(key, []) + list(m.get(key, []))
+    return merged
+
+
+class _WithoutUpsert:
+    """A pymongo collection whose ``update_one`` never inserts (``upsert`` is dropped) and only
+    updates a document that also matches ``fence``."""
+
+    def __init__(self, collection: Any, fence: Mapping[str, Any]) -> None:
+        self._collection = collection
+        self._fence = dict(fence)
+
+    def update_one(self, filter: Any, update: Any, upsert: bool = False, **kwargs: Any) -> Any:
+        return self._collection.update_one({**filter, **self._fence}, update, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._collection, name)
+
+
+#: the document observers of runs in progress in this process (``freeze_observers``)
+_ACTIVE_OBSERVERS: list[Any] = []
+
+
+def freeze_observers() -> None:
+    """Stop the running experiment's observer from writing: the job is being requeued, and
+    Sacred would otherwise record the exit as FAILED over RESCHEDULED."""
+    for observer in _ACTIVE_OBSERVERS:
+        observer.frozen = True

@@ -1,0 +1,421 @@
+"""The launch pipeline behind :class:`seml_hydra.launch.launcher.SemlLauncher`: compose the
+points -> build documents -> stage them -> submit the arrays -> wait and hand Hydra its
+``JobReturn``s. Each step is its own module (``compose``, ``document``, ``stage``, ``submit``,
+``wait``); this one orchestrates them (I/O at this edge). Heavy imports (pymongo, submitit,
+sacred, rich) happen inside the steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
+
+from seml_hydra.core.documents import experiment_hash, to_bson_safe
+from seml_hydra.core.errors import UserError
+from seml_hydra.core.ranges import format_ids
+from seml_hydra.launch import document
+from seml_hydra.launch.compose import compose_points
+from seml_hydra.launch.recovery import recover_interrupted_submissions
+from seml_hydra.launch.sbatch import validate_launcher
+from seml_hydra.launch.stage import next_batch_id, stage
+from seml_hydra.launch.submit import JobFilesError, SubmissionError, SubmitRequest, submit_requests
+from seml_hydra.launch.wait import Submission, job_return_from_document, wait_for
+from seml_hydra.store.client import connect
+from seml_hydra.store.collections import validate_collection_name
+from seml_hydra.store.gitinfo import git_info
+from seml_hydra.store.job_db import job_db_config, job_db_environment
+from seml_hydra.store.masking import mask_credentials
+from seml_hydra.store.payload import (
+    delete_payload,
+    hydra_base_for,
+    pickled_payload,
+    put_payload,
+)
+from seml_hydra.store.retry import retrying
+from seml_hydra.store.settings import resolve_db_settings
+from seml_hydra.store.sources import (
+    imported_module_files,
+    new_lease,
+    project_root,
+    release_lease,
+    select_sources,
+    upload_sources,
+)
+from seml_hydra.track.killed import recovered_message
+
+log = logging.getLogger(__name__)
+
+#: seconds between two checks of the scheduler for dead jobs while waiting
+SLURM_CHECK_S = 15.0
+#: sweepers whose use of return values works with ``wait=false`` (they only read them to
+#: re-raise failures): Hydra's basic sweeper
+RETURN_AGNOSTIC_SWEEPERS = (
+    "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+    "hydra_plugins.seml_launcher.seml_sweeper.SemlSweeper",
+)
+
+
+class LaunchError(UserError):
+    """A user mistake or an environment problem, reported as one clear message (no traceback)."""
+
+
+def launch_points(
+    launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, console: Any
+) -> list[JobReturn]:
+    """Compose, check, stage, submit and wait for the points of one ``SemlLauncher.launch``
+    (``launcher``: the Hydra launcher, its ``params``, ``config``, ``hydra_context`` and
+    ``task_function``); one ``JobReturn`` per point in input order. Raises ``LaunchError`` and
+    the other ``UserError``\s for user mistakes."""
+    params = launcher.params
+    _warn_password_on_command_line(sys.argv[1:], console)
+    if not job_overrides:
+        raise LaunchError(
+            "the sweep has no points (an empty sweep such as x=range(0)?): nothing was staged"
+        )
+    sweeper = OmegaConf.select(launcher.config, "hydra.sweeper._target_")
+    if not params["wait"] and sweeper not in RETURN_AGNOSTIC_SWEEPERS:
+        raise LaunchError(
+            f"hydra.launcher.wait=false returns submission handles, not results, but the "
+            f"sweeper {sweeper} needs the tasks' return values. Use wait=true, or the basic "
+            "sweeper."
+        )
+    collection_name = validate_collection_name(str(params["collection"]))
+    points = compose_points(
+        launcher.hydra_context.config_loader, launcher.config, job_overrides, initial_job_idx
+    )
+    for point in points:  # composed again: a URL from a config file is in clear there
+        point.hydra = masked_hydra_node(point.hydra)
+    for point in points:
+        try:
+            validate_launcher(point.launcher)
+        except ValueError as error:
+            raise LaunchError(str(error)) from None
+    blob = pickled_batch_payload(launcher, points[0].hydra)
+    settings = resolve_db_settings(params.get("db"))
+    if settings.is_embedded:
+        console.print(
+            f"Using the embedded MongoDB ({settings.source}); set hydra.launcher.db.url, "
+            "SEML_MONGODB_URI or ~/.config/seml/mongodb.config to use your own server."
+        )
+    db = connect(settings)
+    return _Launch(launcher, db, settings, collection_name, points, blob, console).run()
+
+
+def pickled_batch_payload(launcher: Any, hydra_base: dict[str, Any]) -> bytes:
+    """The batch payload (``store.payload.pickled_payload``), pickled now so an unpicklable
+    task fails before anything is staged. ``hydra_base`` is the batch's base Hydra node (the
+    first point's), stored typed for the jobs (``Payload.typed_hydra_base``)."""
+    from seml_hydra.core.hydra_node import typed_hydra_node
+
+    typed = typed_hydra_node(to_bson_safe(hydra_base))
+    return pickled_payload(launcher.task_function, launcher.hydra_context, typed)
+
+
+def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
+    """A resolved ``hydra`` node (plain containers, a ``compose.SweepPoint.hydra``) with the
+    password of MongoDB URLs masked (``masking.mask_credentials``) in ``launcher.db.url`` and
+    in the strings of ``overrides.hydra``: what every point's documents, its ``.hydra/*.yaml``
+    on the node and the payload's ``metadata.hydra_base`` are built from. A URL given in a
+    config file (a config group such as ``+db=secret`` with ``# @package hydra.launcher``, or
+    the app's primary config) is composed again for each point, after :meth:`SemlLauncher.setup`
+    masked the launch's own config. The jobs still get the password, from the launcher's own
+    settings (``job_db.job_db_environment``).
+
+    Pure: returns ``hydra`` itself when nothing is to mask, else a copy of the changed path only
+    (points share sub-dicts). Raises nothing."""
+    out = hydra
+    launcher = hydra.get("launcher")
+    if isinstance(launcher, dict) and isinstance(db := launcher.get("db"), dict):
+        url = db.get("url")
+        if isinstance(url, str) and mask_credentials(url) != url:
+            out = {**out, "launcher": {**launcher, "db": {**db, "url": mask_credentials(url)}}}
+    overrides = hydra.get("overrides")
+    if isinstance(overrides, dict) and isinstance(given := overrides.get("hydra"), list):
+        masked = [mask_credentials(t) if isinstance(t, str) else t for t in given]
+        if masked != given:
+            out = {**out, "overrides": {**overrides, "hydra": masked}}
+    return out
+
+
+def _warn_password_on_command_line(argv: Sequence[str], console: Any) -> None:
+    if any(mask_credentials(arg) != arg for arg in argv):
+        console.print(
+            "[yellow]Warning:[/] a MongoDB URL on the command line carries a password, which "
+            "every user of this machine can read (`ps`); put it in ~/.config/seml/mongodb.config "
+            "(`seml configure`) or SEML_MONGODB_URI instead."
+        )
+
+
+class _Launch:
+    """One launch's state, from staging to the returns (I/O at this edge)."""
+
+    def __init__(
+        self,
+        launcher: Any,  # the SemlLauncher
+        db: Any,
+        settings: Any,
+        collection_name: str,
+        points: list[Any],
+        blob: bytes,
+        console: Any,
+    ) -> None:
+        self.launcher = launcher
+        self.params = launcher.params
+        self.db = db
+        self.settings = settings
+        self.collection_name = collection_name
+        self.collection = db[collection_name]
+        self.points = points
+        self.blob = blob
+        self.console = console
+
+    # -- staging -------------------------------------------------------------------------
+    def _snapshot(self, batch_id: int, lease: dict[str, Any]) -> list[list[Any]]:
+        """Store the app's sources in GridFS (``seml_hydra.store.sources``), each file carrying
+        ``lease``; say what was skipped."""
+        hydra = self.points[0].hydra
+        launcher = self.points[0].launcher
+        app_dir = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv[0] else os.getcwd()
+        root = project_root(app_dir, launcher.get("project_root"))
+        config_dirs = [
+            source["path"]
+            for source in hydra["runtime"].get("config_sources", [])
+            if source.get("provider") == "main" and source.get("schema") == "file"
+        ]
+        files, skipped = select_sources(
+            imported_module_files(),
+            config_dirs,
+            root,
+            int(launcher.get("snapshot_max_file_kb", 1024)),
+        )
+        for path, reason in skipped:
+            self.console.print(f"Not in the code snapshot: {path} ({reason})")
+        return upload_sources(self.db, self.collection_name, batch_id, files, lease)
+
+    def _delete_batch_sources(self, batch_id: int) -> None:
+        """Delete the snapshot files this launch stored, once no document of its batch will
+        name them: their ``metadata.batch_id`` is this launch's own, fresh batch, and no other
+        launch reuses a file of another batch (``upload_sources``), so nobody else holds them
+        (this launch's own lease on them does not keep them)."""
+        import gridfs
+
+        fs = gridfs.GridFS(self.db)
+        query = {
+            "metadata.collection_name": self.collection_name,
+            "metadata.batch_id": batch_id,
+            "metadata.type": "source_file",
+        }
+        for f in list(self.db["fs.files"].find(query, {"_id": 1})):
+            fs.delete(f["_id"])
+
+    def stage(self) -> Any:
+        hashes = [experiment_hash(to_bson_safe(p.config), p.launcher) for p in self.points]
+        self.launcher._staging_started = True
+        self._recover(hashes)
+        # the payload and the snapshot files carry this launch's lease until the documents
+        # naming them are stored: a concurrent delete/drop leaves them alone meanwhile
+        lease = new_lease()
+        try:
+            return self._stage_leased(hashes, lease)
+        finally:
+            from pymongo.errors import PyMongoError
+
+            try:
+                release_lease(self.db, lease["id"])
+            except PyMongoError:  # the database is away: the lease expires (sources.LEASE_S)
+                log.warning("Could not release lease %s of the staged files", lease["id"])
+
+    def _stage_leased(self, hashes: Sequence[str], lease: dict[str, Any]) -> Any:
+        """:meth:`stage` once the GridFS files it stores are protected by ``lease``."""
+        payload_id = put_payload(
+            self.db, self.collection_name, self.blob, to_bson_safe(self.points[0].hydra), lease
+        )
+        self.payload_id = payload_id
+        batch_id = next_batch_id(self.db, self.collection_name)
+        seml = document.seml_doc(
+            self.points[0], payload_id=payload_id, executor=self.launcher.executor, argv=sys.argv
+        )
+        if self.points[0].launcher.get("snapshot", True):
+            seml["source_files"] = self._snapshot(batch_id, lease)
+        docs = document.LaunchDocs(
+            collection_name=self.collection_name,
+            base_hydra=self.points[0].hydra,
+            seml=seml,
+            git=git_info(seml["working_dir"]),
+            add_time=datetime.now(timezone.utc),
+        )
+        rng = random.SystemRandom()
+
+        def make_document(index: int, exp_id: int, batch_id: int) -> dict[str, Any]:
+            point = self.points[index]
+            seed = document.draw_seed(point.config, rng)
+            return document.make_document(docs, point, exp_id=exp_id, batch_id=batch_id, seed=seed)
+
+        def refresh_existing(index: int) -> dict[str, Any]:
+            return document.refreshed_fields(docs, self.points[index], batch_id)
+
+        try:
+            result = stage(
+                self.db,
+                self.collection_name,
+                hashes,
+                make_document,
+                refresh_existing,
+                bool(self.params.get("force")),
+                batch_id,
+            )
+        except BaseException:
+            delete_payload(self.db, payload_id)
+            self._delete_batch_sources(batch_id)
+            raise
+        if not result.to_submit:  # everything was there already: no job will need the payload
+            delete_payload(self.db, payload_id)
+            self._delete_batch_sources(batch_id)  # nor this batch's snapshot: no document names it
+        self._say_staged(result)
+        from seml_hydra.track.cache import refresh_collection_cache
+
+        refresh_collection_cache([self.collection_name], replace=False)  # shell completion
+        return result
+
+    def _recover(self, hashes: Sequence[str]) -> None:
+        """Points an earlier launch left PENDING without a job (it died during sbatch) are
+        STAGED again, so this launch submits them (``recovery.recover_interrupted_submissions``)."""
+        recovered = recover_interrupted_submissions(
+            self.collection, {"config_hash": {"$in": sorted(set(hashes))}}
+        )
+        if recovered:
+            self.console.print(recovered_message(recovered))
+
+    def _say_staged(self, result: Any) -> None:
+        where = f"collection [bold]{self.collection_name}[/] ({self.settings.describe()})"
+        if result.new_ids:
+            self.console.print(
+                f"Staged {len(result.new_ids)} new experiment(s) in {where}, batch "
+                f"{result.batch_id}: ids {format_ids(result.new_ids)}"
+            )
+        if result.rerun_ids:
+            self.console.print(
+                f"Re-running {len(result.rerun_ids)} earlier failed/killed/interrupted "
+                f"experiment(s): ids {format_ids(result.rerun_ids)}"
+            )
+        if result.resubmit_ids:
+            self.console.print(
+                f"Submitting {len(result.resubmit_ids)} experiment(s) that were already staged: "
+                f"ids {format_ids(result.resubmit_ids)}"
+            )
+        for status, ids in sorted(result.awaited.items()):
+            verb = "returning" if status == "COMPLETED" else "waiting for"
+            self.console.print(
+                f"Skipped {len(ids)} point(s) already in the collection as {status} "
+                f"({verb} them): ids {format_ids(ids)}"
+            )
+
+    # -- submission ------------------------------------------------------------------------
+    def submit(self, result: Any) -> dict[str, tuple[Any, list[int]]]:
+        to_submit = set(result.to_submit)
+        requests, seen = [], set()
+        for index, exp_id in enumerate(result.ids):
+            if exp_id in to_submit and exp_id not in seen:
+                seen.add(exp_id)
+                requests.append(
+                    SubmitRequest(
+                        exp_id,
+                        self.points[index].launcher,
+                        self.payload_id,
+                        result.batch_id,
+                        self.launcher.executor,
+                    )
+                )
+        try:
+            arrays = submit_requests(
+                self.collection,
+                self.collection_name,
+                requests,
+                db_cfg=job_db_config(self.settings, self.params.get("db")),
+                job_env=job_db_environment(self.settings, self.params.get("db")),
+            )
+        except JobFilesError as error:
+            raise LaunchError(
+                f"{error}\nThe experiment(s) not submitted stay STAGED in collection "
+                f"{self.collection_name}; launch the sweep again once the folder can be written."
+            ) from None
+        except SubmissionError as error:
+            raise LaunchError(
+                f"sbatch refused the job: {error}\nThe experiment(s) not submitted stay STAGED "
+                f"in collection {self.collection_name}. Change the resources sbatch refused "
+                "(hydra.launcher.partition, mem_gb, gres, additional_parameters... or the slurm "
+                "preset) and launch the sweep again: it submits the staged experiments with the "
+                f"new options (`seml {self.collection_name} start` would reuse the old ones)."
+            ) from None
+        jobs: dict[str, tuple[Any, list[int]]] = {}
+        for array in arrays:
+            jobs.update(array.jobs)
+            self.console.print(
+                f"Submitted {len(array.jobs)} job(s) as {array.cluster} job {array.array_id} "
+                f"({array.name}); output in {array.folder}"
+            )
+        return jobs
+
+    # -- run --------------------------------------------------------------------------------
+    def run(self) -> list[JobReturn]:
+        result = self.stage()
+        jobs = self.submit(result)
+        ids = result.ids
+        if not self.params["wait"]:
+            job_of = {i: job_id for job_id, (_, group) in jobs.items() for i in group}
+            docs = {d["_id"]: d for d in self.collection.find({"_id": {"$in": ids}}, {"status": 1})}
+            returns = []
+            for point, exp_id in zip(self.points, ids):
+                # no DictConfig per point (~1 ms each): the basic sweepers read return values only
+                ret = JobReturn(overrides=point.overrides, cfg=None)
+                ret.status = JobStatus.COMPLETED
+                ret._return_value = Submission(
+                    self.collection_name,
+                    exp_id,
+                    result.batch_id,
+                    job_of.get(exp_id),
+                    docs.get(exp_id, {}).get("status", "UNKNOWN"),
+                )
+                returns.append(ret)
+            self.console.print(
+                f"Not waiting (wait=false). Follow with `seml {self.collection_name} status`."
+            )
+            return returns
+        wait_for(
+            self.collection,
+            ids,
+            poll_interval_s=float(self.params["poll_interval_s"]),
+            jobs=jobs if self.launcher.executor == "local" else {},
+            console=self.console,
+            collection_name=self.collection_name,
+            slurm_check_s=SLURM_CHECK_S if shutil.which("squeue") else None,
+        )
+        docs = retrying(
+            lambda: {d["_id"]: d for d in self.collection.find({"_id": {"$in": ids}})},
+            "reading the results",
+        )
+        base = self.points[0].hydra
+        returns = []
+        for point, exp_id in zip(self.points, ids):
+            doc = docs.get(exp_id) or {
+                "_id": exp_id,
+                "hydra": {"overrides": list(point.overrides)},
+                "status": "DELETED",
+                "fail_trace": [
+                    "the experiment was deleted from the collection while the launcher waited"
+                ],
+            }
+            ret = job_return_from_document(
+                doc, hydra_base_for(self.db, doc, base, self.payload_id), self.collection_name
+            )
+            returns.append(ret)
+        return returns
