@@ -6,8 +6,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[1] / "seml_hydra"
 
 #: sub-package -> the sub-packages it may import (besides itself); the README's tour
@@ -86,7 +84,6 @@ def test_find_cycle_finds_one_and_only_when_there_is_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
-@pytest.mark.xfail(reason="issue 16: the cycles are being removed (lead removes this mark)")
 def test_the_package_has_no_import_cycle():
     edges = graph()
     # a package's __init__ is imported with each of its modules: not an edge back
@@ -99,7 +96,6 @@ def sub_package(name: str) -> str | None:
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in ALLOWED) else None
 
 
-@pytest.mark.xfail(reason="issue 16: the upward imports are being removed (lead removes this mark)")
 def test_sub_packages_import_only_those_below_them():
     wrong = []
     for name, targets in graph().items():

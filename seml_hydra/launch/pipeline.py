@@ -74,7 +74,7 @@ def launch_points(
     """Compose, check, stage, submit and wait for the points of one ``SemlLauncher.launch``
     (``launcher``: the Hydra launcher, its ``params``, ``config``, ``hydra_context`` and
     ``task_function``); one ``JobReturn`` per point in input order. Raises ``LaunchError`` and
-    the other ``UserError``\s for user mistakes."""
+    the other ``UserError`` subclasses for user mistakes."""
     params = launcher.params
     _warn_password_on_command_line(sys.argv[1:], console)
     if not job_overrides:
