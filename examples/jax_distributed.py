@@ -22,7 +22,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from seml_hydra.job.rank import current_plan
+from seml_hydra import current_plan
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
         hydra.launcher.tasks_per_node=2 report_dir=$PWD/ranks tag=a,b
 
 Each rank writes ``<report_dir>/<tag>/rank<global rank>.json`` with its facts from
-``seml_hydra.job.rank.current_plan()`` (ranks, world size, node, seed), the effective root log
+``seml_hydra.current_plan()`` (ranks, world size, node, seed), the effective root log
 level, the host, and what it sees of Hydra's output files. ``fail_rank=1`` makes rank 1 raise.
 The experiment's result is the primary's return value: ``{"global_rank": 0, ...}``.
 """
@@ -20,7 +20,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from seml_hydra.job.rank import current_plan
+from seml_hydra import current_plan
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ Rendezvous (``env://``), set by the task from its job and its rank plan:
   127.0.0.1 under ``hydra/launcher=seml_local``;
 * ``MASTER_PORT``: 10000 + job id % 20000, so concurrent jobs on a node never share a port
   (below Linux's ephemeral ports and clear of JAX's 61440-65535);
-* ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``: from ``seml_hydra.job.rank.current_plan()``.
+* ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``: from ``seml_hydra.current_plan()``.
 
 Every rank all-reduces ``rank + 1``: the sum is ``n (n + 1) / 2`` on each of the ``n`` ranks.
 The experiment's result is rank 0's sum; with ``report_dir`` every rank writes its own.
@@ -25,7 +25,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from seml_hydra.job.rank import current_plan
+from seml_hydra import current_plan
 
 log = logging.getLogger(__name__)
 
