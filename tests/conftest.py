@@ -25,6 +25,46 @@ MONGO_URL = os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
 TEST_DB = f"seml_hydra_test_{os.getpid()}"
 
 
+#: marker -> the fixtures that bring it: a test that uses one of them (directly, through another
+#: fixture or autouse) gets the marker at collection, so ``-m "not slurm"`` selects what it says
+SERVICE_FIXTURES = {
+    "mongo": {"mongo_client", "mongo_url", "private_mongod", "replica_set"},
+    "slurm": {"slurm"},
+    "sshd": {"sshd"},
+    "other_user": {"other_user"},
+}
+#: markers that mean "needs a service or the machine's state": never in ``tests/unit``
+SERVICE_MARKERS = {*SERVICE_FIXTURES, "service", "serial", "outage", "discovery"}
+UNIT_DIR = Path(__file__).resolve().parent / "unit"
+SERVICE_DIR = Path(__file__).resolve().parent / "service"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test by the services its fixtures bring (:data:`SERVICE_FIXTURES`); every test
+    under ``tests/service`` also gets ``service``. A test under ``tests/unit`` that needs a
+    service is a usage error naming it: the unit tier runs with no mongod and no Slurm."""
+    misplaced = []
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in SERVICE_FIXTURES.items():
+            if used & fixtures:
+                item.add_marker(marker)
+        if SERVICE_DIR in path.parents:
+            item.add_marker("service")
+        if item.get_closest_marker("outage"):
+            item.add_marker("serial")
+        if UNIT_DIR in path.parents:
+            found = sorted({m.name for m in item.iter_markers()} & SERVICE_MARKERS)
+            if found:
+                misplaced.append(f"{item.nodeid}: {', '.join(found)}")
+    if misplaced:
+        raise pytest.UsageError(
+            "tests/unit must not need services; move these to tests/service:\n  "
+            + "\n  ".join(misplaced)
+        )
+
+
 @pytest.fixture(autouse=True)
 def _isolated_hydra_singletons(hydra_restore_singletons):
     """Every test starts from the same Hydra singletons (version base, ConfigStore,
@@ -78,6 +118,36 @@ def slurm():
     if out.returncode != 0:
         pytest.fail(f"Slurm does not answer: {out.stderr.strip()}; run tools/testbed/up.sh")
     return out.stdout
+
+
+#: the password of the MongoDB configurations the tests write (must never show up in output)
+SECRET = "s3cr3t-P@ss/word"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """An environment with no database configured: empty HOME, private data dir."""
+    home = tmp_path / "home"
+    home.mkdir()
+    return {"HOME": str(home), "SEML_HYDRA_DATA_DIR": str(tmp_path / "data")}
+
+
+def write_config(path: Path, **values) -> Path:
+    """Write a SEML mongodb.config at ``path`` (user alice, password :data:`SECRET`, host
+    db.example.org) with ``values`` replacing keys (None values are left out); returns ``path``."""
+    import yaml
+
+    base = {
+        "username": "alice",
+        "password": SECRET,
+        "host": "db.example.org",
+        "port": 27017,
+        "database": "alice_db",
+    }
+    base.update(values)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({k: v for k, v in base.items() if v is not None}))
+    return path
 
 
 def run_app(app: str, *args: str, cwd: Path, env: dict | None = None, timeout: float = 300):

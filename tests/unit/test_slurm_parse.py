@@ -33,7 +33,7 @@ from seml_hydra.slurm import (
     parse_squeue,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
 
 

@@ -21,7 +21,7 @@ from hydra.types import RunMode
 
 from seml_hydra import compose
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APPS = ROOT / "tests" / "apps"
 
 

@@ -30,7 +30,7 @@ from seml_hydra.cli import app
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mongo]
 
-FIXTURES = Path(__file__).parent / "seml_fixtures"
+FIXTURES = ROOT / "tests" / "seml_fixtures"
 #: the venv is cached under the caller's cache directory (read before any test changes it)
 SEML_VENV = os.environ.get("SEML057_VENV") or str(
     Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "seml-hydra" / "seml057-venv"

@@ -18,6 +18,9 @@ from conftest import ROOT, start_app, wait_running, wait_until
 
 from seml_hydra.manage import task_of
 
+#: kills slurmd and drains node1: nothing else may run on the cluster meanwhile
+pytestmark = pytest.mark.serial
+
 LOST = "node2"
 #: the job runs on the node that is lost; the launcher checks Slurm twice a second
 ON_LOST_NODE = ["hydra.launcher.exclude=node1", "hydra.launcher.poll_interval_s=0.5"]
