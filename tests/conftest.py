@@ -65,6 +65,15 @@ def pytest_collection_modifyitems(config, items):
         )
 
 
+def machine_lock(name: str):
+    """A lock file ``/tmp/seml-hydra-test-<name>.lock`` (``filelock.FileLock``, a context
+    manager): a set-up step shared by every pytest process of the machine (xdist workers, other
+    test runs: creating a user, installing a cached venv) runs in one of them at a time."""
+    import filelock
+
+    return filelock.FileLock(f"/tmp/seml-hydra-test-{name}.lock")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_hydra_singletons(hydra_restore_singletons):
     """Every test starts from the same Hydra singletons (version base, ConfigStore,
@@ -272,6 +281,13 @@ def other_user() -> OtherUser:
     the suite does not run as root (it must create the account and act as it)."""
     if os.geteuid() != 0:
         pytest.fail("the shared-cluster tests need root (useradd, runuser)")
+    with machine_lock("other-user"):
+        _create_other_user()
+    return OtherUser(OTHER_USER)
+
+
+def _create_other_user() -> None:
+    """``useradd`` :data:`OTHER_USER` and make :data:`OTHER_VENV` unless they exist."""
     import pwd
 
     try:
@@ -291,4 +307,3 @@ def other_user() -> OtherUser:
             ],
             check=True,
         )
-    return OtherUser(OTHER_USER)

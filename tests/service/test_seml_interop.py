@@ -23,7 +23,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import MONGO_URL, ROOT, TEST_DB, run_app, squeue_tasks, statuses, wait_until
+from conftest import (
+    MONGO_URL,
+    ROOT,
+    TEST_DB,
+    machine_lock,
+    run_app,
+    squeue_tasks,
+    statuses,
+    wait_until,
+)
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app
@@ -45,13 +54,14 @@ runner = CliRunner()
 def seml057_bin() -> Path:
     """``bin/`` of a virtualenv with SEML 0.5.7 (installed once, then cached)."""
     script = ROOT / "tools" / "seml057_venv.sh"
-    proc = subprocess.run(
-        ["bash", str(script)],
-        env={**os.environ, "SEML057_VENV": SEML_VENV},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    with machine_lock("seml057-venv"):  # another worker may be installing it right now
+        proc = subprocess.run(
+            ["bash", str(script)],
+            env={**os.environ, "SEML057_VENV": SEML_VENV},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
     if proc.returncode != 0:
         pytest.fail(
             f"SEML 0.5.7 could not be installed into {SEML_VENV} by {script} (exit "

@@ -20,7 +20,7 @@ from pathlib import Path
 import pymongo
 import pytest
 import yaml
-from conftest import MONGO_URL, ROOT, run_app, wait_until
+from conftest import MONGO_URL, ROOT, machine_lock, run_app, wait_until
 
 from seml_hydra import database, tunnel
 from seml_hydra.database import DatabaseError, connect, resolve_db_settings
@@ -36,9 +36,10 @@ FAST = ["hydra.launcher.poll_interval_s=0.3"]
 @pytest.fixture(scope="session")
 def sshd() -> dict:
     """The test sshd (started by tools/sshd_test.sh, idempotent); fails when it cannot run."""
-    proc = subprocess.run(
-        ["bash", str(ROOT / "tools" / "sshd_test.sh")], capture_output=True, text=True
-    )
+    with machine_lock("sshd"):  # idempotent, but two starting it at once would race
+        proc = subprocess.run(
+            ["bash", str(ROOT / "tools" / "sshd_test.sh")], capture_output=True, text=True
+        )
     if proc.returncode != 0:
         pytest.fail(f"tools/sshd_test.sh failed: {proc.stdout}{proc.stderr}")
     return {
