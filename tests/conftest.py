@@ -28,7 +28,7 @@ TEST_DB = f"seml_hydra_test_{os.getpid()}"
 #: marker -> the fixtures that bring it: a test that uses one of them (directly, through another
 #: fixture or autouse) gets the marker at collection, so ``-m "not slurm"`` selects what it says
 SERVICE_FIXTURES = {
-    "mongo": {"mongo_client", "mongo_url", "private_mongod", "replica_set"},
+    "mongo": {"mongo_client", "mongo_url", "private_mongod", "replica_set", "auth_mongod"},
     "slurm": {"slurm"},
     "sshd": {"sshd"},
     "other_user": {"other_user"},
@@ -52,8 +52,6 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(marker)
         if SERVICE_DIR in path.parents:
             item.add_marker("service")
-        if item.get_closest_marker("outage"):
-            item.add_marker("serial")
         if UNIT_DIR in path.parents:
             found = sorted({m.name for m in item.iter_markers()} & SERVICE_MARKERS)
             if found:
@@ -118,9 +116,19 @@ def test_db(db_url, mongo_client):
     return mongo_client[TEST_DB]
 
 
+@pytest.fixture
+def slurm(request, _slurm_answers):
+    """The testbed's Slurm (``sinfo``'s partitions); fails (never skips) when it does not answer.
+    A test asking for it with ``request.getfixturevalue`` must carry the ``slurm`` marker
+    (``pytest.param(..., marks=pytest.mark.slurm)``), else ``-m "not slurm"`` would run it."""
+    if request.node.get_closest_marker("slurm") is None:
+        pytest.fail(f"{request.node.nodeid} uses Slurm: mark it slurm")
+    return _slurm_answers
+
+
 @pytest.fixture(scope="session")
-def slurm():
-    """The testbed's Slurm; fails (never skips) when ``sinfo`` does not answer."""
+def _slurm_answers():
+    """``sinfo``'s answer, once per pytest process."""
     if shutil.which("sinfo") is None:
         pytest.fail("Slurm is not installed; run tools/testbed/up.sh")
     out = subprocess.run(["sinfo", "-h", "-o", "%P %a"], capture_output=True, text=True)

@@ -563,7 +563,9 @@ def auth_mongod(tmp_path):
 
 
 @pytest.mark.parametrize("url_from", ["command_line", "config_group"])
-@pytest.mark.parametrize("launcher", ["seml_local", "seml"])
+@pytest.mark.parametrize(
+    "launcher", ["seml_local", pytest.param("seml", marks=pytest.mark.slurm)]
+)  # the slurm fixture is asked for in the test
 def test_password_in_db_url_is_written_nowhere_and_reaches_the_jobs_privately(
     launcher, url_from, auth_mongod, tmp_path, request
 ):
