@@ -155,7 +155,7 @@ def test_a_lost_node_without_requeue_ends_the_experiment_killed_with_the_reason(
         cwd=tmp_path,
     )
     try:
-        wait_running(coll, proc)
+        wait_running(coll, proc, timeout=600)  # node2 may be busy with other users' jobs first
         doc = wait_until("the run to start", lambda: coll.find_one({"host": {"$exists": True}}))
         assert doc["host"]["hostname"] == LOST
         job = task_of(doc)[1]
@@ -209,7 +209,7 @@ def test_a_lost_node_with_slurms_requeue_runs_the_experiment_again_and_completes
             f"gate={gate}",
             cwd=tmp_path,
         )
-        wait_running(coll, proc)
+        wait_running(coll, proc, timeout=600)  # node2 may be busy with other users' jobs first
         doc = wait_until("the run to start", lambda: coll.find_one({"host": {"$exists": True}}))
         assert doc["host"]["hostname"] == LOST
         execution = doc["execution"]
