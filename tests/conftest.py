@@ -28,7 +28,14 @@ TEST_DB = f"seml_hydra_test_{os.getpid()}"
 #: marker -> the fixtures that bring it: a test that uses one of them (directly, through another
 #: fixture or autouse) gets the marker at collection, so ``-m "not slurm"`` selects what it says
 SERVICE_FIXTURES = {
-    "mongo": {"mongo_client", "mongo_url", "private_mongod", "replica_set", "auth_mongod"},
+    "mongo": {
+        "mongo_client",
+        "mongo_url",
+        "mongo_user",
+        "private_mongod",
+        "replica_set",
+        "auth_mongod",
+    },
     "slurm": {"slurm"},
     "sshd": {"sshd"},
     "other_user": {"other_user"},
