@@ -174,6 +174,26 @@ class CmdlineScanner(threading.Thread):
             self.stop.wait(0.05)
 
 
+def launcher_or_its_fork(launcher_pid: int):
+    """``ignore(pid)`` for :class:`CmdlineScanner`: true for the launcher and for a child of it
+    that still shows the launcher's own command line, i.e. is between ``fork`` and ``exec``
+    (``subprocess`` starting sbatch, squeue...: a loaded machine makes that window long enough
+    to be scanned); such a child is the launcher's memory, not another command line."""
+    own = Path(f"/proc/{launcher_pid}/cmdline").read_bytes()  # Popen returned: exec is done
+
+    def ignore(pid: int) -> bool:
+        if pid == launcher_pid:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            return parent == launcher_pid and Path(f"/proc/{pid}/cmdline").read_bytes() == own
+        except (OSError, ValueError, IndexError):
+            return False
+
+    return ignore
+
+
 def assert_no_secret_in_files(root: Path, secrets: list[str]) -> int:
     """Every file under ``root`` is free of the secrets; returns how many were read."""
     count = 0
@@ -604,7 +624,7 @@ def test_password_in_db_url_is_written_nowhere_and_reaches_the_jobs_privately(
         text=True,
     )
     # the launcher's own command line is the user's choice (and warned about): not scanned
-    scanner = CmdlineScanner([password], ignore=lambda pid: pid == app.pid)
+    scanner = CmdlineScanner([password], ignore=launcher_or_its_fork(app.pid))
     scanner.start()
     try:
         out, err = app.communicate(timeout=300)
