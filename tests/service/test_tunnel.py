@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -457,9 +458,29 @@ def test_sweep_through_the_tunnel_completes_without_leaking_secrets(
     wait_until("the tunnel to end", lambda: not worker_pids(tunnel_env["runtime"]), 10, 0.1)
 
 
-def _sshd_children(sshd_pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(sshd_pid)], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
+def _sshd_serving(tunnel_pid: int) -> set[int]:
+    """The sshd processes holding the server end of ``tunnel_pid``'s SSH connection (TCP
+    connections as ``ss -tnp`` lists them, matched by the tunnel's local port), not those of
+    other tunnels to the same sshd."""
+    out = subprocess.run(
+        ["ss", "-Htnp", "state", "established"], capture_output=True, text=True, check=True
+    ).stdout
+    rows = []  # (local, peer, pids): with a state filter ss leaves out the State column
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            rows.append((fields[2], fields[3], {int(p) for p in re.findall(r"pid=(\d+)", line)}))
+    ports = {
+        local.rsplit(":", 1)[1]
+        for local, peer, pids in rows
+        if tunnel_pid in pids and peer.endswith(f":{SSHD_PORT}")
+    }
+    return {
+        pid
+        for local, peer, pids in rows
+        for pid in pids
+        if local.endswith(f":{SSHD_PORT}") and peer.rsplit(":", 1)[1] in ports
+    }
 
 
 def test_killed_ssh_connection_is_restored_on_the_same_socket_and_the_sweep_completes(
@@ -492,9 +513,10 @@ def test_killed_ssh_connection_is_restored_on_the_same_socket_and_the_sweep_comp
         )
         state = json.loads(next(runtime.glob("tunnel-*.json")).read_text())
         log_path = next(runtime.glob("tunnel-*.log"))
-        children = _sshd_children(sshd["pid"])
-        assert children, "the tunnel has no SSH connection to kill"
-        for pid in children:  # the sshd processes serving the tunnel's SSH connection
+        # only this tunnel's connection: the sshd is shared with other tests (xdist workers)
+        serving = _sshd_serving(state["pid"])
+        assert serving, "the tunnel has no SSH connection to kill"
+        for pid in serving:  # the sshd processes serving the tunnel's SSH connection
             os.kill(pid, signal.SIGKILL)
         wait_until(
             "the tunnel to reconnect",
