@@ -10,7 +10,7 @@ same name, Slurm and local executor), :data:`SLURM` (Slurm only: ``slurm_<name>`
 :data:`LAUNCHER` (read by the launcher or the jobs, never an executor parameter). ``SBATCH``
 names the sbatch option a value is recorded under in ``slurm[0].sbatch_options`` (SEML's
 record). ``seml_hydra.launch.sbatch`` derives the executor parameters, the sbatch options and
-the resource key from them; a field without a role fails ``tests/test_submit_params.py``.
+the resource key from them; a field without a role fails ``tests/unit/test_submit_params.py``.
 
 This module is imported at every Hydra start (through the plugin shim), so it imports nothing but
 ``dataclasses``, ``typing`` and ``collections.abc``; registration in Hydra's ConfigStore lives in

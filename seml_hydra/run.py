@@ -3,7 +3,7 @@
 submitit job files (``seml_hydra.run.Payload``, ``seml_hydra.run.JobRunner``), and apps or
 their code snapshots that import it. The same module object, not a copy; ``Payload`` (defined
 in ``seml_hydra.store.payload``) is reachable here because ``job.runner`` imports it.
-``tests/test_old_layout.py`` runs data pickled by the old layout through it."""
+``tests/service/test_old_layout.py`` runs data pickled by the old layout through it."""
 
 import sys
 

@@ -25,6 +25,60 @@ MONGO_URL = os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
 TEST_DB = f"seml_hydra_test_{os.getpid()}"
 
 
+#: marker -> the fixtures that bring it: a test that uses one of them (directly, through another
+#: fixture or autouse) gets the marker at collection, so ``-m "not slurm"`` selects what it says
+SERVICE_FIXTURES = {
+    "mongo": {
+        "mongo_client",
+        "mongo_url",
+        "mongo_user",
+        "private_mongod",
+        "replica_set",
+        "auth_mongod",
+    },
+    "slurm": {"slurm"},
+    "sshd": {"sshd"},
+    "other_user": {"other_user"},
+}
+#: markers that mean "needs a service or the machine's state": never in ``tests/unit``
+SERVICE_MARKERS = {*SERVICE_FIXTURES, "service", "serial", "outage", "discovery"}
+UNIT_DIR = Path(__file__).resolve().parent / "unit"
+SERVICE_DIR = Path(__file__).resolve().parent / "service"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test by the services its fixtures bring (:data:`SERVICE_FIXTURES`); every test
+    under ``tests/service`` also gets ``service``. A test under ``tests/unit`` that needs a
+    service is a usage error naming it: the unit tier runs with no mongod and no Slurm."""
+    misplaced = []
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in SERVICE_FIXTURES.items():
+            if used & fixtures:
+                item.add_marker(marker)
+        if SERVICE_DIR in path.parents:
+            item.add_marker("service")
+        if UNIT_DIR in path.parents:
+            found = sorted({m.name for m in item.iter_markers()} & SERVICE_MARKERS)
+            if found:
+                misplaced.append(f"{item.nodeid}: {', '.join(found)}")
+    if misplaced:
+        raise pytest.UsageError(
+            "tests/unit must not need services; move these to tests/service:\n  "
+            + "\n  ".join(misplaced)
+        )
+
+
+def machine_lock(name: str):
+    """A lock file ``/tmp/seml-hydra-test-<name>.lock`` (``filelock.FileLock``, a context
+    manager): a set-up step shared by every pytest process of the machine (xdist workers, other
+    test runs: creating a user, installing a cached venv) runs in one of them at a time."""
+    import filelock
+
+    return filelock.FileLock(f"/tmp/seml-hydra-test-{name}.lock")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_hydra_singletons(hydra_restore_singletons):
     """Every test starts from the same Hydra singletons (version base, ConfigStore,
@@ -69,15 +123,55 @@ def test_db(db_url, mongo_client):
     return mongo_client[TEST_DB]
 
 
+@pytest.fixture
+def slurm(request, _slurm_answers):
+    """The testbed's Slurm (``sinfo``'s partitions); fails (never skips) when it does not answer.
+    A test asking for it with ``request.getfixturevalue`` must carry the ``slurm`` marker
+    (``pytest.param(..., marks=pytest.mark.slurm)``), else ``-m "not slurm"`` would run it."""
+    if request.node.get_closest_marker("slurm") is None:
+        pytest.fail(f"{request.node.nodeid} uses Slurm: mark it slurm")
+    return _slurm_answers
+
+
 @pytest.fixture(scope="session")
-def slurm():
-    """The testbed's Slurm; fails (never skips) when ``sinfo`` does not answer."""
+def _slurm_answers():
+    """``sinfo``'s answer, once per pytest process."""
     if shutil.which("sinfo") is None:
         pytest.fail("Slurm is not installed; run tools/testbed/up.sh")
     out = subprocess.run(["sinfo", "-h", "-o", "%P %a"], capture_output=True, text=True)
     if out.returncode != 0:
         pytest.fail(f"Slurm does not answer: {out.stderr.strip()}; run tools/testbed/up.sh")
     return out.stdout
+
+
+#: the password of the MongoDB configurations the tests write (must never show up in output)
+SECRET = "s3cr3t-P@ss/word"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """An environment with no database configured: empty HOME, private data dir."""
+    home = tmp_path / "home"
+    home.mkdir()
+    return {"HOME": str(home), "SEML_HYDRA_DATA_DIR": str(tmp_path / "data")}
+
+
+def write_config(path: Path, **values) -> Path:
+    """Write a SEML mongodb.config at ``path`` (user alice, password :data:`SECRET`, host
+    db.example.org) with ``values`` replacing keys (None values are left out); returns ``path``."""
+    import yaml
+
+    base = {
+        "username": "alice",
+        "password": SECRET,
+        "host": "db.example.org",
+        "port": 27017,
+        "database": "alice_db",
+    }
+    base.update(values)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({k: v for k, v in base.items() if v is not None}))
+    return path
 
 
 def run_app(app: str, *args: str, cwd: Path, env: dict | None = None, timeout: float = 300):
@@ -202,6 +296,13 @@ def other_user() -> OtherUser:
     the suite does not run as root (it must create the account and act as it)."""
     if os.geteuid() != 0:
         pytest.fail("the shared-cluster tests need root (useradd, runuser)")
+    with machine_lock("other-user"):
+        _create_other_user()
+    return OtherUser(OTHER_USER)
+
+
+def _create_other_user() -> None:
+    """``useradd`` :data:`OTHER_USER` and make :data:`OTHER_VENV` unless they exist."""
     import pwd
 
     try:
@@ -221,4 +322,3 @@ def other_user() -> OtherUser:
             ],
             check=True,
         )
-    return OtherUser(OTHER_USER)

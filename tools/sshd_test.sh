@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A throwaway sshd for the SSH tunnel tests (tests/test_tunnel.py), as root, idempotent:
+# A throwaway sshd for the SSH tunnel tests (tests/service/test_tunnel.py), as root, idempotent:
 #   bash tools/sshd_test.sh          # start it (or find it running); prints its settings
 #   bash tools/sshd_test.sh stop     # stop it
 # It listens on 127.0.0.1:$SEML_TEST_SSHD_PORT (default 22022), accepts key logins for root

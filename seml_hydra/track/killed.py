@@ -15,6 +15,7 @@ from typing import Any
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.slurm import client as slurm
+from seml_hydra.slurm.parse import is_alive
 from seml_hydra.track.jobs import (
     UNNAMED_CLUSTERS,
     array_of,
@@ -136,7 +137,7 @@ def detect_killed(
         if not array or array in alive_arrays:
             continue
         recorded = [st for job, sts in sacct.items() if job.split("_")[0] == array for st in sts]
-        if any(slurm.is_alive(st) for st in recorded):
+        if any(is_alive(st) for st in recorded):
             continue
         cancelled = (doc.get("execution") or {}).get("cancel_time") is not None
         (interrupted if cancelled else killed).append(doc["_id"])

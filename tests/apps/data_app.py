@@ -1,5 +1,5 @@
 """A test app whose result holds numpy scalars and arrays, a datetime, a path, a tuple and an
-enum: all must be stored as plain, queryable data (tests/test_manage_results.py)."""
+enum: all must be stored as plain, queryable data (tests/service/test_manage_results.py)."""
 
 import enum
 from datetime import datetime

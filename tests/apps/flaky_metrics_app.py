@@ -1,5 +1,5 @@
 """A test app whose first attempt logs metrics and then fails, and whose next attempt (the
-file ``cfg.marker`` exists then) logs other values and succeeds (tests/test_manage_results.py)."""
+file ``cfg.marker`` exists then) logs other values and succeeds (tests/service/test_manage_results.py)."""
 
 from pathlib import Path
 

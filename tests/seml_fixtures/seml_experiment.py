@@ -1,4 +1,4 @@
-"""A SEML 0.5 experiment script (run by SEML 0.5.7 itself in tests/test_seml_interop.py).
+"""A SEML 0.5 experiment script (run by SEML 0.5.7 itself in tests/service/test_seml_interop.py).
 
 It fails for ``x == fail_on``, prints a line per run and returns ``{"value": 10 * x}``.
 """

@@ -18,6 +18,9 @@ from conftest import ROOT, start_app, wait_running, wait_until
 
 from seml_hydra.track.jobs import task_of
 
+#: kills slurmd and drains node1: nothing else may run on the cluster meanwhile
+pytestmark = pytest.mark.serial
+
 LOST = "node2"
 #: the job runs on the node that is lost; the launcher checks Slurm twice a second
 ON_LOST_NODE = ["hydra.launcher.exclude=node1", "hydra.launcher.poll_interval_s=0.5"]
@@ -152,7 +155,7 @@ def test_a_lost_node_without_requeue_ends_the_experiment_killed_with_the_reason(
         cwd=tmp_path,
     )
     try:
-        wait_running(coll, proc)
+        wait_running(coll, proc, timeout=600)  # node2 may be busy with other users' jobs first
         doc = wait_until("the run to start", lambda: coll.find_one({"host": {"$exists": True}}))
         assert doc["host"]["hostname"] == LOST
         job = task_of(doc)[1]
@@ -206,7 +209,7 @@ def test_a_lost_node_with_slurms_requeue_runs_the_experiment_again_and_completes
             f"gate={gate}",
             cwd=tmp_path,
         )
-        wait_running(coll, proc)
+        wait_running(coll, proc, timeout=600)  # node2 may be busy with other users' jobs first
         doc = wait_until("the run to start", lambda: coll.find_one({"host": {"$exists": True}}))
         assert doc["host"]["hostname"] == LOST
         execution = doc["execution"]

@@ -38,7 +38,7 @@ import pytest
 
 pytestmark = pytest.mark.discovery
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TARGETS = {
     "seml": "hydra_plugins.seml_launcher.seml_launcher.SemlSlurmLauncher",
     "seml_local": "hydra_plugins.seml_launcher.seml_launcher.SemlLocalLauncher",

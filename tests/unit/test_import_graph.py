@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "seml_hydra"
+PACKAGE = Path(__file__).resolve().parents[2] / "seml_hydra"
 
 #: sub-package -> the sub-packages it may import (besides itself); the README's tour
 ORDER = ["core", "slurm", "store", "job", "track", "launch", "manage", "cli"]

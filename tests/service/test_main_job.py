@@ -260,6 +260,7 @@ def test_ctrl_c_detaches_without_cancelling_anything(slurm, test_db, tmp_path, m
     subprocess.run(["scancel", job], check=True)
 
 
+@pytest.mark.mongo  # starts an embedded mongod
 def test_without_configured_database_the_embedded_mongod_is_used(tmp_path):
     import os
 

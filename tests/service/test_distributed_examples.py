@@ -41,9 +41,12 @@ def run_example(app: str, tmp_path: Path, launcher: str, nodes: int, tasks: int)
     return proc, [json.loads(p.read_text()) for p in found]
 
 
+#: the Slurm cases ask for the ``slurm`` fixture in the test: marked here, so ``-m "not slurm"``
+#: leaves them out (the ``slurm`` fixture refuses an unmarked test)
+SLURM = pytest.mark.slurm
 CASES = [
-    pytest.param("seml", 1, 2, id="slurm-1node-x-2tasks"),
-    pytest.param("seml", 2, 1, id="slurm-2nodes-x-1task"),
+    pytest.param("seml", 1, 2, id="slurm-1node-x-2tasks", marks=SLURM),
+    pytest.param("seml", 2, 1, id="slurm-2nodes-x-1task", marks=SLURM),
     pytest.param("seml_local", 1, 2, id="local-2tasks"),
 ]
 
@@ -73,7 +76,7 @@ def test_jax_example_gives_process_indices_0_and_1(
 
 @pytest.mark.parametrize(
     "launcher, nodes, tasks",
-    [*CASES, pytest.param("seml", 2, 2, id="slurm-2nodes-x-2tasks")],
+    [*CASES, pytest.param("seml", 2, 2, id="slurm-2nodes-x-2tasks", marks=SLURM)],
 )
 def test_torch_all_reduce_gives_the_sum_on_every_rank(
     launcher, nodes, tasks, request, test_db, tmp_path

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 import pymongo
 import pytest
 import yaml
-from conftest import MONGO_URL, ROOT, run_app, wait_until
+from conftest import MONGO_URL, ROOT, machine_lock, run_app, wait_until
 
 from seml_hydra.store import tunnel
 from seml_hydra.store.client import connect, reset_client_cache
@@ -38,9 +39,10 @@ FAST = ["hydra.launcher.poll_interval_s=0.3"]
 @pytest.fixture(scope="session")
 def sshd() -> dict:
     """The test sshd (started by tools/sshd_test.sh, idempotent); fails when it cannot run."""
-    proc = subprocess.run(
-        ["bash", str(ROOT / "tools" / "sshd_test.sh")], capture_output=True, text=True
-    )
+    with machine_lock("sshd"):  # idempotent, but two starting it at once would race
+        proc = subprocess.run(
+            ["bash", str(ROOT / "tools" / "sshd_test.sh")], capture_output=True, text=True
+        )
     if proc.returncode != 0:
         pytest.fail(f"tools/sshd_test.sh failed: {proc.stdout}{proc.stderr}")
     return {
@@ -175,6 +177,26 @@ class CmdlineScanner(threading.Thread):
                         self.found.append(cmd.replace(b"\0", b" ").decode(errors="replace"))
             self.scans += 1
             self.stop.wait(0.05)
+
+
+def launcher_or_its_fork(launcher_pid: int):
+    """``ignore(pid)`` for :class:`CmdlineScanner`: true for the launcher and for a child of it
+    that still shows the launcher's own command line, i.e. is between ``fork`` and ``exec``
+    (``subprocess`` starting sbatch, squeue...: a loaded machine makes that window long enough
+    to be scanned); such a child is the launcher's memory, not another command line."""
+    own = Path(f"/proc/{launcher_pid}/cmdline").read_bytes()  # Popen returned: exec is done
+
+    def ignore(pid: int) -> bool:
+        if pid == launcher_pid:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            return parent == launcher_pid and Path(f"/proc/{pid}/cmdline").read_bytes() == own
+        except (OSError, ValueError, IndexError):
+            return False
+
+    return ignore
 
 
 def assert_no_secret_in_files(root: Path, secrets: list[str]) -> int:
@@ -441,9 +463,29 @@ def test_sweep_through_the_tunnel_completes_without_leaking_secrets(
     wait_until("the tunnel to end", lambda: not worker_pids(tunnel_env["runtime"]), 10, 0.1)
 
 
-def _sshd_children(sshd_pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(sshd_pid)], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
+def _sshd_serving(tunnel_pid: int) -> set[int]:
+    """The sshd processes holding the server end of ``tunnel_pid``'s SSH connection (TCP
+    connections as ``ss -tnp`` lists them, matched by the tunnel's local port), not those of
+    other tunnels to the same sshd."""
+    out = subprocess.run(
+        ["ss", "-Htnp", "state", "established"], capture_output=True, text=True, check=True
+    ).stdout
+    rows = []  # (local, peer, pids): with a state filter ss leaves out the State column
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            rows.append((fields[2], fields[3], {int(p) for p in re.findall(r"pid=(\d+)", line)}))
+    ports = {
+        local.rsplit(":", 1)[1]
+        for local, peer, pids in rows
+        if tunnel_pid in pids and peer.endswith(f":{SSHD_PORT}")
+    }
+    return {
+        pid
+        for local, peer, pids in rows
+        for pid in pids
+        if local.endswith(f":{SSHD_PORT}") and peer.rsplit(":", 1)[1] in ports
+    }
 
 
 def test_killed_ssh_connection_is_restored_on_the_same_socket_and_the_sweep_completes(
@@ -476,9 +518,10 @@ def test_killed_ssh_connection_is_restored_on_the_same_socket_and_the_sweep_comp
         )
         state = json.loads(next(runtime.glob("tunnel-*.json")).read_text())
         log_path = next(runtime.glob("tunnel-*.log"))
-        children = _sshd_children(sshd["pid"])
-        assert children, "the tunnel has no SSH connection to kill"
-        for pid in children:  # the sshd processes serving the tunnel's SSH connection
+        # only this tunnel's connection: the sshd is shared with other tests (xdist workers)
+        serving = _sshd_serving(state["pid"])
+        assert serving, "the tunnel has no SSH connection to kill"
+        for pid in serving:  # the sshd processes serving the tunnel's SSH connection
             os.kill(pid, signal.SIGKILL)
         wait_until(
             "the tunnel to reconnect",
@@ -567,7 +610,9 @@ def auth_mongod(tmp_path):
 
 
 @pytest.mark.parametrize("url_from", ["command_line", "config_group"])
-@pytest.mark.parametrize("launcher", ["seml_local", "seml"])
+@pytest.mark.parametrize(
+    "launcher", ["seml_local", pytest.param("seml", marks=pytest.mark.slurm)]
+)  # the slurm fixture is asked for in the test
 def test_password_in_db_url_is_written_nowhere_and_reaches_the_jobs_privately(
     launcher, url_from, auth_mongod, tmp_path, request
 ):
@@ -606,7 +651,7 @@ def test_password_in_db_url_is_written_nowhere_and_reaches_the_jobs_privately(
         text=True,
     )
     # the launcher's own command line is the user's choice (and warned about): not scanned
-    scanner = CmdlineScanner([password], ignore=lambda pid: pid == app.pid)
+    scanner = CmdlineScanner([password], ignore=launcher_or_its_fork(app.pid))
     scanner.start()
     try:
         out, err = app.communicate(timeout=300)

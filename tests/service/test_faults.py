@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
 from conftest import ROOT, run_app, squeue_tasks, start_app, wait_running, wait_until
 
 #: a time limit Slurm does not reach during a test: the tests send the signal Slurm sends
@@ -175,6 +176,7 @@ def test_a_throttled_foreign_array_does_not_disturb_status_or_queue(slurm, test_
         subprocess.run(["scancel", foreign], check=False)
 
 
+@pytest.mark.serial  # stops slurmctld: every other test would see Slurm down
 def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(slurm, test_db, tmp_path):
     from typer.testing import CliRunner
 

@@ -78,10 +78,13 @@ def slurm_job_id(doc: dict) -> str:
     return str(slurm["job_id"]) if "_" in str(slurm["job_id"]) else str(slurm["array_id"])
 
 
+#: the Slurm cases ask for the ``slurm`` fixture in the test: marked here, so ``-m "not slurm"``
+#: leaves them out (the ``slurm`` fixture refuses an unmarked test)
+SLURM = pytest.mark.slurm
 CASES = [
-    pytest.param("seml", 1, 2, id="slurm-1node-x-2tasks"),
-    pytest.param("seml", 2, 1, id="slurm-2nodes-x-1task"),
-    pytest.param("seml", 2, 2, id="slurm-2nodes-x-2tasks"),
+    pytest.param("seml", 1, 2, id="slurm-1node-x-2tasks", marks=SLURM),
+    pytest.param("seml", 2, 1, id="slurm-2nodes-x-1task", marks=SLURM),
+    pytest.param("seml", 2, 2, id="slurm-2nodes-x-2tasks", marks=SLURM),
     pytest.param("seml_local", 1, 2, id="local-2tasks"),
 ]
 
@@ -176,7 +179,7 @@ def test_every_rank_runs_one_experiment_per_point(
 
 @pytest.mark.parametrize(
     "launcher",
-    [pytest.param("seml", id="slurm"), pytest.param("seml_local", id="local")],
+    [pytest.param("seml", id="slurm", marks=SLURM), pytest.param("seml_local", id="local")],
 )
 def test_a_failing_rank_fails_the_experiment(launcher, request, test_db, tmp_path):
     if launcher == "seml":

@@ -17,7 +17,7 @@ from seml_hydra.cli import app
 from seml_hydra.job.runner import JobRunner
 from seml_hydra.store.payload import Payload, hydra_base, load_payload
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "old_layout"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "old_layout"
 COLLECTION = "old_layout"
 
 

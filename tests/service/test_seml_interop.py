@@ -23,14 +23,23 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import MONGO_URL, ROOT, TEST_DB, run_app, squeue_tasks, statuses, wait_until
+from conftest import (
+    MONGO_URL,
+    ROOT,
+    TEST_DB,
+    machine_lock,
+    run_app,
+    squeue_tasks,
+    statuses,
+    wait_until,
+)
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mongo]
 
-FIXTURES = Path(__file__).parent / "seml_fixtures"
+FIXTURES = ROOT / "tests" / "seml_fixtures"
 #: the venv is cached under the caller's cache directory (read before any test changes it)
 SEML_VENV = os.environ.get("SEML057_VENV") or str(
     Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "seml-hydra" / "seml057-venv"
@@ -45,13 +54,14 @@ runner = CliRunner()
 def seml057_bin() -> Path:
     """``bin/`` of a virtualenv with SEML 0.5.7 (installed once, then cached)."""
     script = ROOT / "tools" / "seml057_venv.sh"
-    proc = subprocess.run(
-        ["bash", str(script)],
-        env={**os.environ, "SEML057_VENV": SEML_VENV},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    with machine_lock("seml057-venv"):  # another worker may be installing it right now
+        proc = subprocess.run(
+            ["bash", str(script)],
+            env={**os.environ, "SEML057_VENV": SEML_VENV},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
     if proc.returncode != 0:
         pytest.fail(
             f"SEML 0.5.7 could not be installed into {SEML_VENV} by {script} (exit "

@@ -37,7 +37,7 @@ from seml_hydra.slurm.records import (
     parse_squeue,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
 
 

@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from seml_hydra.core.documents import same
 from seml_hydra.launch import compose
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APPS = ROOT / "tests" / "apps"
 
 
