@@ -7,6 +7,7 @@ from seml_hydra.cli import (  # noqa: F401  (register the commands)
     configure_cmd,
     global_cmds,
     results_cmd,
+    sources_cmds,
 )
 from seml_hydra.cli.core import app
 

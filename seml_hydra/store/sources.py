@@ -51,6 +51,16 @@ def project_root(app_dir: str | Path, override: str | None = None) -> Path:
     return Path(top).resolve() if top else Path(app_dir).resolve()
 
 
+def config_dirs_of(hydra: Mapping[str, Any]) -> list[str]:
+    """The app's own Hydra config directories of a Hydra node (``runtime.config_sources`` of
+    the ``main`` provider, ``file`` schema): those whose YAML files a snapshot takes. Pure."""
+    return [
+        source["path"]
+        for source in (hydra.get("runtime") or {}).get("config_sources", [])
+        if source.get("provider") == "main" and source.get("schema") == "file"
+    ]
+
+
 def _inside_venv(path: Path, root: Path) -> bool:
     """True when a directory between ``root`` and ``path`` is a virtualenv (has pyvenv.cfg)."""
     for parent in path.parents:
