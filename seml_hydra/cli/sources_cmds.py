@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from seml_hydra.cli.collection_cmds import command
-from seml_hydra.cli.core import confirm_if_many, console, shown
+from seml_hydra.cli.core import ROOT_PANEL, app, confirm_if_many, console, shown
 from seml_hydra.cli.options import Target, Yes, on_collection
 from seml_hydra.core.ranges import format_ids
 
@@ -57,3 +57,42 @@ def reload_sources(
         f"Run them with `seml {shown(target.name)} reset` (FAILED, KILLED, INTERRUPTED ones) "
         f"and `seml {shown(target.name)} start`."
     )
+
+
+@command("clean-db")
+@on_collection(())
+def clean_db(target: Target, yes: Yes = False) -> None:
+    """Remove what no experiment of the collection references any more: code snapshot files,
+    batch payloads, artifacts of deleted runs, their metrics (asks first). A launch's files
+    being staged right now are kept."""
+    _clean(target.db, [target.name], yes)
+
+
+@app.command("clean-db", rich_help_panel=ROOT_PANEL)
+def clean_db_all(yes: Yes = False) -> None:
+    """Remove what no experiment references any more, in every collection, and what dropped
+    collections left behind (files, metrics, id counters); asks first. `seml COLLECTION
+    clean-db` cleans one collection."""
+    from seml_hydra.manage.clean import every_collection
+    from seml_hydra.manage.selection import connect_db
+
+    db = connect_db()
+    _clean(db, every_collection(db), yes)
+
+
+def _clean(db, names: list[str], yes: bool) -> None:
+    from seml_hydra.manage.clean import clean, survey
+
+    found = survey(db, names)
+    if not found:
+        console().print("Nothing to clean: every file, metric and counter is referenced.")
+        return
+    for garbage in found:
+        console().print(shown(garbage.describe()))
+    if not yes:
+        typer.confirm("Remove them (this cannot be undone)?", abort=True)
+    removed = clean(db, names)
+    if not removed:
+        console().print("Nothing removed: it is referenced again (or gone already).")
+    for garbage in removed:
+        console().print("Removed " + shown(garbage.describe()))

@@ -141,11 +141,14 @@ def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> 
     delete_metrics(db, name, docs)
 
 
-def delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> list[Any]:
+def delete_orphan_sources(
+    db: Any, name: str, only: set[str] | None = None, dry_run: bool = False
+) -> list[Any]:
     """Delete the code snapshot files of collection ``name`` (``metadata.type: source_file``,
     written by SEML 0.5 or by us) that no experiment of the collection refers to any more;
     with ``only``, just those of these file ids. A file a launch has just reused (leased,
-    ``sources.delete_unused_files``) is kept. Returns the ids deleted."""
+    ``sources.delete_unused_files``) is kept. Returns the ids deleted (with ``dry_run``:
+    those it would delete, deleting nothing)."""
 
     def used() -> set[str]:
         found = set()
@@ -156,7 +159,8 @@ def delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> l
         return found
 
     candidates: dict[str, Any] = {"metadata.collection_name": name, "metadata.type": "source_file"}
-    return sources.delete_unused_files(db, restricted_to(candidates, only), used)
+    act = sources.unused_files if dry_run else sources.delete_unused_files
+    return act(db, restricted_to(candidates, only), used)
 
 
 def matching_collections(db: Any, pattern: str) -> list[str]:
