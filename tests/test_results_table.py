@@ -86,9 +86,9 @@ def test_results_selectors_states_and_formats(filled):
     [
         (
             ["-id", "99"],
-            "No experiments in res match (COMPLETED ones by default; -s picks others).",
+            "No COMPLETED experiments in res match (-s picks other states).",
         ),
-        (["-s", "RUNNING"], "No experiments in res match in the states RUNNING."),
+        (["-s", "RUNNING"], "No RUNNING experiments in res match."),
         (["-s", "DONE"], "Unknown state 'DONE'"),
         (["--sort", "result.f1"], "No column 'result.f1' to sort by; there are:"),
     ],

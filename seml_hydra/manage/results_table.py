@@ -209,15 +209,10 @@ def results_table(
         db=db,
     )
     if not docs:
-        raise ManageError(
-            f"No experiments in {collection} match{_states_note(states)}"
-            + (" (COMPLETED ones by default; -s picks others)." if states == [COMPLETED] else ".")
-        )
+        chosen = "/".join(states or ()) + " " if states else ""
+        hint = " (-s picks other states)" if states == [COMPLETED] else ""
+        raise ManageError(f"No {chosen}experiments in {collection} match{hint}.")
     table = build_table(docs, sort, descending)
     if pandas is None:
         return table
     return pandas.DataFrame([{c: r.get(c) for c in table.columns} for r in table.rows])
-
-
-def _states_note(chosen: Sequence[str] | None) -> str:
-    return f" in the states {', '.join(chosen)}" if chosen and chosen != [COMPLETED] else ""
