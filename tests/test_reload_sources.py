@@ -196,3 +196,10 @@ def test_reload_of_a_moved_project_says_so(test_db, staged):
     staged.rmdir()
     out = seml("c", "reload-sources", "-id", "1")
     assert out.exit_code == 1 and "is not on this machine" in out.output, out.output
+
+
+def test_reload_of_experiments_seml_staged_says_so(test_db, staged):
+    test_db["c"].update_many({}, {"$unset": {"seml.payload_file": ""}})
+    out = seml("c", "reload-sources", "-id", "1")
+    assert out.exit_code == 1 and "SEML staged them" in out.output, out.output
+    assert len(out.output.strip().splitlines()) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -116,14 +117,13 @@ def test_get_results_states_replace_the_filter_status_and_progress_reads_all(fil
 
 
 def test_results_table_data_frame_has_the_cli_columns(filled):
+    both = ["COMPLETED", "FAILED"]
+    if importlib.util.find_spec("pandas") is None:  # the extra is not installed
+        with pytest.raises(ImportError, match="pip install 'seml-hydra\\[pandas\\]'"):
+            results_table("res", states=both, to_data_frame=True, db=filled)
+        return
     df = results_table(
-        "res",
-        states=["COMPLETED", "FAILED"],
-        sort="config.opt.lr",
-        descending=True,
-        to_data_frame=True,
-        db=filled,
+        "res", states=both, sort="config.opt.lr", descending=True, to_data_frame=True, db=filled
     )
-    table = results_table("res", states=["COMPLETED", "FAILED"], db=filled)
-    assert list(df.columns) == table.columns
+    assert list(df.columns) == results_table("res", states=both, db=filled).columns
     assert df["_id"].tolist() == [4, 3, 2, 1]

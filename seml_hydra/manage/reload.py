@@ -176,8 +176,13 @@ def _plan(db: Any, batch_id: Any, batch: Sequence[Mapping[str, Any]]) -> tuple[A
             f"Experiment(s) {ids} (batch {batch_id}) have no code snapshot (launched with "
             "hydra.launcher.snapshot=false): there are no sources to reload."
         )
+    if not seml.get("payload_file"):
+        raise ManageError(
+            f"Experiment(s) {ids} (batch {batch_id}) have no batch payload: SEML staged them; "
+            "reload their sources with SEML's own reload-sources."
+        )
     try:
-        base = hydra_base(db, str(seml.get("payload_file")))
+        base = hydra_base(db, str(seml["payload_file"]))
     except Exception:  # the payload is gone or the id is no ObjectId: nothing can run them
         raise ManageError(
             f"The batch payload of experiment(s) {ids} (batch {batch_id}) is gone; stage them "
