@@ -17,7 +17,7 @@ below it):
 
 Importing the package is cheap: submodules load on first use. The public API for apps:
 ``current_plan`` (rank facts), ``log_scalar`` (metrics), ``on_requeue``/``requeues``
-(checkpointing), ``get_results``/``get_metrics`` (reading results back).
+(checkpointing), ``get_results``/``get_metrics``/``results_table`` (reading results back).
 """
 
 import importlib
@@ -28,6 +28,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "get_results": "seml_hydra.store.results",
     "get_metrics": "seml_hydra.store.results",
+    "results_table": "seml_hydra.manage.results_table",
     "current_plan": "seml_hydra.job.rank",
     "log_scalar": "seml_hydra.job.metrics",
     "on_requeue": "seml_hydra.job.requeue",

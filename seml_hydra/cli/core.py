@@ -36,7 +36,9 @@ class SemlGroup(TyperGroup):
         return group
 
     def list_commands(self, ctx: Any) -> list[str]:
-        return [*super().list_commands(ctx), *self.collection_group().list_commands(ctx)]
+        # a name of both (clean-db) is listed once: help shows the root command's
+        both = [*super().list_commands(ctx), *self.collection_group().list_commands(ctx)]
+        return list(dict.fromkeys(both))
 
     def get_command(self, ctx: Any, name: str) -> Any:
         # used for help (and by click's default completion, which shell_complete replaces)

@@ -43,6 +43,7 @@ from seml_hydra.store.payload import (
 from seml_hydra.store.retry import retrying
 from seml_hydra.store.settings import resolve_db_settings
 from seml_hydra.store.sources import (
+    config_dirs_of,
     imported_module_files,
     new_lease,
     project_root,
@@ -186,14 +187,9 @@ class _Launch:
         launcher = self.points[0].launcher
         app_dir = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv[0] else os.getcwd()
         root = project_root(app_dir, launcher.get("project_root"))
-        config_dirs = [
-            source["path"]
-            for source in hydra["runtime"].get("config_sources", [])
-            if source.get("provider") == "main" and source.get("schema") == "file"
-        ]
         files, skipped = select_sources(
             imported_module_files(),
-            config_dirs,
+            config_dirs_of(hydra),
             root,
             int(launcher.get("snapshot_max_file_kb", 1024)),
         )

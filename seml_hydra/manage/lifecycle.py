@@ -101,7 +101,7 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     snapshot = {str(e[1]) for d in docs for e in _source_files(d) if len(e) > 1}
     delete_orphan_payloads(collection.database, collection.name, payload_ids(docs))
     _delete_run_files(collection.database, collection.name, docs)
-    _delete_orphan_sources(collection.database, collection.name, snapshot)
+    delete_orphan_sources(collection.database, collection.name, snapshot)
     return DeleteResult(ids, cancelled)
 
 
@@ -141,11 +141,14 @@ def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> 
     delete_metrics(db, name, docs)
 
 
-def _delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> None:
+def delete_orphan_sources(
+    db: Any, name: str, only: set[str] | None = None, dry_run: bool = False
+) -> list[Any]:
     """Delete the code snapshot files of collection ``name`` (``metadata.type: source_file``,
     written by SEML 0.5 or by us) that no experiment of the collection refers to any more;
     with ``only``, just those of these file ids. A file a launch has just reused (leased,
-    ``sources.delete_unused_files``) is kept."""
+    ``sources.delete_unused_files``) is kept. Returns the ids deleted (with ``dry_run``:
+    those it would delete, deleting nothing)."""
 
     def used() -> set[str]:
         found = set()
@@ -156,7 +159,8 @@ def _delete_orphan_sources(db: Any, name: str, only: set[str] | None = None) -> 
         return found
 
     candidates: dict[str, Any] = {"metadata.collection_name": name, "metadata.type": "source_file"}
-    sources.delete_unused_files(db, restricted_to(candidates, only), used)
+    act = sources.unused_files if dry_run else sources.delete_unused_files
+    return act(db, restricted_to(candidates, only), used)
 
 
 def matching_collections(db: Any, pattern: str) -> list[str]:
@@ -186,6 +190,6 @@ def drop(db: Any, names: Sequence[str]) -> None:
         delete_orphan_payloads(db, name)
         _delete_run_files(db, name, runs)
         db.drop_collection(metrics_collection_name(name))
-        _delete_orphan_sources(db, name)
+        delete_orphan_sources(db, name)
         db[COUNTERS_COLLECTION].delete_many({"_id": {"$in": [f"{name}._id", f"{name}.batch_id"]}})
     forget_cached_collections(names)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core.errors import UserError
-from seml_hydra.store.sources import delete_unused_files
+from seml_hydra.store.sources import delete_unused_files, unused_files
 
 #: ``metadata.kind`` of a payload file in ``fs.files``
 PAYLOAD_KIND = "seml_hydra_payload"
@@ -174,17 +174,20 @@ def payload_ids(docs: Iterable[Mapping[str, Any]]) -> set[str]:
     return found
 
 
-def delete_orphan_payloads(db: Any, name: str, only: set[str] | None = None) -> list[Any]:
+def delete_orphan_payloads(
+    db: Any, name: str, only: set[str] | None = None, dry_run: bool = False
+) -> list[Any]:
     """Delete the payloads of collection ``name`` no experiment of it names any more; with
     ``only``, just those of these file ids (strings). The payload of a launch still staging
-    (leased, ``sources.delete_unused_files``) is kept. Returns the ids deleted; raises pymongo
-    errors."""
+    (leased, ``sources.delete_unused_files``) is kept. Returns the ids deleted (with
+    ``dry_run``: those it would delete, deleting nothing); raises pymongo errors."""
 
     def used() -> set[str]:
         return {str(p) for p in db[name].distinct("seml.payload_file") if p}
 
     candidates: dict[str, Any] = {"metadata.collection": name, "metadata.kind": PAYLOAD_KIND}
-    return delete_unused_files(db, restricted_to(candidates, only), used)
+    act = unused_files if dry_run else delete_unused_files
+    return act(db, restricted_to(candidates, only), used)
 
 
 def restricted_to(candidates: dict[str, Any], only: set[str] | None) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from seml_hydra.core import states as core_states
 from seml_hydra.core.documents import plain_result
 from seml_hydra.store.client import connect
 from seml_hydra.store.collections import metrics_collection_name, validate_collection_name
@@ -52,18 +53,23 @@ def restore_results(docs: Sequence[dict[str, Any]], collection: str) -> None:
 
 def get_results(
     collection: str,
-    filter: Mapping[str, Any] | None = None,
+    filter: Mapping[str, Any] | Sequence[str] | None = None,
     fields: Sequence[str] | None = None,
     to_data_frame: bool = False,
     db: Any = None,
     metrics: bool = False,
+    *,
+    states: Sequence[str] | None = None,
+    filter_dict: Mapping[str, Any] | None = None,
+    progress: bool = False,
 ) -> Any:
     """Configs and results of the experiments of ``collection``, sorted by ``_id``.
 
     Args:
         collection: the collection name.
         filter: a MongoDB filter, e.g. ``{"status": "COMPLETED", "config.model.name": "small"}``
-            (default: COMPLETED experiments only).
+            (default: COMPLETED experiments only). A list of strings here is taken as
+            ``fields`` (SEML's ``get_results(collection, fields)`` order).
         fields: the fields to return, dotted paths allowed (``"config.optimizer.lr"``); default
             ``_id``, ``batch_id``, ``status``, ``config``, ``result``.
         to_data_frame: return a ``pandas.DataFrame`` whose columns are the flattened fields
@@ -71,6 +77,11 @@ def get_results(
         db: a pymongo database (default: resolved like the launcher and the ``seml`` command).
         metrics: also return each experiment's metrics as ``metrics`` (see :func:`get_metrics`:
             ``{name: {"steps": [...], "values": [...], "timestamps": [...]}}``).
+        states: only experiments in these states (SEML's ``states``; ``QUEUED`` is
+            ``STAGED``); it replaces a ``status`` of the filter. Default: the filter's own
+            ``status``, or COMPLETED when no filter is given.
+        filter_dict: SEML's name of ``filter`` (give one of the two).
+        progress: show a progress bar on stderr while reading (SEML's ``progress``; rich).
 
     Returns:
         A list of dicts (nested as stored; results as plain data, see
@@ -78,24 +89,34 @@ def get_results(
 
     Raises:
         ImportError: ``to_data_frame=True`` without pandas.
+        ValueError: an unknown state in ``states``, or both ``filter`` and ``filter_dict``.
         seml_hydra.store.errors.DatabaseError: the database cannot be reached.
     """
-    if to_data_frame:
-        try:
-            import pandas
-        except ImportError:
-            raise ImportError(
-                "get_results(to_data_frame=True) needs pandas: pip install 'seml-hydra[pandas]'"
-            ) from None
+    pandas = need_pandas("get_results") if to_data_frame else None
+    if filter is not None and not isinstance(filter, Mapping):
+        if fields is not None:
+            raise ValueError("get_results: a list as `filter` is taken as `fields`; not both.")
+        filter, fields = None, list(filter)
+    if filter_dict is not None:
+        if filter is not None:
+            raise ValueError("get_results: give `filter` or `filter_dict`, not both.")
+        filter = filter_dict
+    query = results_filter(filter, states)
     if db is None:
         db = connect(resolve_db_settings(None))
     validate_collection_name(collection)
-    query = {"status": "COMPLETED"} if filter is None else dict(filter)
     wanted = list(fields) if fields else list(DEFAULT_FIELDS)
     projection = {name: 1 for name in wanted}
     if "_id" not in wanted and not metrics:
         projection["_id"] = 0
-    docs = list(db[collection].find(query, projection).sort("_id", 1))
+    cursor = db[collection].find(query, projection).sort("_id", 1)
+    if progress:
+        from rich.console import Console
+        from rich.progress import track
+
+        total = db[collection].count_documents(query)
+        cursor = track(cursor, total=total, description="Reading", console=Console(stderr=True))
+    docs = list(cursor)
     if any(name == "result" or name.startswith("result.") for name in wanted):
         restore_results(docs, collection)
     if metrics:
@@ -104,10 +125,45 @@ def get_results(
             doc["metrics"] = by_id.get(doc["_id"], {})
             if "_id" not in wanted:
                 del doc["_id"]
-    if not to_data_frame:
+    if pandas is None:
         return docs
-    rows = [_flatten(doc) for doc in docs]
-    return pandas.DataFrame(rows)
+    return pandas.DataFrame([flatten(doc) for doc in docs])
+
+
+def need_pandas(caller: str) -> Any:
+    """The ``pandas`` module, for ``caller(to_data_frame=True)``; raises ``ImportError`` naming
+    the extra to install when it is missing."""
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError(
+            f"{caller}(to_data_frame=True) needs pandas: pip install 'seml-hydra[pandas]'"
+        ) from None
+    return pandas
+
+
+def results_filter(
+    filter: Mapping[str, Any] | None, states: Sequence[str] | None
+) -> dict[str, Any]:
+    """The MongoDB filter of :func:`get_results`, pure: ``filter`` (default: COMPLETED only
+    when ``states`` is not given either) with its ``status`` replaced by ``states`` when
+    ``states`` is non-empty (SEML's rule; ``QUEUED`` is ``STAGED``, and STAGED also matches a
+    stored ``QUEUED``). Raises ``ValueError`` for an unknown state."""
+    if filter is None and states is None:
+        return {"status": core_states.COMPLETED}
+    query = dict(filter or {})
+    if states:
+        names = []
+        for state in states:
+            name = core_states.ALIASES.get(str(state).upper(), str(state).upper())
+            if name not in core_states.ALL:
+                raise ValueError(
+                    f"Unknown state {state!r}; the states are {', '.join(core_states.ALL)}."
+                )
+            names.append(name)
+        names += [old for old, new in core_states.ALIASES.items() if new in names]
+        query["status"] = {"$in": names}
+    return query
 
 
 def get_metrics(
@@ -167,12 +223,16 @@ def get_metrics(
     return out
 
 
-def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``doc`` with nested mappings flattened into dotted keys, pure:
+    ``{"config": {"lr": 0.1}, "result": 1}`` -> ``{"config.lr": 0.1, "result": 1}`` (an empty
+    mapping and lists stay values; the columns ``pandas.json_normalize`` gives, as SEML's
+    ``get_results(to_data_frame=True)``)."""
     out: dict[str, Any] = {}
     for key, value in doc.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping) and value:
-            out.update(_flatten(value, f"{name}."))
+            out.update(flatten(value, f"{name}."))
         else:
             out[name] = value
     return out

@@ -51,6 +51,16 @@ def project_root(app_dir: str | Path, override: str | None = None) -> Path:
     return Path(top).resolve() if top else Path(app_dir).resolve()
 
 
+def config_dirs_of(hydra: Mapping[str, Any]) -> list[str]:
+    """The app's own Hydra config directories of a Hydra node (``runtime.config_sources`` of
+    the ``main`` provider, ``file`` schema): those whose YAML files a snapshot takes. Pure."""
+    return [
+        source["path"]
+        for source in (hydra.get("runtime") or {}).get("config_sources", [])
+        if source.get("provider") == "main" and source.get("schema") == "file"
+    ]
+
+
 def _inside_venv(path: Path, root: Path) -> bool:
     """True when a directory between ``root`` and ``path`` is a virtualenv (has pyvenv.cfg)."""
     for parent in path.parents:
@@ -211,6 +221,27 @@ def _not_being_deleted() -> dict[str, Any]:
     }
 
 
+def _unleased() -> dict[str, Any]:
+    """``fs.files`` filter: no live lease (a launch staging it)."""
+    return {"metadata.leases": {"$not": {"$elemMatch": {"time": {"$gt": _stale_before()}}}}}
+
+
+def unused_files(
+    db: Any, candidates: Mapping[str, Any], used: Callable[[], Iterable[str]]
+) -> list[Any]:
+    """The ids of the GridFS files :func:`delete_unused_files` would delete now (read only):
+    those matching ``candidates`` without a live lease whose id is not in ``used()``."""
+    in_use = {str(i) for i in used()}
+    found = db["fs.files"].find({"$and": [dict(candidates), _unleased()]}, {"_id": 1})
+    return [f["_id"] for f in found if str(f["_id"]) not in in_use]
+
+
+def has_live_lease(db: Any, candidates: Mapping[str, Any]) -> bool:
+    """Whether a file matching ``candidates`` carries a live lease (a launch is staging it)."""
+    live = {"metadata.leases": {"$elemMatch": {"time": {"$gt": _stale_before()}}}}
+    return db["fs.files"].find_one({"$and": [dict(candidates), live]}, {"_id": 1}) is not None
+
+
 def delete_unused_files(
     db: Any, candidates: Mapping[str, Any], used: Callable[[], Iterable[str]]
 ) -> list[Any]:
@@ -228,7 +259,7 @@ def delete_unused_files(
     """
     files = db["fs.files"]
     token = new_lease()  # this call's mark: an id and a time, like a lease
-    unleased = {"metadata.leases": {"$not": {"$elemMatch": {"time": {"$gt": _stale_before()}}}}}
+    unleased = _unleased()
     marked = []
     for f in list(files.find({"$and": [dict(candidates), unleased]}, {"_id": 1})):
         mark = files.update_one(

@@ -1,0 +1,98 @@
+"""``seml <collection> reload-sources`` (``manage.reload``) and ``clean-db``
+(``manage.clean``): the code snapshots and the garbage GridFS keeps."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from seml_hydra.cli.collection_cmds import command
+from seml_hydra.cli.core import ROOT_PANEL, app, confirm_if_many, console, shown
+from seml_hydra.cli.options import Target, Yes, on_collection
+from seml_hydra.core.ranges import format_ids
+
+
+@command("reload-sources")
+@on_collection()
+def reload_sources(
+    target: Target,
+    keep_old: Annotated[
+        bool,
+        typer.Option("--keep-old", help="Keep the old snapshot files in GridFS."),
+    ] = False,
+    yes: Yes = False,
+) -> None:
+    """Upload the project's current files as the code snapshot of STAGED, FAILED, KILLED and
+    INTERRUPTED experiments (the others keep the code they ran with); then `reset` and
+    `start` run the new code. The task function defined in the app script itself was pickled
+    at launch and does not change: this reloads the project's modules and configs."""
+    from seml_hydra.manage.reload import RELOADABLE
+    from seml_hydra.manage.reload import reload_sources as do_reload
+
+    sel, coll = target.selection, target.collection
+    query = sel.query(allowed=RELOADABLE) if sel.filter_states else sel.query()
+    confirm_if_many("Reload the sources of", coll.count_documents(query), yes)
+    result = do_reload(coll, query, keep_old=keep_old)
+    out = console()
+    for state, ids in sorted(result.left_alone.items()):
+        out.print(
+            f"Left alone {len(ids)} {shown(state)} experiment(s) ({format_ids(ids)}): they keep "
+            "the code they ran with."
+        )
+    for batch in result.batches:
+        changed = f"{len(batch.changed)} new or changed" if batch.changed else "none changed"
+        out.print(
+            f"Reloaded the sources of {len(batch.ids)} experiment(s) ({format_ids(batch.ids)}) "
+            f"of batch {batch.batch_id}: {len(batch.files)} file(s), {changed}"
+            + (f" ({shown(', '.join(batch.changed))})" if batch.changed else "")
+        )
+        for rel in batch.missing:
+            out.print(f"  {shown(rel)} is no longer in the project: left out")
+        for path, reason in batch.skipped:
+            out.print(f"  Not in the code snapshot: {shown(path)} ({shown(reason)})")
+    if result.removed:
+        out.print(f"Removed {len(result.removed)} old source file(s) no experiment uses.")
+    out.print(
+        f"Run them with `seml {shown(target.name)} reset` (FAILED, KILLED, INTERRUPTED ones) "
+        f"and `seml {shown(target.name)} start`."
+    )
+
+
+@command("clean-db")
+@on_collection(())
+def clean_db(target: Target, yes: Yes = False) -> None:
+    """Remove what no experiment of the collection references any more: code snapshot files,
+    batch payloads, artifacts of deleted runs, their metrics (asks first). A launch's files
+    being staged right now are kept."""
+    _clean(target.db, [target.name], yes)
+
+
+@app.command("clean-db", rich_help_panel=ROOT_PANEL)
+def clean_db_all(yes: Yes = False) -> None:
+    """Remove what no experiment references any more, in every collection, and what dropped
+    collections left behind (files, metrics, id counters); asks first. `seml COLLECTION
+    clean-db` cleans one collection."""
+    from seml_hydra.manage.clean import every_collection
+    from seml_hydra.manage.selection import connect_db
+
+    db = connect_db()
+    _clean(db, every_collection(db), yes)
+
+
+def _clean(db, names: list[str], yes: bool) -> None:
+    from seml_hydra.manage.clean import clean, survey
+
+    found = survey(db, names)
+    if not found:
+        console().print("Nothing to clean: every file, metric and counter is referenced.")
+        return
+    for garbage in found:
+        console().print(shown(garbage.describe()))
+    if not yes:
+        typer.confirm("Remove them (this cannot be undone)?", abort=True)
+    removed = clean(db, names)
+    if not removed:
+        console().print("Nothing removed: it is referenced again (or gone already).")
+    for garbage in removed:
+        console().print("Removed " + shown(garbage.describe()))

@@ -1,0 +1,208 @@
+"""``reload-sources``: fix the code of staged or failed experiments without staging them again
+(SEML's ``seml <collection> reload-sources``).
+
+The project's current files replace the code snapshot (``seml.source_files``) of the selected
+STAGED, FAILED, KILLED and INTERRUPTED experiments; ``reset`` + ``start`` then run the new code.
+Which files, and from where, is what the launch chose (``store.sources``), worked out again from
+what the documents record: the project root of the app (``seml.executable``'s directory, or
+``seml.working_dir``, and the launch's ``hydra.launcher.project_root``, from the base Hydra node
+stored with the batch payload), the modules of the old snapshot as they are now plus the other
+``.py`` files beside them (a module the fix adds), and the YAML files of the app's config
+directories. Unlike SEML, nothing of the app is imported or run to find them.
+
+What it cannot change: the task function itself when it is defined in the app script. It was
+pickled by value into the batch payload at launch (cloudpickle, ``store.payload``), so the job
+runs that version; what it calls in the project's modules comes from the snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from seml_hydra.core import states
+from seml_hydra.core.ranges import format_ids
+from seml_hydra.manage.lifecycle import delete_orphan_sources
+from seml_hydra.manage.selection import ManageError
+from seml_hydra.store.payload import hydra_base
+from seml_hydra.store.sources import (
+    DEFAULT_MAX_FILE_KB,
+    config_dirs_of,
+    new_lease,
+    project_root,
+    release_lease,
+    select_sources,
+    upload_sources,
+)
+from seml_hydra.track.query import and_, select
+
+#: the states whose code may be replaced: no job runs them, and no result came from it
+RELOADABLE = (states.STAGED, states.FAILED, states.KILLED, states.INTERRUPTED)
+
+
+@dataclass
+class BatchReload:
+    """What :func:`reload_sources` did to one batch: ``batch_id``, the experiment ``ids`` whose
+    snapshot it replaced, ``files`` (the new snapshot's relative paths), ``changed`` (paths new
+    or with other content than before), ``missing`` (old snapshot files no longer in the
+    project, left out) and ``skipped`` (``(path, reason)`` left out for their size)."""
+
+    batch_id: Any
+    ids: list[Any]
+    files: list[str]
+    changed: list[str]
+    missing: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class ReloadResult:
+    """``batches`` (:class:`BatchReload`), ``left_alone`` (``{state: ids}`` of selected
+    experiments in other states) and ``removed`` (old GridFS file ids deleted)."""
+
+    batches: list[BatchReload] = field(default_factory=list)
+    left_alone: dict[str, list[Any]] = field(default_factory=dict)
+    removed: list[Any] = field(default_factory=list)
+
+
+def split_reloadable(
+    docs: Iterable[Mapping[str, Any]],
+) -> tuple[list[Mapping[str, Any]], dict[str, list[Any]]]:
+    """``(reloadable documents, {other state: ids})`` of ``docs`` (pure)."""
+    ok, other = [], {}
+    for doc in docs:
+        state = states.ALIASES.get(str(doc.get("status")), str(doc.get("status")))
+        if state in RELOADABLE:
+            ok.append(doc)
+        else:
+            other.setdefault(state, []).append(doc["_id"])
+    return ok, other
+
+
+def refusal(other: Mapping[str, Sequence[Any]]) -> str:
+    """The one line refusing a selection with only experiments in ``other`` states (pure)."""
+    parts = [f"{len(ids)} {state} ({format_ids(ids)})" for state, ids in sorted(other.items())]
+    return (
+        f"reload-sources replaces the code of {', '.join(RELOADABLE)} experiments only; the "
+        f"selected ones are {', '.join(parts)}."
+    )
+
+
+def module_candidates(old_paths: Iterable[str], root: Path) -> tuple[list[str], list[str]]:
+    """The ``.py`` files to snapshot again under ``root``: the old snapshot's modules
+    (``old_paths``, POSIX relative paths) that still exist, and the other ``.py`` files of their
+    directories. Returns ``(absolute paths, old paths that no longer exist)``."""
+    found: set[str] = set()
+    missing = []
+    for rel in old_paths:
+        if not rel.endswith(".py"):
+            continue
+        path = root.joinpath(*PurePosixPath(rel).parts)
+        if not path.is_file():
+            missing.append(rel)
+        if path.parent.is_dir():
+            found.update(str(p) for p in path.parent.glob("*.py") if p.is_file())
+    return sorted(found), missing
+
+
+def reload_sources(
+    collection: Any, query: Mapping[str, Any], keep_old: bool = False
+) -> ReloadResult:
+    """Replace the code snapshot of the selected reloadable experiments (see the module
+    docstring), batch by batch.
+
+    Args:
+        collection: the pymongo collection.
+        query: the selection (``Selection.query()``).
+        keep_old: keep the old snapshot files in GridFS; otherwise those no experiment names any
+            more are deleted (``manage.lifecycle.delete_orphan_sources``: COMPLETED experiments
+            of the batch keep theirs, and a launch's leased files are never touched).
+
+    Returns:
+        A :class:`ReloadResult`.
+
+    Raises:
+        ManageError: nothing matches; only experiments in other states match; a batch has no
+            code snapshot (launched with ``snapshot=false``) or its payload is gone.
+    """
+    db = collection.database
+    docs = select(collection, query, {"_id": 1, "batch_id": 1, "status": 1, "seml": 1})
+    if not docs:
+        raise ManageError(f"No experiments in {collection.name} match.")
+    ok, other = split_reloadable(docs)
+    if not ok:
+        raise ManageError(refusal(other))
+    by_batch: dict[Any, list[Mapping[str, Any]]] = {}
+    for doc in ok:
+        by_batch.setdefault(doc.get("batch_id"), []).append(doc)
+    plans = [_plan(db, batch_id, batch) for batch_id, batch in sorted(by_batch.items())]
+    result = ReloadResult(left_alone=other)
+    old_ids: set[str] = set()
+    for batch_id, batch, files, missing, skipped in plans:
+        old = {
+            str(rel): str(fid) for d in batch for rel, fid in d["seml"].get("source_files") or []
+        }
+        lease = new_lease()
+        try:
+            new = upload_sources(db, collection.name, batch_id, files, lease)
+            ids = [d["_id"] for d in batch]
+            collection.update_many(
+                and_({"_id": {"$in": ids}}, {"status": {"$in": list(RELOADABLE)}}),
+                {"$set": {"seml.source_files": new}},
+            )
+        finally:
+            release_lease(db, lease["id"])
+        new_ids = {str(fid) for _, fid in new}
+        old_ids.update(fid for fid in old.values() if fid not in new_ids)
+        changed = [rel for rel, fid in new if old.get(rel) != str(fid)]
+        result.batches.append(
+            BatchReload(batch_id, ids, [rel for rel, _ in new], changed, missing, skipped)
+        )
+    if not keep_old and old_ids:
+        result.removed = delete_orphan_sources(db, collection.name, old_ids)
+    return result
+
+
+def _plan(db: Any, batch_id: Any, batch: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+    """``(batch_id, batch, files, missing, skipped)``: the files to upload for one batch."""
+    seml = batch[0].get("seml") or {}
+    ids = format_ids([d["_id"] for d in batch])
+    old = [str(entry[0]) for entry in seml.get("source_files") or [] if entry]
+    if not old:
+        raise ManageError(
+            f"Experiment(s) {ids} (batch {batch_id}) have no code snapshot (launched with "
+            "hydra.launcher.snapshot=false): there are no sources to reload."
+        )
+    if not seml.get("payload_file"):
+        raise ManageError(
+            f"Experiment(s) {ids} (batch {batch_id}) have no batch payload: SEML staged them; "
+            "reload their sources with SEML's own reload-sources."
+        )
+    try:
+        base = hydra_base(db, str(seml["payload_file"]))
+    except Exception:  # the payload is gone or the id is no ObjectId: nothing can run them
+        raise ManageError(
+            f"The batch payload of experiment(s) {ids} (batch {batch_id}) is gone; stage them "
+            "again with the launcher."
+        ) from None
+    launcher = base.get("launcher") or {}
+    executable = seml.get("executable") or ""
+    app_dir = os.path.dirname(executable) if executable else seml.get("working_dir") or "."
+    root = project_root(app_dir, launcher.get("project_root"))
+    if not root.is_dir():
+        raise ManageError(f"The project of batch {batch_id} ({root}) is not on this machine.")
+    modules, missing = module_candidates(old, root)
+    files, skipped = select_sources(
+        modules,
+        config_dirs_of(base),
+        root,
+        int(launcher.get("snapshot_max_file_kb", DEFAULT_MAX_FILE_KB)),
+    )
+    if not files:
+        raise ManageError(
+            f"None of the code snapshot's files of batch {batch_id} are in {root} any more."
+        )
+    return batch_id, batch, files, missing, skipped

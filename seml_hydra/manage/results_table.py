@@ -1,0 +1,218 @@
+"""``seml <collection> results``: one row per experiment with the config keys that vary across
+the selection and the result fields, sorted, as a table, CSV, Markdown or JSON.
+
+The middle is pure (:func:`varying_keys`, :func:`table_columns`, :func:`sort_rows`,
+:func:`to_csv`, :func:`to_markdown`, :func:`to_json`, :func:`cell`); :func:`results_table`
+reads the documents (``store.results.get_results``) and builds the table, for the CLI and for
+Python (``to_data_frame=True``: a ``pandas.DataFrame`` with the very same columns).
+
+SEML has no such command: its users call ``get_results(..., to_data_frame=True)`` and drop the
+constant columns by hand; this is that, done once.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from seml_hydra.core.states import COMPLETED
+from seml_hydra.manage.selection import ManageError
+from seml_hydra.store.results import flatten, get_results, need_pandas
+
+#: the prefixes of the columns: config keys (only those that vary) and result fields (all)
+CONFIG = "config."
+RESULT = "result"
+
+
+def _canonical(value: Any) -> str:
+    """A value's comparable form (lists and dicts are not hashable; 1 and 1.0 are equal)."""
+    return json.dumps(value, sort_keys=True, default=repr)
+
+
+_MISSING = object()
+
+
+def varying_keys(rows: Sequence[Mapping[str, Any]], prefix: str = CONFIG) -> list[str]:
+    """The keys starting with ``prefix`` whose value is not the same in every row of ``rows``
+    (flattened documents, ``store.results.flatten``); a key missing from some rows but present
+    in others varies. Pure.
+
+    Args:
+        rows: flattened documents, e.g. ``[{"config.lr": 0.1, "config.seed": 1}, ...]``.
+        prefix: which keys are candidates (``"config."``; ``""`` for all).
+
+    Returns:
+        The varying keys, in the order they first appear in ``rows``. One row (or none) gives
+        ``[]``: nothing varies.
+    """
+    order: dict[str, None] = {}
+    for row in rows:
+        order.update((key, None) for key in row if key.startswith(prefix))
+    out = []
+    for key in order:
+        seen = {_canonical(row[key]) if key in row else _MISSING for row in rows}
+        if len(seen) > 1:
+            out.append(key)
+    return out
+
+
+def table_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The columns of the results table of ``rows`` (flattened documents), pure: ``_id``;
+    ``status`` when the rows are in more than one state; the config keys that vary
+    (:func:`varying_keys`); every result field (``result`` when a result is a plain value,
+    ``result.<field>...`` for a mapping), in first-seen order."""
+    columns = ["_id"]
+    if len({row.get("status") for row in rows}) > 1:
+        columns.append("status")
+    columns += varying_keys(rows, CONFIG)
+    results: dict[str, None] = {}
+    for row in rows:
+        results.update((key, None) for key in row if key == RESULT or key.startswith(RESULT + "."))
+    return columns + list(results)
+
+
+def _sort_value(value: Any) -> tuple[int, Any]:
+    """Numbers before strings before anything else (by its JSON form); booleans as numbers."""
+    if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
+        return (0, value)
+    if isinstance(value, str):
+        return (1, value)
+    return (2, _canonical(value))
+
+
+def sort_rows(
+    rows: Sequence[Mapping[str, Any]], key: str | None = None, descending: bool = False
+) -> list[Mapping[str, Any]]:
+    """``rows`` sorted by the column ``key`` (default ``_id``), pure. Rows without the key (or
+    with ``None``/NaN there) come last in either direction; ties keep their order.
+
+    Raises:
+        ManageError: no row has ``key`` (the message lists the columns there are).
+    """
+    key = key or "_id"
+    if rows and not any(key in row for row in rows):
+        names = sorted({name for row in rows for name in row})
+        raise ManageError(f"No column {key!r} to sort by; there are: {', '.join(names)}.")
+
+    def missing(row: Mapping[str, Any]) -> bool:
+        value = row.get(key)
+        return value is None or (isinstance(value, float) and math.isnan(value))
+
+    present = [row for row in rows if not missing(row)]
+    absent = [row for row in rows if missing(row)]
+    present.sort(key=lambda row: _sort_value(row[key]), reverse=descending)
+    return present + absent
+
+
+def cell(value: Any) -> str:
+    """A value as table/CSV/Markdown text, pure: ``""`` for a missing value, floats with 6
+    significant digits, lists and dicts as JSON, the rest ``str``."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, default=repr)
+    return str(value)
+
+
+def to_csv(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
+    """The table as CSV with a header line (full float precision), pure."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(
+            [repr(v) if isinstance(v, float) else cell(v) for v in (row.get(c) for c in columns)]
+        )
+    return out.getvalue()
+
+
+def to_markdown(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
+    """The table as a GitHub Markdown pipe table (``|`` in cells escaped), pure."""
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+    out = [line(columns), line(["---"] * len(columns))]
+    out += [line([cell(row.get(c)) for c in columns]) for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def to_json(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
+    """The table as a JSON list of objects keyed by the columns (missing values ``null``), pure."""
+    return json.dumps([{c: row.get(c) for c in columns} for row in rows], indent=2, default=str)
+
+
+@dataclass(frozen=True)
+class ResultsTable:
+    """The table: ``columns`` (names as :func:`table_columns` gives them) and ``rows`` (the
+    flattened documents, sorted; a row may lack a column)."""
+
+    columns: list[str]
+    rows: list[Mapping[str, Any]]
+
+
+def build_table(
+    docs: Sequence[Mapping[str, Any]], sort: str | None = None, descending: bool = False
+) -> ResultsTable:
+    """The :class:`ResultsTable` of ``docs`` (documents as stored, nested), pure."""
+    rows = [flatten(doc) for doc in docs]
+    return ResultsTable(table_columns(rows), sort_rows(rows, sort, descending))
+
+
+def results_table(
+    collection: str,
+    filter: Mapping[str, Any] | None = None,
+    *,
+    states: Sequence[str] | None = None,
+    sort: str | None = None,
+    descending: bool = False,
+    to_data_frame: bool = False,
+    progress: bool = False,
+    db: Any = None,
+) -> Any:
+    """The results table of ``collection`` (what ``seml <collection> results`` prints).
+
+    Args:
+        collection: the collection name.
+        filter: a MongoDB filter (e.g. ``Selection.query()``).
+        states: only these states (default: COMPLETED when ``filter`` names no ``status``).
+        sort: the column to sort by (``"result.acc"``, ``"config.lr"``; default ``_id``).
+        descending: largest first.
+        to_data_frame: return a ``pandas.DataFrame`` with the table's columns (needs pandas).
+        progress: show a progress bar while reading (``get_results``).
+        db: a pymongo database (default: resolved like the ``seml`` command).
+
+    Returns:
+        A :class:`ResultsTable`, or a DataFrame.
+
+    Raises:
+        ManageError: no experiment matches, or ``sort`` is no column.
+        ImportError: ``to_data_frame=True`` without pandas.
+    """
+    pandas = need_pandas("results_table") if to_data_frame else None
+    query = dict(filter or {})
+    if states is None and "status" not in query:
+        states = [COMPLETED]
+    docs = get_results(
+        collection,
+        filter=query,
+        fields=["_id", "status", "config", "result"],
+        states=states,
+        progress=progress,
+        db=db,
+    )
+    if not docs:
+        chosen = "/".join(states or ()) + " " if states else ""
+        hint = " (-s picks other states)" if states == [COMPLETED] else ""
+        raise ManageError(f"No {chosen}experiments in {collection} match{hint}.")
+    table = build_table(docs, sort, descending)
+    if pandas is None:
+        return table
+    return pandas.DataFrame([{c: r.get(c) for c in table.columns} for r in table.rows])

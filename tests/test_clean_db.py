@@ -1,0 +1,133 @@
+"""``seml <collection> clean-db`` and ``seml clean-db`` on the real MongoDB: what killed
+launches and interrupted deletes leave is removed after the question; what an experiment
+references, or a launch is staging (leased), stays."""
+
+from __future__ import annotations
+
+import gridfs
+import pytest
+from typer.testing import CliRunner
+
+from seml_hydra.cli import app
+from seml_hydra.store.collections import COUNTERS_COLLECTION
+from seml_hydra.store.payload import put_payload
+from seml_hydra.store.sources import SourceFile, new_lease, release_lease, upload_sources
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def seml(*args: str, input: str | None = None):
+    return runner.invoke(app, list(args), input=input, prog_name="seml")
+
+
+def source(db, tmp_path, name, rel, text, batch=1, leased=False):
+    path = tmp_path / name / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    lease = new_lease()
+    ((_, file_id),) = upload_sources(db, name, batch, [SourceFile(rel, path, len(text))], lease)
+    if not leased:
+        release_lease(db, lease["id"])
+    return file_id
+
+
+def payload(db, name, leased=False):
+    lease = new_lease()
+    file_id = put_payload(db, name, b"blob", {}, lease)
+    if not leased:
+        release_lease(db, lease["id"])
+    return file_id
+
+
+@pytest.fixture
+def garbage(test_db, tmp_path):
+    """Collection c with one experiment and garbage around it; dropped collections gone (all
+    garbage) and staging (a launch holds a lease on its payload)."""
+    db, fs = test_db, gridfs.GridFS(test_db)
+    kept = {
+        "source": source(db, tmp_path, "c", "app.py", "used"),
+        "leased_source": source(db, tmp_path, "c", "new.py", "staging", batch=2, leased=True),
+        "payload": payload(db, "c"),
+        "leased_payload": payload(db, "c", leased=True),
+        "artifact": fs.put(b"a", filename="artifact://c/1/model.pt"),
+        "unnamed_artifact": fs.put(b"b", filename="artifact://c/1/late.pt"),  # being saved
+        "staging_payload": payload(db, "staging", leased=True),
+    }
+    removed = {
+        "source": source(db, tmp_path, "c", "old.py", "orphan"),
+        "payload": payload(db, "c"),
+        "artifact": fs.put(b"c", filename="artifact://c/9/model.pt"),
+        "gone_source": source(db, tmp_path, "gone", "app.py", "dropped"),
+    }
+    db["c"].insert_one(
+        {
+            "_id": 1,
+            "batch_id": 1,
+            "status": "COMPLETED",
+            "seml": {"payload_file": kept["payload"], "source_files": [["app.py", kept["source"]]]},
+            "artifacts": [{"name": "model.pt", "file_id": kept["artifact"]}],
+        }
+    )
+    db["seml_hydra_metrics.c"].insert_many([{"run_id": 1, "name": "a"}, {"run_id": 9, "name": "a"}])
+    db["seml_hydra_metrics.gone"].insert_one({"run_id": 1, "name": "a"})
+    db[COUNTERS_COLLECTION].insert_many(
+        [
+            {"_id": "c._id", "value": 1},
+            {"_id": "gone._id", "value": 3},
+            {"_id": "gone.batch_id", "value": 2},
+            {"_id": "staging._id", "value": 1},
+        ]
+    )
+    return kept, removed
+
+
+def file_ids(db) -> set[str]:
+    return {str(f["_id"]) for f in db["fs.files"].find({}, {"_id": 1})}
+
+
+def test_collection_clean_db_asks_then_removes_only_unreferenced(test_db, garbage):
+    kept, removed = garbage
+    before = file_ids(test_db)
+    out = seml("c", "clean-db", input="n\n")
+    assert out.exit_code == 1, out.output
+    assert "c: 1 source file(s), 1 payload(s), 1 artifact(s), 1 metric(s)" in out.output
+    assert file_ids(test_db) == before  # answered no: nothing removed
+
+    out = seml("c", "clean-db", "-y")
+    assert out.exit_code == 0, out.output
+    assert "Removed c: 1 source file(s), 1 payload(s), 1 artifact(s), 1 metric(s)" in out.output
+    left = file_ids(test_db)
+    assert {str(i) for i in kept.values()} <= left
+    assert {str(removed[k]) for k in ("source", "payload", "artifact")}.isdisjoint(left)
+    assert str(removed["gone_source"]) in left  # another collection's
+    assert [m["run_id"] for m in test_db["seml_hydra_metrics.c"].find()] == [1]
+    assert test_db[COUNTERS_COLLECTION].count_documents({}) == 4
+    assert test_db["fs.chunks"].count_documents({"files_id": removed["source"]}) == 0
+
+    again = seml("c", "clean-db")
+    assert again.exit_code == 0 and "Nothing to clean" in again.output, again.output
+
+
+def test_clean_db_of_every_collection_removes_what_dropped_ones_left(test_db, garbage):
+    kept, removed = garbage
+    out = seml("clean-db", "-y")
+    assert out.exit_code == 0, out.output
+    assert "Removed gone (dropped): 1 source file(s), 1 metric(s), 2 id counter(s)" in out.output
+    assert "staging" not in out.output
+    left = file_ids(test_db)
+    assert {str(i) for i in kept.values()} <= left
+    assert {str(i) for i in removed.values()}.isdisjoint(left)
+    assert "seml_hydra_metrics.gone" not in test_db.list_collection_names()
+    counters = {c["_id"] for c in test_db[COUNTERS_COLLECTION].find()}
+    assert counters == {"c._id", "staging._id"}  # staging: a launch holds a lease
+
+
+def test_clean_db_of_an_unknown_collection_is_one_line_and_exit_1(test_db, garbage):
+    out = seml("nosuch", "clean-db", "-y")
+    assert out.exit_code == 1, out.output
+    assert len(out.output.strip().splitlines()) == 1 and "nosuch" in out.output, out.output
