@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from seml_hydra.cli import collection_cmds, configure_cmd, global_cmds  # noqa: F401  (register the commands)
+from seml_hydra.cli import (  # noqa: F401  (register the commands)
+    collection_cmds,
+    configure_cmd,
+    global_cmds,
+    inspect_cmds,
+)
 from seml_hydra.cli.core import app
 
 

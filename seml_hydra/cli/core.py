@@ -106,6 +106,29 @@ app = typer.Typer(
     rich_markup_mode="markdown",
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from seml_hydra import __version__
+
+        typer.echo(f"seml-hydra {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False,
+        "-V",
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print seml-hydra's version and exit.",
+    ),
+) -> None:
+    """Manage the experiments the seml-hydra launcher stored in MongoDB and runs on Slurm."""
+
+
 collection_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
