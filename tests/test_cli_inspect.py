@@ -184,3 +184,16 @@ def test_version_is_printed_without_a_collection():
 
     assert seml("--version").strip() == f"seml-hydra {__version__}"
     assert seml("-V").strip() == f"seml-hydra {__version__}"
+
+
+def test_commands_chain_on_one_collection_and_the_first_error_stops_the_chain(train):
+    out = seml("train", "description", "set", "first", "-id", "1", "status", "-p", "config.lr")
+    assert "Set the description of 1 experiment(s): 1" in out
+    assert "first" in out.split("Set the description", 1)[1] and "config.lr" in out
+    # the failing print-command stops the chain: the description is not deleted
+    assert "No experiments match" in error(
+        "train", "print-command", "-id", "99", "description", "delete", "-id", "1"
+    )
+    assert train.find_one({"_id": 1})["seml"]["description"] == "first"
+    out = seml("train", "description", "delete", "-id", "1", "description", "list")
+    assert "Deleted the description of 1 experiment(s): 1" in out and "first" not in out
