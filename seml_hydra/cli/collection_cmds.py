@@ -1,5 +1,6 @@
 """``seml <collection> <command>``: status, start, reset, cancel, delete, hold, release,
-restore-sources (download-sources), detect-killed, print-fail-trace, print-output."""
+restore-sources (download-sources), detect-killed, print-fail-trace, print-output
+(print-command, print-experiment and description: ``cli.inspect_cmds``)."""
 
 from __future__ import annotations
 

@@ -75,6 +75,14 @@ def projected(doc: Mapping[str, Any], keys: Sequence[str]) -> list[tuple[str, st
     return [(key, shown_value(get_path(doc, key))) for key in keys]
 
 
+_ORDER = {s: i for i, s in enumerate(states.ALL)}
+
+
+def state_key(state: str) -> tuple[int, str]:
+    """Sort key of a state name: life-cycle order (``core.states.ALL``), unknown ones after."""
+    return (_ORDER.get(state, len(_ORDER)), state)
+
+
 @dataclass
 class StateRow:
     """One row of ``status``: the experiments in ``state``, their ``ids``, their distinct
@@ -101,8 +109,7 @@ def state_rows(docs: Iterable[Mapping[str, Any]], keys: Sequence[str] = ()) -> l
         for key, value in projected(doc, keys):
             if value not in row.values[key]:
                 row.values[key].append(value)
-    order = {s: i for i, s in enumerate(states.ALL)}
-    return [rows[s] for s in sorted(rows, key=lambda s: (order.get(s, len(order)), s))]
+    return [rows[s] for s in sorted(rows, key=state_key)]
 
 
 def status_rows(
@@ -202,11 +209,10 @@ def description_groups(docs: Iterable[Mapping[str, Any]]) -> list[DescriptionGro
         state = state_of(doc.get("status"))
         if state not in group.states:
             group.states.append(state)
-    order = {s: i for i, s in enumerate(states.ALL)}
     for group in groups.values():
         group.ids.sort(key=id_sort_key)
         group.batch_ids.sort(key=id_sort_key)
-        group.states.sort(key=lambda s: (order.get(s, len(order)), s))
+        group.states.sort(key=state_key)
     return sorted(groups.values(), key=lambda g: (g.description is None, g.description or ""))
 
 
