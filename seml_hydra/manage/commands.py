@@ -10,6 +10,11 @@ ran with, ``config``: interpolations and resolvers such as ``${oc.env:...}`` alr
 or ``--unresolved`` (the overrides as they were written). Config-group selections
 (``model=small``) and deletions (``~key``) are the same in both. Every word is quoted with
 :func:`shlex.quote`. Pure but :func:`commands_for`.
+
+Not part of the command: the Slurm resources and environment (``hydra.launcher.setup``), the
+code snapshot the job ran (the working tree's current files run; ``restore-sources`` writes
+the snapshot), and the seeding the job does with the document's ``seed`` (``random``,
+``numpy``, ``torch``; ``job.rank``) when the app has no ``seed`` of its own.
 """
 
 from __future__ import annotations
