@@ -102,6 +102,9 @@ class SemlLauncherConf:
     array_parallelism: int | None = slurm(None)
     # stage a new copy of points whose config is already in the collection
     force: bool = launcher_only(False)
+    # the experiments' description (SEML's seml.description; per point, so ${...} of the
+    # app's config resolves for each); `seml <collection> description set` changes it later
+    description: str | None = launcher_only(None)
     # store the app's imported modules and config files in GridFS; jobs run that snapshot
     snapshot: bool = launcher_only(True)
     # the project the snapshot is taken from (default: the app's git root, else its directory)

@@ -7,6 +7,8 @@ So the in-package modules that load ``store.client``, ``slurm.client`` or ``mana
 60 ms together, measured with ``python -X importtime``) are imported inside the commands; the
 cheap ones (``core.*``, ``track.outputs``, ``track.query``) at the top of each module.
 
+``seml COLLECTION reset start`` chains commands as SEML does (``cli.chain``).
+
 The commands on a collection take their selector options (``-id``, ``-b``, ``-s``, ``-fd``), the
 selection and the opened collection from one decorator, ``cli.options.on_collection``.
 """

@@ -6,6 +6,7 @@ from seml_hydra.cli import (  # noqa: F401  (register the commands)
     collection_cmds,
     configure_cmd,
     global_cmds,
+    inspect_cmds,
     results_cmd,
     sources_cmds,
 )

@@ -1,8 +1,10 @@
 """``seml <collection> <command>``: status, start, reset, cancel, delete, hold, release,
-restore-sources (download-sources), detect-killed, print-fail-trace, print-output."""
+restore-sources (download-sources), detect-killed, print-fail-trace, print-output
+(print-command, print-experiment and description: ``cli.inspect_cmds``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +19,7 @@ from seml_hydra.cli.core import (
     err_console,
     shown,
 )
-from seml_hydra.cli.options import WITHOUT_STATES, Target, Yes, on_collection
+from seml_hydra.cli.options import WITHOUT_STATES, Projection, Target, Yes, on_collection
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids as _ids
 from seml_hydra.track.outputs import terminal_safe
@@ -82,33 +84,45 @@ def _on_pending(act: Any, target: Target) -> Any:
 
 @command()
 @on_collection()
-def status(target: Target) -> None:
-    """Counts and ids of the experiments per state (after detecting killed jobs)."""
+def status(target: Target, projection: Projection = None) -> None:
+    """Counts and ids of the experiments per state (after detecting killed jobs), with their
+    descriptions and the values of the `-p` keys."""
     from rich.table import Table
 
-    from seml_hydra.manage.inspection import status as get_status
+    from seml_hydra.manage.describe import projection_fields, status_rows
     from seml_hydra.manage.selection import malformed_message
     from seml_hydra.track.jobs import MALFORMED
 
     query, name = target.selection.query(), target.name
+    keys = projection_fields(projection or ())
     _report_detect(_detect(target.collection, query), name)
-    by_state = get_status(target.collection, query)
-    if not by_state:
+    rows = status_rows(target.collection, query, keys)
+    if not rows:
         console().print(f"No experiments in {name} match.")
         return
+    described = any(r.descriptions for r in rows)
     table = Table(title=f"{name}", title_justify="left")
     table.add_column("State")
     table.add_column("Count", justify="right")
     table.add_column("Ids")
-    for state, ids in by_state.items():
-        color = STATE_COLORS.get(state, "white")
-        table.add_row(f"[{color}]{shown(state)}[/]", str(len(ids)), _ids(ids))
-    table.add_row("[bold]total[/]", str(sum(map(len, by_state.values()))), "")
+    if described:
+        table.add_column("Descriptions")
+    for key in keys:
+        table.add_column(shown(key))
+    for row in rows:
+        color = STATE_COLORS.get(row.state, "white")
+        cells = [f"[{color}]{shown(row.state)}[/]", str(len(row.ids)), _ids(row.ids)]
+        if described:
+            cells.append(shown(", ".join(row.descriptions)))
+        cells += [shown(", ".join(row.values[key])) for key in keys]
+        table.add_row(*cells)
+    table.add_row("[bold]total[/]", str(sum(len(r.ids) for r in rows)), "")
     console().print(table)
-    if MALFORMED in by_state:
+    malformed = [r.ids for r in rows if r.state == MALFORMED]
+    if malformed:
         from rich.markup import escape
 
-        console().print(f"[yellow]{escape(malformed_message(by_state[MALFORMED]))}[/]")
+        console().print(f"[yellow]{escape(malformed_message(malformed[0]))}[/]")
 
 
 @command()
@@ -349,46 +363,72 @@ def detect_killed(target: Target) -> None:
 
 @command("print-fail-trace")
 @on_collection()
-def print_fail_trace(target: Target) -> None:
-    """Print the fail trace of FAILED, KILLED and INTERRUPTED experiments (terminal escape
-    sequences and control characters removed)."""
+def print_fail_trace(target: Target, projection: Projection = None) -> None:
+    """Print the fail trace of FAILED, KILLED and INTERRUPTED experiments, with their
+    description and the values of the `-p` keys (terminal escape sequences and control
+    characters removed)."""
+    from seml_hydra.manage.describe import projection_fields
     from seml_hydra.manage.inspection import fail_traces
+    from seml_hydra.manage.selection import ManageError
 
     default = [states.FAILED, states.KILLED, states.INTERRUPTED]
-    traces = fail_traces(target.collection, target.selection.query(default_states=default))
+    query = target.selection.query(default_states=default)
+    traces = fail_traces(target.collection, query, projection_fields(projection or ()))
     if not traces:
-        console().print("No experiments match.")
-    for exp_id, state, trace in traces:  # plain text: long lines must not be cropped
-        _rule(exp_id, state)
-        typer.echo(terminal_safe(trace.rstrip()) or "(no fail trace)")
+        raise ManageError("No experiments match the filters.")
+    for trace in traces:  # plain text: long lines must not be cropped
+        _rule(trace.exp_id, trace.status, trace.values)
+        if trace.description:
+            typer.echo(terminal_safe(f"Description: {trace.description}"))
+        typer.echo(terminal_safe(trace.trace.rstrip()) or "(no fail trace)")
 
 
-def _rule(exp_id: Any, state: Any) -> None:
-    """The heading of one experiment's text, its fields made safe to print (a document's
-    status could hold escape sequences or rich markup)."""
+def _rule(exp_id: Any, state: Any, values: Sequence[tuple[str, str]] = ()) -> None:
+    """The heading of one experiment's text (``key=value`` of each projected value after it),
+    its fields made safe to print (a document's status could hold escape sequences or rich
+    markup)."""
     from rich.markup import escape
 
-    console().rule(escape(terminal_safe(f"experiment {exp_id} ({state})")), align="left")
+    extra = "".join(f" {key}={value}" for key, value in values)
+    console().rule(escape(terminal_safe(f"experiment {exp_id} ({state}){extra}")), align="left")
 
 
 @command("print-output")
 @on_collection()
 def print_output(
     target: Target,
+    head: Annotated[
+        int, typer.Option("-H", "--head", min=0, help="Only the first N lines; 0 = all.")
+    ] = 0,
     tail: Annotated[
         int, typer.Option("-t", "--tail", min=0, help="Only the last N lines; 0 = all.")
     ] = 0,
+    slurm: Annotated[
+        bool,
+        typer.Option(
+            "-sl", "--slurm", help="The job's Slurm output file instead of the experiment's output."
+        ),
+    ] = False,
 ) -> None:
-    """Print the Slurm output file of experiments (its last MiB at most; bytes that are not
-    UTF-8 show as U+FFFD; terminal escape sequences and control characters removed). Only a
-    file inside the experiment's output folder that belongs to you is read."""
+    """Print the output of experiments: what each printed (Sacred's captured output, or the
+    output file SEML wrote), or with `--slurm` its job's Slurm output file (its last MiB at
+    most, with `--head` its first; bytes that are not UTF-8 show as U+FFFD; terminal escape
+    sequences and control characters removed). Only a file inside the experiment's output
+    folder that belongs to you is read."""
     from rich.markup import escape
 
     from seml_hydra.manage.inspection import read_outputs
+    from seml_hydra.manage.selection import ManageError
 
-    outputs = read_outputs(target.collection, target.selection.query(), tail=tail or None)
+    outputs = read_outputs(
+        target.collection,
+        target.selection.query(),
+        tail=tail or None,
+        head=head or None,
+        slurm=slurm,
+    )
     if not outputs:
-        console().print("No experiments match.")
+        raise ManageError("No experiments match the filters.")
     for out in outputs:
         _rule(out.exp_id, out.status)
         if out.text is None:

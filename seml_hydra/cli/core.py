@@ -15,6 +15,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from seml_hydra.cli.chain import Chain, split_chain
 from seml_hydra.core import errors, states
 from seml_hydra.track.outputs import terminal_safe
 
@@ -50,9 +51,13 @@ class SemlGroup(TyperGroup):
             return super().resolve_command(ctx, args)
         if name.startswith("-"):
             ctx.fail(f"No such option {name!r}.")
-        if name in self.collection_group().commands and not ctx.resilient_parsing:
+        group = self.collection_group()
+        if name in group.commands and not ctx.resilient_parsing:
             ctx.fail(f"`{name}` works on a collection: seml COLLECTION {name} ...")
-        return name, self.collection_group(), args[1:]
+        pieces = split_chain(args[1:], group.commands)
+        if len(pieces) > 1 and not ctx.resilient_parsing:  # seml COLLECTION reset start
+            return name, Chain(name, group, pieces), []
+        return name, group, args[1:]
 
     def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
         from typer._click.shell_completion import CompletionItem
@@ -107,6 +112,29 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     rich_markup_mode="markdown",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from seml_hydra import __version__
+
+        typer.echo(f"seml-hydra {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False,
+        "-V",
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print seml-hydra's version and exit.",
+    ),
+) -> None:
+    """Manage the experiments the seml-hydra launcher stored in MongoDB and runs on Slurm."""
+
 
 collection_app = typer.Typer(
     no_args_is_help=True,

@@ -25,6 +25,7 @@ def list_(
     """Collections with their experiment counts per state."""
     from rich.table import Table
 
+    from seml_hydra.manage.describe import collection_descriptions
     from seml_hydra.manage.inspection import list_collections
     from seml_hydra.manage.selection import connect_db
     from seml_hydra.track.jobs import MALFORMED
@@ -42,10 +43,15 @@ def list_(
     for s in [*present, *others]:
         table.add_column(f"[{STATE_COLORS.get(s, 'white')}]{shown(s)}[/]", justify="right")
     table.add_column("Total", justify="right")
+    descriptions = collection_descriptions(db, [r.name for r in rows])
+    if descriptions:
+        table.add_column("Descriptions")
     for r in rows:
-        table.add_row(
-            shown(r.name), *[str(r.counts.get(s, 0)) for s in [*present, *others]], str(r.total)
-        )
+        cells = [shown(r.name), *[str(r.counts.get(s, 0)) for s in [*present, *others]]]
+        cells.append(str(r.total))
+        if descriptions:
+            cells.append(shown(", ".join(descriptions.get(r.name, []))))
+        table.add_row(*cells)
     console().print(table)
     malformed = [f"{r.name} ({r.counts[MALFORMED]})" for r in rows if r.counts.get(MALFORMED)]
     if malformed:

@@ -54,6 +54,17 @@ FilterDict = Annotated[
         show_default=False,
     ),
 ]
+Projection = Annotated[
+    list[str] | None,
+    typer.Option(
+        "-p",
+        "--projection",
+        help="Also show these document keys (repeat the option or separate by commas), e.g. "
+        "-p config.optimizer.lr.",
+        metavar="KEY",
+        show_default=False,
+    ),
+]
 Yes = Annotated[
     bool,
     typer.Option("-y", "--yes", help="Do not ask for confirmation."),

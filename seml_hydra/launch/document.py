@@ -89,13 +89,25 @@ def draw_seed(config: Mapping[str, Any], rng: random.Random) -> int:
     return pick_seed(config, rng.randrange(2**31))
 
 
+def point_seml(docs: LaunchDocs, point: SweepPoint) -> dict[str, Any]:
+    """The ``seml`` block of ``point``: the launch's, plus ``description`` (SEML's
+    ``seml.description``) when the point's ``hydra.launcher.description`` is a non-empty
+    string (resolved with the point's config, so it may differ per point)."""
+    seml = dict(docs.seml)
+    description = point.launcher.get("description")
+    if isinstance(description, str) and description.strip():
+        seml["description"] = description
+    return seml
+
+
 def make_document(
     docs: LaunchDocs, point: SweepPoint, *, exp_id: int, batch_id: int, seed: int
 ) -> dict[str, Any]:
     """The STAGED document of ``point`` (``core.documents.build_document``): its config and
     overrides, :func:`hydra_doc`, the launch's ``seml`` and ``git`` blocks, and the sbatch
     options it is submitted with (``launch.sbatch.sbatch_options``, job name
-    ``<collection>_<batch_id>``).
+    ``<collection>_<batch_id>``); the point's description is stored as ``seml.description``
+    (:func:`point_seml`).
 
     Args:
         docs: the launch's shared blocks.
@@ -110,7 +122,7 @@ def make_document(
         overrides=point.overrides,
         hydra=hydra_doc(point, docs.base_hydra),
         seed=seed,
-        seml=docs.seml,
+        seml=point_seml(docs, point),
         sbatch_options=sbatch_options(
             point.launcher,
             comment=docs.collection_name,
@@ -130,6 +142,6 @@ def refreshed_fields(docs: LaunchDocs, point: SweepPoint, batch_id: int) -> dict
     with the last document of the batch (``store.sources.upload_sources``)."""
     return {
         "hydra": hydra_doc(point, docs.base_hydra),
-        "seml": dict(docs.seml),
+        "seml": point_seml(docs, point),
         "batch_id": batch_id,
     }

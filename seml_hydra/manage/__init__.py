@@ -10,6 +10,10 @@ prints or exits (``seml_hydra.cli`` does), every problem a user can cause raises
 - :mod:`seml_hydra.manage.start`: ``start`` (submit STAGED experiments from the database).
 - :mod:`seml_hydra.manage.inspection`: ``list``, ``status``, ``queue``, outputs, fail traces,
   code snapshots.
+- :mod:`seml_hydra.manage.describe`: descriptions (``description set|delete|list``), the
+  ``-p`` projections and rows of ``status``, ``print-experiment``'s text.
+- :mod:`seml_hydra.manage.commands`: ``print-command`` (the command that runs an experiment
+  by hand).
 
 Liveness and KILLED detection, output tails and the completion cache are in
 ``seml_hydra.track`` (shared with the launcher). Imports ``core``, ``slurm``, ``store``,

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.manage.describe import (
+    DESCRIPTION,
+    description_of,
+    projected,
+    without_collisions,
+)
 from seml_hydra.manage.selection import ManageError, id_ranges_by_state
 from seml_hydra.slurm import client as slurm
 from seml_hydra.store.snapshot import SourceSnapshotError, write_sources
@@ -139,51 +145,97 @@ class Output:
 
 
 def read_outputs(
-    collection: Any, query: Mapping[str, Any], *, tail: int | None = None
+    collection: Any,
+    query: Mapping[str, Any],
+    *,
+    tail: int | None = None,
+    head: int | None = None,
+    slurm: bool = False,
 ) -> list[Output]:
     """The output of each matching experiment, decoded as UTF-8 with invalid bytes as U+FFFD;
-    ``tail`` keeps the last lines only. As SEML 0.5's ``print-output``: the experiment's own
-    output file (``seml.output_file``, written by SEML) when there is one, else the job's
-    (``execution.slurm_output_file``); Sacred's ``captured_out`` when the file is unreadable
-    or not safe to read. Files are read as ``track.outputs.read_output_tail`` allows (inside the
-    experiment's output folder, named as its own job's output, this user's, regular), at most
-    their last
-    :data:`OUTPUT_TAIL_BYTES`."""
+    ``tail`` keeps the last lines only, ``head`` the first ones (not both: ManageError).
+
+    Which output, as SEML 0.5's ``print-output``: the experiment's own output, i.e. its own
+    output file (``seml.output_file``, written by SEML) when there is one, else Sacred's
+    ``captured_out`` (what the experiment printed, stored with the run), else the job's output
+    file (``execution.slurm_output_file``: e.g. a job that died before Sacred stored anything).
+    With ``slurm``, the job's Slurm output file (submitit's ``<job>_<task>_log.out``: all of
+    the task's lines, its experiments' and the job's own), Sacred's ``captured_out`` only when
+    that file is unreadable. Files are read as ``track.outputs.read_output_tail`` allows
+    (inside the experiment's output folder, named as its own job's output, this user's,
+    regular), at most their last (with ``head``: first) :data:`OUTPUT_TAIL_BYTES`."""
+    if tail and head:
+        raise ManageError("Give --head or --tail, not both.")
     out = []
     projection = {**PROJECTION, "captured_out": 1}
     for doc in select(collection, query, projection):
-        own = (doc.get("seml") or {}).get("output_file")
+        exp_id, status = doc["_id"], doc.get("status")
+        own = None if slurm else (doc.get("seml") or {}).get("output_file")
+        captured = doc.get("captured_out")
+        captured = captured if isinstance(captured, str) and captured else None
+        if not own and not slurm and captured is not None:
+            out.append(Output(exp_id, status, "captured_out", _lines(captured, head, tail)))
+            continue
         path = own or (output_file(doc) if (doc.get("execution") or {}) else None)
         if not path:
-            out.append(Output(doc["_id"], doc.get("status"), None, None, "no output file yet"))
+            out.append(Output(exp_id, status, None, None, "no output file yet"))
             continue
         path = str(path)
         read = read_document_output(
-            doc, path, collection.name, seml_output_file=bool(own), max_bytes=OUTPUT_TAIL_BYTES
+            doc,
+            path,
+            collection.name,
+            seml_output_file=bool(own),
+            max_bytes=OUTPUT_TAIL_BYTES,
+            head=bool(head),
         )
-        data = read.data
-        if data is None:
-            captured = doc.get("captured_out")
-            if isinstance(captured, str) and captured:
-                data = captured.encode("utf-8")
-                path = f"{path} ({read.problem}); Sacred's captured_out"
-            else:
-                out.append(Output(doc["_id"], doc.get("status"), path, None, read.problem))
-                continue
-        text = data.decode("utf-8", errors="replace")
-        if tail:
-            text = "\n".join(text.splitlines()[-tail:])
-        out.append(Output(doc["_id"], doc.get("status"), path, text, skipped=read.skipped))
+        if read.data is None and captured is None:
+            out.append(Output(exp_id, status, path, None, read.problem))
+            continue
+        if read.data is None:
+            path = f"{path} ({read.problem}); Sacred's captured_out"
+        text = captured if read.data is None else read.data.decode("utf-8", errors="replace")
+        skipped = 0 if head else read.skipped
+        out.append(Output(exp_id, status, path, _lines(text, head, tail), skipped=skipped))
     return out
 
 
-def fail_traces(collection: Any, query: Mapping[str, Any]) -> list[tuple[int, str, str]]:
-    """``(id, status, trace)`` of the matching experiments (trace ``""`` when none)."""
+def _lines(text: str, head: int | None, tail: int | None) -> str:
+    """``text``, or only its first ``head`` / last ``tail`` lines."""
+    if head:
+        return "\n".join(text.splitlines()[:head])
+    if tail:
+        return "\n".join(text.splitlines()[-tail:])
+    return text
+
+
+@dataclass
+class FailTrace:
+    """One experiment of ``print-fail-trace``: ``trace`` (``""`` when none), its
+    ``description`` (``seml.description``) and ``values``, ``(key, shown value)`` of each
+    ``-p`` key (``manage.describe.projected``)."""
+
+    exp_id: Any
+    status: Any
+    trace: str
+    description: str | None = None
+    values: list[tuple[str, str]] = field(default_factory=list)
+
+
+def fail_traces(
+    collection: Any, query: Mapping[str, Any], keys: Sequence[str] = ()
+) -> list[FailTrace]:
+    """The fail traces of the matching experiments, with the values of ``keys``."""
+    fields = {"_id": 1, "status": 1, "fail_trace": 1, DESCRIPTION: 1, **{k: 1 for k in keys}}
     out = []
-    for doc in select(collection, query, {"_id": 1, "status": 1, "fail_trace": 1}):
+    for doc in select(collection, query, without_collisions(fields)):
         trace = doc.get("fail_trace") or []
         text = "".join(trace) if isinstance(trace, list) else str(trace)
-        out.append((doc["_id"], doc.get("status"), text))
+        out.append(
+            FailTrace(
+                doc["_id"], doc.get("status"), text, description_of(doc), projected(doc, keys)
+            )
+        )
     return out
 
 

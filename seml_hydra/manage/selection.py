@@ -151,12 +151,13 @@ def id_ranges_by_state(docs: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]
         by_state.setdefault(state_of(doc.get("status")), []).append(doc.get("_id"))
     order = {s: i for i, s in enumerate(states.ALL)}
     return {
-        s: sorted(by_state[s], key=_sort_key)
+        s: sorted(by_state[s], key=id_sort_key)
         for s in sorted(by_state, key=lambda s: (order.get(s, len(order)), s))
     }
 
 
-def _sort_key(value: Any) -> tuple[int, Any]:
+def id_sort_key(value: Any) -> tuple[int, Any]:
+    """The sort key of an experiment id: integers first, in order, then the others by ``str``."""
     return (0, value) if isinstance(value, int) else (1, str(value))
 
 

@@ -113,8 +113,9 @@ def read_output_tail(
     *,
     names: re.Pattern[str] | None = None,
     max_bytes: int = TRACE_TAIL_BYTES,
+    head: bool = False,
 ) -> FileTail:
-    """The last ``max_bytes`` bytes of a job output file a document (or a job) names, read only
+    """The last ``max_bytes`` bytes (with ``head``: the first ones) of a job output file a document (or a job) names, read only
     when it is safe to: an absolute path named ``*.out`` / ``*.err`` (:data:`OUTPUT_SUFFIXES`),
     not a symlink, inside ``folder`` (the experiment's output folder, :func:`output_folder`;
     compared after resolving both, so no symlink or ``..`` leads out of it), whose basename
@@ -159,6 +160,8 @@ def read_output_tail(
             return FileTail(None, problem="not read: not a regular file")
         if st.st_uid != os.getuid():
             return FileTail(None, problem=f"not read: it belongs to uid {st.st_uid}, not to you")
+        if head:
+            return FileTail(f.read(max_bytes))
         start = max(0, st.st_size - max_bytes)
         f.seek(start)
         return FileTail(f.read(max_bytes), skipped=start)
@@ -222,6 +225,7 @@ def read_document_output(
     *,
     seml_output_file: bool = False,
     max_bytes: int = TRACE_TAIL_BYTES,
+    head: bool = False,
 ) -> FileTail:
     """:func:`read_output_tail` of a file a document names, for collection
     ``collection_name``: inside its :func:`output_folder`, named as its own job's output
@@ -231,7 +235,7 @@ def read_document_output(
     if problem is not None:
         return FileTail(None, problem=problem)
     names = own_output_names(doc, seml_output_file=seml_output_file)
-    return read_output_tail(path, output_folder(doc), names=names, max_bytes=max_bytes)
+    return read_output_tail(path, output_folder(doc), names=names, max_bytes=max_bytes, head=head)
 
 
 def output_file(doc: Mapping[str, Any]) -> str | None:

@@ -119,3 +119,18 @@ def test_diff_parent_walks_and_creates_levels_in_dicts_and_dictconfigs():
     assert OmegaConf.to_container(cfg) == {"a": {"b": 1, "x": {"y": 2}}}
     untouched = copy.deepcopy(plain)
     assert diff_parent(untouched, ["only"]) == (untouched, "only")
+
+
+def test_the_points_description_is_stored_as_seml_description_and_the_config_hash_ignores_it():
+    points = [
+        point(0, {"lr": 0.1}, ["lr=0.1"], description="lr 0.1"),
+        point(1, {"lr": 0.1}, ["lr=0.1"]),
+        point(2, {"lr": 0.1}, ["lr=0.1"], description=" "),
+    ]
+    launch = docs_of(points)
+    made = [make_document(launch, p, exp_id=i, batch_id=1, seed=0) for i, p in enumerate(points)]
+    assert made[0]["seml"]["description"] == "lr 0.1"
+    assert "description" not in made[1]["seml"] and "description" not in made[2]["seml"]
+    assert len({d["config_hash"] for d in made}) == 1  # the same experiment, described or not
+    assert refreshed_fields(launch, points[0], 2)["seml"]["description"] == "lr 0.1"
+    assert "description" not in launch.seml  # the launch's shared block is not changed

@@ -102,9 +102,18 @@ def test_every_collection_command_shows_its_selector_options():
         "detect-killed": set(),
         "print-fail-trace": selectors,
         "print-output": selectors,
+        "print-command": selectors,
+        "print-experiment": selectors,
+        "description": {"set": selectors, "delete": selectors, "list": selectors},
     }
     assert set(group.commands) == set(expected)
     for name, command in group.commands.items():
+        if isinstance(expected[name], dict):  # a sub-group: its commands
+            assert set(command.commands) == set(expected[name]), name
+            for sub, subcommand in command.commands.items():
+                options = {p.name for p in subcommand.params} & selectors
+                assert options == expected[name][sub], (name, sub)
+            continue
         options = {p.name for p in command.params} & selectors
         assert options == expected[name], name
     flags = {o for p in group.commands["status"].params for o in p.opts}
