@@ -1,7 +1,8 @@
 """Experiments run outside a Slurm job, on the real MongoDB (issue 19.4-19.6): resource
 statistics of every run (``stats``, SEML's ``collect_stats``); ``seml <col> start --debug -id N``
 (one STAGED experiment in the foreground, ``--post-mortem``); ``start --local`` /
-``launch-worker`` (a worker claiming STAGED experiments atomically, ``-n``, ``--worker-gpus``);
+``launch-worker`` (a worker claiming STAGED experiments atomically, ``-n``, ``--worker-gpus``,
+``--steal-slurm``);
 and each refusal one line with exit code 1.
 
 Experiments are staged for real by a launch whose ``sbatch`` Slurm refuses (more memory than any
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_app, wait_until
+from conftest import squeue_tasks as squeue
 
 SEML = str(Path(sys.executable).parent / "seml")
 pytestmark = pytest.mark.slurm
@@ -179,3 +181,30 @@ def test_worker_stops_after_n_and_sets_the_worker_gpus(slurm, test_db, tmp_path)
         seml("env_app", "start", "--debug", "--local", "-id", "3", cwd=tmp_path), "use one of them"
     )
     assert coll.find_one({"_id": 3})["status"] == "STAGED"
+
+
+def test_steal_slurm_takes_pending_experiments_whose_task_has_not_started(slurm, test_db, tmp_path):
+    proc = run_app(
+        "../tests/apps/gate.py",
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.wait=false",
+        "+hydra.launcher.additional_parameters.begin=now+1hour",  # the tasks wait: never start
+        "x=1,2,3",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    coll = test_db["gate"]
+    array = str(coll.find_one({"_id": 1})["slurm"][0]["array_id"])
+    try:
+        # without --steal-slurm a worker has nothing to take
+        assert_refused(seml("gate", "start", "--local", cwd=tmp_path), "No STAGED experiments")
+        worker = seml("gate", "launch-worker", "--steal-slurm", "-n", "2", cwd=tmp_path)
+        assert worker.returncode == 0, (worker.stdout, worker.stderr)
+        assert f"Removed 2 Slurm task(s) from their array: {array}_0, {array}_1" in worker.stdout
+        docs = {d["_id"]: d for d in coll.find()}
+        assert [docs[i]["status"] for i in (1, 2, 3)] == ["COMPLETED", "COMPLETED", "PENDING"]
+        assert {docs[i]["execution"]["cluster"] for i in (1, 2)} == {"local"}
+        assert set(squeue(array)) == {f"{array}_2"}  # only the task not stolen is left
+    finally:
+        subprocess.run(["scancel", array], check=False)

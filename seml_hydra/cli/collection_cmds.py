@@ -119,6 +119,14 @@ WorkerGpus = Annotated[
         show_default=False,
     ),
 ]
+StealSlurm = Annotated[
+    bool,
+    typer.Option(
+        "--steal-slurm",
+        help="With --local: also take PENDING experiments whose Slurm array task has not "
+        "started (that task is removed from the array).",
+    ),
+]
 
 
 @command()
@@ -149,6 +157,7 @@ def start(
         ),
     ] = False,
     worker_gpus: WorkerGpus = None,
+    steal_slurm: StealSlurm = False,
 ) -> None:
     """Submit STAGED experiments to Slurm (e.g. after `reset`), from the database alone; also
     those an interrupted submission left PENDING without a job. With --debug or --local, run
@@ -161,11 +170,12 @@ def start(
         post_mortem=post_mortem,
         worker_gpus=worker_gpus,
         sacred_id=target.selection.sacred_id,
+        steal_slurm=steal_slurm,
     )
     if debug:
         return _debug(target, post_mortem)
     if local:
-        return _work(target, num_experiments, worker_gpus, post_mortem)
+        return _work(target, num_experiments, worker_gpus, post_mortem, steal_slurm)
     from seml_hydra.launch.recovery import recover_interrupted_submissions
     from seml_hydra.manage.start import start as do_start
     from seml_hydra.track.killed import recovered_message
@@ -202,14 +212,17 @@ def _debug(target: Target, post_mortem: bool) -> None:
         raise typer.Exit(1)
 
 
-def _work(target: Target, limit: int, gpus: str | None, post_mortem: bool) -> None:
+def _work(
+    target: Target, limit: int, gpus: str | None, post_mortem: bool, steal_slurm: bool
+) -> None:
     """``start --local`` / ``launch-worker``: run STAGED experiments until none is left or
     ``limit`` ran; exit 1 when none could be run or one failed."""
     from seml_hydra.job.worker import run_worker
-    from seml_hydra.manage.local import check_runnable
+    from seml_hydra.manage.local import SlurmStealer, check_runnable
 
     query = target.selection.query()
-    check_runnable(target.collection, query, target.name)
+    check_runnable(target.collection, query, target.name, steal_slurm=steal_slurm)
+    steal = SlurmStealer(target.collection, target.name) if steal_slurm else None
 
     def started(exp_id: Any) -> None:
         console().print(f"Worker: running experiment {exp_id} of {target.name}")
@@ -222,7 +235,15 @@ def _work(target: Target, limit: int, gpus: str | None, post_mortem: bool) -> No
         gpus=gpus,
         post_mortem=post_mortem,
         on_start=started,
+        steal=steal,
     )
+    if steal is not None and steal.cancelled:
+        console().print(
+            f"Removed {len(steal.cancelled)} Slurm task(s) from their array: "
+            f"{', '.join(steal.cancelled)}"
+        )
+    for problem in steal.problems if steal is not None else []:
+        err_console().print(f"Warning: {problem}", markup=False)
     failed = [i for i, outcome in report.ran if outcome != states.COMPLETED]
     console().print(
         f"Worker done: ran {len(report.ran)} experiment(s)"
@@ -244,10 +265,11 @@ def launch_worker(
     post_mortem: Annotated[
         bool, typer.Option("--post-mortem", help="Open pdb on an exception.")
     ] = False,
+    steal_slurm: StealSlurm = False,
 ) -> None:
     """Run STAGED experiments one after another in this process (SEML's launch-worker; the
     same as `start --local`)."""
-    _work(target, num_experiments, worker_gpus, post_mortem)
+    _work(target, num_experiments, worker_gpus, post_mortem, steal_slurm)
 
 
 @command()

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff
@@ -31,24 +31,33 @@ from seml_hydra.store.retry import retrying
 LOCAL_CLUSTER = "local"
 
 
-def staged_claim_filter(exp_id: Any) -> dict[str, Any]:
+#: the states a worker takes: STAGED and SEML's old spelling of it (``QUEUED``)
+STAGED_STATES = [states.STAGED, *(k for k, v in states.ALIASES.items() if v == states.STAGED)]
+
+
+def _takeable(steal_slurm: bool) -> dict[str, Any]:
+    """The status condition of what a worker takes (pure): STAGED; with ``steal_slurm`` also
+    PENDING with a recorded Slurm submission (``slurm.array_id``)."""
+    staged = {"status": {"$in": STAGED_STATES}}
+    if not steal_slurm:
+        return staged
+    return {"$or": [staged, {"status": states.PENDING, "slurm.array_id": {"$exists": True}}]}
+
+
+def staged_claim_filter(exp_id: Any, *, steal_slurm: bool = False) -> dict[str, Any]:
     """MongoDB filter a worker claims ``exp_id`` with (pure): it is STAGED (or SEML's old
-    spelling ``QUEUED``). Once one worker's ``find_one_and_update`` made it RUNNING, the filter
-    matches no more, so no second worker (and no Slurm task) takes it."""
-    staged = [states.STAGED, *(k for k, v in states.ALIASES.items() if v == states.STAGED)]
-    return {"_id": exp_id, "status": {"$in": staged}}
+    spelling ``QUEUED``), or with ``steal_slurm`` PENDING in a Slurm array. Once one worker's
+    ``find_one_and_update`` made it RUNNING, the filter matches no more, so no second worker
+    takes it, and a Slurm task that starts later finds it RUNNING elsewhere and skips it
+    (``seml_hydra.job.claim.claim_filter``)."""
+    return {"_id": exp_id, **_takeable(steal_slurm)}
 
 
-def runnable_query(query: Mapping[str, Any]) -> dict[str, Any]:
-    """``query`` limited to the experiments a worker can run (pure): STAGED ones staged by the
-    seml-hydra launcher (with ``seml.payload_file``; SEML's own are started by SEML)."""
-    return {
-        "$and": [
-            dict(query),
-            {"status": staged_claim_filter(None)["status"]},
-            {"seml.payload_file": {"$exists": True}},
-        ]
-    }
+def runnable_query(query: Mapping[str, Any], *, steal_slurm: bool = False) -> dict[str, Any]:
+    """``query`` limited to the experiments a worker can run (pure): those of
+    :func:`staged_claim_filter` staged by the seml-hydra launcher (with ``seml.payload_file``;
+    SEML's own are started by SEML)."""
+    return {"$and": [dict(query), _takeable(steal_slurm), {"seml.payload_file": {"$exists": True}}]}
 
 
 def local_job_environment(pid: int, gpus: str | None = None) -> dict[str, str]:
@@ -106,9 +115,14 @@ class LocalRunner(JobRunner):
     Attributes (beyond JobRunner's):
         post_mortem: open ``pdb.post_mortem`` on the task's exception, before the failure is
             recorded (SEML's ``--post-mortem``).
+        steal_slurm: also claim an experiment PENDING in a Slurm array.
+        on_claimed: called with the document as it was before a successful claim (a stolen
+            one still names its Slurm task there).
     """
 
     post_mortem: bool = False
+    steal_slurm: bool = False
+    on_claimed: Callable[[Mapping[str, Any]], None] | None = None
 
     def _claim(
         self, collection: Any, exp_id: int, execution: dict[str, Any]
@@ -119,15 +133,18 @@ class LocalRunner(JobRunner):
         from pymongo import ReturnDocument
 
         stamp = {"restart": 0, "claim_time": datetime.now(timezone.utc)}
-        doc = retrying(
+        before = retrying(
             lambda: collection.find_one_and_update(
-                staged_claim_filter(exp_id),
+                staged_claim_filter(exp_id, steal_slurm=self.steal_slurm),
                 {"$set": {"status": states.RUNNING, "execution": {**execution, **stamp}}},
-                return_document=ReturnDocument.AFTER,
+                return_document=ReturnDocument.BEFORE,
             ),
             f"claiming experiment {exp_id}",
         )
+        doc = None if before is None else collection.find_one({"_id": exp_id})
         if doc is not None:
+            if self.on_claimed is not None and before is not None:
+                self.on_claimed(before)
             return doc, None
         current = collection.find_one({"_id": exp_id}, {"status": 1})
         if current is None:
@@ -167,14 +184,34 @@ def run_local(
     *,
     pid: int,
     post_mortem: bool = False,
+    steal_slurm: bool = False,
+    on_claimed: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> str:
     """Claim and run experiment ``doc`` (a STAGED document) in this process; returns its outcome
     (``"COMPLETED"``, ``"FAILED"`` or ``"SKIPPED: why"`` when another worker or job took it).
+    ``steal_slurm``: it may also be PENDING in a Slurm array (its claim takes it from there).
     The caller sets :func:`local_job_environment` (``pid``: this worker's id)."""
-    runner = runner_for(db, collection_name, doc, post_mortem=post_mortem)
+    runner = runner_for(
+        db,
+        collection_name,
+        doc,
+        post_mortem=post_mortem,
+        steal_slurm=steal_slurm,
+        on_claimed=on_claimed,
+    )
     execution = {"cluster": LOCAL_CLUSTER, "array_id": pid, "task_id": 0}
     with working_directory((doc.get("seml") or {}).get("working_dir")):
         return runner._run_one(db, db[collection_name], doc["_id"], execution)
+
+
+class Stealing(Protocol):
+    """What ``--steal-slurm`` asks about PENDING experiments (``seml_hydra.manage.local``)."""
+
+    def takes(self, doc: Mapping[str, Any]) -> bool:
+        """Whether the worker may take PENDING ``doc``: its Slurm task has not started."""
+
+    def taken(self, doc: Mapping[str, Any]) -> None:
+        """After the claim of ``doc`` (as it was before): remove its task from the array."""
 
 
 @dataclass
@@ -195,22 +232,40 @@ def run_worker(
     gpus: str | None = None,
     post_mortem: bool = False,
     on_start: Callable[[Any], None] = lambda exp_id: None,
+    steal: Stealing | None = None,
 ) -> WorkerReport:
     """Run the STAGED experiments matching ``query`` one after another, lowest ``_id`` first,
     until none is left or ``limit`` (> 0) ran; each claimed atomically, so workers running at
     the same time on one collection never run one twice. ``gpus``: ``CUDA_VISIBLE_DEVICES`` of
     this worker; ``on_start(exp_id)`` is called before each run (the CLI prints a line).
-    Returns a :class:`WorkerReport`."""
+    ``steal`` (SEML's ``--steal-slurm``): also take PENDING experiments of Slurm arrays that
+    ``steal.takes(doc)`` accepts (their task has not started); ``steal.taken(doc)`` is called
+    after the claim (it removes the task from the array). Returns a :class:`WorkerReport`."""
     collection = db[collection_name]
     report = WorkerReport()
     pid = os.getpid()
+    passed: list[Any] = []  # PENDING ones ``steal`` refused: their task runs
     with environment(local_job_environment(pid, gpus)):
         while limit <= 0 or len(report.ran) < limit:
-            doc = collection.find_one(runnable_query(query), sort=[("_id", 1)])
+            q = runnable_query(query, steal_slurm=steal is not None)
+            q["$and"].append({"_id": {"$nin": passed}})
+            doc = collection.find_one(q, sort=[("_id", 1)])
             if doc is None:
                 break
+            if doc.get("status") == states.PENDING:
+                if steal is None or not steal.takes(doc):
+                    passed.append(doc["_id"])
+                    continue
             on_start(doc["_id"])
-            outcome = run_local(db, collection_name, doc, pid=pid, post_mortem=post_mortem)
+            outcome = run_local(
+                db,
+                collection_name,
+                doc,
+                pid=pid,
+                post_mortem=post_mortem,
+                steal_slurm=steal is not None,
+                on_claimed=steal.taken if steal is not None else None,
+            )
             if outcome.startswith("SKIPPED"):
                 report.skipped.append(doc["_id"])
                 continue
