@@ -8,7 +8,8 @@ differences between a sample taken before the run and one after (an array task m
 experiments one after another), and failed runs get statistics too (a run that ran out of memory
 is what ``mem_gb`` is sized from). The maximum resident set size is the kernel's high-water mark
 of the process (and of its waited-for children), so for the second experiment of an array task
-it is at least the first one's. :func:`stats_fields` is pure; :func:`sample` and :func:`record`
+it is at least the first one's. In an experiment of several ranks the statistics are those of
+the primary rank (global rank 0) alone. :func:`stats_fields` is pure; :func:`sample` and :func:`record`
 read the process and write the document.
 """
 
