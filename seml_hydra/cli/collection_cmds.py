@@ -125,6 +125,24 @@ def status(target: Target, projection: Projection = None) -> None:
         console().print(f"[yellow]{escape(malformed_message(malformed[0]))}[/]")
 
 
+WorkerGpus = Annotated[
+    str | None,
+    typer.Option(
+        "--worker-gpus",
+        help='GPU ids this worker uses (CUDA_VISIBLE_DEVICES), e.g. "0,1".',
+        show_default=False,
+    ),
+]
+StealSlurm = Annotated[
+    bool,
+    typer.Option(
+        "--steal-slurm",
+        help="With --local: also take PENDING experiments whose Slurm array task has not "
+        "started (that task is removed from the array).",
+    ),
+]
+
+
 @command()
 @on_collection(WITHOUT_STATES)
 def start(
@@ -132,9 +150,46 @@ def start(
     num_experiments: Annotated[
         int, typer.Option("-n", "--num-experiments", help="Start at most this many; 0 = all.")
     ] = 0,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help="Run the one experiment -id N here in the foreground (no Slurm), output to "
+            "the terminal; recorded in its document like any run.",
+        ),
+    ] = False,
+    post_mortem: Annotated[
+        bool,
+        typer.Option("--post-mortem", help="With --debug/--local: open pdb on an exception."),
+    ] = False,
+    local: Annotated[
+        bool,
+        typer.Option(
+            "--local",
+            help="Run the STAGED experiments one after another in this process (a worker, "
+            "e.g. inside an salloc), each claimed atomically.",
+        ),
+    ] = False,
+    worker_gpus: WorkerGpus = None,
+    steal_slurm: StealSlurm = False,
 ) -> None:
     """Submit STAGED experiments to Slurm (e.g. after `reset`), from the database alone; also
-    those an interrupted submission left PENDING without a job."""
+    those an interrupted submission left PENDING without a job. With --debug or --local, run
+    them here instead."""
+    from seml_hydra.manage.local import check_options
+
+    check_options(
+        debug=debug,
+        local=local,
+        post_mortem=post_mortem,
+        worker_gpus=worker_gpus,
+        sacred_id=target.selection.sacred_id,
+        steal_slurm=steal_slurm,
+    )
+    if debug:
+        return _debug(target, post_mortem)
+    if local:
+        return _work(target, num_experiments, worker_gpus, post_mortem, steal_slurm)
     from seml_hydra.launch.recovery import recover_interrupted_submissions
     from seml_hydra.manage.start import start as do_start
     from seml_hydra.track.killed import recovered_message
@@ -152,6 +207,83 @@ def start(
             f"Started {len(array.ids)} experiment(s) ({_ids(array.ids)}) as {array.cluster} job "
             f"{array.array_id} ({array.name}); output in {array.folder}"
         )
+
+
+def _debug(target: Target, post_mortem: bool) -> None:
+    """``start --debug``: run the selected STAGED experiment in the foreground; exit 1 when it
+    fails."""
+    import os
+
+    from seml_hydra.job.worker import environment, local_job_environment, run_local
+    from seml_hydra.manage.local import debug_document
+
+    doc = debug_document(target.collection, target.selection.query(), target.name)
+    console().print(f"Running experiment {doc['_id']} of {target.name} here (--debug)")
+    with environment(local_job_environment(os.getpid())):
+        outcome = run_local(target.db, target.name, doc, pid=os.getpid(), post_mortem=post_mortem)
+    console().print(f"Experiment {doc['_id']}: {outcome}", markup=False)
+    if outcome != states.COMPLETED:
+        raise typer.Exit(1)
+
+
+def _work(
+    target: Target, limit: int, gpus: str | None, post_mortem: bool, steal_slurm: bool
+) -> None:
+    """``start --local`` / ``launch-worker``: run STAGED experiments until none is left or
+    ``limit`` ran; exit 1 when none could be run or one failed."""
+    from seml_hydra.job.worker import run_worker
+    from seml_hydra.manage.local import SlurmStealer, check_runnable
+
+    query = target.selection.query()
+    check_runnable(target.collection, query, target.name, steal_slurm=steal_slurm)
+    steal = SlurmStealer(target.collection, target.name) if steal_slurm else None
+
+    def started(exp_id: Any) -> None:
+        console().print(f"Worker: running experiment {exp_id} of {target.name}")
+
+    report = run_worker(
+        target.db,
+        target.name,
+        query,
+        limit=limit,
+        gpus=gpus,
+        post_mortem=post_mortem,
+        on_start=started,
+        steal=steal,
+    )
+    if steal is not None and steal.cancelled:
+        console().print(
+            f"Removed {len(steal.cancelled)} Slurm task(s) from their array: "
+            f"{', '.join(steal.cancelled)}"
+        )
+    for problem in steal.problems if steal is not None else []:
+        err_console().print(f"Warning: {problem}", markup=False)
+    failed = [i for i, outcome in report.ran if outcome != states.COMPLETED]
+    console().print(
+        f"Worker done: ran {len(report.ran)} experiment(s)"
+        + (f" ({_ids([i for i, _ in report.ran])})" if report.ran else "")
+        + (f", {len(failed)} FAILED ({_ids(failed)})" if failed else "")
+    )
+    if failed or not report.ran:
+        raise typer.Exit(1)
+
+
+@command("launch-worker")
+@on_collection(WITHOUT_STATES)
+def launch_worker(
+    target: Target,
+    num_experiments: Annotated[
+        int, typer.Option("-n", "--num-experiments", help="Run at most this many; 0 = all.")
+    ] = 0,
+    worker_gpus: WorkerGpus = None,
+    post_mortem: Annotated[
+        bool, typer.Option("--post-mortem", help="Open pdb on an exception.")
+    ] = False,
+    steal_slurm: StealSlurm = False,
+) -> None:
+    """Run STAGED experiments one after another in this process (SEML's launch-worker; the
+    same as `start --local`)."""
+    _work(target, num_experiments, worker_gpus, post_mortem, steal_slurm)
 
 
 @command()

@@ -24,7 +24,7 @@ from typing import Any
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff, storable_result
 from seml_hydra.core.hydra_node import job_config
-from seml_hydra.job import rank, requeue
+from seml_hydra.job import rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
 from seml_hydra.job.failures import fail_if_a_rank_failed, record_rank_failure, trace_lines
 from seml_hydra.job.observed import bounded_result, freeze_observers, run_observed
@@ -183,12 +183,7 @@ class JobRunner:
     def _run_one(self, db: Any, collection: Any, exp_id: int, execution: dict[str, Any]) -> str:
         """Claim experiment ``exp_id`` and run it, inside its code snapshot when it has one
         (``seml_hydra.store.snapshot.materialized``: once per node, removed afterwards)."""
-        doc, why = claim_after_earlier_run(
-            collection,
-            exp_id,
-            execution,
-            record_execution=rank_label(os.environ) == "0",
-        )
+        doc, why = self._claim(collection, exp_id, execution)
         if doc is None:
             log.warning("Not running experiment %s of %s: %s", exp_id, self.collection, why)
             return f"SKIPPED: {why}"
@@ -210,6 +205,20 @@ class JobRunner:
             return self._run_claimed(db, collection, doc)
         finally:
             snapshot.__exit__(None, None, None)
+
+    def _claim(
+        self, collection: Any, exp_id: int, execution: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """Claim ``exp_id`` for this rank (``seml_hydra.job.claim.claim_after_earlier_run``);
+        ``(document, None)`` or ``(None, why)``. A local worker claims STAGED ones instead
+        (``seml_hydra.job.worker``)."""
+        return claim_after_earlier_run(
+            collection, exp_id, execution, record_execution=rank_label(os.environ) == "0"
+        )
+
+    def _on_task_error(self) -> None:
+        """Called inside the ``except`` of a failed task, before its failure is recorded
+        (``seml start --debug --post-mortem`` opens pdb here); nothing in a job."""
 
     def _run_claimed(self, db: Any, collection: Any, doc: dict[str, Any]) -> str:
         """Plan this rank, set it up and run the claimed experiment ``doc``; returns its outcome
@@ -271,6 +280,7 @@ class JobRunner:
                 )
             return value
 
+        usage = stats.sample(reset_gpu_peak=True) if plan.is_primary else None
         try:
             if plan.attach_observers:
                 extra = (node.get("launcher") or {}).get("observers") or []
@@ -281,6 +291,7 @@ class JobRunner:
         except Exception:
             outcome = states.FAILED
             log.exception("Experiment %s failed on rank %d", exp_id, plan.global_rank)
+            self._on_task_error()
             if plan.is_primary:  # Sacred records the task's failure; this covers Sacred's own
                 trace = trace_lines()
                 retrying(
@@ -299,6 +310,8 @@ class JobRunner:
                 record_rank_failure(collection, exp_id, plan.global_rank, traceback.format_exc())
         finally:
             rank.set_current_plan(None)
+        if usage is not None:  # SEML's collect_stats (seml_hydra.job.stats)
+            stats.record(collection, exp_id, usage, fenced)
         # A failure on any rank fails the experiment. Sacred's observer (primary) writes its own
         # status, so: the primary re-checks the other ranks' failures after its last save, and a
         # failing rank that reports after that finds COMPLETED and turns it to FAILED itself.

@@ -8,6 +8,7 @@ prints or exits (``seml_hydra.cli`` does), every problem a user can cause raises
   Slurm jobs only).
 - :mod:`seml_hydra.manage.lifecycle`: ``reset``, ``delete``, ``drop``.
 - :mod:`seml_hydra.manage.start`: ``start`` (submit STAGED experiments from the database).
+- :mod:`seml_hydra.manage.local`: the checks of ``start --debug`` / ``--local`` (run here).
 - :mod:`seml_hydra.manage.inspection`: ``list``, ``status``, ``queue``, outputs, fail traces,
   code snapshots.
 - :mod:`seml_hydra.manage.describe`: descriptions (``description set|delete|list``), the
