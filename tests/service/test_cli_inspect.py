@@ -64,7 +64,7 @@ def test_print_command_runs_the_experiment_by_hand_resolved_or_unresolved(train,
     out = seml("train", "print-command", "-id", "1")
     lines = out.strip().splitlines()
     assert lines[0] == "# experiment 1 (COMPLETED)"
-    train_py = Path(__file__).parents[1] / "examples" / "train.py"
+    train_py = Path(__file__).parents[2] / "examples" / "train.py"
     assert lines[1] == f"cd {tmp_path} && python {train_py} optimizer.lr=0.1 epochs=10"
     unresolved = seml("train", "print-command", "-id", "1", "--unresolved").splitlines()[1]
     # as Hydra wrote the point's override (hydra.overrides.task escapes the interpolation)
