@@ -59,7 +59,7 @@ def metrics_collection_name(collection: str) -> str:
 
 #: the ``seml`` command's own first words: a collection so named could not be reached by
 #: ``seml NAME COMMAND``
-CLI_WORDS = frozenset({"list", "queue", "drop", "configure"})
+CLI_WORDS = frozenset({"list", "queue", "drop", "configure", "clean-db"})
 
 
 def validate_collection_name(name: str) -> str:

@@ -105,6 +105,10 @@ def test_every_collection_command_shows_its_selector_options():
         "print-command": selectors,
         "print-experiment": selectors,
         "description": {"set": selectors, "delete": selectors, "list": selectors},
+        "results": selectors,
+        "reload-sources": selectors,
+        "clean-db": set(),
+        "launch-worker": without_states,
     }
     assert set(group.commands) == set(expected)
     for name, command in group.commands.items():
