@@ -47,6 +47,7 @@ from seml_hydra.store.sources import (
     new_lease,
     project_root,
     release_lease,
+    script_in_snapshot,
     select_sources,
     upload_sources,
 )
@@ -179,9 +180,11 @@ class _Launch:
         self.console = console
 
     # -- staging -------------------------------------------------------------------------
-    def _snapshot(self, batch_id: int, lease: dict[str, Any]) -> list[list[Any]]:
+    def _snapshot(self, batch_id: int, lease: dict[str, Any], seml: dict[str, Any]) -> None:
         """Store the app's sources in GridFS (``seml_hydra.store.sources``), each file carrying
-        ``lease``; say what was skipped."""
+        ``lease``, into ``seml``: ``source_files``, and ``main_file`` (the script's path in the
+        snapshot, ``sources.script_in_snapshot``) when it holds the script; say what was
+        skipped."""
         hydra = self.points[0].hydra
         launcher = self.points[0].launcher
         app_dir = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv[0] else os.getcwd()
@@ -199,7 +202,10 @@ class _Launch:
         )
         for path, reason in skipped:
             self.console.print(f"Not in the code snapshot: {path} ({reason})")
-        return upload_sources(self.db, self.collection_name, batch_id, files, lease)
+        seml["source_files"] = upload_sources(self.db, self.collection_name, batch_id, files, lease)
+        main_file = script_in_snapshot(seml["executable"], root, seml["source_files"])
+        if main_file is not None:
+            seml["main_file"] = main_file
 
     def _delete_batch_sources(self, batch_id: int) -> None:
         """Delete the snapshot files this launch stored, once no document of its batch will
@@ -245,7 +251,7 @@ class _Launch:
             self.points[0], payload_id=payload_id, executor=self.launcher.executor, argv=sys.argv
         )
         if self.points[0].launcher.get("snapshot", True):
-            seml["source_files"] = self._snapshot(batch_id, lease)
+            self._snapshot(batch_id, lease, seml)
         docs = document.LaunchDocs(
             collection_name=self.collection_name,
             base_hydra=self.points[0].hydra,
