@@ -17,7 +17,9 @@ def task(model: dict, fail: bool = False) -> dict:
     return model
 
 
-store(make_config(model=builds(make_model, populate_full_signature=True), fail=False), name="config")
+store(
+    make_config(model=builds(make_model, populate_full_signature=True), fail=False), name="config"
+)
 
 if __name__ == "__main__":
     store.add_to_hydra_store()
