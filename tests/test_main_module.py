@@ -54,43 +54,6 @@ def test_a_hydra_zen_app_with_main_targets_runs_on_the_node(slurm, test_db, tmp_
     assert docs[0]["seml"]["main_file"] == "tests/apps/zen_app.py"
 
 
-def _line_of(path: Path, text: str) -> int:
-    (number,) = [i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line]
-    return number
-
-
-@pytest.mark.parametrize("launcher", ["seml", "seml_local"])
-def test_a_failing_tasks_trace_names_the_apps_file_line_and_source(
-    slurm, test_db, tmp_path, launcher
-):
-    proc = subprocess.run(
-        [sys.executable, str(ZEN_APP), "-m", f"hydra/launcher={launcher}"]
-        + ["hydra.launcher.collection=zenfail", f"hydra.sweep.dir={tmp_path / 'out'}"]
-        + ["fail=true"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ),
-    )
-    assert proc.returncode != 0
-    (doc,) = test_db["zenfail"].find()
-    assert doc["status"] == "FAILED"
-    trace = "".join(doc["fail_trace"])
-    raise_line = "raise ValueError(f\"the zen task fails on purpose (width {model['width']})\")"
-    line = _line_of(ZEN_APP, raise_line)
-    assert f'File "{ZEN_APP}", line {line}, in task\n    {raise_line}\n' in trace, trace
-    assert "<dynamic-code>" not in trace
-    cli = subprocess.run(
-        [str(Path(sys.executable).with_name("seml")), "zenfail", "print-fail-trace", "-id", "1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ),
-    )
-    assert f'{ZEN_APP}", line {line}, in task' in cli.stdout.replace("\n", ""), cli.stdout
-
-
 SUB_APP = """
 import hydra
 from hydra.utils import instantiate
@@ -105,6 +68,8 @@ class Foo:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg):
+    if cfg.get("fail"):
+        raise ValueError(f"the task fails on purpose ({cfg.foo.x})")
     foo = instantiate(cfg.foo)
     return {"value": models.VALUE, "file": models.__file__, "foo": [type(foo).__module__, foo.x]}
 
@@ -139,7 +104,6 @@ def test_an_app_in_a_subfolder_imports_its_sibling_from_the_snapshot(slurm, test
         cwd=tmp_path,
     )
     (doc,) = test_db["sub"].find()
-    assert doc["seml"]["main_file"] == "sub/app.py"
     assert "sub/models.py" in [rel for rel, _ in doc["seml"]["source_files"]]
     (tmp_path / "proj" / "sub" / "models.py").write_text("VALUE = 2\n")  # after the launch
     subprocess.run(["scontrol", "release", str(doc["slurm"][0]["array_id"])], check=True)
@@ -154,3 +118,38 @@ def test_an_app_in_a_subfolder_imports_its_sibling_from_the_snapshot(slurm, test
     assert "/src-semltest_" in done["result"]["file"]
     assert done["result"]["file"].endswith("sub/models.py")
     assert done["result"]["foo"] == ["__mp_main__", 7]
+    assert done["seml"]["main_file"] == "sub/app.py"
+
+
+@pytest.mark.parametrize("launcher", ["seml", "seml_local"])
+def test_a_failing_tasks_trace_names_the_apps_file_line_and_source(
+    slurm, test_db, tmp_path, launcher
+):
+    """``fail_trace`` (and ``print-fail-trace``) show the script's path at launch, the line
+    and its source, as Hydra's basic launcher does; not ``File "<dynamic-code>"``."""
+    app = write_sub_project(tmp_path / "proj")
+    proc = subprocess.run(
+        [sys.executable, "proj/sub/app.py", "-m", f"hydra/launcher={launcher}"]
+        + ["hydra.launcher.collection=fail", f"hydra.sweep.dir={tmp_path / 'out'}", "+fail=true"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
+    assert proc.returncode != 0
+    (doc,) = test_db["fail"].find()
+    assert doc["status"] == "FAILED"
+    trace = "".join(doc["fail_trace"])
+    source = 'raise ValueError(f"the task fails on purpose ({cfg.foo.x})")'
+    (line,) = [i for i, text in enumerate(app.read_text().splitlines(), 1) if source in text]
+    assert f'File "{app}", line {line}, in main\n    {source}\n' in trace, trace
+    assert "<dynamic-code>" not in trace
+    cli = subprocess.run(
+        [str(Path(sys.executable).with_name("seml")), "fail", "print-fail-trace", "-id", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
+    assert source in cli.stdout and f"line {line}, in main" in cli.stdout, cli.stdout
