@@ -126,12 +126,13 @@ def test_a_failing_tasks_trace_names_the_apps_file_line_and_source(
     slurm, test_db, tmp_path, launcher
 ):
     """``fail_trace`` (and ``print-fail-trace``) show the script's path at launch, the line
-    and its source, as Hydra's basic launcher does; not ``File "<dynamic-code>"``."""
+    and its source, as Hydra's basic launcher does; not ``File "<dynamic-code>"``. (Launched
+    from the app's directory: its ``models`` import works without the snapshot too.)"""
     app = write_sub_project(tmp_path / "proj")
     proc = subprocess.run(
-        [sys.executable, "proj/sub/app.py", "-m", f"hydra/launcher={launcher}"]
+        [sys.executable, "app.py", "-m", f"hydra/launcher={launcher}"]
         + ["hydra.launcher.collection=fail", f"hydra.sweep.dir={tmp_path / 'out'}", "+fail=true"],
-        cwd=tmp_path,
+        cwd=app.parent,
         capture_output=True,
         text=True,
         timeout=300,
