@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -114,6 +115,15 @@ def run_observed(
         _lock = threading.RLock()
         _finished = False
         _unsent: dict[str, dict[str, list[Any]]] | None = None
+
+        def started_event(self, ex_info: Any, *args: Any, **kwargs: Any) -> Any:
+            return super().started_event(
+                sacred_experiment_info(ex_info, doc.get("seml") or {}), *args, **kwargs
+            )
+
+        def save_sources(self, ex_info: Mapping[str, Any]) -> list[list[Any]]:
+            # already in GridFS (the code snapshot): their ids, as Sacred stores its own
+            return [list(source) for source in ex_info["sources"]]
 
         def _entry(self) -> dict[str, Any]:
             # a copy: swapping ``run_entry`` itself would lose what the main thread writes into
@@ -227,6 +237,23 @@ def run_observed(
         return ex.run().result
     finally:
         _ACTIVE_OBSERVERS.remove(observer)
+
+
+def sacred_experiment_info(ex_info: Mapping[str, Any], seml: Mapping[str, Any]) -> dict[str, Any]:
+    """Sacred's ``experiment`` block of a run (``ex_info``) with the app's script as Sacred
+    would record it for a run of the script itself (pure): ``base_dir`` the script's folder,
+    ``mainfile`` its name (relative to ``base_dir``, as Sacred has it) and ``sources`` the code
+    snapshot, ``[[relative path, GridFS file id], ...]`` (``seml.source_files``: the paths are
+    relative to the project root, the files already in GridFS, where Omniboard's Source Files
+    tab reads them). ``seml``: the document's ``seml`` block; without ``executable`` the
+    block is returned as Sacred made it, but for ``sources``."""
+    info = dict(ex_info)
+    info["sources"] = [[str(rel), file_id] for rel, file_id in seml.get("source_files") or []]
+    executable = seml.get("executable")
+    if executable:
+        info["base_dir"] = os.path.dirname(str(executable))
+        info["mainfile"] = os.path.basename(str(executable))
+    return info
 
 
 def _untee_log_handlers() -> None:

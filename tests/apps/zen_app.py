@@ -1,10 +1,12 @@
 """A hydra-zen single-file app: its config builds ``__main__.make_model`` (``builds``), the
-task is ``zen(task)``. ``fail=true`` raises in the task (the trace names this file and line).
+task is ``zen(task)`` and logs the metric ``width``. ``fail=true`` raises in the task.
 
 python tests/apps/zen_app.py -m hydra/launcher=seml model.width=2,3 [fail=true]
 """
 
 from hydra_zen import builds, make_config, store, zen
+
+from seml_hydra.job import metrics
 
 
 def make_model(width: int = 1) -> dict:
@@ -14,6 +16,7 @@ def make_model(width: int = 1) -> dict:
 def task(model: dict, fail: bool = False) -> dict:
     if fail:
         raise ValueError(f"the zen task fails on purpose (width {model['width']})")
+    metrics.log_scalar("width", model["width"])
     return model
 
 
