@@ -91,3 +91,31 @@ def test_documents_have_every_field_omniboard_reads(slurm, test_db, tmp_path):
         assert names == sorted(rel for rel, _ in run["seml"]["source_files"])
         assert "tests/apps/zen_app.py" in names
     assert Path(ROOT / names[0]).exists()
+
+
+def test_deleting_a_run_keeps_the_snapshot_files_a_staged_experiment_needs(test_db):
+    """A run's ``experiment.sources`` are its batch's snapshot files: deleting the run leaves
+    them to the snapshot's own clean-up, which keeps what a waiting experiment names."""
+    import gridfs
+
+    from seml_hydra.manage.lifecycle import delete
+
+    fs = gridfs.GridFS(test_db)
+    meta = {"collection_name": "runs", "batch_id": 1, "type": "source_file"}
+    file_id = fs.put(b"print(1)\n", filename="app.py", metadata=meta)
+    snapshot = {"source_files": [["app.py", file_id]]}
+    test_db["runs"].insert_many(
+        [
+            {
+                "_id": 1,
+                "status": "COMPLETED",
+                "seml": snapshot,
+                "experiment": {"sources": [["app.py", file_id]]},
+            },
+            {"_id": 2, "status": "STAGED", "seml": snapshot},
+        ]
+    )
+    delete(test_db["runs"], {"_id": 1})
+    assert fs.exists(file_id)  # experiment 2 still runs from it
+    delete(test_db["runs"], {"_id": 2})
+    assert not fs.exists(file_id)
