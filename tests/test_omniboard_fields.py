@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gridfs
 from bson import ObjectId
 from conftest import ROOT
 
@@ -78,7 +79,13 @@ def test_documents_have_every_field_omniboard_reads(slurm, test_db, tmp_path):
         # as Sacred records a script's run
         assert run["experiment"]["mainfile"] == "zen_app.py"
         assert run["experiment"]["base_dir"] == str(ZEN_APP.parent)
-        assert run["experiment"]["sources"] == [list(s) for s in run["seml"]["source_files"]]
+        # Sacred's copies of the snapshot files, which deleting the run deletes (SEML's delete
+        # too), not the snapshot files the batch's other experiments run from
+        sources, snapshot = run["experiment"]["sources"], run["seml"]["source_files"]
+        assert [name for name, _ in sources] == [name for name, _ in snapshot]
+        assert not {i for _, i in sources} & {i for _, i in snapshot}
+        fs = gridfs.GridFS(test_db)
+        assert [fs.get(i).read() for _, i in sources] == [fs.get(i).read() for _, i in snapshot]
         # metrics: info.metrics ids, documents {run_id, name, steps, values} in the collection
         # configured as metricsCollectionName
         (entry,) = run["info"]["metrics"]
@@ -91,31 +98,12 @@ def test_documents_have_every_field_omniboard_reads(slurm, test_db, tmp_path):
         assert names == sorted(rel for rel, _ in run["seml"]["source_files"])
         assert "tests/apps/zen_app.py" in names
     assert Path(ROOT / names[0]).exists()
-
-
-def test_deleting_a_run_keeps_the_snapshot_files_a_staged_experiment_needs(test_db):
-    """A run's ``experiment.sources`` are its batch's snapshot files: deleting the run leaves
-    them to the snapshot's own clean-up, which keeps what a waiting experiment names."""
-    import gridfs
-
+    # deleting a run removes its Sacred copies, not the snapshot the other run still names
     from seml_hydra.manage.lifecycle import delete
 
     fs = gridfs.GridFS(test_db)
-    meta = {"collection_name": "runs", "batch_id": 1, "type": "source_file"}
-    file_id = fs.put(b"print(1)\n", filename="app.py", metadata=meta)
-    snapshot = {"source_files": [["app.py", file_id]]}
-    test_db["runs"].insert_many(
-        [
-            {
-                "_id": 1,
-                "status": "COMPLETED",
-                "seml": snapshot,
-                "experiment": {"sources": [["app.py", file_id]]},
-            },
-            {"_id": 2, "status": "STAGED", "seml": snapshot},
-        ]
-    )
-    delete(test_db["runs"], {"_id": 1})
-    assert fs.exists(file_id)  # experiment 2 still runs from it
-    delete(test_db["runs"], {"_id": 2})
-    assert not fs.exists(file_id)
+    delete(test_db["board"], {"_id": runs[0]["_id"]})
+    assert all(fs.exists(i) for _, i in runs[1]["seml"]["source_files"])
+    delete(test_db["board"], {})
+    assert test_db["fs.files"].count_documents({"metadata.kind": "sacred_source"}) == 0
+    assert test_db["fs.files"].count_documents({"metadata.type": "source_file"}) == 0

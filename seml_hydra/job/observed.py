@@ -122,8 +122,10 @@ def run_observed(
             )
 
         def save_sources(self, ex_info: Mapping[str, Any]) -> list[list[Any]]:
-            # already in GridFS (the code snapshot): their ids, as Sacred stores its own
-            return [list(source) for source in ex_info["sources"]]
+            return retrying(
+                lambda: sacred_source_copies(db, ex_info["sources"]),
+                f"storing the sources of experiment {doc['_id']} for Sacred",
+            )
 
         def _entry(self) -> dict[str, Any]:
             # a copy: swapping ``run_entry`` itself would lose what the main thread writes into
@@ -243,10 +245,10 @@ def sacred_experiment_info(ex_info: Mapping[str, Any], seml: Mapping[str, Any]) 
     """Sacred's ``experiment`` block of a run (``ex_info``) with the app's script as Sacred
     would record it for a run of the script itself (pure): ``base_dir`` the script's folder,
     ``mainfile`` its name (relative to ``base_dir``, as Sacred has it) and ``sources`` the code
-    snapshot, ``[[relative path, GridFS file id], ...]`` (``seml.source_files``: the paths are
-    relative to the project root, the files already in GridFS, where Omniboard's Source Files
-    tab reads them). ``seml``: the document's ``seml`` block; without ``executable`` the
-    block is returned as Sacred made it, but for ``sources``."""
+    snapshot, ``seml.source_files`` (``[[path relative to the project root, GridFS id], ...]``;
+    the observer stores them as Sacred's copies: :func:`sacred_source_copies`). ``seml``: the
+    document's ``seml`` block; without ``executable`` the block is returned as Sacred made it,
+    but for ``sources``."""
     info = dict(ex_info)
     info["sources"] = [[str(rel), file_id] for rel, file_id in seml.get("source_files") or []]
     executable = seml.get("executable")
@@ -254,6 +256,46 @@ def sacred_experiment_info(ex_info: Mapping[str, Any], seml: Mapping[str, Any]) 
         info["base_dir"] = os.path.dirname(str(executable))
         info["mainfile"] = os.path.basename(str(executable))
     return info
+
+
+#: ``metadata.kind`` of the GridFS copies of snapshot files a run lists in ``experiment.sources``
+SACRED_SOURCE_KIND = "sacred_source"
+
+
+def sacred_source_copies(db: Any, source_files: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """Sacred's ``experiment.sources`` of a run, ``[[relative path, GridFS id], ...]``, for the
+    snapshot files ``source_files`` (``seml.source_files``): a copy of each, reused by a later run
+    with the same path and content (``metadata.kind`` :data:`SACRED_SOURCE_KIND`, MD5 in
+    ``metadata.content_hash``), as Sacred reuses its own (runs starting at the same time may
+    each store one). Copies, not the snapshot files
+    themselves: deleting a run deletes its ``experiment.sources`` (SEML 0.5.7's ``delete``,
+    and ``seml_hydra.manage.lifecycle``'s when no other run names them) while the other
+    experiments of its batch still run from, and restore, the snapshot. A snapshot file gone
+    from GridFS is left out. Raises pymongo errors."""
+    import hashlib
+
+    import gridfs
+
+    fs = gridfs.GridFS(db)
+    out = []
+    for rel, file_id in source_files:
+        try:
+            data = fs.get(file_id).read()
+        except gridfs.NoFile:
+            continue
+        digest = hashlib.md5(data).hexdigest()
+        query = {
+            "filename": str(rel),
+            "metadata.kind": SACRED_SOURCE_KIND,
+            "metadata.content_hash": digest,
+        }
+        existing = db["fs.files"].find_one(query, {"_id": 1})
+        if existing is None:
+            metadata = {"kind": SACRED_SOURCE_KIND, "content_hash": digest}
+            out.append([str(rel), fs.put(data, filename=str(rel), metadata=metadata)])
+        else:
+            out.append([str(rel), existing["_id"]])
+    return out
 
 
 def _untee_log_handlers() -> None:

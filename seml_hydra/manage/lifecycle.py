@@ -120,11 +120,7 @@ def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> 
 
     files = []
     for doc in docs:
-        # a code snapshot file (``seml.source_files``, which seml-hydra's runs list as their
-        # ``experiment.sources`` too) goes when no experiment names it: _delete_orphan_sources
-        snapshot = {str(e[1]) for e in _source_files(doc) if len(e) > 1}
-        sacred = (doc.get("experiment") or {}).get("sources") or []
-        files += [s[1] for s in sacred if len(s) > 1 and str(s[1]) not in snapshot]
+        files += [s[1] for s in (doc.get("experiment") or {}).get("sources") or [] if len(s) > 1]
         files += [a.get("file_id") for a in doc.get("artifacts") or [] if isinstance(a, Mapping)]
     files = [f for f in files if f is not None]
     if files:
@@ -184,15 +180,7 @@ def drop(db: Any, names: Sequence[str]) -> None:
             raise ManageError(f"{name!r} is not an experiment collection; it is not dropped.")
         cancel(db[name], {})
         runs = select(
-            db[name],
-            {},
-            {
-                "_id": 1,
-                "experiment.sources": 1,
-                "artifacts": 1,
-                "info.metrics": 1,
-                "seml.source_files": 1,
-            },
+            db[name], {}, {"_id": 1, "experiment.sources": 1, "artifacts": 1, "info.metrics": 1}
         )
         db.drop_collection(name)
         delete_orphan_payloads(db, name)
