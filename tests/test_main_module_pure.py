@@ -151,3 +151,11 @@ def test_a_script_that_fails_to_load_gives_none(tmp_path, monkeypatch):
     before = sys.modules["__main__"]
     assert load_script(tmp_path, "app.py", str(Path("/x/app.py"))) is None
     assert sys.modules["__main__"] is before
+
+
+def test_without_a_snapshot_the_payload_pickles_the_script_by_value(launch_main):
+    from seml_hydra.store.payload import pickled_payload
+
+    assert b"main_attribute" in pickled_payload(launch_main.task, None, None)
+    by_value = pickled_payload(launch_main.task, None, None, main_by_name=False)
+    assert b"main_attribute" not in by_value

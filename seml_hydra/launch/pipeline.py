@@ -114,11 +114,14 @@ def launch_points(
 def pickled_batch_payload(launcher: Any, hydra_base: dict[str, Any]) -> bytes:
     """The batch payload (``store.payload.pickled_payload``), pickled now so an unpicklable
     task fails before anything is staged. ``hydra_base`` is the batch's base Hydra node (the
-    first point's), stored typed for the jobs (``Payload.typed_hydra_base``)."""
+    first point's), stored typed for the jobs (``Payload.typed_hydra_base``). With a code
+    snapshot (``hydra.launcher.snapshot``) the script's objects are pickled by name, for the
+    jobs that load the script from it (``job.main_module``)."""
     from seml_hydra.core.hydra_node import typed_hydra_node
 
     typed = typed_hydra_node(to_bson_safe(hydra_base))
-    return pickled_payload(launcher.task_function, launcher.hydra_context, typed)
+    by_name = bool((hydra_base.get("launcher") or {}).get("snapshot", True))
+    return pickled_payload(launcher.task_function, launcher.hydra_context, typed, by_name)
 
 
 def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:

@@ -65,7 +65,9 @@ class UnpicklableTaskError(UserError):
     """The task function (or what it closes over) cannot be pickled into the payload."""
 
 
-def pickled_payload(task_function: Any, hydra_context: Any, typed_hydra_base: Any) -> bytes:
+def pickled_payload(
+    task_function: Any, hydra_context: Any, typed_hydra_base: Any, main_by_name: bool = True
+) -> bytes:
     """The batch payload as bytes (cloudpickle), with this process' Hydra singletons.
 
     Args:
@@ -73,6 +75,9 @@ def pickled_payload(task_function: Any, hydra_context: Any, typed_hydra_base: An
         hydra_context: Hydra's ``HydraContext`` of the launch.
         typed_hydra_base: the typed base Hydra node (``core.hydra_node.typed_hydra_node`` of the
             first point's node), stored pickled in :attr:`Payload.typed_hydra_base`.
+        main_by_name: pickle the script's objects by name (:func:`dumps_main_by_name`), for
+            jobs that load the script from the code snapshot; False: all by value (no
+            snapshot), as cloudpickle does.
 
     Pickled at launch, before anything is staged, so an unpicklable task (a lock in a closure,
     an open file...) fails first. Raises :class:`UnpicklableTaskError` saying so.
@@ -85,7 +90,11 @@ def pickled_payload(task_function: Any, hydra_context: Any, typed_hydra_base: An
         task_function, hydra_context, Singleton.get_state(), pickle.dumps(typed_hydra_base)
     )
     try:
-        return dumps_main_by_name(payload)
+        if main_by_name:
+            return dumps_main_by_name(payload)
+        import cloudpickle
+
+        return cloudpickle.dumps(payload)
     except Exception as error:
         raise UnpicklableTaskError(
             f"the task function cannot be pickled ({type(error).__name__}: {error}). Jobs "
