@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -114,6 +115,17 @@ def run_observed(
         _lock = threading.RLock()
         _finished = False
         _unsent: dict[str, dict[str, list[Any]]] | None = None
+
+        def started_event(self, ex_info: Any, *args: Any, **kwargs: Any) -> Any:
+            return super().started_event(
+                sacred_experiment_info(ex_info, doc.get("seml") or {}), *args, **kwargs
+            )
+
+        def save_sources(self, ex_info: Mapping[str, Any]) -> list[list[Any]]:
+            return retrying(
+                lambda: sacred_source_copies(db, ex_info["sources"]),
+                f"storing the sources of experiment {doc['_id']} for Sacred",
+            )
 
         def _entry(self) -> dict[str, Any]:
             # a copy: swapping ``run_entry`` itself would lose what the main thread writes into
@@ -227,6 +239,63 @@ def run_observed(
         return ex.run().result
     finally:
         _ACTIVE_OBSERVERS.remove(observer)
+
+
+def sacred_experiment_info(ex_info: Mapping[str, Any], seml: Mapping[str, Any]) -> dict[str, Any]:
+    """Sacred's ``experiment`` block of a run (``ex_info``) with the app's script as Sacred
+    would record it for a run of the script itself (pure): ``base_dir`` the script's folder,
+    ``mainfile`` its name (relative to ``base_dir``, as Sacred has it) and ``sources`` the code
+    snapshot, ``seml.source_files`` (``[[path relative to the project root, GridFS id], ...]``;
+    the observer stores them as Sacred's copies: :func:`sacred_source_copies`). ``seml``: the
+    document's ``seml`` block; without ``executable`` the block is returned as Sacred made it,
+    but for ``sources``."""
+    info = dict(ex_info)
+    info["sources"] = [[str(rel), file_id] for rel, file_id in seml.get("source_files") or []]
+    executable = seml.get("executable")
+    if executable:
+        info["base_dir"] = os.path.dirname(str(executable))
+        info["mainfile"] = os.path.basename(str(executable))
+    return info
+
+
+#: ``metadata.kind`` of the GridFS copies of snapshot files a run lists in ``experiment.sources``
+SACRED_SOURCE_KIND = "sacred_source"
+
+
+def sacred_source_copies(db: Any, source_files: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """Sacred's ``experiment.sources`` of a run, ``[[relative path, GridFS id], ...]``, for the
+    snapshot files ``source_files`` (``seml.source_files``): a copy of each, reused by a later run
+    with the same path and content (``metadata.kind`` :data:`SACRED_SOURCE_KIND`, MD5 in
+    ``metadata.content_hash``), as Sacred reuses its own (runs starting at the same time may
+    each store one). Copies, not the snapshot files
+    themselves: deleting a run deletes its ``experiment.sources`` (SEML 0.5.7's ``delete``,
+    and ``seml_hydra.manage.lifecycle``'s when no other run names them) while the other
+    experiments of its batch still run from, and restore, the snapshot. A snapshot file gone
+    from GridFS is left out. Raises pymongo errors."""
+    import hashlib
+
+    import gridfs
+
+    fs = gridfs.GridFS(db)
+    out = []
+    for rel, file_id in source_files:
+        try:
+            data = fs.get(file_id).read()
+        except gridfs.NoFile:
+            continue
+        digest = hashlib.md5(data).hexdigest()
+        query = {
+            "filename": str(rel),
+            "metadata.kind": SACRED_SOURCE_KIND,
+            "metadata.content_hash": digest,
+        }
+        existing = db["fs.files"].find_one(query, {"_id": 1})
+        if existing is None:
+            metadata = {"kind": SACRED_SOURCE_KIND, "content_hash": digest}
+            out.append([str(rel), fs.put(data, filename=str(rel), metadata=metadata)])
+        else:
+            out.append([str(rel), existing["_id"]])
+    return out
 
 
 def _untee_log_handlers() -> None:

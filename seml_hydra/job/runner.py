@@ -27,6 +27,7 @@ from seml_hydra.core.hydra_node import job_config
 from seml_hydra.job import rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
 from seml_hydra.job.failures import fail_if_a_rank_failed, record_rank_failure, trace_lines
+from seml_hydra.job.main_module import load_script, script_as_main, script_dir, script_path
 from seml_hydra.job.observed import bounded_result, freeze_observers, run_observed
 from seml_hydra.job.slurm_env import execution_identity, rank_label, restart_count
 from seml_hydra.store.client import connect, skip_exit_join
@@ -182,17 +183,21 @@ class JobRunner:
 
     def _run_one(self, db: Any, collection: Any, exp_id: int, execution: dict[str, Any]) -> str:
         """Claim experiment ``exp_id`` and run it, inside its code snapshot when it has one
-        (``seml_hydra.store.snapshot.materialized``: once per node, removed afterwards)."""
+        (``seml_hydra.store.snapshot.materialized``: once per node, removed afterwards), with
+        the snapshot's copy of the app's script as ``__main__`` when the snapshot holds it
+        (``seml_hydra.job.main_module``)."""
         doc, why = self._claim(collection, exp_id, execution)
         if doc is None:
             log.warning("Not running experiment %s of %s: %s", exp_id, self.collection, why)
             return f"SKIPPED: {why}"
-        source_files = (doc.get("seml") or {}).get("source_files")
+        seml = doc.get("seml") or {}
+        source_files = seml.get("source_files")
         if not source_files:
             return self._run_claimed(db, collection, doc)
         job_key = f"{execution['cluster']}_{execution['array_id']}_{execution['task_id']}"
+        script = script_path(seml)
         try:
-            snapshot = materialized(db, source_files, job_key)
+            snapshot = materialized(db, source_files, job_key, script_dir(script or ""))
             directory = snapshot.__enter__()
         except SourceSnapshotError:
             where = rank_label(os.environ)
@@ -202,7 +207,10 @@ class JobRunner:
             return states.FAILED
         log.info("Running experiment %s from its code snapshot in %s", exp_id, directory)
         try:
-            return self._run_claimed(db, collection, doc)
+            main = None
+            if script is not None:
+                main = load_script(directory, script, str(seml.get("executable") or script))
+            return self._run_claimed(db, collection, doc, main)
         finally:
             snapshot.__exit__(None, None, None)
 
@@ -220,9 +228,10 @@ class JobRunner:
         """Called inside the ``except`` of a failed task, before its failure is recorded
         (``seml start --debug --post-mortem`` opens pdb here); nothing in a job."""
 
-    def _run_claimed(self, db: Any, collection: Any, doc: dict[str, Any]) -> str:
+    def _run_claimed(self, db: Any, collection: Any, doc: dict[str, Any], main: Any = None) -> str:
         """Plan this rank, set it up and run the claimed experiment ``doc``; returns its outcome
-        on this rank."""
+        on this rank. ``main``: the app's script module (``job.main_module.load_script``), what
+        the payload's script objects and ``__main__`` resolve to; None: their by-value copies."""
         exp_id = doc["_id"]
         fenced = fence(doc)
         plan = None
@@ -239,7 +248,7 @@ class JobRunner:
             if plan.seed is not None:
                 rank.apply_seed(plan.seed)
             payload, base = retrying(
-                lambda: load_payload(db, self.payload_id), "loading the batch payload"
+                lambda: load_payload(db, self.payload_id, main), "loading the batch payload"
             )
             node = adapt_hydra_node(apply_diff(base, doc["hydra"].get("node_diff", [])), plan)
             typed = payload.typed_hydra_base
@@ -263,7 +272,7 @@ class JobRunner:
 
         holder: dict[str, Any] = {}
 
-        def main() -> Any:
+        def task() -> Any:
             requeue._enter_task()
             ret = _run_hydra_job(payload, cfg)
             holder["ret"] = ret
@@ -282,11 +291,12 @@ class JobRunner:
 
         usage = stats.sample(reset_gpu_peak=True) if plan.is_primary else None
         try:
-            if plan.attach_observers:
-                extra = (node.get("launcher") or {}).get("observers") or []
-                run_observed(db, self.collection, doc, main, extra, fence=fenced)
-            else:
-                main()
+            with script_as_main(main):
+                if plan.attach_observers:
+                    extra = (node.get("launcher") or {}).get("observers") or []
+                    run_observed(db, self.collection, doc, task, extra, fence=fenced)
+                else:
+                    task()
             outcome = states.COMPLETED
         except Exception:
             outcome = states.FAILED

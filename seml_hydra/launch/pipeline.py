@@ -48,6 +48,7 @@ from seml_hydra.store.sources import (
     new_lease,
     project_root,
     release_lease,
+    script_in_snapshot,
     select_sources,
     upload_sources,
 )
@@ -114,11 +115,14 @@ def launch_points(
 def pickled_batch_payload(launcher: Any, hydra_base: dict[str, Any]) -> bytes:
     """The batch payload (``store.payload.pickled_payload``), pickled now so an unpicklable
     task fails before anything is staged. ``hydra_base`` is the batch's base Hydra node (the
-    first point's), stored typed for the jobs (``Payload.typed_hydra_base``)."""
+    first point's), stored typed for the jobs (``Payload.typed_hydra_base``). With a code
+    snapshot (``hydra.launcher.snapshot``) the script's objects are pickled by name, for the
+    jobs that load the script from it (``job.main_module``)."""
     from seml_hydra.core.hydra_node import typed_hydra_node
 
     typed = typed_hydra_node(to_bson_safe(hydra_base))
-    return pickled_payload(launcher.task_function, launcher.hydra_context, typed)
+    by_name = bool((hydra_base.get("launcher") or {}).get("snapshot", True))
+    return pickled_payload(launcher.task_function, launcher.hydra_context, typed, by_name)
 
 
 def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
@@ -180,9 +184,11 @@ class _Launch:
         self.console = console
 
     # -- staging -------------------------------------------------------------------------
-    def _snapshot(self, batch_id: int, lease: dict[str, Any]) -> list[list[Any]]:
+    def _snapshot(self, batch_id: int, lease: dict[str, Any], seml: dict[str, Any]) -> None:
         """Store the app's sources in GridFS (``seml_hydra.store.sources``), each file carrying
-        ``lease``; say what was skipped."""
+        ``lease``, into ``seml``: ``source_files``, and ``main_file`` (the script's path in the
+        snapshot, ``sources.script_in_snapshot``) when it holds the script; say what was
+        skipped."""
         hydra = self.points[0].hydra
         launcher = self.points[0].launcher
         app_dir = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv[0] else os.getcwd()
@@ -195,7 +201,10 @@ class _Launch:
         )
         for path, reason in skipped:
             self.console.print(f"Not in the code snapshot: {path} ({reason})")
-        return upload_sources(self.db, self.collection_name, batch_id, files, lease)
+        seml["source_files"] = upload_sources(self.db, self.collection_name, batch_id, files, lease)
+        main_file = script_in_snapshot(seml["executable"], root, seml["source_files"])
+        if main_file is not None:
+            seml["main_file"] = main_file
 
     def _delete_batch_sources(self, batch_id: int) -> None:
         """Delete the snapshot files this launch stored, once no document of its batch will
@@ -241,7 +250,7 @@ class _Launch:
             self.points[0], payload_id=payload_id, executor=self.launcher.executor, argv=sys.argv
         )
         if self.points[0].launcher.get("snapshot", True):
-            seml["source_files"] = self._snapshot(batch_id, lease)
+            self._snapshot(batch_id, lease, seml)
         docs = document.LaunchDocs(
             collection_name=self.collection_name,
             base_hydra=self.points[0].hydra,

@@ -11,10 +11,18 @@ A document names its payload by the GridFS file id, as a string, in ``seml.paylo
 Payloads pickled before the sub-package layout name the class ``seml_hydra.run.Payload``: that
 module is an alias of ``seml_hydra.job.runner``, which imports :class:`Payload`, so they still
 load. pymongo, gridfs, cloudpickle and Hydra are imported where used (job start-up).
+
+Objects of the app's script (``__main__``: the task function, a class or function a config
+names as ``__main__.X``) are pickled by name with their by-value pickle as the fallback
+(:func:`main_attribute`): a job that loaded the script from its code snapshot
+(``seml_hydra.job.main_module``) gets the script's own objects, whose frames name the real file
+and line; without the script (no snapshot) the by-value copy, as cloudpickle makes it.
 """
 
 from __future__ import annotations
 
+import inspect
+import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +35,8 @@ PAYLOAD_KIND = "seml_hydra_payload"
 
 #: payloads already loaded in this process, by file id: ``(Payload, base Hydra node)``
 _LOADED: dict[str, tuple[Payload, dict[str, Any]]] = {}
+#: the app's script module the payload being unpickled resolves ``__main__`` objects in
+_UNPICKLING_MAIN: list[types.ModuleType | None] = [None]
 
 
 @dataclass
@@ -55,7 +65,9 @@ class UnpicklableTaskError(UserError):
     """The task function (or what it closes over) cannot be pickled into the payload."""
 
 
-def pickled_payload(task_function: Any, hydra_context: Any, typed_hydra_base: Any) -> bytes:
+def pickled_payload(
+    task_function: Any, hydra_context: Any, typed_hydra_base: Any, main_by_name: bool = True
+) -> bytes:
     """The batch payload as bytes (cloudpickle), with this process' Hydra singletons.
 
     Args:
@@ -63,19 +75,25 @@ def pickled_payload(task_function: Any, hydra_context: Any, typed_hydra_base: An
         hydra_context: Hydra's ``HydraContext`` of the launch.
         typed_hydra_base: the typed base Hydra node (``core.hydra_node.typed_hydra_node`` of the
             first point's node), stored pickled in :attr:`Payload.typed_hydra_base`.
+        main_by_name: pickle the script's objects by name (:func:`dumps_main_by_name`), for
+            jobs that load the script from the code snapshot; False: all by value (no
+            snapshot), as cloudpickle does.
 
     Pickled at launch, before anything is staged, so an unpicklable task (a lock in a closure,
     an open file...) fails first. Raises :class:`UnpicklableTaskError` saying so.
     """
     import pickle
 
-    import cloudpickle
     from hydra.core.singleton import Singleton
 
     payload = Payload(
         task_function, hydra_context, Singleton.get_state(), pickle.dumps(typed_hydra_base)
     )
     try:
+        if main_by_name:
+            return dumps_main_by_name(payload)
+        import cloudpickle
+
         return cloudpickle.dumps(payload)
     except Exception as error:
         raise UnpicklableTaskError(
@@ -83,6 +101,76 @@ def pickled_payload(task_function: Any, hydra_context: Any, typed_hydra_base: An
             "receive the task by pickle: move objects such as locks, open files or clients "
             "out of module globals and closures, and create them inside the task."
         ) from None
+
+
+def main_reference(obj: Any, main: Any) -> tuple[str, bool] | None:
+    """How ``obj`` is found by name in the script module ``main`` (pure): ``(qualified name,
+    unwrap)`` when ``obj`` is a function or class defined in it (``__module__ == "__main__"``)
+    and ``getattr`` along its ``__qualname__`` gives ``obj`` itself (``unwrap`` False) or a
+    wrapper of it (``unwrap`` True: ``inspect.unwrap`` gives ``obj``; ``@hydra.main`` leaves
+    the wrapper under the task's name); else None (a closure, a lambda, a shadowed name)."""
+    if not isinstance(obj, (types.FunctionType, type)) or obj.__module__ != "__main__":
+        return None
+    name = getattr(obj, "__qualname__", "")
+    found = _attribute(main, name)
+    if found is obj:
+        return name, False
+    if callable(found):
+        try:
+            if inspect.unwrap(found) is obj:
+                return name, True
+        except ValueError:  # a cycle of __wrapped__
+            return None
+    return None
+
+
+def _attribute(module: Any, qualname: str) -> Any:
+    """``module.<qualname>`` following the dots, None when a part is missing or the name is
+    local (``<locals>``, ``<lambda>``)."""
+    if not qualname or "<" in qualname:
+        return None
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def main_attribute(qualname: str, unwrap: bool, by_value: bytes) -> Any:
+    """Unpickle an object of the app's script (:func:`main_reference`): the object named
+    ``qualname`` (unwrapped if ``unwrap``) in the script module :func:`load_payload` was given,
+    else (no module, or the name is not in it) the by-value pickle ``by_value``."""
+    import cloudpickle
+
+    module = _UNPICKLING_MAIN[0]
+    found = _attribute(module, qualname) if module is not None else None
+    if found is not None:
+        return inspect.unwrap(found) if unwrap else found
+    return cloudpickle.loads(by_value)
+
+
+def dumps_main_by_name(obj: Any) -> bytes:
+    """``cloudpickle.dumps(obj)``, but each function or class of the script (``__main__``) that
+    :func:`main_reference` finds by name is pickled as a call of :func:`main_attribute` with its
+    name and its own by-value pickle. Raises what cloudpickle raises."""
+    import io
+    import sys
+
+    import cloudpickle
+
+    main = sys.modules.get("__main__")
+
+    class _Pickler(cloudpickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            ref = main_reference(obj, main) if main is not None else None
+            if ref is None:
+                return super().reducer_override(obj)
+            return main_attribute, (*ref, cloudpickle.dumps(obj))
+
+    out = io.BytesIO()
+    _Pickler(out).dump(obj)
+    return out.getvalue()
 
 
 def put_payload(
@@ -123,18 +211,37 @@ def delete_payload(db: Any, payload_id: str) -> None:
     gridfs.GridFS(db).delete(ObjectId(payload_id))
 
 
-def load_payload(db: Any, payload_id: str) -> tuple[Payload, dict[str, Any]]:
+def load_payload(
+    db: Any, payload_id: str, main: types.ModuleType | None = None
+) -> tuple[Payload, dict[str, Any]]:
     """The payload and its base Hydra node from GridFS file ``payload_id``, loaded (and
     unpickled) once per process: every experiment of a job, and every requeue inside one
-    process, reuses it. Raises ``gridfs.errors.NoFile`` when it is gone, pymongo errors."""
+    process, reuses it. ``main``: the app's script loaded as a module
+    (``seml_hydra.job.main_module``), where its objects are looked up by name
+    (:func:`main_attribute`); None: their by-value copies. Raises ``gridfs.errors.NoFile``
+    when it is gone, pymongo errors."""
     if payload_id not in _LOADED:
-        import cloudpickle
         import gridfs
         from bson import ObjectId
 
         grid_out = gridfs.GridFS(db).get(ObjectId(payload_id))
-        _LOADED[payload_id] = (cloudpickle.loads(grid_out.read()), grid_out.metadata["hydra_base"])
+        _LOADED[payload_id] = (
+            loads_with_main(grid_out.read(), main),
+            grid_out.metadata["hydra_base"],
+        )
     return _LOADED[payload_id]
+
+
+def loads_with_main(blob: bytes, main: types.ModuleType | None) -> Any:
+    """``cloudpickle.loads(blob)`` resolving the script's objects (:func:`main_attribute`) in
+    ``main`` (None: their by-value copies)."""
+    import cloudpickle
+
+    _UNPICKLING_MAIN[0] = main
+    try:
+        return cloudpickle.loads(blob)
+    finally:
+        _UNPICKLING_MAIN[0] = None
 
 
 def hydra_base(db: Any, payload_id: str) -> dict[str, Any]:

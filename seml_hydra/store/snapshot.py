@@ -317,7 +317,9 @@ def snapshot_base() -> Path:
 
 
 @contextlib.contextmanager
-def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -> Iterator[Path]:
+def materialized(
+    db: Any, source_files: Sequence[Sequence[Any]], job_key: str, script_dir: str = ""
+) -> Iterator[Path]:
     """Run inside the snapshot: once per node per job, in a private directory this job creates.
 
     Everything lives in this user's private runtime directory (:func:`snapshot_base`), named
@@ -334,7 +336,9 @@ def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -
 
     Before anything is imported, the base and the snapshot directory are checked with
     ``lstat`` (this user's, not open to others, not symlinks); then the directory and its
-    ``src/`` come first on ``sys.path``. The working directory stays what Hydra makes it (the
+    ``src/`` come first on ``sys.path``, after the snapshot's copy of the script's directory
+    ``script_dir`` (relative to the snapshot root, ``""``: the root) in the first place, where
+    Python puts the script's directory. The working directory stays what Hydra makes it (the
     launch directory, or the output directory with ``hydra.job.chdir=true``): SEML runs from
     its temporary copy, but a Hydra app's relative paths (data, caches) mean the launch
     directory, and those files are not in the snapshot anyway.
@@ -394,6 +398,8 @@ def materialized(db: Any, source_files: Sequence[Sequence[Any]], job_key: str) -
             f"the code snapshot directory {directory} {problem}: not importing from it."
         )
     added = [str(directory / "src"), str(directory)]
+    if script_dir:
+        added.insert(0, str(directory.joinpath(*PurePosixPath(script_dir).parts)))
     sys.path[:0] = added
     try:
         yield directory

@@ -120,6 +120,22 @@ def select_sources(
     return files, skipped
 
 
+def script_in_snapshot(
+    executable: str, root: Path, source_files: Sequence[Sequence[Any]]
+) -> str | None:
+    """The app's script ``executable`` (an absolute path) as its path in the snapshot
+    (relative to the project root ``root``, POSIX; what a document keeps as
+    ``seml.main_file``), or None when the snapshot ``source_files`` does not hold it (pure
+    but for resolving symbolic links in the two paths)."""
+    if not executable:
+        return None
+    try:
+        rel = Path(executable).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:  # not under the project root
+        return None
+    return rel if rel in {str(r) for r, _ in source_files} else None
+
+
 def imported_module_files(modules: Mapping[str, Any] | None = None) -> list[str]:
     """``__file__`` of every loaded module (default: ``sys.modules``)."""
     modules = sys.modules if modules is None else modules

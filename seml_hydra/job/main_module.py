@@ -1,0 +1,107 @@
+"""The app's script on the node: loaded from the code snapshot as a module, and what
+``__main__`` is while the task runs.
+
+A Hydra app is usually one script run as ``__main__``: its task function, and whatever its
+configs name as ``__main__.X`` (a hydra-zen ``builds(make_model)``, a plain
+``_target_: __main__.Foo``). On the node ``__main__`` is submitit's module, so those targets did
+not resolve, and the task function (pickled by value by cloudpickle) showed its frames as
+``File "<dynamic-code>"`` with no source line. As multiprocessing's ``spawn`` does, the job runs
+the snapshot's copy of the script under the name ``__mp_main__`` (so its
+``if __name__ == "__main__":`` block does not run) (:func:`load_script`), the payload takes the
+script's objects by name from it (``seml_hydra.store.payload.main_attribute``), and
+``sys.modules["__main__"]`` (and ``["__mp_main__"]``) name it while the task runs
+(:func:`script_as_main`).
+
+The module's ``__file__`` is the snapshot copy (what ran; spawned worker processes re-run it);
+its code objects name the script's path at launch (``seml.executable``), and ``linecache``
+holds the snapshot's text under that path, so traces show the user's path with the lines that
+ran (as Hydra's basic launcher shows them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import logging
+import sys
+import types
+from collections.abc import Iterator, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: the name the script runs under (multiprocessing's for a re-run main script)
+RUN_NAME = "__mp_main__"
+
+#: scripts loaded in this process, by snapshot-relative path: every experiment of a job (one
+#: payload, unpickled once: ``store.payload.load_payload``) shares one module
+_LOADED: dict[str, types.ModuleType | None] = {}
+
+
+def script_path(seml: Mapping[str, Any]) -> str | None:
+    """The script's path relative to the snapshot root (``seml.main_file``, POSIX) when the
+    snapshot holds it, else None (pure). ``seml``: a document's ``seml`` block."""
+    rel = seml.get("main_file")
+    names = {str(r) for r, _ in seml.get("source_files") or []}
+    return rel if isinstance(rel, str) and rel in names else None
+
+
+def script_dir(rel_path: str) -> str:
+    """The directory of the script ``rel_path`` relative to the snapshot root (``""`` at the
+    root) (pure): what goes first on ``sys.path``, where Python puts the script's directory."""
+    parent = PurePosixPath(rel_path).parent.as_posix()
+    return "" if parent == "." else parent
+
+
+def load_script(snapshot: Path, rel_path: str, shown_as: str) -> types.ModuleType | None:
+    """The snapshot's copy ``snapshot/rel_path`` of the script, executed as the module
+    :data:`RUN_NAME` (cached per process by ``rel_path``); None when running it raised (logged
+    as a warning: the job then uses the task's by-value copy, as before).
+
+    ``shown_as``: the path its code objects (tracebacks) name, the script's path at launch;
+    ``linecache`` gets the snapshot's text under that name. The module is registered in
+    ``sys.modules`` under :data:`RUN_NAME` only while :func:`script_as_main` runs.
+    """
+    if rel_path in _LOADED:
+        return _LOADED[rel_path]
+    path = snapshot.joinpath(*PurePosixPath(rel_path).parts)
+    source = path.read_text()
+    module = types.ModuleType(RUN_NAME)
+    module.__file__ = str(path)
+    module.__builtins__ = __builtins__  # type: ignore[attr-defined]
+    lines = source.splitlines(keepends=True)
+    linecache.cache[shown_as] = (len(source), None, lines, shown_as)
+    try:
+        with script_as_main(module):
+            exec(compile(source, shown_as, "exec"), module.__dict__)
+    except (Exception, SystemExit) as error:
+        log.warning(
+            "Could not load the app's script %s from the code snapshot (%s: %s); running the "
+            "task pickled at launch instead (`__main__.X` targets do not resolve).",
+            rel_path,
+            type(error).__name__,
+            error,
+        )
+        module = None
+    _LOADED[rel_path] = module
+    return module
+
+
+@contextlib.contextmanager
+def script_as_main(module: types.ModuleType | None) -> Iterator[None]:
+    """``sys.modules["__main__"]`` and ``sys.modules["__mp_main__"]`` name ``module`` inside
+    the block, and what they were afterwards. Nothing changes for ``None``."""
+    if module is None:
+        yield
+        return
+    saved = {name: sys.modules.get(name) for name in ("__main__", RUN_NAME)}
+    sys.modules["__main__"] = sys.modules[RUN_NAME] = module
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = old

@@ -1,0 +1,109 @@
+"""The documents have every field Omniboard's server reads (issue 17, point 4), checked with
+Omniboard's own queries (vivekratnavel/omniboard, ``server/``) run with pymongo: the runs list
+(``runs.response.js``, ``models/runs.js``), the metrics of a run (``models/metrics.js``, joined
+on ``info.metrics`` ids) and the Source Files tab (``sourceFiles.response.js``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gridfs
+from bson import ObjectId
+from conftest import ROOT
+
+from seml_hydra.job.observed import sacred_experiment_info
+from seml_hydra.store.collections import metrics_collection_name
+
+ZEN_APP = ROOT / "tests" / "apps" / "zen_app.py"
+
+#: Omniboard's Source Files aggregation (sourceFiles.response.js, getSourceFilesResponse)
+SOURCE_FILES_PIPELINE = [
+    {"$project": {"_id": 1, "experiment": 1}},
+    {"$unwind": {"path": "$experiment.sources", "preserveNullAndEmptyArrays": True}},
+    {
+        "$lookup": {
+            "from": "fs.files",
+            "let": {
+                "source_file_id": {"$toObjectId": {"$arrayElemAt": ["$experiment.sources", 1]}}
+            },
+            "pipeline": [{"$match": {"$expr": {"$eq": ["$_id", "$$source_file_id"]}}}],
+            "as": "files",
+        }
+    },
+    {"$group": {"_id": "$_id", "files": {"$push": {"$arrayElemAt": ["$files", 0]}}}},
+]
+
+
+def test_sacred_experiment_info_names_the_script_and_the_snapshot():
+    info = sacred_experiment_info(
+        {"name": "app", "base_dir": "/site-packages/seml_hydra/job", "mainfile": None},
+        {"executable": "/p/sub/app.py", "source_files": [["sub/app.py", "id1"]]},
+    )
+    assert info == {
+        "name": "app",
+        "base_dir": "/p/sub",
+        "mainfile": "app.py",
+        "sources": [["sub/app.py", "id1"]],
+    }
+    assert sacred_experiment_info({"mainfile": None}, {}) == {"mainfile": None, "sources": []}
+
+
+def test_documents_have_every_field_omniboard_reads(slurm, test_db, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ZEN_APP), "-m", "hydra/launcher=seml_local"]
+        + ["hydra.launcher.collection=board", f"hydra.sweep.dir={tmp_path}", "model.width=2,3"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = list(test_db["board"].find())
+    assert len(runs) == 2
+    for run in runs:
+        # the runs list: RunsSchema's fields and what runs.response.js projects and computes
+        assert isinstance(run["_id"], int)
+        for field in ("heartbeat", "start_time", "stop_time", "status", "config", "host"):
+            assert run.get(field) is not None, field
+        assert run["status"] == "COMPLETED"
+        assert isinstance(run["experiment"]["name"], str)
+        assert run["result"] == {
+            "width": run["config"]["model"]["width"],
+            "built_by": "__mp_main__",
+        }
+        assert isinstance(run["captured_out"], str)
+        # as Sacred records a script's run
+        assert run["experiment"]["mainfile"] == "zen_app.py"
+        assert run["experiment"]["base_dir"] == str(ZEN_APP.parent)
+        # Sacred's copies of the snapshot files, which deleting the run deletes (SEML's delete
+        # too), not the snapshot files the batch's other experiments run from
+        sources, snapshot = run["experiment"]["sources"], run["seml"]["source_files"]
+        assert [name for name, _ in sources] == [name for name, _ in snapshot]
+        assert not {i for _, i in sources} & {i for _, i in snapshot}
+        fs = gridfs.GridFS(test_db)
+        assert [fs.get(i).read() for _, i in sources] == [fs.get(i).read() for _, i in snapshot]
+        # metrics: info.metrics ids, documents {run_id, name, steps, values} in the collection
+        # configured as metricsCollectionName
+        (entry,) = run["info"]["metrics"]
+        metric = test_db[metrics_collection_name("board")].find_one({"_id": ObjectId(entry["id"])})
+        assert metric["run_id"] == run["_id"] and metric["name"] == entry["name"] == "width"
+        assert metric["values"] == [run["config"]["model"]["width"]]
+    files = {r["_id"]: r["files"] for r in test_db["board"].aggregate(SOURCE_FILES_PIPELINE)}
+    for run in runs:
+        names = sorted(f["filename"] for f in files[run["_id"]])
+        assert names == sorted(rel for rel, _ in run["seml"]["source_files"])
+        assert "tests/apps/zen_app.py" in names
+    assert Path(ROOT / names[0]).exists()
+    # deleting a run removes its Sacred copies, not the snapshot the other run still names
+    from seml_hydra.manage.lifecycle import delete
+
+    fs = gridfs.GridFS(test_db)
+    delete(test_db["board"], {"_id": runs[0]["_id"]})
+    assert all(fs.exists(i) for _, i in runs[1]["seml"]["source_files"])
+    delete(test_db["board"], {})
+    assert test_db["fs.files"].count_documents({"metadata.kind": "sacred_source"}) == 0
+    assert test_db["fs.files"].count_documents({"metadata.type": "source_file"}) == 0
