@@ -6,9 +6,11 @@ configs name as ``__main__.X`` (a hydra-zen ``builds(make_model)``, a plain
 ``_target_: __main__.Foo``). On the node ``__main__`` is submitit's module, so those targets did
 not resolve, and the task function (pickled by value by cloudpickle) showed its frames as
 ``File "<dynamic-code>"`` with no source line. As multiprocessing's ``spawn`` does, the job runs
-the snapshot's copy of the script under the name ``__mp_main__`` (so its
-``if __name__ == "__main__":`` block does not run) (:func:`load_script`), the payload takes the
-script's objects by name from it (``seml_hydra.store.payload.main_attribute``), and
+the snapshot's copy of the script as a module named ``__main__``, as Python runs it, but with
+its top-level ``if __name__ == "__main__":`` blocks left out (:func:`without_main_guard`: they
+would start Hydra again on submitit's command line; multiprocessing's ``spawn`` avoids them by
+naming the module ``__mp_main__``, which would change the app's logger names). The payload takes
+the script's objects by name from it (``seml_hydra.store.payload.main_attribute``), and
 ``sys.modules["__main__"]`` (and ``["__mp_main__"]``) name it while the task runs
 (:func:`script_as_main`).
 
@@ -20,6 +22,7 @@ ran (as Hydra's basic launcher shows them).
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import linecache
 import logging
@@ -31,7 +34,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-#: the name the script runs under (multiprocessing's for a re-run main script)
+#: the name under which multiprocessing's ``spawn`` re-runs a main script: also pointed at the
+#: script while the task runs (objects pickled by a spawned child refer to it)
 RUN_NAME = "__mp_main__"
 
 #: scripts loaded in this process, by snapshot-relative path: every experiment of a job (one
@@ -56,7 +60,8 @@ def script_dir(rel_path: str) -> str:
 
 def load_script(snapshot: Path, rel_path: str, shown_as: str) -> types.ModuleType | None:
     """The snapshot's copy ``snapshot/rel_path`` of the script, executed as the module
-    :data:`RUN_NAME` (cached per process by ``rel_path``); None when running it raised (logged
+    ``__main__`` without its main guard (cached per process by ``rel_path``); None when running
+    it raised (logged
     as a warning: the job then uses the task's by-value copy, as before).
 
     ``shown_as``: the path its code objects (tracebacks) name, the script's path at launch;
@@ -67,14 +72,14 @@ def load_script(snapshot: Path, rel_path: str, shown_as: str) -> types.ModuleTyp
         return _LOADED[rel_path]
     path = snapshot.joinpath(*PurePosixPath(rel_path).parts)
     source = path.read_text()
-    module = types.ModuleType(RUN_NAME)
+    module = types.ModuleType("__main__")
     module.__file__ = str(path)
     module.__builtins__ = __builtins__  # type: ignore[attr-defined]
     lines = source.splitlines(keepends=True)
     linecache.cache[shown_as] = (len(source), None, lines, shown_as)
     try:
         with script_as_main(module):
-            exec(compile(source, shown_as, "exec"), module.__dict__)
+            exec(compile(without_main_guard(source), shown_as, "exec"), module.__dict__)
     except (Exception, SystemExit) as error:
         log.warning(
             "Could not load the app's script %s from the code snapshot (%s: %s); running the "
@@ -86,6 +91,30 @@ def load_script(snapshot: Path, rel_path: str, shown_as: str) -> types.ModuleTyp
         module = None
     _LOADED[rel_path] = module
     return module
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    """Whether ``node`` is ``if __name__ == "__main__":`` (either operand order)."""
+    if not isinstance(node, ast.If) or not isinstance(test := node.test, ast.Compare):
+        return False
+    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    mains = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return len(names) == 1 and len(mains) == 1
+
+
+def without_main_guard(source: str) -> ast.Module:
+    """The script ``source`` parsed, with each top-level ``if __name__ == "__main__":`` block
+    replaced by its ``else`` part (usually nothing), line numbers unchanged (pure). Raises
+    ``SyntaxError`` for a script that does not parse."""
+    tree = ast.parse(source)
+    body: list[ast.stmt] = []
+    for node in tree.body:
+        body.extend(node.orelse if _is_main_guard(node) else [node])
+    tree.body = body
+    return tree
 
 
 @contextlib.contextmanager

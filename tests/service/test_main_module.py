@@ -34,7 +34,7 @@ def launch(app: Path | str, *args: str, cwd: Path) -> subprocess.CompletedProces
 @pytest.mark.parametrize("launcher", ["seml", "seml_local"])
 def test_a_hydra_zen_app_with_main_targets_runs_on_the_node(slurm, test_db, tmp_path, launcher):
     """``builds(make_model)`` names ``__main__.make_model``; on the node that is the snapshot's
-    copy of the script (module ``__mp_main__``), not submitit's ``__main__``."""
+    copy of the script (module ``__main__`` without its main guard), not submitit's."""
     launch(
         ZEN_APP,
         f"hydra/launcher={launcher}",
@@ -48,8 +48,8 @@ def test_a_hydra_zen_app_with_main_targets_runs_on_the_node(slurm, test_db, tmp_
         d.get("fail_trace") for d in docs
     ]
     assert [d["result"] for d in docs] == [
-        {"width": 2, "built_by": "__mp_main__"},
-        {"width": 3, "built_by": "__mp_main__"},
+        {"width": 2, "built_by": "__main__"},
+        {"width": 3, "built_by": "__main__"},
     ]
     assert docs[0]["seml"]["main_file"] == "tests/apps/zen_app.py"
 
@@ -117,7 +117,7 @@ def test_an_app_in_a_subfolder_imports_its_sibling_from_the_snapshot(slurm, test
     assert done["result"]["value"] == 1
     assert "/src-semltest_" in done["result"]["file"]
     assert done["result"]["file"].endswith("sub/models.py")
-    assert done["result"]["foo"] == ["__mp_main__", 7]
+    assert done["result"]["foo"] == ["__main__", 7]
     assert done["seml"]["main_file"] == "sub/app.py"
 
 

@@ -73,7 +73,7 @@ def test_documents_have_every_field_omniboard_reads(slurm, test_db, tmp_path):
         assert isinstance(run["experiment"]["name"], str)
         assert run["result"] == {
             "width": run["config"]["model"]["width"],
-            "built_by": "__mp_main__",
+            "built_by": "__main__",
         }
         assert isinstance(run["captured_out"], str)
         # as Sacred records a script's run

@@ -1,6 +1,6 @@
 """The app's script as a module on the node, without services: script objects pickled by name
 with a by-value fallback (``store.payload``), the script's path in the snapshot
-(``store.sources.script_in_snapshot``, ``job.main_module``), and loading it as ``__mp_main__``."""
+(``store.sources.script_in_snapshot``, ``job.main_module``), and loading it as ``__main__`` without its main guard."""
 
 from __future__ import annotations
 
@@ -117,7 +117,9 @@ def test_the_scripts_path_in_the_snapshot(tmp_path):
     assert script_dir("app.py") == ""
 
 
-def test_the_script_runs_as_mp_main_with_traces_naming_its_launch_path(tmp_path, monkeypatch):
+def test_the_script_runs_as_main_without_its_guard_with_traces_naming_its_launch_path(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(main_module, "_LOADED", {})
     (tmp_path / "app.py").write_text(
         "RAN = []\n"
@@ -125,9 +127,14 @@ def test_the_script_runs_as_mp_main_with_traces_naming_its_launch_path(tmp_path,
         "    raise ValueError('boom')\n"
         "if __name__ == '__main__':\n"
         "    RAN.append('guard')\n"
+        "else:\n"
+        "    RAN.append('else')\n"
+        "NAME = __name__\n"
     )
     module = load_script(tmp_path, "app.py", "/home/u/proj/app.py")
-    assert module.__name__ == "__mp_main__" and module.RAN == []
+    # named as Python names the script (logger names stay ``__main__``), guard left out
+    assert module.__name__ == "__main__" and module.NAME == "__main__"
+    assert module.RAN == ["else"]
     assert module.__file__ == str(tmp_path / "app.py")
     assert load_script(tmp_path, "app.py", "/home/u/proj/app.py") is module  # once a process
     try:
