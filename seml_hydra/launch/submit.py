@@ -30,6 +30,7 @@ from seml_hydra.job.runner import JobRunner
 from seml_hydra.launch.sbatch import (
     check_script_values,
     chunk,
+    executor_arguments,
     executor_parameters,
     job_name,
     resource_key,
@@ -181,6 +182,7 @@ def submit_group(
     options: Mapping[str, Any],
     job_env: Mapping[str, str] | None = None,
     cluster_name: str | None = None,
+    executor_args: Mapping[str, Any] | None = None,
 ) -> tuple[list[Any], list[list[int]]]:
     """Submit one resource group as one array job; returns ``(submitit Jobs, id groups)``: one
     job per group submitted, in order, which are ``id_groups`` less the ids this process did
@@ -196,7 +198,8 @@ def submit_group(
     Only the documents this update moved are submitted and written afterwards (filtered on its
     mark's ``token``): an experiment a concurrent submission moved first is neither submitted
     twice nor has its ``slurm[0]`` overwritten. ``job_env`` is set in the submitting
-    environment only (:func:`clean_environment`).
+    environment only (:func:`clean_environment`). ``executor_args`` go to submitit's
+    ``AutoExecutor`` constructor (``launch.sbatch.executor_arguments``: ``slurm_python``...).
     """
     import submitit
 
@@ -225,6 +228,7 @@ def submit_group(
             folder=folder,
             cluster=cluster,
             slurm_max_num_timeout=getattr(runner, "max_requeues", 3) + 1,
+            **dict(executor_args or {}),
         )
         executor.update_parameters(**params)
         stderr = io.StringIO()
@@ -332,9 +336,9 @@ def submit_requests(
     groups = group_requests(requests)
     for group in groups:  # `seml start` rebuilds launchers from documents: check them again
         try:
-            check_script_values(
-                group[0].launcher, job_name=job_name(collection_name, group[0].batch_id)
-            )
+            first = group[0]
+            name = job_name(collection_name, first.batch_id, first.launcher.get("name"))
+            check_script_values(first.launcher, job_name=name)
         except ValueError as error:
             raise SubmissionError(f"{error} Nothing was submitted.") from None
     arrays = []
@@ -343,7 +347,7 @@ def submit_requests(
     for group in groups:
         first = group[0]
         launcher = first.launcher
-        name = job_name(collection_name, first.batch_id)
+        name = job_name(collection_name, first.batch_id, launcher.get("name"))
         id_groups = chunk(sorted(r.exp_id for r in group), launcher["experiments_per_job"])
         runner = JobRunner(
             db_cfg=dict(db_cfg) if db_cfg else None,
@@ -377,6 +381,7 @@ def submit_requests(
                 options=sbatch_options(launcher, comment=collection_name, name=name),
                 job_env=job_env,
                 cluster_name=name_of_cluster if first.cluster == "slurm" else None,
+                executor_args=executor_arguments(launcher, first.cluster),
             )
             if not jobs:  # a concurrent submission took all of them: nothing submitted here
                 continue
