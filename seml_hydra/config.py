@@ -120,6 +120,10 @@ class SemlLauncherConf:
     # more Sacred observers for the primary rank, as _target_ nodes, e.g.
     # [{_target_: sacred.observers.FileStorageObserver, basedir: runs}]
     observers: list[Any] = launcher_only(factory=list)
+    # start only after this batch: its id (3) or collection:batch (train:3); Slurm only
+    after: str | None = launcher_only(None)
+    # ok: after it COMPLETED (sbatch --dependency=afterok); any: after it ended (afterany)
+    after_kind: str = launcher_only("ok")
     # log levels on the primary rank (global rank 0) and on the others
     primary_log_level: str = launcher_only("INFO")
     other_log_level: str = launcher_only("ERROR")

@@ -635,7 +635,7 @@ def test_sbatch_options_and_resource_key_of_a_full_config_are_unchanged():
     }
     # the fields FULL leaves unset (issue 18's) count as null
     unset = ("cpus_per_gpu", "exclusive", "mail_type", "mail_user", "mem_per_cpu", "mem_per_gpu")
-    unset += ("name", "nodelist", "python", "srun_args", "stderr_to_stdout")
+    unset += ("name", "nodelist", "python", "srun_args", "stderr_to_stdout", "after")
     assert json.loads(resource_key(launcher(**FULL))) == {
         "account": "lab",
         "additional_parameters": {"mail-type": "END"},
@@ -655,4 +655,5 @@ def test_sbatch_options_and_resource_key_of_a_full_config_are_unchanged():
         "tasks_per_node": 4,
         "timeout_min": 90,
         **dict.fromkeys(unset),
+        "after_kind": "ok",
     }

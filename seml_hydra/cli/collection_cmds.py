@@ -84,9 +84,12 @@ def _on_pending(act: Any, target: Target) -> Any:
 @on_collection()
 def status(target: Target) -> None:
     """Counts and ids of the experiments per state (after detecting killed jobs)."""
+    import shutil
+
     from rich.table import Table
 
     from seml_hydra.manage.inspection import status as get_status
+    from seml_hydra.manage.inspection import stuck_messages
     from seml_hydra.manage.selection import malformed_message
     from seml_hydra.track.jobs import MALFORMED
 
@@ -105,6 +108,9 @@ def status(target: Target) -> None:
         table.add_row(f"[{color}]{shown(state)}[/]", str(len(ids)), _ids(ids))
     table.add_row("[bold]total[/]", str(sum(map(len, by_state.values()))), "")
     console().print(table)
+    if by_state.get(states.PENDING) and shutil.which("squeue"):
+        for message in stuck_messages(target.collection, by_state[states.PENDING], name):
+            console().print(f"[yellow]{shown(message)}[/]")
     if MALFORMED in by_state:
         from rich.markup import escape
 

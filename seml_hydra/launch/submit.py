@@ -27,6 +27,7 @@ from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.processes import process_alive, process_start
 from seml_hydra.job.runner import JobRunner
+from seml_hydra.launch.after import batch_dependency
 from seml_hydra.launch.sbatch import (
     check_script_values,
     chunk,
@@ -331,7 +332,9 @@ def submit_requests(
     are back to STAGED; groups submitted before it stay submitted), and before any sbatch when
     a value that would go into a job script holds a control character. ``db_cfg`` (pickled with
     the runner: no secret) and ``job_env`` (the jobs' environment: the secret, if any) come from
-    ``seml_hydra.store.job_db.job_db_config`` / ``job_db_environment``.
+    ``seml_hydra.store.job_db.job_db_config`` / ``job_db_environment``. A launcher with
+    ``after`` gets the Slurm dependency on that batch's arrays (``launch.after``), resolved
+    now; :class:`SubmissionError` when it can no longer be satisfied.
     """
     groups = group_requests(requests)
     for group in groups:  # `seml start` rebuilds launchers from documents: check them again
@@ -359,6 +362,15 @@ def submit_requests(
         )
         folder = os.path.abspath(str(launcher["submitit_folder"]))
         params = executor_parameters(launcher, comment=collection_name, name=name)
+        options = sbatch_options(launcher, comment=collection_name, name=name)
+        try:
+            dependency = batch_dependency(collection.database, collection_name, launcher)
+        except ValueError as error:
+            raise SubmissionError(
+                str(error).replace("nothing was staged", "nothing was submitted")
+            ) from None
+        if dependency is not None:
+            params["slurm_dependency"] = options["dependency"] = dependency
         limit = len(id_groups)
         if first.cluster == "slurm":
             if max_array is None:
@@ -378,7 +390,7 @@ def submit_requests(
                 params=part_params,
                 runner=runner,
                 id_groups=part,
-                options=sbatch_options(launcher, comment=collection_name, name=name),
+                options=options,
                 job_env=job_env,
                 cluster_name=name_of_cluster if first.cluster == "slurm" else None,
                 executor_args=executor_arguments(launcher, first.cluster),
