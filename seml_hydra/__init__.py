@@ -16,7 +16,7 @@ below it):
 - ``config``   the launcher's config dataclasses (what ``hydra.launcher.<field>`` accepts).
 
 Importing the package is cheap: submodules load on first use. The public API for apps:
-``current_plan`` (rank facts), ``log_scalar`` (metrics), ``on_requeue``/``requeues``
+``current_plan`` (rank facts), ``local_device`` (the GPU a rank uses), ``log_scalar`` (metrics), ``on_requeue``/``requeues``
 (checkpointing), ``get_results``/``get_metrics`` (reading results back).
 """
 
@@ -29,6 +29,7 @@ _PUBLIC = {
     "get_results": "seml_hydra.store.results",
     "get_metrics": "seml_hydra.store.results",
     "current_plan": "seml_hydra.job.rank",
+    "local_device": "seml_hydra.job.devices",
     "log_scalar": "seml_hydra.job.metrics",
     "on_requeue": "seml_hydra.job.requeue",
     "requeues": "seml_hydra.job.requeue",

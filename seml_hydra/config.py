@@ -136,6 +136,10 @@ class SemlLauncherConf:
     gpus_per_node: int | None = generic(None, sbatch="gpus-per-node")
     # memory per node in GB
     mem_gb: float | None = generic(None, sbatch="mem")
+    # GPUs per task, bound to it (sbatch and srun --gpus-per-task): each rank sees its own
+    gpus_per_task: int | None = slurm(None, sbatch="gpus-per-task")
+    # how srun binds GPUs to tasks (srun --gpu-bind, e.g. single:1, per_task:1, closest)
+    gpu_bind: str | None = launcher_only(None)
     # CPUs per allocated GPU (sbatch --cpus-per-gpu; Slurm wants gpus_per_task with it)
     cpus_per_gpu: int | None = slurm(None, sbatch="cpus-per-gpu")
     # memory per allocated GPU / per CPU, in sbatch's syntax: 8G, 4096 (MB), ...

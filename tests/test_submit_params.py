@@ -550,6 +550,7 @@ def test_generic_keys_are_submitits_and_sbatch_names_cover_the_resources():
     # stderr_to_stdout is no sbatch option: submitit leaves --error out
     assert set(SBATCH_NAMES) == {*GENERIC_KEYS, *SCRIPT_TEXT_FIELDS} - {"stderr_to_stdout"}
     assert SCRIPT_TEXT_FIELDS == (
+        "gpus_per_task",
         "cpus_per_gpu",
         "mem_per_gpu",
         "mem_per_cpu",
@@ -636,6 +637,7 @@ def test_sbatch_options_and_resource_key_of_a_full_config_are_unchanged():
     # the fields FULL leaves unset (issue 18's) count as null
     unset = ("cpus_per_gpu", "exclusive", "mail_type", "mail_user", "mem_per_cpu", "mem_per_gpu")
     unset += ("name", "nodelist", "python", "srun_args", "stderr_to_stdout", "after")
+    unset += ("gpus_per_task", "gpu_bind")
     assert json.loads(resource_key(launcher(**FULL))) == {
         "account": "lab",
         "additional_parameters": {"mail-type": "END"},

@@ -32,7 +32,7 @@ SLURM_KEYS = tuple(f.name for f in _FIELDS if f.metadata.get(config.ROLE) == con
 #: submitit executor constructor arguments, passed as ``<cluster>_<key>``: role EXECUTOR
 EXECUTOR_KEYS = tuple(f.name for f in _FIELDS if f.metadata.get(config.ROLE) == config.EXECUTOR)
 #: launcher-only fields that still change what a job is submitted with (its name, srun line)
-LAUNCHER_RESOURCE_KEYS = ("experiments_per_job", "name", "after", "after_kind")
+LAUNCHER_RESOURCE_KEYS = ("experiments_per_job", "name", "after", "after_kind", "gpu_bind")
 #: launcher field -> its sbatch option in ``slurm[0].sbatch_options`` (``SBATCH`` metadata)
 SBATCH_NAMES: Mapping[str, str] = {
     f.name: f.metadata[config.SBATCH] for f in _FIELDS if f.metadata.get(config.SBATCH)
@@ -45,7 +45,10 @@ RESERVED_SBATCH_OPTIONS = ("comment", "job-name", "job_name", "array", "output",
 #: the Slurm-only fields recorded as an sbatch option (the generic ones are numbers)
 SCRIPT_TEXT_FIELDS = tuple(key for key in SLURM_KEYS if key in SBATCH_NAMES)
 #: srun options the launcher sets itself (explicit task counts; submitit's output files)
-RESERVED_SRUN_OPTIONS = ("-n", "--ntasks", "--ntasks-per-node", "-o", "--output", "-e", "--error")
+RESERVED_SRUN_OPTIONS = (
+    *("-n", "--ntasks", "--ntasks-per-node", "-o", "--output", "-e", "--error"),
+    *("--gpus-per-task", "--gpu-bind"),  # the fields gpus_per_task and gpu_bind
+)
 
 
 def control_character(text: str) -> str | None:
@@ -57,11 +60,11 @@ def control_character(text: str) -> str | None:
 def script_values(launcher: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(field, text)`` of every launcher value that reaches the sbatch script (pure):
     :data:`SCRIPT_TEXT_FIELDS`, ``submitit_folder`` (the ``--output`` path), ``name`` (the job
-    name's prefix), ``python`` (the command on the srun line), each ``setup`` line
+    name's prefix), ``python`` and ``gpu_bind`` (on the srun line), each ``setup`` line
     (``setup[i]``), each ``srun_args`` entry (``srun_args[i]``) and each
     ``additional_parameters`` key and value. ``None`` is left out (never sent); other values as
     ``str()``, as submitit writes them."""
-    keys = (*SCRIPT_TEXT_FIELDS, "submitit_folder", "name", "python")
+    keys = (*SCRIPT_TEXT_FIELDS, "submitit_folder", "name", "python", "gpu_bind")
     out = [(key, str(launcher[key])) for key in keys if launcher.get(key) is not None]
     for key in ("setup", "srun_args"):
         lines = launcher.get(key)
@@ -128,7 +131,8 @@ def validate_launcher(launcher: Mapping[str, Any]) -> None:
     for key in ("nodes", "tasks_per_node", "experiments_per_job", "timeout_min"):
         if not isinstance(launcher.get(key), int) or launcher[key] < 1:
             raise ValueError(f"hydra.launcher.{key}={launcher.get(key)!r}: must be an integer >= 1")
-    for key in ("cpus_per_task", "gpus_per_node", "mem_gb", "array_parallelism", "cpus_per_gpu"):
+    counts = ("cpus_per_task", "gpus_per_node", "gpus_per_task", "cpus_per_gpu")
+    for key in (*counts, "mem_gb", "array_parallelism"):
         value = launcher.get(key)
         if value is not None and (isinstance(value, bool) or not value > 0):
             raise ValueError(f"hydra.launcher.{key}={value!r}: must be positive (or null)")
@@ -229,9 +233,21 @@ def executor_parameters(launcher: Mapping[str, Any], *, comment: str, name: str)
     params["slurm_srun_args"] = [
         f"--ntasks={ntasks}",
         f"--ntasks-per-node={launcher['tasks_per_node']}",
+        *gpu_srun_args(launcher),
         *(launcher.get("srun_args") or ()),
     ]
     return params
+
+
+def gpu_srun_args(launcher: Mapping[str, Any]) -> list[str]:
+    """The srun arguments that bind GPUs to the step's tasks (pure): ``--gpus-per-task=<n>``
+    (``gpus_per_task``) and ``--gpu-bind=<value>`` (``gpu_bind``), each only when set."""
+    out = []
+    if launcher.get("gpus_per_task") is not None:
+        out.append(f"--gpus-per-task={launcher['gpus_per_task']}")
+    if launcher.get("gpu_bind") is not None:
+        out.append(f"--gpu-bind={launcher['gpu_bind']}")
+    return out
 
 
 def sbatch_options(launcher: Mapping[str, Any], *, comment: str, name: str) -> dict[str, Any]:
