@@ -63,6 +63,7 @@ def main(cfg: DictConfig) -> int:
             "process_count": count,
             "allgather": values,
             "hostname": os.uname().nodename,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),  # GPUs bound to it
         }
         path = Path(cfg.report_dir) / f"rank{current_plan().global_rank}.json"
         path.write_text(json.dumps(report))

@@ -5,7 +5,8 @@
 
 Each rank writes ``<report_dir>/<tag>/rank<global rank>.json`` with its facts from
 ``seml_hydra.current_plan()`` (ranks, world size, node, seed), the effective root log
-level, the host, and what it sees of Hydra's output files. ``fail_rank=1`` makes rank 1 raise.
+level, the host, what it sees of Hydra's output files, and its GPUs (``CUDA_VISIBLE_DEVICES``,
+``seml_hydra.local_device()``). ``fail_rank=1`` makes rank 1 raise.
 The experiment's result is the primary's return value: ``{"global_rank": 0, ...}``.
 """
 
@@ -20,7 +21,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from seml_hydra import current_plan
+from seml_hydra import current_plan, local_device
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ def main(cfg: DictConfig) -> dict:
         "output_dir": str(output_dir),
         "output_subdir": hydra_cfg.output_subdir,  # None: this rank writes no .hydra/
         "hydra_dir_exists": (output_dir / ".hydra").is_dir(),
+        # the GPUs Slurm gave this rank, and the one seml_hydra.local_device() picks among them
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "local_device": local_device(plan.local_rank),
     }
     # one line at each level: only the primary's INFO line may appear anywhere
     log.info("rank %d of %d: INFO from the task", plan.global_rank, plan.world_size)

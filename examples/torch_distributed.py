@@ -76,6 +76,7 @@ def main(cfg: DictConfig) -> float:
                 "all_reduce": total,
                 "master": f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
                 "hostname": os.uname().nodename,
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),  # GPUs bound to it
             }
             (Path(cfg.report_dir) / f"rank{rank}.json").write_text(json.dumps(report))
         dist.barrier()

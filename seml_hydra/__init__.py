@@ -16,8 +16,9 @@ below it):
 - ``config``   the launcher's config dataclasses (what ``hydra.launcher.<field>`` accepts).
 
 Importing the package is cheap: submodules load on first use. The public API for apps:
-``current_plan`` (rank facts), ``log_scalar`` (metrics), ``on_requeue``/``requeues``
-(checkpointing), ``get_results``/``get_metrics``/``results_table`` (reading results back).
+``current_plan`` (rank facts), ``local_device`` (the GPU a rank uses), ``log_scalar``
+(metrics), ``on_requeue``/``requeues`` (checkpointing), ``get_results``/``get_metrics``/
+``results_table`` (reading results back).
 """
 
 import importlib
@@ -30,6 +31,7 @@ _PUBLIC = {
     "get_metrics": "seml_hydra.store.results",
     "results_table": "seml_hydra.manage.results_table",
     "current_plan": "seml_hydra.job.rank",
+    "local_device": "seml_hydra.job.devices",
     "log_scalar": "seml_hydra.job.metrics",
     "on_requeue": "seml_hydra.job.requeue",
     "requeues": "seml_hydra.job.requeue",

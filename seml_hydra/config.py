@@ -6,8 +6,10 @@ what it does and its unit. A field left ``None`` is never sent to sbatch.
 Every field of the launcher says how it reaches submitit, in its metadata (``ROLE``), as
 hydra-submitit-launcher derives its split from ``BaseQueueConf`` (generic keys as they are, the
 others with the executor's prefix): :data:`GENERIC` (a submitit generic executor parameter,
-same name, Slurm and local executor), :data:`SLURM` (Slurm only: ``slurm_<name>``) or
-:data:`LAUNCHER` (read by the launcher or the jobs, never an executor parameter). ``SBATCH``
+same name, Slurm and local executor), :data:`SLURM` (Slurm only: ``slurm_<name>``),
+:data:`EXECUTOR` (an argument of the executor's constructor, ``<cluster>_<name>``, as
+hydra-submitit-launcher passes ``python``) or :data:`LAUNCHER` (read by the launcher or the
+jobs, never an executor parameter). ``SBATCH``
 names the sbatch option a value is recorded under in ``slurm[0].sbatch_options`` (SEML's
 record). ``seml_hydra.launch.sbatch`` derives the executor parameters, the sbatch options and
 the resource key from them; a field without a role fails ``tests/unit/test_submit_params.py``.
@@ -35,9 +37,11 @@ SBATCH = "sbatch"
 GENERIC = "generic"
 #: Slurm only: submitit's ``slurm_<name>`` parameter (an ``#SBATCH`` line or the script's setup)
 SLURM = "slurm"
+#: an argument of submitit's executor constructor: ``<cluster>_<name>`` to ``AutoExecutor``
+EXECUTOR = "executor"
 #: read by the launcher or the jobs; never an executor parameter
 LAUNCHER = "launcher"
-ROLES = (GENERIC, SLURM, LAUNCHER)
+ROLES = (GENERIC, SLURM, EXECUTOR, LAUNCHER)
 
 
 def _field(role: str, default: Any, factory: Callable[[], Any] | None, sbatch: str | None) -> Any:
@@ -60,6 +64,11 @@ def slurm(
 ) -> Any:
     """A dataclass field with role :data:`SLURM`, recorded as sbatch option ``sbatch``."""
     return _field(SLURM, default, factory, sbatch)
+
+
+def executor(default: Any = MISSING) -> Any:
+    """A dataclass field with role :data:`EXECUTOR` (an executor constructor argument)."""
+    return _field(EXECUTOR, default, None, None)
 
 
 def launcher_only(default: Any = MISSING, *, factory: Callable[[], Any] | None = None) -> Any:
@@ -114,6 +123,10 @@ class SemlLauncherConf:
     # more Sacred observers for the primary rank, as _target_ nodes, e.g.
     # [{_target_: sacred.observers.FileStorageObserver, basedir: runs}]
     observers: list[Any] = launcher_only(factory=list)
+    # start only after this batch: its id (3) or collection:batch (train:3); Slurm only
+    after: str | None = launcher_only(None)
+    # ok: after it COMPLETED (sbatch --dependency=afterok); any: after it ended (afterany)
+    after_kind: str = launcher_only("ok")
     # log levels on the primary rank (global rank 0) and on the others
     primary_log_level: str = launcher_only("INFO")
     other_log_level: str = launcher_only("ERROR")
@@ -126,6 +139,15 @@ class SemlLauncherConf:
     gpus_per_node: int | None = generic(None, sbatch="gpus-per-node")
     # memory per node in GB
     mem_gb: float | None = generic(None, sbatch="mem")
+    # GPUs per task, bound to it (sbatch and srun --gpus-per-task): each rank sees its own
+    gpus_per_task: int | None = slurm(None, sbatch="gpus-per-task")
+    # how srun binds GPUs to tasks (srun --gpu-bind, e.g. single:1, per_task:1, closest)
+    gpu_bind: str | None = launcher_only(None)
+    # CPUs per allocated GPU (sbatch --cpus-per-gpu; Slurm wants gpus_per_task with it)
+    cpus_per_gpu: int | None = slurm(None, sbatch="cpus-per-gpu")
+    # memory per allocated GPU / per CPU, in sbatch's syntax: 8G, 4096 (MB), ...
+    mem_per_gpu: str | None = slurm(None, sbatch="mem-per-gpu")
+    mem_per_cpu: str | None = slurm(None, sbatch="mem-per-cpu")
     # wall time limit in minutes
     timeout_min: int = generic(60, sbatch="time")
     # Slurm signals the job this many seconds before the time limit (see seml_hydra.job.requeue)
@@ -138,6 +160,22 @@ class SemlLauncherConf:
     constraint: str | None = slurm(None, sbatch="constraint")
     exclude: str | None = slurm(None, sbatch="exclude")
     gres: str | None = slurm(None, sbatch="gres")
+    # only these nodes (sbatch --nodelist, e.g. node[1-2])
+    nodelist: str | None = slurm(None, sbatch="nodelist")
+    # the nodes to itself: true (sbatch --exclusive), or user / mcs / topo (--exclusive=<value>)
+    exclusive: Any = slurm(None, sbatch="exclusive")
+    # Slurm mails mail_user on these events, e.g. END,FAIL (sbatch --mail-type / --mail-user)
+    mail_type: str | None = slurm(None, sbatch="mail-type")
+    mail_user: str | None = slurm(None, sbatch="mail-user")
+    # a prefix of the job name: <name>_<collection>_<batch_id> (null: <collection>_<batch_id>)
+    name: str | None = launcher_only(None)
+    # stderr into the stdout file (one <job>_<rank>_log.out, no .err)
+    stderr_to_stdout: bool | None = generic(None)
+    # the command the job runs Python with (default: this interpreter), e.g.
+    # "apptainer exec img.sif python" or "/opt/conda/envs/x/bin/python"
+    python: str | None = executor(None)
+    # extra srun arguments, one list entry each, e.g. [--cpu-bind=cores, --container-image=x]
+    srun_args: list[str] | None = slurm(None)
     # shell lines run in the sbatch script before the task starts (e.g. module load ...)
     setup: list[str] | None = slurm(None)
     # raw sbatch options without the leading dashes, e.g. {mail-type: END}

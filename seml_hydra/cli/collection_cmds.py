@@ -86,10 +86,13 @@ def _on_pending(act: Any, target: Target) -> Any:
 @on_collection()
 def status(target: Target, projection: Projection = None) -> None:
     """Counts and ids of the experiments per state (after detecting killed jobs), with their
-    descriptions and the values of the `-p` keys."""
+    descriptions and the values of the `-p` keys, and why pending jobs do not start."""
+    import shutil
+
     from rich.table import Table
 
     from seml_hydra.manage.describe import projection_fields, status_rows
+    from seml_hydra.manage.inspection import stuck_messages
     from seml_hydra.manage.selection import malformed_message
     from seml_hydra.track.jobs import MALFORMED
 
@@ -118,6 +121,10 @@ def status(target: Target, projection: Projection = None) -> None:
         table.add_row(*cells)
     table.add_row("[bold]total[/]", str(sum(len(r.ids) for r in rows)), "")
     console().print(table)
+    pending = [i for r in rows if r.state == states.PENDING for i in r.ids]
+    if pending and shutil.which("squeue"):
+        for message in stuck_messages(target.collection, pending, name):
+            console().print(f"[yellow]{shown(message)}[/]")
     malformed = [r.ids for r in rows if r.state == MALFORMED]
     if malformed:
         from rich.markup import escape

@@ -84,6 +84,8 @@ def _queue_table(rows: list[Any]) -> Any:
         table.add_column(name)
     for r in sorted(rows, key=lambda r: (r.collection or "~", r.job_id)):
         where = r.nodes if r.state == "RUNNING" else (r.reason or r.nodes or "")
+        if r.state == "PENDING" and r.dependency:
+            where = f"{where} ({r.dependency})" if where else r.dependency
         table.add_row(
             shown(r.collection) if r.collection else "[dim](none)[/]",
             shown(r.job_id),

@@ -106,8 +106,8 @@ def make_document(
     """The STAGED document of ``point`` (``core.documents.build_document``): its config and
     overrides, :func:`hydra_doc`, the launch's ``seml`` and ``git`` blocks, and the sbatch
     options it is submitted with (``launch.sbatch.sbatch_options``, job name
-    ``<collection>_<batch_id>``); the point's description is stored as ``seml.description``
-    (:func:`point_seml`).
+    ``[<name>_]<collection>_<batch_id>``); the point's description is stored as
+    ``seml.description`` (:func:`point_seml`).
 
     Args:
         docs: the launch's shared blocks.
@@ -126,7 +126,7 @@ def make_document(
         sbatch_options=sbatch_options(
             point.launcher,
             comment=docs.collection_name,
-            name=job_name(docs.collection_name, batch_id),
+            name=job_name(docs.collection_name, batch_id, point.launcher.get("name")),
         ),
         experiments_per_job=point.launcher["experiments_per_job"],
         git=docs.git,

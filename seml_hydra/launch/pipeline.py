@@ -23,6 +23,7 @@ from seml_hydra.core.documents import experiment_hash, to_bson_safe
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.launch import document
+from seml_hydra.launch.after import batch_dependency
 from seml_hydra.launch.compose import compose_points
 from seml_hydra.launch.recovery import recover_interrupted_submissions
 from seml_hydra.launch.sbatch import validate_launcher
@@ -109,7 +110,29 @@ def launch_points(
             "SEML_MONGODB_URI or ~/.config/seml/mongodb.config to use your own server."
         )
     db = connect(settings)
+    check_dependencies(db, collection_name, points, launcher.executor)
     return _Launch(launcher, db, settings, collection_name, points, blob, console).run()
+
+
+def check_dependencies(db: Any, collection_name: str, points: Sequence[Any], executor: str) -> None:
+    """Refuse, before staging, points whose ``hydra.launcher.after`` names no batch, a batch
+    that can no longer satisfy it (``seml_hydra.launch.after.batch_dependency``), or is given
+    to the local launcher (dependencies are Slurm's). Raises ``LaunchError``."""
+    seen = set()
+    for point in points:
+        key = (point.launcher.get("after"), point.launcher.get("after_kind"))
+        if key[0] is None or key in seen:
+            continue
+        seen.add(key)
+        if executor != "slurm":
+            raise LaunchError(
+                "hydra.launcher.after is a Slurm dependency: use hydra/launcher=seml (the "
+                "local launcher runs its jobs at once); nothing was staged"
+            )
+        try:
+            batch_dependency(db, collection_name, point.launcher)
+        except ValueError as error:
+            raise LaunchError(str(error)) from None
 
 
 def pickled_batch_payload(launcher: Any, hydra_base: dict[str, Any]) -> bytes:

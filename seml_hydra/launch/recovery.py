@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.launch.sbatch import job_name
+from seml_hydra.launch.sbatch import is_batch_job_name
 from seml_hydra.launch.submit import submitter_gone
 from seml_hydra.slurm import client as slurm
 
@@ -66,13 +66,13 @@ def recover_interrupted_submissions(
 def orphan_arrays(rows: Sequence[Any], collection_name: str, batch_ids: set[Any]) -> list[str]:
     """The ids of the arrays among squeue ``rows`` (``seml_hydra.slurm.records.SqueueRow``) that a
     submission of batches ``batch_ids`` of collection ``collection_name`` made (pure):
-    comment = the collection, job name ``<collection>_<batch_id>`` (``sbatch.job_name``);
-    sorted numerically."""
-    names = {job_name(collection_name, b) for b in batch_ids}
+    comment = the collection, job name ``[<prefix>_]<collection>_<batch_id>``
+    (``sbatch.job_name``, ``sbatch.is_batch_job_name``); sorted numerically."""
     arrays = {
         str(row.array_job_id if row.array_job_id is not None else row.job_id_raw)
         for row in rows
-        if row.comment == collection_name and row.name in names
+        if row.comment == collection_name
+        and any(is_batch_job_name(row.name, collection_name, b) for b in batch_ids)
     }
     return sorted(arrays, key=int)
 

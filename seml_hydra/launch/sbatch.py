@@ -5,8 +5,9 @@ points into array jobs, and how ids are cut into array tasks and arrays.
 The mapping is derived from the config dataclass (``seml_hydra.config.SemlLauncherConf``), as
 hydra-submitit-launcher derives its split from ``BaseQueueConf``: each field's ``ROLE`` metadata
 says whether it is a generic submitit parameter (:data:`GENERIC_KEYS`), a Slurm-only one sent as
-``slurm_<key>`` (:data:`SLURM_KEYS`) or read by the launcher alone; its ``SBATCH`` metadata names
-its sbatch option (:data:`SBATCH_NAMES`). A new field is classified where it is declared.
+``slurm_<key>`` (:data:`SLURM_KEYS`), an argument of the executor's constructor
+(:data:`EXECUTOR_KEYS`) or read by the launcher alone; its ``SBATCH`` metadata names its sbatch
+option (:data:`SBATCH_NAMES`). A new field is classified where it is declared.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from seml_hydra import config
 from seml_hydra.config import SemlLauncherConf
+from seml_hydra.launch.after import dependency_type, parse_after
 
 _FIELDS = dataclasses.fields(SemlLauncherConf)
 #: the fields of ``hydra.launcher`` (``seml_hydra.config.SemlLauncherConf``)
@@ -27,6 +29,10 @@ LAUNCHER_FIELDS = tuple(f.name for f in _FIELDS)
 GENERIC_KEYS = tuple(f.name for f in _FIELDS if f.metadata.get(config.ROLE) == config.GENERIC)
 #: Slurm-only launcher fields, passed to submitit as ``slurm_<key>``: role SLURM
 SLURM_KEYS = tuple(f.name for f in _FIELDS if f.metadata.get(config.ROLE) == config.SLURM)
+#: submitit executor constructor arguments, passed as ``<cluster>_<key>``: role EXECUTOR
+EXECUTOR_KEYS = tuple(f.name for f in _FIELDS if f.metadata.get(config.ROLE) == config.EXECUTOR)
+#: launcher-only fields that still change what a job is submitted with (its name, srun line)
+LAUNCHER_RESOURCE_KEYS = ("experiments_per_job", "name", "after", "after_kind", "gpu_bind")
 #: launcher field -> its sbatch option in ``slurm[0].sbatch_options`` (``SBATCH`` metadata)
 SBATCH_NAMES: Mapping[str, str] = {
     f.name: f.metadata[config.SBATCH] for f in _FIELDS if f.metadata.get(config.SBATCH)
@@ -38,6 +44,11 @@ RESERVED_SBATCH_OPTIONS = ("comment", "job-name", "job_name", "array", "output",
 #: launcher fields whose text is written into the sbatch script (``#SBATCH --<option>=<value>``):
 #: the Slurm-only fields recorded as an sbatch option (the generic ones are numbers)
 SCRIPT_TEXT_FIELDS = tuple(key for key in SLURM_KEYS if key in SBATCH_NAMES)
+#: srun options the launcher sets itself (explicit task counts; submitit's output files)
+RESERVED_SRUN_OPTIONS = (
+    *("-n", "--ntasks", "--ntasks-per-node", "-o", "--output", "-e", "--error"),
+    *("--gpus-per-task", "--gpu-bind"),  # the fields gpus_per_task and gpu_bind
+)
 
 
 def control_character(text: str) -> str | None:
@@ -48,17 +59,19 @@ def control_character(text: str) -> str | None:
 
 def script_values(launcher: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(field, text)`` of every launcher value that reaches the sbatch script (pure):
-    :data:`SCRIPT_TEXT_FIELDS`, ``submitit_folder`` (the ``--output`` path), each ``setup``
-    line (``setup[i]``) and each ``additional_parameters`` key and value. ``None`` is left out
-    (never sent); other values as ``str()``, as submitit writes them."""
-    out = [(key, str(launcher[key])) for key in SCRIPT_TEXT_FIELDS if launcher.get(key) is not None]
-    if launcher.get("submitit_folder") is not None:
-        out.append(("submitit_folder", str(launcher["submitit_folder"])))
-    setup = launcher.get("setup")
-    if isinstance(setup, str):
-        setup = [setup]
-    for i, line in enumerate(setup or ()):
-        out.append((f"setup[{i}]", str(line)))
+    :data:`SCRIPT_TEXT_FIELDS`, ``submitit_folder`` (the ``--output`` path), ``name`` (the job
+    name's prefix), ``python`` and ``gpu_bind`` (on the srun line), each ``setup`` line
+    (``setup[i]``), each ``srun_args`` entry (``srun_args[i]``) and each
+    ``additional_parameters`` key and value. ``None`` is left out (never sent); other values as
+    ``str()``, as submitit writes them."""
+    keys = (*SCRIPT_TEXT_FIELDS, "submitit_folder", "name", "python", "gpu_bind")
+    out = [(key, str(launcher[key])) for key in keys if launcher.get(key) is not None]
+    for key in ("setup", "srun_args"):
+        lines = launcher.get(key)
+        if isinstance(lines, str):
+            lines = [lines]
+        for i, line in enumerate(lines or ()):
+            out.append((f"{key}[{i}]", str(line)))
     for key, value in (launcher.get("additional_parameters") or {}).items():
         out.append(("additional_parameters (an option name)", str(key)))
         if value is not None:
@@ -82,7 +95,7 @@ def check_script_values(launcher: Mapping[str, Any], *, job_name: str | None = N
     """
     values = script_values(launcher)
     if job_name is not None:
-        values.append(("job name (<collection>_<batch_id>)", job_name))
+        values.append(("job name ([<name>_]<collection>_<batch_id>)", job_name))
     for name, text in values:
         char = control_character(text)
         if char is not None:
@@ -118,10 +131,32 @@ def validate_launcher(launcher: Mapping[str, Any]) -> None:
     for key in ("nodes", "tasks_per_node", "experiments_per_job", "timeout_min"):
         if not isinstance(launcher.get(key), int) or launcher[key] < 1:
             raise ValueError(f"hydra.launcher.{key}={launcher.get(key)!r}: must be an integer >= 1")
-    for key in ("cpus_per_task", "gpus_per_node", "mem_gb", "array_parallelism"):
+    counts = ("cpus_per_task", "gpus_per_node", "gpus_per_task", "cpus_per_gpu")
+    for key in (*counts, "mem_gb", "array_parallelism"):
         value = launcher.get(key)
         if value is not None and (isinstance(value, bool) or not value > 0):
             raise ValueError(f"hydra.launcher.{key}={value!r}: must be positive (or null)")
+    dependency_type(launcher.get("after_kind", "ok"))
+    if launcher.get("after") is not None:
+        parse_after(launcher["after"], "")
+    exclusive = launcher.get("exclusive")
+    if exclusive is not None and not isinstance(exclusive, (bool, str)):
+        raise ValueError(
+            f"hydra.launcher.exclusive={exclusive!r}: must be true, user, mcs or topo (or null)"
+        )
+    srun_args = launcher.get("srun_args")
+    if srun_args is not None:
+        if isinstance(srun_args, str) or not all(isinstance(a, str) for a in srun_args):
+            raise ValueError(
+                f"hydra.launcher.srun_args={srun_args!r}: must be a list of strings, one srun "
+                "argument each, e.g. [--cpu-bind=cores]"
+            )
+        taken = [a for a in srun_args if a.split("=", 1)[0] in RESERVED_SRUN_OPTIONS]
+        if taken:
+            raise ValueError(
+                f"hydra.launcher.srun_args sets {', '.join(taken)}, which the launcher sets "
+                "itself (the task counts from nodes x tasks_per_node; submitit's output files)."
+            )
     reserved = [
         k for k in (launcher.get("additional_parameters") or {}) if k in RESERVED_SBATCH_OPTIONS
     ]
@@ -141,19 +176,36 @@ def validate_launcher(launcher: Mapping[str, Any]) -> None:
     check_script_values(launcher)
 
 
-def job_name(collection_name: str, batch_id: int) -> str:
-    """The array's ``--job-name``: ``<collection>_<batch_id>`` (``seml queue`` and the recovery
-    of interrupted submissions find a batch's arrays by it)."""
-    return f"{collection_name}_{batch_id}"
+def job_name(collection_name: str, batch_id: int, prefix: str | None = None) -> str:
+    """The array's ``--job-name``: ``<collection>_<batch_id>``, after ``<prefix>_`` when the
+    launcher's ``name`` is set (the recovery of interrupted submissions finds a batch's arrays
+    by it: :func:`is_batch_job_name`)."""
+    base = f"{collection_name}_{batch_id}"
+    return f"{prefix}_{base}" if prefix else base
+
+
+def is_batch_job_name(name: str | None, collection_name: str, batch_id: Any) -> bool:
+    """Whether ``name`` is a :func:`job_name` of batch ``batch_id`` of ``collection_name``,
+    with any prefix (pure)."""
+    base = job_name(collection_name, batch_id)
+    return bool(name) and (name == base or str(name).endswith(f"_{base}"))
 
 
 def resource_key(launcher: Mapping[str, Any]) -> str:
     """A string identifying the resource set of a launcher node (points with equal keys share
     one array job): JSON of every executor parameter's field (:data:`GENERIC_KEYS`,
-    :data:`SLURM_KEYS`) and ``experiments_per_job`` (how ids are cut into array tasks), keys
-    sorted, a missing field as ``null``. Pure."""
-    keys = (*GENERIC_KEYS, *SLURM_KEYS, "experiments_per_job")
+    :data:`SLURM_KEYS`, :data:`EXECUTOR_KEYS`) and :data:`LAUNCHER_RESOURCE_KEYS` (how ids are
+    cut into array tasks, the job name's prefix), keys sorted, a missing field as ``null``.
+    Pure."""
+    keys = (*GENERIC_KEYS, *SLURM_KEYS, *EXECUTOR_KEYS, *LAUNCHER_RESOURCE_KEYS)
     return json.dumps({k: launcher.get(k) for k in keys}, sort_keys=True, default=str)
+
+
+def executor_arguments(launcher: Mapping[str, Any], cluster: str) -> dict[str, Any]:
+    """The ``AutoExecutor`` constructor arguments of a launcher node for executor ``cluster``
+    (``"slurm"`` or ``"local"``): each set :data:`EXECUTOR_KEYS` field as ``<cluster>_<key>``
+    (``python`` -> ``slurm_python``, as hydra-submitit-launcher passes it). Pure."""
+    return {f"{cluster}_{k}": launcher[k] for k in EXECUTOR_KEYS if launcher.get(k) is not None}
 
 
 def executor_parameters(launcher: Mapping[str, Any], *, comment: str, name: str) -> dict[str, Any]:
@@ -181,8 +233,21 @@ def executor_parameters(launcher: Mapping[str, Any], *, comment: str, name: str)
     params["slurm_srun_args"] = [
         f"--ntasks={ntasks}",
         f"--ntasks-per-node={launcher['tasks_per_node']}",
+        *gpu_srun_args(launcher),
+        *(launcher.get("srun_args") or ()),
     ]
     return params
+
+
+def gpu_srun_args(launcher: Mapping[str, Any]) -> list[str]:
+    """The srun arguments that bind GPUs to the step's tasks (pure): ``--gpus-per-task=<n>``
+    (``gpus_per_task``) and ``--gpu-bind=<value>`` (``gpu_bind``), each only when set."""
+    out = []
+    if launcher.get("gpus_per_task") is not None:
+        out.append(f"--gpus-per-task={launcher['gpus_per_task']}")
+    if launcher.get("gpu_bind") is not None:
+        out.append(f"--gpu-bind={launcher['gpu_bind']}")
+    return out
 
 
 def sbatch_options(launcher: Mapping[str, Any], *, comment: str, name: str) -> dict[str, Any]:

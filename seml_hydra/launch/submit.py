@@ -27,9 +27,11 @@ from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.processes import process_alive, process_start
 from seml_hydra.job.runner import JobRunner
+from seml_hydra.launch.after import batch_dependency
 from seml_hydra.launch.sbatch import (
     check_script_values,
     chunk,
+    executor_arguments,
     executor_parameters,
     job_name,
     resource_key,
@@ -181,6 +183,7 @@ def submit_group(
     options: Mapping[str, Any],
     job_env: Mapping[str, str] | None = None,
     cluster_name: str | None = None,
+    executor_args: Mapping[str, Any] | None = None,
 ) -> tuple[list[Any], list[list[int]]]:
     """Submit one resource group as one array job; returns ``(submitit Jobs, id groups)``: one
     job per group submitted, in order, which are ``id_groups`` less the ids this process did
@@ -196,7 +199,8 @@ def submit_group(
     Only the documents this update moved are submitted and written afterwards (filtered on its
     mark's ``token``): an experiment a concurrent submission moved first is neither submitted
     twice nor has its ``slurm[0]`` overwritten. ``job_env`` is set in the submitting
-    environment only (:func:`clean_environment`).
+    environment only (:func:`clean_environment`). ``executor_args`` go to submitit's
+    ``AutoExecutor`` constructor (``launch.sbatch.executor_arguments``: ``slurm_python``...).
     """
     import submitit
 
@@ -225,6 +229,7 @@ def submit_group(
             folder=folder,
             cluster=cluster,
             slurm_max_num_timeout=getattr(runner, "max_requeues", 3) + 1,
+            **dict(executor_args or {}),
         )
         executor.update_parameters(**params)
         stderr = io.StringIO()
@@ -327,14 +332,16 @@ def submit_requests(
     are back to STAGED; groups submitted before it stay submitted), and before any sbatch when
     a value that would go into a job script holds a control character. ``db_cfg`` (pickled with
     the runner: no secret) and ``job_env`` (the jobs' environment: the secret, if any) come from
-    ``seml_hydra.store.job_db.job_db_config`` / ``job_db_environment``.
+    ``seml_hydra.store.job_db.job_db_config`` / ``job_db_environment``. A launcher with
+    ``after`` gets the Slurm dependency on that batch's arrays (``launch.after``), resolved
+    now; :class:`SubmissionError` when it can no longer be satisfied.
     """
     groups = group_requests(requests)
     for group in groups:  # `seml start` rebuilds launchers from documents: check them again
         try:
-            check_script_values(
-                group[0].launcher, job_name=job_name(collection_name, group[0].batch_id)
-            )
+            first = group[0]
+            name = job_name(collection_name, first.batch_id, first.launcher.get("name"))
+            check_script_values(first.launcher, job_name=name)
         except ValueError as error:
             raise SubmissionError(f"{error} Nothing was submitted.") from None
     arrays = []
@@ -343,7 +350,7 @@ def submit_requests(
     for group in groups:
         first = group[0]
         launcher = first.launcher
-        name = job_name(collection_name, first.batch_id)
+        name = job_name(collection_name, first.batch_id, launcher.get("name"))
         id_groups = chunk(sorted(r.exp_id for r in group), launcher["experiments_per_job"])
         runner = JobRunner(
             db_cfg=dict(db_cfg) if db_cfg else None,
@@ -355,6 +362,15 @@ def submit_requests(
         )
         folder = os.path.abspath(str(launcher["submitit_folder"]))
         params = executor_parameters(launcher, comment=collection_name, name=name)
+        options = sbatch_options(launcher, comment=collection_name, name=name)
+        try:
+            dependency = batch_dependency(collection.database, collection_name, launcher)
+        except ValueError as error:
+            raise SubmissionError(
+                str(error).replace("nothing was staged", "nothing was submitted")
+            ) from None
+        if dependency is not None:
+            params["slurm_dependency"] = options["dependency"] = dependency
         limit = len(id_groups)
         if first.cluster == "slurm":
             if max_array is None:
@@ -374,9 +390,10 @@ def submit_requests(
                 params=part_params,
                 runner=runner,
                 id_groups=part,
-                options=sbatch_options(launcher, comment=collection_name, name=name),
+                options=options,
                 job_env=job_env,
                 cluster_name=name_of_cluster if first.cluster == "slurm" else None,
+                executor_args=executor_arguments(launcher, first.cluster),
             )
             if not jobs:  # a concurrent submission took all of them: nothing submitted here
                 continue

@@ -213,22 +213,38 @@ def _job_id(doc: Mapping[str, Any]) -> str | None:
     return f"{execution['array_id']}_{execution.get('task_id', 0)}"
 
 
+def stuck_message(job: str, reason: str, name: str) -> str:
+    """Why pending job ``job`` of collection ``name`` will not start by itself (pure), for a
+    ``reason`` of :data:`STUCK_REASONS`: ``Slurm will not start job 12_0
+    (DependencyNeverSatisfied): its dependency can never be satisfied. Cancel it with `seml
+    <name> cancel` ...``."""
+    return (
+        f"Slurm will not start job {job} ({reason}): "
+        f"{STUCK_REASONS[reason].replace('<collection>', name)}. Cancel it with "
+        f"`seml {name} cancel` and change the resources"
+    )
+
+
+def stuck_jobs(collection: Any, ids: Sequence[int]) -> list[tuple[str, str]]:
+    """``(job id, reason)`` of the PENDING experiments among ``ids`` whose Slurm job will not
+    start by itself (:func:`pending_reasons` in :data:`STUCK_REASONS`), sorted. Raises
+    ``seml_hydra.slurm.client.SlurmError`` when squeue fails."""
+    reasons = pending_reasons(collection, ids)
+    return sorted((job, reason) for job, reason in reasons.items() if reason in STUCK_REASONS)
+
+
 def _say_stuck(
     console: Any, collection: Any, ids: Sequence[int], name: str, told: set[tuple[str, str]]
 ) -> None:
     """Print, once per job and reason, why a pending job will not start by itself."""
     try:
-        reasons = pending_reasons(collection, ids)
+        stuck = stuck_jobs(collection, ids)
     except slurm.SlurmError:
         return
-    for job, reason in sorted(reasons.items()):
-        if reason in STUCK_REASONS and (job, reason) not in told:
+    for job, reason in stuck:
+        if (job, reason) not in told:
             told.add((job, reason))
-            console.print(
-                f"Slurm will not start job {job} ({reason}): "
-                f"{STUCK_REASONS[reason].replace('<collection>', name)}. Cancel it with "
-                f"`seml {name} cancel` and change the resources, or press Ctrl-C to detach."
-            )
+            console.print(f"{stuck_message(job, reason, name)}, or press Ctrl-C to detach.")
 
 
 def job_return_from_document(

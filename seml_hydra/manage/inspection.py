@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.launch.wait import stuck_jobs, stuck_message
 from seml_hydra.manage.describe import (
     DESCRIPTION,
     description_of,
@@ -64,6 +65,18 @@ def list_collections(db: Any, pattern: str | None = None) -> list[CollectionCoun
 def status(collection: Any, query: Mapping[str, Any] | None = None) -> dict[str, list[int]]:
     """``{state: ids}`` of the experiments matching ``query``."""
     return id_ranges_by_state(select(collection, dict(query or {}), {"_id": 1, "status": 1}))
+
+
+def stuck_messages(collection: Any, ids: Sequence[int], name: str) -> list[str]:
+    """Why the Slurm jobs of PENDING experiments among ``ids`` of collection ``name`` will not
+    start by themselves (``seml_hydra.launch.wait.stuck_jobs``: a held job, a dependency that
+    can never be satisfied...), one message each; none when squeue fails (``status`` still
+    shows the counts)."""
+    try:
+        stuck = stuck_jobs(collection, ids)
+    except slurm.SlurmError:
+        return []
+    return [f"{stuck_message(job, reason, name)}." for job, reason in stuck]
 
 
 def snapshot_of(docs: Sequence[Mapping[str, Any]]) -> list[list[Any]] | None:
@@ -243,7 +256,7 @@ def fail_traces(
 class QueueRow:
     """One row of ``seml queue``: a Slurm job (``job_id``, ``state``, pending ``reason``,
     ``nodes``, ``elapsed_s`` in seconds, ``name``), its ``collection`` (None when its comment
-    names none) and the ids of the experiments it runs."""
+    names none), the ids of the experiments it runs and its remaining ``dependency``."""
 
     collection: str | None
     job_id: str
@@ -253,6 +266,8 @@ class QueueRow:
     elapsed_s: float | None
     name: str
     exp_ids: list[int]
+    #: the job's dependencies not yet satisfied (squeue's %E), e.g. ``afterok:12_*(failed)``
+    dependency: str | None = None
 
 
 def queue(
@@ -266,7 +281,9 @@ def queue(
     they run. Without ``all_jobs`` only jobs whose comment names an experiment collection of
     ``db`` are kept. One squeue call, one MongoDB query per collection."""
 
-    rows = slurm.squeue_jobs(job_ids=list(job_ids) if job_ids else None, states=slurm_states)
+    rows = slurm.squeue_jobs(
+        job_ids=list(job_ids) if job_ids else None, states=slurm_states, extra_fields=("E",)
+    )
     names = set()
     if db is not None:
         names = {n for n in db.list_collection_names() if is_listed_collection(n)}
@@ -316,6 +333,7 @@ def queue(
                 elapsed_s=row.elapsed_s,
                 name=row.name,
                 exp_ids=sorted(set(ids)),
+                dependency=row.dependency,
             )
         )
     return out

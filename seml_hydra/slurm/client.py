@@ -34,6 +34,7 @@ from seml_hydra.slurm.records import (
     parse_sacct,
     parse_squeue,
     sacct_format,
+    squeue_fields,
     squeue_format,
 )
 
@@ -176,6 +177,7 @@ def squeue_jobs(
     *,
     states: Sequence[str] | None = None,
     expand_arrays: bool = False,
+    extra_fields: Sequence[str] = (),
     timeout_s: float = 30,
 ) -> list[SqueueRow]:
     """Jobs slurmctld knows, one :class:`SqueueRow` per squeue record.
@@ -192,6 +194,8 @@ def squeue_jobs(
             By default a started task is one row (``123_4``) and the still-pending tasks of
             an array are one row with their range (``123_[5-9%2]``); use
             :attr:`SqueueRow.task_ids` to expand it.
+        extra_fields: more squeue ``-o`` codes, in :attr:`SqueueRow.extra` (``"E"``: the
+            job's remaining dependency, :attr:`SqueueRow.dependency`).
 
     Always passes ``--all`` (jobs in hidden partitions too). A job absent from the result is
     not known to slurmctld in the queried states -- purged after MinJobAge, or never
@@ -205,7 +209,8 @@ def squeue_jobs(
     """
     if user is not None and all_users:
         raise ValueError("pass either user or all_users=True, not both")
-    args = ["squeue", "--noheader", "--all", f"--format={squeue_format()}"]
+    fields = squeue_fields(extra_fields)
+    args = ["squeue", "--noheader", "--all", f"--format={squeue_format(fields)}"]
     if job_ids is not None:
         ids = validated_ids(job_ids)
         if not ids:
@@ -227,7 +232,7 @@ def squeue_jobs(
         if job_ids is not None and _is_invalid_job_id(e):
             return []
         raise
-    return parse_squeue(out)
+    return parse_squeue(out, fields)
 
 
 def sacct_jobs(job_ids: Sequence[str], *, timeout_s: float = 60) -> list[SacctRow]:

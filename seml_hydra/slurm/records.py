@@ -30,6 +30,7 @@ __all__ = [
     "RECORD_SEP",
     "SACCT_FIELDS",
     "SQUEUE_FIELDS",
+    "squeue_fields",
     "SacctRow",
     "SqueueRow",
     "parse_sacct",
@@ -52,6 +53,13 @@ RECORD_SEP = "\x1e"
 #: (= job id for non-arrays), %K array task spec (``N/A`` for non-arrays), %T extended state,
 #: %r reason, %N node list, %M elapsed time, %u user, %j name, %k comment.
 SQUEUE_FIELDS: tuple[str, ...] = ("i", "A", "F", "K", "T", "r", "N", "M", "u", "j", "k")
+
+
+def squeue_fields(extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """:data:`SQUEUE_FIELDS` with the codes ``extra`` (e.g. ``"E"``, the job's remaining
+    dependency: :attr:`SqueueRow.dependency`) before the free-text name and comment (pure)."""
+    return (*SQUEUE_FIELDS[:-2], *extra, *SQUEUE_FIELDS[-2:])
+
 
 _SQUEUE_ATTRS: Mapping[str, str] = {
     "i": "job_id",
@@ -130,6 +138,14 @@ class SqueueRow:
     def alive(self) -> bool:
         """``parse.is_alive`` of :attr:`state`."""
         return is_alive(self.state)
+
+    @property
+    def dependency(self) -> str | None:
+        """squeue's ``%E`` when asked for (:func:`squeue_fields`): the dependencies not
+        yet satisfied, e.g. ``afterok:12_*(unfulfilled)``, ``afterok:12_*(failed)``; None when
+        there is none or it was not asked for."""
+        value = self.extra.get("E")
+        return None if value is None else _none_if_null(value.strip())
 
 
 def _codes(fields: Sequence[str]) -> list[str]:

@@ -5,12 +5,14 @@ cleaned environment). No Slurm, no MongoDB."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import pytest
 
 from seml_hydra.config import SemlLauncherConf, SemlLocalLauncherConf
 from seml_hydra.launch.sbatch import (
+    EXECUTOR_KEYS,
     GENERIC_KEYS,
     RESERVED_SBATCH_OPTIONS,
     SBATCH_NAMES,
@@ -149,7 +151,7 @@ def test_validate_launcher_accepts_printable_script_values(changes):
 
 
 def test_check_script_values_names_a_bad_job_name():
-    with pytest.raises(ValueError, match=r"job name \(<collection>_<batch_id>\)"):
+    with pytest.raises(ValueError, match=r"job name \(\[<name>_\]<collection>_<batch_id>\)"):
         check_script_values(launcher(), job_name="a\nb_1")
     check_script_values(launcher(), job_name="a b_1")
 
@@ -176,6 +178,7 @@ def test_executor_parameters_defaults():
 
 def test_executor_parameters_generic_keys_are_unprefixed():
     node = launcher(cpus_per_task=4, gpus_per_node=2, mem_gb=16, timeout_min=30)
+    node["stderr_to_stdout"] = True
     params = executor_parameters(node, comment="c", name="n")
     for key in GENERIC_KEYS:
         assert params[key] == node[key]
@@ -514,11 +517,13 @@ def test_every_launcher_field_is_classified_exactly_once(conf):
     assert unclassified == []
     generic = {n for n, r in roles.items() if r == config.GENERIC}
     slurm = {n for n, r in roles.items() if r == config.SLURM}
+    init = {n for n, r in roles.items() if r == config.EXECUTOR}
     only = {n for n, r in roles.items() if r == config.LAUNCHER}
-    assert generic | slurm | only == set(roles)
-    assert not (generic & slurm or generic & only or slurm & only)
+    assert generic | slurm | init | only == set(roles)
+    assert sum(map(len, (generic, slurm, init, only))) == len(roles)
     if conf is SemlLauncherConf:  # what the executor parameters are built from
         assert set(GENERIC_KEYS) == generic and set(SLURM_KEYS) == slurm
+        assert set(EXECUTOR_KEYS) == init
 
 
 def test_an_unclassified_field_is_caught():
@@ -540,9 +545,26 @@ def test_generic_keys_are_submitits_and_sbatch_names_cover_the_resources():
         "gpus_per_node",
         "mem_gb",
         "timeout_min",
+        "stderr_to_stdout",
     )
-    assert set(SBATCH_NAMES) == {*GENERIC_KEYS, *SCRIPT_TEXT_FIELDS}
-    assert SCRIPT_TEXT_FIELDS == ("partition", "qos", "account", "constraint", "exclude", "gres")
+    # stderr_to_stdout is no sbatch option: submitit leaves --error out
+    assert set(SBATCH_NAMES) == {*GENERIC_KEYS, *SCRIPT_TEXT_FIELDS} - {"stderr_to_stdout"}
+    assert SCRIPT_TEXT_FIELDS == (
+        "gpus_per_task",
+        "cpus_per_gpu",
+        "mem_per_gpu",
+        "mem_per_cpu",
+        "partition",
+        "qos",
+        "account",
+        "constraint",
+        "exclude",
+        "gres",
+        "nodelist",
+        "exclusive",
+        "mail_type",
+        "mail_user",
+    )
 
 
 #: every resource field set (values as a user would give them)
@@ -612,10 +634,28 @@ def test_sbatch_options_and_resource_key_of_a_full_config_are_unchanged():
         "job-name": "coll_3",
         "mail-type": "END",
     }
-    assert resource_key(launcher(**FULL)) == (
-        '{"account": "lab", "additional_parameters": {"mail-type": "END"}, '
-        '"array_parallelism": 5, "constraint": "a100", "cpus_per_task": 8, "exclude": "node3", '
-        '"experiments_per_job": 1, "gpus_per_node": 1, "gres": "gpu:1", "mem_gb": 16.5, '
-        '"nodes": 2, "partition": "gpu", "qos": "high", "setup": ["module load cuda"], '
-        '"signal_delay_s": 60, "tasks_per_node": 4, "timeout_min": 90}'
-    )
+    # the fields FULL leaves unset (issue 18's) count as null
+    unset = ("cpus_per_gpu", "exclusive", "mail_type", "mail_user", "mem_per_cpu", "mem_per_gpu")
+    unset += ("name", "nodelist", "python", "srun_args", "stderr_to_stdout", "after")
+    unset += ("gpus_per_task", "gpu_bind")
+    assert json.loads(resource_key(launcher(**FULL))) == {
+        "account": "lab",
+        "additional_parameters": {"mail-type": "END"},
+        "array_parallelism": 5,
+        "constraint": "a100",
+        "cpus_per_task": 8,
+        "exclude": "node3",
+        "experiments_per_job": 1,
+        "gpus_per_node": 1,
+        "gres": "gpu:1",
+        "mem_gb": 16.5,
+        "nodes": 2,
+        "partition": "gpu",
+        "qos": "high",
+        "setup": ["module load cuda"],
+        "signal_delay_s": 60,
+        "tasks_per_node": 4,
+        "timeout_min": 90,
+        **dict.fromkeys(unset),
+        "after_kind": "ok",
+    }
