@@ -21,7 +21,7 @@ FIT = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def gpus(slurm):
     """The testbed's nodes have 2 GPUs each (fails, never skips, when up.sh did not add them)."""
     out = subprocess.run(
