@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from seml_hydra.cli.collection_cmds import command
-from seml_hydra.cli.core import ROOT_PANEL, app, confirm_if_many, console, shown
+from seml_hydra.cli.core import ROOT_PANEL, app, console, shown
 from seml_hydra.cli.options import Target, Yes, on_collection
 from seml_hydra.core.ranges import format_ids
 
@@ -25,15 +25,24 @@ def reload_sources(
 ) -> None:
     """Upload the project's current files as the code snapshot of STAGED, FAILED, KILLED and
     INTERRUPTED experiments (the others keep the code they ran with); then `reset` and
-    `start` run the new code. The task function defined in the app script itself was pickled
-    at launch and does not change: this reloads the project's modules and configs."""
-    from seml_hydra.manage.reload import RELOADABLE
-    from seml_hydra.manage.reload import reload_sources as do_reload
+    `start` run the new code. Shows the project root and the files first and asks (unless
+    -y). The task function defined in the app script itself was pickled at launch and does
+    not change: this reloads the project's modules and configs."""
+    from seml_hydra.manage.reload import RELOADABLE, apply_reload, plan_reload
 
     sel, coll = target.selection, target.collection
     query = sel.query(allowed=RELOADABLE) if sel.filter_states else sel.query()
-    confirm_if_many("Reload the sources of", coll.count_documents(query), yes)
-    result = do_reload(coll, query, keep_old=keep_old)
+    plan = plan_reload(coll, query)
+    for batch in plan.batches:
+        dirs = ", ".join(shown(d) for d in batch.config_dirs) or "none"
+        console().print(
+            f"Batch {shown(batch.batch_id)} ({len(batch.docs)} experiment(s)): "
+            f"{len(batch.files)} file(s) from the project root {shown(batch.root)} "
+            f"(config dirs: {dirs})"
+        )
+    if not yes:
+        typer.confirm("Upload them into the database as the new code snapshot?", abort=True)
+    result = apply_reload(coll, plan, keep_old=keep_old)
     out = console()
     for state, ids in sorted(result.left_alone.items()):
         out.print(

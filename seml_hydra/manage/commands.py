@@ -112,6 +112,22 @@ def resolved_override(text: str, config: Mapping[str, Any], choices: Mapping[str
     return f"{prefix}{key}={written}"
 
 
+def _resolved(exp_id: Any, text: str, config: Mapping[str, Any], choices: Mapping[str, Any]) -> str:
+    """:func:`resolved_override` of experiment ``exp_id``'s override ``text``; a malformed one
+    (Hydra's ``OverrideParseException``: a document Hydra did not write) is a
+    :class:`ManageError` naming the experiment and the override (``repr``: no control
+    characters reach the terminal)."""
+    from hydra.errors import OverrideParseException
+
+    try:
+        return resolved_override(text, config, choices)
+    except OverrideParseException:
+        raise ManageError(
+            f"Experiment {exp_id} has a malformed override {text!r} in hydra.overrides "
+            "(not written by Hydra); --unresolved prints the overrides as stored."
+        ) from None
+
+
 @dataclass(frozen=True)
 class RunCommand:
     """One experiment's command: its ``exp_id``, ``status``, the ``working_dir`` it runs in and
@@ -139,7 +155,7 @@ def run_command(doc: Mapping[str, Any], *, unresolved: bool = False) -> RunComma
         unresolved: the overrides as written instead of the values the experiment ran with.
 
     Raises :class:`ManageError` when the document was not staged by a Hydra app (SEML's own,
-    with no ``hydra`` block) or names no executable.
+    with no ``hydra`` block), names no executable, or (resolved) holds a malformed override.
     """
     seml = doc.get("seml") if isinstance(doc.get("seml"), Mapping) else {}
     hydra = doc.get("hydra")
@@ -156,7 +172,7 @@ def run_command(doc: Mapping[str, Any], *, unresolved: bool = False) -> RunComma
     if not unresolved:
         config = doc.get("config") if isinstance(doc.get("config"), Mapping) else {}
         choices = hydra.get("choices") if isinstance(hydra.get("choices"), Mapping) else {}
-        overrides = [resolved_override(o, config, choices) for o in overrides]  # type: ignore[arg-type]
+        overrides = [_resolved(doc.get("_id"), o, config, choices) for o in overrides]  # type: ignore[arg-type]
     workdir = seml.get("working_dir")  # type: ignore[union-attr]
     return RunCommand(
         exp_id=doc.get("_id"),

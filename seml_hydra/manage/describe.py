@@ -4,14 +4,15 @@ the descriptions ``list`` shows, and the keys ``print-fail-trace -p`` prints bes
 
 A description is SEML's ``seml.description``: one string per experiment, set at launch
 (``hydra.launcher.description``) or by ``description set``. As in SEML, ``${...}`` in a
-description set here is resolved against the experiment's document with OmegaConf
-(``"lr ${config.optimizer.lr}"``), unless ``resolve=False``. Pure functions but those taking a
+description set here is resolved against the experiment's document (``"lr ${config.optimizer.lr}"``:
+plain key lookups only, no resolvers; :func:`resolve_description`), unless ``resolve=False``. Pure functions but those taking a
 collection or a database.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,26 +133,50 @@ def _whole(collection: Any, query: Mapping[str, Any]) -> list[dict[str, Any]]:
     return list(collection.find(dict(query)).sort("_id", 1))
 
 
+#: one ``${dotted.path}`` lookup of a description (``\\${`` is a literal ``${``)
+_LOOKUP = re.compile(r"(\\*)\$\{([^{}]*)\}")
+#: a plain document path: ``config.optimizer.lr``, ``slurm.0.array_id`` (no resolver, no
+#: relative ``.key``, no nested ``${...}``)
+_PATH = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*")
+
+
 def resolve_description(text: str, doc: Mapping[str, Any]) -> str:
-    """``text`` with its ``${...}`` interpolations resolved against ``doc`` by OmegaConf
-    (SEML's ``seml.experiment.description.resolve_description``): ``"lr ${config.lr}"`` ->
-    ``"lr 0.1"``. Text without ``${`` is returned as it is. Raises :class:`ManageError` naming
-    the experiment when an interpolation does not resolve."""
+    """``text`` with each ``${dotted.path}`` replaced by ``doc``'s value there (SEML's
+    ``seml.experiment.description.resolve_description`` for its ordinary use): ``"lr
+    ${config.lr}"`` -> ``"lr 0.1"``. As in OmegaConf, ``\\${`` is a literal ``${`` and ``\\\\${`` a ``\\``
+    then a lookup; text without ``${`` is returned as it is. Pure.
+
+    Unlike SEML (which hands the whole document to OmegaConf), only the user's ``text`` is
+    interpolated, once: a value of the document is inserted as its literal text even when it
+    holds ``${...}`` itself, and no resolver runs (``${oc.env:...}`` in a forged document
+    must not copy the user's environment into the database). A value is written as OmegaConf
+    writes it in a string (``str``: ``0.1``, ``True``, ``None``, ``{'a': 1}``).
+
+    Raises :class:`ManageError` naming the experiment when a ``${...}`` is not a plain path
+    (a resolver such as ``${oc.env:X}``) or names a key the document does not have (``_id``
+    included, as before).
+    """
     if "${" not in text:
         return text
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+    values = {k: v for k, v in doc.items() if k != "_id"}
 
-    data = json.loads(json.dumps({k: v for k, v in doc.items() if k != "_id"}, default=str))
-    try:
-        node = OmegaConf.create({**data, "__description__": text})
-        return str(node["__description__"])
-    except OmegaConfBaseException as error:
-        first = str(error).splitlines()[0]
-        raise ManageError(
-            f"The description does not resolve for experiment {doc.get('_id')}: {first} (set it "
-            "with --no-resolve to keep ${...} as text)."
-        ) from None
+    def lookup(match: re.Match[str]) -> str:
+        slashes, path = match.group(1), match.group(2)
+        kept = slashes[: len(slashes) // 2]  # as OmegaConf: ``\\`` before ``${`` is one ``\``
+        if len(slashes) % 2:  # an escaped ``\${``: literal
+            return kept + "${" + path + "}"
+        plain_key = _PATH.fullmatch(path.strip()) is not None
+        value = get_path(values, path.strip()) if plain_key else _MISSING
+        if value is _MISSING:
+            why = "not a document key" if plain_key else "not a plain key"
+            raise ManageError(
+                f"The description does not resolve for experiment {doc.get('_id')}: "
+                f"${{{path}}} is {why} such as config.lr (set it with --no-resolve to keep "
+                "${...} as text)."
+            )
+        return kept + str(value)
+
+    return _LOOKUP.sub(lookup, text)
 
 
 def set_description(

@@ -10,6 +10,11 @@ stored with the batch payload), the modules of the old snapshot as they are now 
 ``.py`` files beside them (a module the fix adds), and the YAML files of the app's config
 directories. Unlike SEML, nothing of the app is imported or run to find them.
 
+The root and config directories come from the batch payload, which whoever can write the
+database can forge (pointing them at a user's home, say): :func:`plan_reload` works out the
+files without writing, refuses a config directory outside the project root, and the command
+shows the root and the number of files and asks before :func:`apply_reload` uploads them.
+
 What it cannot change: the task function itself when it is defined in the app script. It was
 pickled by value into the batch payload at launch (cloudpickle, ``store.payload``), so the job
 runs that version; what it calls in the project's modules comes from the snapshot.
@@ -30,6 +35,7 @@ from seml_hydra.manage.selection import ManageError
 from seml_hydra.store.payload import hydra_base
 from seml_hydra.store.sources import (
     DEFAULT_MAX_FILE_KB,
+    SourceFile,
     config_dirs_of,
     new_lease,
     project_root,
@@ -108,27 +114,43 @@ def module_candidates(old_paths: Iterable[str], root: Path) -> tuple[list[str], 
     return sorted(found), missing
 
 
-def reload_sources(
-    collection: Any, query: Mapping[str, Any], keep_old: bool = False
-) -> ReloadResult:
-    """Replace the code snapshot of the selected reloadable experiments (see the module
-    docstring), batch by batch.
+@dataclass
+class BatchPlan:
+    """What :func:`plan_reload` will upload for one batch: ``batch_id``, its reloadable
+    ``docs``, the project ``root`` and ``config_dirs`` (absolute, inside ``root``) the files
+    come from, ``files`` (``store.sources.SourceFile``), and ``missing`` / ``skipped`` as in
+    :class:`BatchReload`."""
 
-    Args:
-        collection: the pymongo collection.
-        query: the selection (``Selection.query()``).
-        keep_old: keep the old snapshot files in GridFS; otherwise those no experiment names any
-            more are deleted (``manage.lifecycle.delete_orphan_sources``: COMPLETED experiments
-            of the batch keep theirs, and a launch's leased files are never touched).
+    batch_id: Any
+    docs: list[Mapping[str, Any]]
+    root: Path
+    config_dirs: list[Path]
+    files: list[SourceFile]
+    missing: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
-    Returns:
-        A :class:`ReloadResult`.
+
+@dataclass
+class ReloadPlan:
+    """``batches`` (:class:`BatchPlan`) and ``left_alone`` (``{state: ids}`` of selected
+    experiments in other states): what ``reload-sources`` shows before it asks."""
+
+    batches: list[BatchPlan] = field(default_factory=list)
+    left_alone: dict[str, list[Any]] = field(default_factory=dict)
+
+
+def plan_reload(collection: Any, query: Mapping[str, Any]) -> ReloadPlan:
+    """Work out, without writing anything, which files :func:`apply_reload` would upload for
+    the selected reloadable experiments, batch by batch (see the module docstring). The root
+    and config dirs come from the batch payload, which anyone who can write the database can
+    forge: the command shows them and asks before :func:`apply_reload`.
 
     Raises:
         ManageError: nothing matches; only experiments in other states match; a batch has no
-            code snapshot (launched with ``snapshot=false``) or its payload is gone.
+            code snapshot (launched with ``snapshot=false``) or its payload is gone; its
+            project is not on this machine or has none of the files; a config dir is not
+            inside the project root.
     """
-    db = collection.database
     docs = select(collection, query, {"_id": 1, "batch_id": 1, "status": 1, "seml": 1})
     if not docs:
         raise ManageError(f"No experiments in {collection.name} match.")
@@ -138,17 +160,38 @@ def reload_sources(
     by_batch: dict[Any, list[Mapping[str, Any]]] = {}
     for doc in ok:
         by_batch.setdefault(doc.get("batch_id"), []).append(doc)
-    plans = [_plan(db, batch_id, batch) for batch_id, batch in sorted(by_batch.items())]
-    result = ReloadResult(left_alone=other)
+    db = collection.database
+    batches = [_plan(db, batch_id, batch) for batch_id, batch in sorted(by_batch.items())]
+    return ReloadPlan(batches, other)
+
+
+def apply_reload(collection: Any, plan: ReloadPlan, keep_old: bool = False) -> ReloadResult:
+    """Upload the files of ``plan`` (:func:`plan_reload`) and make them the code snapshot of
+    its experiments still in a reloadable state.
+
+    Args:
+        collection: the pymongo collection.
+        plan: what :func:`plan_reload` found.
+        keep_old: keep the old snapshot files in GridFS; otherwise those no experiment names any
+            more are deleted (``manage.lifecycle.delete_orphan_sources``: COMPLETED experiments
+            of the batch keep theirs, and a launch's leased files are never touched).
+
+    Returns:
+        A :class:`ReloadResult`.
+    """
+    db = collection.database
+    result = ReloadResult(left_alone=plan.left_alone)
     old_ids: set[str] = set()
-    for batch_id, batch, files, missing, skipped in plans:
+    for batch in plan.batches:
         old = {
-            str(rel): str(fid) for d in batch for rel, fid in d["seml"].get("source_files") or []
+            str(rel): str(fid)
+            for d in batch.docs
+            for rel, fid in d["seml"].get("source_files") or []
         }
         lease = new_lease()
         try:
-            new = upload_sources(db, collection.name, batch_id, files, lease)
-            ids = [d["_id"] for d in batch]
+            new = upload_sources(db, collection.name, batch.batch_id, batch.files, lease)
+            ids = [d["_id"] for d in batch.docs]
             collection.update_many(
                 and_({"_id": {"$in": ids}}, {"status": {"$in": list(RELOADABLE)}}),
                 {"$set": {"seml.source_files": new}},
@@ -159,15 +202,30 @@ def reload_sources(
         old_ids.update(fid for fid in old.values() if fid not in new_ids)
         changed = [rel for rel, fid in new if old.get(rel) != str(fid)]
         result.batches.append(
-            BatchReload(batch_id, ids, [rel for rel, _ in new], changed, missing, skipped)
+            BatchReload(
+                batch.batch_id, ids, [rel for rel, _ in new], changed, batch.missing, batch.skipped
+            )
         )
     if not keep_old and old_ids:
         result.removed = delete_orphan_sources(db, collection.name, old_ids)
     return result
 
 
-def _plan(db: Any, batch_id: Any, batch: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
-    """``(batch_id, batch, files, missing, skipped)``: the files to upload for one batch."""
+def reload_sources(
+    collection: Any, query: Mapping[str, Any], keep_old: bool = False
+) -> ReloadResult:
+    """:func:`apply_reload` of :func:`plan_reload` without asking (raises what they raise)."""
+    return apply_reload(collection, plan_reload(collection, query), keep_old)
+
+
+def outside_root(config_dirs: Iterable[Path], root: Path) -> list[Path]:
+    """The ``config_dirs`` (absolute, resolved) that are neither ``root`` (resolved) nor
+    inside it (pure)."""
+    return [d for d in config_dirs if d != root and root not in d.parents]
+
+
+def _plan(db: Any, batch_id: Any, batch: list[Mapping[str, Any]]) -> BatchPlan:
+    """The :class:`BatchPlan` of one batch (raises as :func:`plan_reload`)."""
     seml = batch[0].get("seml") or {}
     ids = format_ids([d["_id"] for d in batch])
     old = [str(entry[0]) for entry in seml.get("source_files") or [] if entry]
@@ -194,10 +252,17 @@ def _plan(db: Any, batch_id: Any, batch: Sequence[Mapping[str, Any]]) -> tuple[A
     root = project_root(app_dir, launcher.get("project_root"))
     if not root.is_dir():
         raise ManageError(f"The project of batch {batch_id} ({root}) is not on this machine.")
+    config_dirs = [Path(d).expanduser().resolve() for d in config_dirs_of(base)]
+    outside = outside_root(config_dirs, root)
+    if outside:
+        raise ManageError(
+            f"The config dir {outside[0]} of batch {batch_id} is not inside its project root "
+            f"{root}: reload-sources uploads nothing from outside the project."
+        )
     modules, missing = module_candidates(old, root)
     files, skipped = select_sources(
         modules,
-        config_dirs_of(base),
+        config_dirs,
         root,
         int(launcher.get("snapshot_max_file_kb", DEFAULT_MAX_FILE_KB)),
     )
@@ -205,4 +270,4 @@ def _plan(db: Any, batch_id: Any, batch: Sequence[Mapping[str, Any]]) -> tuple[A
         raise ManageError(
             f"None of the code snapshot's files of batch {batch_id} are in {root} any more."
         )
-    return batch_id, batch, files, missing, skipped
+    return BatchPlan(batch_id, batch, root, config_dirs, files, missing, skipped)

@@ -93,6 +93,42 @@ def test_print_command_bad_input_is_one_line_and_exit_1(train, test_db):
     assert "not staged by a Hydra app" in error("semlmade", "print-command")
 
 
+def test_print_command_on_a_malformed_stored_override_is_one_error_line(test_db):
+    test_db["forged"].insert_one(
+        {
+            "_id": 2,
+            "status": "STAGED",
+            "config": {},
+            "hydra": {"overrides": ["x=1\x1b]52;c;Y3VybA==\x07"], "choices": {}},
+            "seml": {"executable": "/work/app.py", "working_dir": "/work"},
+        }
+    )
+    out = error("forged", "print-command", "-id", "2")
+    assert "Experiment 2 has a malformed override 'x=1\\x1b]52" in out and "\x1b" not in out
+    assert "'x=1" in seml("forged", "print-command", "--unresolved").splitlines()[1]
+
+
+def test_description_set_never_resolves_a_forged_document_value(test_db, monkeypatch):
+    monkeypatch.setenv("SEML_TEST_SECRET", "mongodb://alice:Sup3rS3cret@db/seml")
+    forged = test_db["forged"]
+    forged.insert_one(
+        {
+            "_id": 1,
+            "batch_id": 1,
+            "status": "STAGED",
+            "seml": {},
+            "config": {"x": "${oc.env:SEML_TEST_SECRET}"},
+        }
+    )
+    seml("forged", "description", "set", "x is ${config.x}")
+    assert forged.find_one({"_id": 1})["seml"]["description"] == "x is ${oc.env:SEML_TEST_SECRET}"
+    assert "not a plain key" in error("forged", "description", "set", "${oc.env:SEML_TEST_SECRET}")
+    assert "does not resolve for experiment 1" in error(
+        "forged", "description", "set", "${config.nope}"
+    )
+    assert forged.find_one({"_id": 1})["seml"]["description"] == "x is ${oc.env:SEML_TEST_SECRET}"
+
+
 def test_print_experiment_shows_one_document_as_yaml_or_json(train):
     out = seml("train", "print-experiment", "-id", "2")
     assert "experiment 2 (batch 1, COMPLETED)" in out

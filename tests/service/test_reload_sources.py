@@ -38,8 +38,8 @@ def cache_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
-def seml(*args: str):
-    return runner.invoke(app, list(args), prog_name="seml")
+def seml(*args: str, input: str | None = None):
+    return runner.invoke(app, list(args), prog_name="seml", input=input)
 
 
 def write_project(root: Path) -> Path:
@@ -79,7 +79,7 @@ def test_a_failed_job_runs_the_reloaded_code_after_reset_and_start(slurm, test_d
     )
     assert "the bug" in "".join(doc.get("fail_trace") or [])
     fix_project(app_py.parent)
-    out = seml("app", "reload-sources")
+    out = seml("app", "reload-sources", "-y")
     assert out.exit_code == 0, out.output
     assert (
         "Reloaded the sources of 1 experiment(s) (1) of batch 1: 4 file(s), 2 new or changed"
@@ -143,7 +143,7 @@ def snapshot_ids(db, exp_id) -> dict[str, str]:
 def test_reload_replaces_only_reloadable_snapshots_and_keeps_files_still_used(test_db, staged):
     before = snapshot_ids(test_db, 2)
     fix_project(staged)
-    out = seml("c", "reload-sources")
+    out = seml("c", "reload-sources", "-y")
     assert out.exit_code == 0, out.output
     assert "Left alone 1 COMPLETED experiment(s) (2)" in out.output
     assert "Left alone 1 RUNNING experiment(s) (4)" in out.output
@@ -158,12 +158,12 @@ def test_reload_replaces_only_reloadable_snapshots_and_keeps_files_still_used(te
 
 def test_reload_removes_old_files_unless_keep_old(test_db, staged):
     fix_project(staged)
-    out = seml("c", "reload-sources", "-s", "FAILED,STAGED", "--keep-old")
+    out = seml("c", "reload-sources", "-s", "FAILED,STAGED", "--keep-old", "-y")
     assert out.exit_code == 0, out.output
     test_db["c"].delete_many({"_id": {"$in": [2, 4]}})
     assert helper_files(test_db, "c") == 2  # kept: --keep-old
     (staged / "helper.py").write_text("def value():\n    return 3\n")
-    out = seml("c", "reload-sources")
+    out = seml("c", "reload-sources", "-y")
     assert out.exit_code == 0, out.output
     # the snapshot it replaced goes; the one --keep-old kept stays (clean-db removes it)
     assert "Removed 1 old source file(s) no experiment uses." in out.output
@@ -203,3 +203,41 @@ def test_reload_of_experiments_seml_staged_says_so(test_db, staged):
     out = seml("c", "reload-sources", "-id", "1")
     assert out.exit_code == 1 and "SEML staged them" in out.output, out.output
     assert len(out.output.strip().splitlines()) == 1
+
+
+def test_reload_shows_the_root_and_asks_and_no_uploads_nothing(test_db, staged):
+    before = snapshot_ids(test_db, 1)
+    files = test_db["fs.files"].count_documents({})
+    fix_project(staged)
+    out = seml("c", "reload-sources", input="n\n")
+    assert out.exit_code == 1, out.output
+    joined = out.output.replace("\n", "")  # rich may wrap the line
+    assert "4 file(s) from the project root" in joined and str(staged) in joined
+    assert "Upload them into the database" in out.output and "Aborted" in out.output
+    assert test_db["fs.files"].count_documents({}) == files  # nothing uploaded
+    assert snapshot_ids(test_db, 1) == before
+    out = seml("c", "reload-sources", input="y\n")
+    assert out.exit_code == 0 and "2 new or changed" in out.output, out.output
+
+
+def test_reload_refuses_a_config_dir_outside_the_project_root(test_db, staged, tmp_path):
+    """A forged payload's config dir (a user's home, say) is refused before anything is read."""
+    outside = tmp_path / "home"
+    (outside / ".config").mkdir(parents=True)
+    (outside / ".config" / "hosts.yml").write_text("token: secret\n")
+    base = {
+        "runtime": {
+            "config_sources": [{"provider": "main", "schema": "file", "path": str(outside)}]
+        },
+        "launcher": {},
+    }
+    lease = new_lease()
+    payload = put_payload(test_db, "c", b"not used", base, lease)
+    release_lease(test_db, lease["id"])
+    test_db["c"].update_many({}, {"$set": {"seml.payload_file": payload}})
+    files = test_db["fs.files"].count_documents({})
+    out = seml("c", "reload-sources", "-y")
+    assert out.exit_code == 1, out.output
+    assert "is not inside its project root" in out.output
+    assert len(out.output.strip().splitlines()) == 1, out.output
+    assert test_db["fs.files"].count_documents({}) == files

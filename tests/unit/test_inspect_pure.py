@@ -166,6 +166,28 @@ def test_resolve_description_against_the_document_as_seml_does():
         resolve_description("${config.nope}", d)
 
 
+def test_resolve_description_runs_no_resolver_and_never_interpolates_document_values(
+    monkeypatch,
+):
+    monkeypatch.setenv("SEML_TEST_SECRET", "mongodb://alice:pw@db/seml")
+    forged = {"_id": 1, "config": {"x": "${oc.env:SEML_TEST_SECRET}", "y": "${config.x}"}}
+    # a document value holding ${...} is inserted as its literal text, not resolved
+    assert resolve_description("x is ${config.x}", forged) == "x is ${oc.env:SEML_TEST_SECRET}"
+    assert resolve_description("${config.y}", forged) == "${config.x}"
+    # the user's own text: plain lookups only, no resolvers
+    for text in ("${oc.env:SEML_TEST_SECRET}", "${oc.decode:'1'}", "${.x}"):
+        with pytest.raises(ManageError, match="not a plain key"):
+            resolve_description(text, forged)
+    # OmegaConf's escapes: \${ is literal, \\${ is a backslash and a lookup
+    assert resolve_description("a \\${config.x} \\\\${_}", {"_": 1}) == "a ${config.x} \\1"
+    assert (
+        resolve_description(
+            "${config.lr} ${ok} ${n}", {"config": {"lr": 0.1}, "ok": True, "n": None}
+        )
+        == "0.1 True None"
+    )
+
+
 def test_experiment_text_is_yaml_or_json_of_plain_values():
     when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     d = {"_id": 1, "add_time": when, "config": {"lr": 0.1}, "tags": ("a",)}
