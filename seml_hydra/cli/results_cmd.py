@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from typing import Annotated
 
@@ -43,6 +44,7 @@ def results(
     from dataclasses import replace
 
     from seml_hydra.manage.results_table import results_table, to_csv, to_json, to_markdown
+    from seml_hydra.track.outputs import terminal_safe
 
     sel = target.selection
     table = results_table(
@@ -55,7 +57,10 @@ def results(
     )
     writers = {Format.csv: to_csv, Format.markdown: to_markdown, Format.json: to_json}
     if fmt in writers:
-        typer.echo(writers[fmt](table.columns, table.rows), nl=False)
+        text = writers[fmt](table.columns, table.rows)
+        if sys.stdout.isatty():  # what a forged document holds never drives the terminal
+            text = terminal_safe(text)
+        typer.echo(text, nl=False)
         return
     _print_table(target.name, table)
 

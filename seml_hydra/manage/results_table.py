@@ -23,6 +23,7 @@ from typing import Any
 from seml_hydra.core.states import COMPLETED
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.store.results import flatten, get_results, need_pandas
+from seml_hydra.track.outputs import terminal_safe
 
 #: the prefixes of the columns: config keys (only those that vary) and result fields (all)
 CONFIG = "config."
@@ -134,10 +135,12 @@ def to_csv(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def to_markdown(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
-    """The table as a GitHub Markdown pipe table (``|`` in cells escaped), pure."""
+    """The table as a GitHub Markdown pipe table (``|`` in cells escaped; escape sequences and
+    control characters a document may hold removed: ``track.outputs.terminal_safe``), pure."""
 
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+        safe = (terminal_safe(c).replace("|", "\\|").replace("\n", " ") for c in cells)
+        return "| " + " | ".join(safe) + " |"
 
     out = [line(columns), line(["---"] * len(columns))]
     out += [line([cell(row.get(c)) for c in columns]) for row in rows]

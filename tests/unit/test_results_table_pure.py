@@ -120,3 +120,12 @@ def test_results_filter_defaults_states_replace_status_and_aliases():
     assert results_filter(None, []) == {}
     with pytest.raises(ValueError, match="Unknown state 'DONE'"):
         results_filter(None, ["DONE"])
+
+
+def test_markdown_cells_carry_no_escape_sequence_or_control_character():
+    """A forged config value cannot clear the screen or retitle the terminal through the
+    Markdown table (the README: escape sequences are removed from what documents hold)."""
+    rows = [{"_id": 1, "config.y": "\x1b[2J\x1b]0;title\x07v\rw"}]
+    text = to_markdown(["_id", "config.y"], rows)
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+    assert "| 1 | v w |" in text
