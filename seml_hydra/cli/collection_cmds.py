@@ -19,7 +19,14 @@ from seml_hydra.cli.core import (
     err_console,
     shown,
 )
-from seml_hydra.cli.options import WITHOUT_STATES, Projection, Target, Yes, on_collection
+from seml_hydra.cli.options import (
+    WITHOUT_STATES,
+    Projection,
+    Target,
+    Yes,
+    num_experiments_option,
+    on_collection,
+)
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids as _ids
 from seml_hydra.track.outputs import terminal_safe
@@ -148,15 +155,15 @@ StealSlurm = Annotated[
         "started (that task is removed from the array).",
     ),
 ]
+StartAtMost = num_experiments_option("Start at most this many; 0 = all.")
+RunAtMost = num_experiments_option("Run at most this many; 0 = all.")
 
 
 @command()
 @on_collection(WITHOUT_STATES)
 def start(
     target: Target,
-    num_experiments: Annotated[
-        int, typer.Option("-n", "--num-experiments", help="Start at most this many; 0 = all.")
-    ] = 0,
+    num_experiments: StartAtMost = 0,
     debug: Annotated[
         bool,
         typer.Option(
@@ -279,9 +286,7 @@ def _work(
 @on_collection(WITHOUT_STATES)
 def launch_worker(
     target: Target,
-    num_experiments: Annotated[
-        int, typer.Option("-n", "--num-experiments", help="Run at most this many; 0 = all.")
-    ] = 0,
+    num_experiments: RunAtMost = 0,
     worker_gpus: WorkerGpus = None,
     post_mortem: Annotated[
         bool, typer.Option("--post-mortem", help="Open pdb on an exception.")

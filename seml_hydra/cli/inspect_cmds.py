@@ -7,9 +7,11 @@ from typing import Annotated
 import typer
 
 from seml_hydra.cli.core import COLLECTION_PANEL, collection_app, confirm_if_many, console, shown
-from seml_hydra.cli.options import Projection, Target, Yes, on_collection
+from seml_hydra.cli.options import Projection, Target, Yes, num_experiments_option, on_collection
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.track.outputs import terminal_safe
+
+AtMost = num_experiments_option("At most this many; 0 = all.", min=0)
 
 
 def _rule(title: str) -> None:
@@ -29,9 +31,7 @@ def print_command(
             help="The overrides as they were written, not the values the experiment ran with.",
         ),
     ] = False,
-    num_experiments: Annotated[
-        int, typer.Option("-n", "--num-experiments", min=0, help="At most this many; 0 = all.")
-    ] = 0,
+    num_experiments: AtMost = 0,
 ) -> None:
     """Print the shell command that runs each experiment by hand (the app with its overrides,
     in its working directory, without Slurm or the database; all states unless -s)."""
