@@ -17,6 +17,7 @@ from seml_hydra.cli.core import (
     confirm_if_many,
     console,
     err_console,
+    report_ids,
     shown,
 )
 from seml_hydra.cli.options import (
@@ -318,10 +319,7 @@ def reset(target: Target, yes: Yes = False) -> None:
         )
     confirm_if_many("Reset", coll.count_documents(query), yes)
     ids = do_reset(coll, query)
-    if not ids:
-        console().print("No experiments to reset.")
-        return
-    console().print(f"Reset {len(ids)} experiment(s) to STAGED: {_ids(ids)}")
+    report_ids(ids, "Reset {n} experiment(s) to STAGED: {ids}", none="No experiments to reset.")
 
 
 @command()
@@ -422,10 +420,7 @@ def delete(
             "their experiments are deleted, so they will find nothing to run."
         )
     refresh_collection_cache([target.name], replace=False)
-    if not result.ids:
-        console().print("No experiments to delete.")
-        return
-    console().print(f"Deleted {len(result.ids)} experiment(s): {_ids(result.ids)}")
+    report_ids(result.ids, "Deleted {n} experiment(s): {ids}", none="No experiments to delete.")
 
 
 @command()
