@@ -17,9 +17,17 @@ from seml_hydra.cli.core import (
     confirm_if_many,
     console,
     err_console,
+    report_ids,
     shown,
 )
-from seml_hydra.cli.options import WITHOUT_STATES, Projection, Target, Yes, on_collection
+from seml_hydra.cli.options import (
+    WITHOUT_STATES,
+    Projection,
+    Target,
+    Yes,
+    num_experiments_option,
+    on_collection,
+)
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids as _ids
 from seml_hydra.track.outputs import terminal_safe
@@ -148,15 +156,15 @@ StealSlurm = Annotated[
         "started (that task is removed from the array).",
     ),
 ]
+StartAtMost = num_experiments_option("Start at most this many; 0 = all.")
+RunAtMost = num_experiments_option("Run at most this many; 0 = all.")
 
 
 @command()
 @on_collection(WITHOUT_STATES)
 def start(
     target: Target,
-    num_experiments: Annotated[
-        int, typer.Option("-n", "--num-experiments", help="Start at most this many; 0 = all.")
-    ] = 0,
+    num_experiments: StartAtMost = 0,
     debug: Annotated[
         bool,
         typer.Option(
@@ -279,9 +287,7 @@ def _work(
 @on_collection(WITHOUT_STATES)
 def launch_worker(
     target: Target,
-    num_experiments: Annotated[
-        int, typer.Option("-n", "--num-experiments", help="Run at most this many; 0 = all.")
-    ] = 0,
+    num_experiments: RunAtMost = 0,
     worker_gpus: WorkerGpus = None,
     post_mortem: Annotated[
         bool, typer.Option("--post-mortem", help="Open pdb on an exception.")
@@ -313,10 +319,7 @@ def reset(target: Target, yes: Yes = False) -> None:
         )
     confirm_if_many("Reset", coll.count_documents(query), yes)
     ids = do_reset(coll, query)
-    if not ids:
-        console().print("No experiments to reset.")
-        return
-    console().print(f"Reset {len(ids)} experiment(s) to STAGED: {_ids(ids)}")
+    report_ids(ids, "Reset {n} experiment(s) to STAGED: {ids}", none="No experiments to reset.")
 
 
 @command()
@@ -417,10 +420,7 @@ def delete(
             "their experiments are deleted, so they will find nothing to run."
         )
     refresh_collection_cache([target.name], replace=False)
-    if not result.ids:
-        console().print("No experiments to delete.")
-        return
-    console().print(f"Deleted {len(result.ids)} experiment(s): {_ids(result.ids)}")
+    report_ids(result.ids, "Deleted {n} experiment(s): {ids}", none="No experiments to delete.")
 
 
 @command()

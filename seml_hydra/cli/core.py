@@ -10,6 +10,7 @@ root commands and cached collection names in the first position.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -17,6 +18,7 @@ from typer.core import TyperGroup
 
 from seml_hydra.cli.chain import Chain, split_chain
 from seml_hydra.core import errors, states
+from seml_hydra.core.ranges import format_ids
 from seml_hydra.track.outputs import terminal_safe
 
 #: destructive commands ask for confirmation above this many experiments (SEML's threshold)
@@ -184,6 +186,22 @@ def confirm_if_many(what: str, count: int, yes: bool) -> None:
     """Ask before acting on more than ``CONFIRM_THRESHOLD`` experiments (unless ``--yes``)."""
     if count > CONFIRM_THRESHOLD and not yes:
         typer.confirm(f"{what} {count} experiments?", abort=True)
+
+
+def report_ids(ids: Sequence[int], done: str, none: str | None = None) -> None:
+    """Say what a command did to the experiments ``ids``.
+
+    Args:
+        ids: the ``_id`` s it acted on (any order; shown as ranges by ``format_ids``).
+        done: the message for them, a ``str.format`` template with ``{n}`` (how many) and
+            ``{ids}`` (the ranges), e.g. ``"Reset {n} experiment(s) to STAGED: {ids}"``.
+        none: the message when ``ids`` is empty, e.g. ``"No experiments to reset."``; None:
+            ``done`` is printed then too (with ``{n}`` 0).
+    """
+    if not ids and none is not None:
+        console().print(none)
+        return
+    console().print(done.format(n=len(ids), ids=format_ids(ids)))
 
 
 STATE_COLORS = {

@@ -6,10 +6,19 @@ from typing import Annotated
 
 import typer
 
-from seml_hydra.cli.core import COLLECTION_PANEL, collection_app, confirm_if_many, console, shown
-from seml_hydra.cli.options import Projection, Target, Yes, on_collection
+from seml_hydra.cli.core import (
+    COLLECTION_PANEL,
+    collection_app,
+    confirm_if_many,
+    console,
+    report_ids,
+    shown,
+)
+from seml_hydra.cli.options import Projection, Target, Yes, num_experiments_option, on_collection
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.track.outputs import terminal_safe
+
+AtMost = num_experiments_option("At most this many; 0 = all.", min=0)
 
 
 def _rule(title: str) -> None:
@@ -29,9 +38,7 @@ def print_command(
             help="The overrides as they were written, not the values the experiment ran with.",
         ),
     ] = False,
-    num_experiments: Annotated[
-        int, typer.Option("-n", "--num-experiments", min=0, help="At most this many; 0 = all.")
-    ] = 0,
+    num_experiments: AtMost = 0,
 ) -> None:
     """Print the shell command that runs each experiment by hand (the app with its overrides,
     in its working directory, without Slurm or the database; all states unless -s)."""
@@ -102,7 +109,7 @@ def description_set(
     coll, query = target.collection, target.selection.query()
     confirm_if_many("Set the description of", coll.count_documents(query), yes)
     ids = set_description(coll, query, text, resolve=not no_resolve)
-    console().print(f"Set the description of {len(ids)} experiment(s): {format_ids(ids)}")
+    report_ids(ids, "Set the description of {n} experiment(s): {ids}")
 
 
 @description_app.command("delete")
@@ -114,10 +121,11 @@ def description_delete(target: Target, yes: Yes = False) -> None:
     coll, query = target.collection, target.selection.query()
     confirm_if_many("Delete the description of", coll.count_documents(query), yes)
     ids = delete_description(coll, query)
-    if not ids:
-        console().print("None of the selected experiments has a description.")
-        return
-    console().print(f"Deleted the description of {len(ids)} experiment(s): {format_ids(ids)}")
+    report_ids(
+        ids,
+        "Deleted the description of {n} experiment(s): {ids}",
+        none="None of the selected experiments has a description.",
+    )
 
 
 @description_app.command("list")

@@ -70,6 +70,21 @@ Yes = Annotated[
     typer.Option("-y", "--yes", help="Do not ask for confirmation."),
 ]
 
+
+def num_experiments_option(help_text: str, **option: Any) -> Any:
+    """The ``-n/--num-experiments`` option (an ``int``, declare it ``= 0``: 0 means all) with
+    the help text of the command that uses it, e.g. ``"Start at most this many; 0 = all."``.
+
+    Args:
+        help_text: the option's help line.
+        **option: further ``typer.Option`` keywords (e.g. ``min=0``).
+
+    Returns:
+        An ``Annotated[int, typer.Option(...)]`` alias for the command's parameter.
+    """
+    return Annotated[int, typer.Option("-n", "--num-experiments", help=help_text, **option)]
+
+
 #: the selector options, in the order help shows them: parameter name -> its option
 SELECTORS: dict[str, Any] = {
     "sacred_id": SacredId,
