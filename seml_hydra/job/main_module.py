@@ -32,6 +32,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from seml_hydra.core.scoped import temporarily
+
 log = logging.getLogger(__name__)
 
 #: the name under which multiprocessing's ``spawn`` re-runs a main script: also pointed at the
@@ -124,13 +126,5 @@ def script_as_main(module: types.ModuleType | None) -> Iterator[None]:
     if module is None:
         yield
         return
-    saved = {name: sys.modules.get(name) for name in ("__main__", RUN_NAME)}
-    sys.modules["__main__"] = sys.modules[RUN_NAME] = module
-    try:
+    with temporarily(sys.modules, {"__main__": module, RUN_NAME: module}):
         yield
-    finally:
-        for name, old in saved.items():
-            if old is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = old

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff
+from seml_hydra.core.scoped import temporarily
 from seml_hydra.job.runner import JobRunner
 from seml_hydra.store.payload import hydra_base
 from seml_hydra.store.retry import retrying
@@ -83,16 +84,8 @@ def local_job_environment(pid: int, gpus: str | None = None) -> dict[str, str]:
 @contextlib.contextmanager
 def environment(values: Mapping[str, str]) -> Iterator[None]:
     """``os.environ`` with ``values`` set inside the block, restored afterwards."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
+    with temporarily(os.environ, values):
         yield
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @contextlib.contextmanager

@@ -88,3 +88,13 @@ def test_run_captured_raises_for_a_timeout_and_a_missing_program():
         run_captured(["sleep", "30"], 0.2)
     with pytest.raises(FileNotFoundError):
         run_captured(["/nonexistent/seml-hydra-test-binary"], 5)
+
+
+def test_temporarily_sets_entries_and_restores_present_and_absent_ones_even_on_error():
+    from seml_hydra.core.scoped import temporarily
+
+    mapping = {"a": 1}
+    with pytest.raises(RuntimeError), temporarily(mapping, {"a": 2, "b": 3}):
+        assert mapping == {"a": 2, "b": 3}
+        raise RuntimeError
+    assert mapping == {"a": 1}
