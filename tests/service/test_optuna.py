@@ -73,6 +73,9 @@ def test_a_point_optuna_suggests_again_returns_the_stored_result(test_db, tmp_pa
     # 6 trials over 2 points: each point is one document, run once
     assert sorted(d["config"]["kind"] for d in docs) == ["a", "b"]
     assert {d["status"] for d in docs} == {"COMPLETED"}
+    # 3 trials per launch over 2 values: every launch repeats a point of its own, and the
+    # second launch's points are all in the collection already
+    assert proc.stdout.count("point(s) repeat another point of this launch") == 2
     assert "point(s) already in the collection as COMPLETED (returning them)" in proc.stdout
     results = optimization_results(tmp_path)
     assert results["best_params"] == {"kind": "a"}
