@@ -340,6 +340,12 @@ class _Launch:
                 f"Submitting {len(result.resubmit_ids)} experiment(s) that were already staged: "
                 f"ids {format_ids(result.resubmit_ids)}"
             )
+        repeats = len(result.ids) - len(set(result.ids))
+        if repeats:  # two points of this launch with one config hash: one experiment
+            self.console.print(
+                f"{repeats} point(s) repeat another point of this launch: run once, "
+                "each gets its result"
+            )
         for status, ids in sorted(result.awaited.items()):
             verb = "returning" if status == "COMPLETED" else "waiting for"
             self.console.print(
