@@ -154,7 +154,8 @@ def decide_killed(
     seconds is alive whatever Slurm says, and is returned in ``unsure`` instead (checked again
     later). A definitive terminal sacct state (CANCELLED, TIMEOUT, NODE_FAIL, ...) needs no
     heartbeat: the job's processes are gone. An experiment without a Slurm task (local
-    executor, not submitted yet) is never lost. One that the user cancelled
+    executor, not submitted yet) is never lost here (a local run of this host: see
+    :func:`decide_local_killed`). One that the user cancelled
     (``execution.cancel_time``) is INTERRUPTED rather than KILLED.
 
     Args:
@@ -190,6 +191,65 @@ def decide_killed(
         else:
             killed.append(doc["_id"])
     return killed, interrupted, unsure
+
+
+def local_process(doc: Mapping[str, Any], here: str) -> int | None:
+    """The process id of the local run of RUNNING experiment ``doc`` when that run is on host
+    ``here`` (pure), else None.
+
+    A run outside Slurm (``seml <col> launch-worker``, ``start --local`` / ``--debug``,
+    submitit's local executor) records ``execution: {"cluster": "local", "array_id": <pid>}``
+    (``job.worker.run_local``, ``job.slurm_env.execution_identity``) and Sacred's
+    ``host.hostname``. A pid says something only on the host that recorded it: None for
+    another host, a missing host, a pid that is not a positive integer, or another state.
+    """
+    if doc.get("status") != states.RUNNING:
+        return None
+    execution, host = doc.get("execution"), doc.get("host")
+    if not isinstance(execution, Mapping) or execution.get("cluster") != "local":
+        return None
+    if not isinstance(host, Mapping) or host.get("hostname") != here:
+        return None
+    pid = str(execution.get("array_id"))
+    return int(pid) if pid.isdigit() and int(pid) > 0 else None
+
+
+def decide_local_killed(
+    docs: Sequence[Mapping[str, Any]],
+    local_alive: Mapping[int, bool],
+    here: str,
+    *,
+    now: datetime | None = None,
+    heartbeat_stale_s: float = HEARTBEAT_STALE_S,
+) -> list[int]:
+    """Ids of RUNNING experiments whose local process on this host is gone (pure).
+
+    Lost only with both pieces of evidence: its process (:func:`local_process`) is not alive
+    (``local_alive[pid]`` False; a pid missing from the map counts as alive) AND its Sacred
+    heartbeat (else ``start_time``, :func:`last_sign_of_life`) is missing or at least
+    ``heartbeat_stale_s`` seconds old (a fresh one proves life, e.g. a pid read wrongly).
+    Experiments of another host are never lost here.
+
+    Args:
+        docs: active experiments (``_id``, ``status``, ``execution``, ``host``, ``heartbeat``).
+        local_alive: ``{pid: alive}``, ``core.processes.process_alive(pid)`` of the pids
+            :func:`local_process` names (no start time is recorded, so pid existence).
+        here: this host's name (``socket.gethostname()``, what Sacred records).
+        now: current naive UTC time (default: now).
+        heartbeat_stale_s: age in seconds from which a heartbeat no longer proves life.
+    """
+    if now is None:
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+    lost = []
+    for doc in docs:
+        pid = local_process(doc, here)
+        if pid is None or local_alive.get(pid, True):
+            continue
+        sign = last_sign_of_life(doc)
+        if sign is not None and (now - sign).total_seconds() < heartbeat_stale_s:
+            continue
+        lost.append(doc["_id"])
+    return lost
 
 
 def sacct_states_by_task(rows: Iterable[Any], tasks: Iterable[str] = ()) -> dict[str, list[str]]:

@@ -8,11 +8,13 @@ launcher's own submitit jobs once submitit reports them done. The decisions are 
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.core.processes import process_alive
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.slurm import client as slurm
 from seml_hydra.slurm.parse import is_alive
@@ -20,10 +22,12 @@ from seml_hydra.track.jobs import (
     UNNAMED_CLUSTERS,
     array_of,
     decide_killed,
+    decide_local_killed,
     foreign_experiments,
     is_listed,
     is_slurm_task,
     job_sort_key,
+    local_process,
     sacct_states_by_task,
     squeue_alive,
     task_of,
@@ -92,9 +96,58 @@ def detect_killed(
     An experiment of another Slurm cluster (its ``execution.cluster`` / ``slurm[0].cluster``
     is neither this cluster's ``ClusterName`` nor one of ``track.jobs.UNNAMED_CLUSTERS``) is
     never judged: job ids are per cluster, so this one's squeue and sacct say nothing about it
-    (``foreign``)."""
+    (``foreign``). A run outside Slurm on this host whose process is gone and whose heartbeat
+    is stale is KILLED too (:func:`mark_lost_local_runs`); one of another host is left alone."""
     recovered = recover(collection, query) if recover is not None else []
     docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
+    local = mark_lost_local_runs(collection, docs)
+    if local:
+        docs = [d for d in docs if d["_id"] not in set(local)]
+    result = _detect_slurm(collection, docs, recovered)
+    result.killed = sorted(local + result.killed)
+    return result
+
+
+def mark_lost_local_runs(collection: Any, docs: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Mark KILLED the RUNNING experiments of ``docs`` run outside Slurm on this host whose
+    process is gone and whose heartbeat is stale (``track.jobs.decide_local_killed``; the
+    process asked with ``core.processes.process_alive``); ``fail_trace`` says so, then the last
+    lines of the output file (``track.outputs.killed_trace``). The update requires the state
+    read, so a result written meanwhile wins. Returns the ids marked; raises pymongo errors."""
+    here = socket.gethostname()
+    pids = {p for p in (local_process(d, here) for d in docs) if p is not None}
+    if not pids:
+        return []
+    lost = decide_local_killed(docs, {p: process_alive(p) for p in pids}, here)
+    from pymongo import UpdateOne
+
+    by_id = {d["_id"]: d for d in docs}
+    updates = []
+    for exp_id in lost:
+        doc = by_id[exp_id]
+        head = (
+            f"The local process {local_process(doc, here)} on {here} that ran the experiment "
+            f"is gone while the experiment was {doc.get('status')}, and its heartbeat is stale."
+        )
+        path = output_file(doc)
+        tails = [(path, read_document_output(doc, path, collection.name))] if path else []
+        updates.append(
+            UpdateOne(
+                {"_id": exp_id, "status": doc["status"]},
+                {"$set": {"status": states.KILLED, "fail_trace": killed_trace(head, tails)}},
+            )
+        )
+    if not updates:
+        return []
+    collection.bulk_write(updates, ordered=False)
+    return [
+        d["_id"]
+        for d in collection.find({"_id": {"$in": lost}, "status": states.KILLED}, {"_id": 1})
+    ]
+
+
+def _detect_slurm(collection: Any, docs: list[dict], recovered: list[int]) -> DetectResult:
+    """:func:`detect_killed` for the Slurm tasks of ``docs`` (the active experiments)."""
     try:
         docs, foreign, here = without_foreign(docs)
     except slurm.SlurmError as error:

@@ -15,6 +15,7 @@ PROJECTION = {
     "seml": 1,
     "heartbeat": 1,
     "start_time": 1,
+    "host.hostname": 1,  # where a run outside Slurm runs (track.jobs.local_process)
 }
 
 
