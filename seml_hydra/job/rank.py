@@ -38,9 +38,10 @@ from importlib.util import find_spec
 from numbers import Integral
 from typing import Any
 
-from seml_hydra.job.slurm_env import placement
+from seml_hydra.job.slurm_env import RankEnvironmentError, placement
 
 __all__ = [
+    "RankEnvironmentError",  # raised by plan_rank; apps catch it as seml_hydra.rank.RankEnvironmentError
     "RankPlan",
     "apply_seed",
     "current_plan",

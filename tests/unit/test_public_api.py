@@ -44,3 +44,11 @@ def test_importing_the_package_loads_no_sub_package():
     code = "import sys, seml_hydra; print(sorted(m for m in sys.modules if m.startswith('seml_hydra.')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_old_rank_module_still_names_the_error_it_raised():
+    """Apps written before the layout catch ``seml_hydra.rank.RankEnvironmentError``."""
+    from seml_hydra.job.slurm_env import RankEnvironmentError
+
+    old = importlib.import_module("seml_hydra.rank")
+    assert old.RankEnvironmentError is RankEnvironmentError
