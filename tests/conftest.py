@@ -322,3 +322,15 @@ def _create_other_user() -> None:
             ],
             check=True,
         )
+
+
+def launcher(**changes) -> dict:
+    """A ``hydra.launcher`` node as Hydra passes it (``SemlLauncherConf`` as a dict) with
+    ``changes`` applied; for the pure tests of the sbatch mapping, fields and dependencies."""
+    import dataclasses
+
+    from seml_hydra.config import SemlLauncherConf
+
+    node = dataclasses.asdict(SemlLauncherConf())
+    node.update(changes)
+    return node

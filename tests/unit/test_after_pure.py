@@ -4,11 +4,9 @@ back and shown by ``seml queue``. No Slurm, no MongoDB."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
+from conftest import launcher
 
-from seml_hydra.config import SemlLauncherConf
 from seml_hydra.launch.after import dependency_of, parse_after
 from seml_hydra.launch.sbatch import resource_key, validate_launcher
 from seml_hydra.launch.wait import stuck_message
@@ -19,12 +17,6 @@ from seml_hydra.slurm.records import (
     parse_squeue,
     squeue_fields,
 )
-
-
-def launcher(**changes) -> dict:
-    node = dataclasses.asdict(SemlLauncherConf())
-    node.update(changes)
-    return node
 
 
 def doc(status: str, array_id=None) -> dict:

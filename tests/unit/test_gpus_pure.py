@@ -4,24 +4,17 @@ sbatch script and on the srun line submitit writes, the ``gpu_2tasks`` preset's 
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import launcher
 
-from seml_hydra.config import SemlLauncherConf
 from seml_hydra.job.devices import gpus_per_task, local_device, visible_devices
 from seml_hydra.launch.sbatch import executor_parameters, sbatch_options, validate_launcher
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def launcher(**changes) -> dict:
-    node = dataclasses.asdict(SemlLauncherConf())
-    node.update(changes)
-    return node
 
 
 def script(tmp_path, **changes) -> str:

@@ -10,8 +10,8 @@ import shlex
 import sys
 
 import pytest
+from conftest import launcher
 
-from seml_hydra.config import SemlLauncherConf
 from seml_hydra.launch.recovery import orphan_arrays
 from seml_hydra.launch.sbatch import (
     executor_arguments,
@@ -22,13 +22,6 @@ from seml_hydra.launch.sbatch import (
     sbatch_options,
     validate_launcher,
 )
-
-
-def launcher(**changes) -> dict:
-    """A launcher node as Hydra passes it (the config dataclass as a dict) with ``changes``."""
-    node = dataclasses.asdict(SemlLauncherConf())
-    node.update(changes)
-    return node
 
 
 def script(tmp_path, **changes) -> str:

@@ -9,6 +9,7 @@ import json
 import os
 
 import pytest
+from conftest import launcher
 
 from seml_hydra.config import SemlLauncherConf, SemlLocalLauncherConf
 from seml_hydra.launch.sbatch import (
@@ -26,14 +27,6 @@ from seml_hydra.launch.sbatch import (
     validate_launcher,
 )
 from seml_hydra.launch.submit import clean_environment
-
-
-def launcher(**changes) -> dict:
-    """A launcher node as Hydra passes it (the config dataclass as a dict) with ``changes``."""
-    node = dataclasses.asdict(SemlLauncherConf())
-    node.update(changes)
-    return node
-
 
 # --------------------------------------------------------------------------------------------
 # validate_launcher
