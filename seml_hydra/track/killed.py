@@ -102,7 +102,8 @@ def detect_killed(
     docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
     local = mark_lost_local_runs(collection, docs)
     if local:
-        docs = [d for d in docs if d["_id"] not in set(local)]
+        marked = set(local)
+        docs = [d for d in docs if d["_id"] not in marked]
     result = _detect_slurm(collection, docs, recovered)
     result.killed = sorted(local + result.killed)
     return result
