@@ -229,12 +229,13 @@ def _debug(target: Target, post_mortem: bool) -> None:
     fails."""
     import os
 
-    from seml_hydra.job.worker import environment, local_job_environment, run_local
+    from seml_hydra.core.scoped import temporarily
+    from seml_hydra.job.worker import local_job_environment, run_local
     from seml_hydra.manage.local import debug_document
 
     doc = debug_document(target.collection, target.selection.query(), target.name)
     console().print(f"Running experiment {doc['_id']} of {target.name} here (--debug)")
-    with environment(local_job_environment(os.getpid())):
+    with temporarily(os.environ, local_job_environment(os.getpid())):
         outcome = run_local(target.db, target.name, doc, pid=os.getpid(), post_mortem=post_mortem)
     console().print(f"Experiment {doc['_id']}: {outcome}", markup=False)
     if outcome != states.COMPLETED:

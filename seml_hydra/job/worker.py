@@ -82,13 +82,6 @@ def local_job_environment(pid: int, gpus: str | None = None) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def environment(values: Mapping[str, str]) -> Iterator[None]:
-    """``os.environ`` with ``values`` set inside the block, restored afterwards."""
-    with temporarily(os.environ, values):
-        yield
-
-
-@contextlib.contextmanager
 def working_directory(path: str | None) -> Iterator[None]:
     """Run inside ``path`` (the launch's directory) when it exists, as a job does."""
     old = os.getcwd()
@@ -238,7 +231,7 @@ def run_worker(
     report = WorkerReport()
     pid = os.getpid()
     passed: list[Any] = []  # PENDING ones ``steal`` refused: their task runs
-    with environment(local_job_environment(pid, gpus)):
+    with temporarily(os.environ, local_job_environment(pid, gpus)):
         while limit <= 0 or len(report.ran) < limit:
             q = runnable_query(query, steal_slurm=steal is not None)
             q["$and"].append({"_id": {"$nin": passed}})
