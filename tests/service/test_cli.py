@@ -276,6 +276,37 @@ def test_detect_killed_marks_only_with_evidence_and_keeps_the_output_tail(test_d
     assert "line 10\n" not in trace
 
 
+def test_detect_killed_does_not_take_a_reused_pid_for_the_local_worker(test_db):
+    """A worker's run whose pid now belongs to another process (here: this test's own, with a
+    different start time) is KILLED; the same pid with its recorded start time stays RUNNING."""
+    import socket
+    from datetime import datetime, timedelta
+
+    from seml_hydra.core.processes import process_start
+
+    stale = datetime.utcnow() - timedelta(minutes=5)
+    here, pid = socket.gethostname(), os.getpid()
+    mine = {"cluster": "local", "array_id": pid, "task_id": 0, "hostname": here}
+    test_db["c"].insert_many(
+        [
+            doc(1, "RUNNING", heartbeat=stale, execution={**mine, "process_start": "1"}),
+            doc(
+                2,
+                "RUNNING",
+                heartbeat=stale,
+                execution={**mine, "process_start": process_start(pid)},
+            ),
+        ]
+    )
+    result = seml("c", "detect-killed")
+    assert result.exit_code == 0, result.output
+    assert "Detected 1 killed experiment(s): 1" in result.output
+    assert {d["_id"]: d["status"] for d in test_db["c"].find()} == {1: "KILLED", 2: "RUNNING"}
+    assert f"local process {pid} on {here}" in "".join(
+        test_db["c"].find_one({"_id": 1})["fail_trace"]
+    )
+
+
 @pytest.fixture
 def secret_elsewhere(tmp_path):
     """A private file of this user outside any experiment's folder (as ``~/.ssh/id_ed25519``),
