@@ -184,6 +184,26 @@ def test_worker_stops_after_n_and_sets_the_worker_gpus(slurm, test_db, tmp_path)
     assert coll.find_one({"_id": 3})["status"] == "STAGED"
 
 
+def test_oc_env_in_the_app_config_is_resolved_at_staging_not_in_the_job(
+    slurm, test_db, tmp_path, monkeypatch
+):
+    """As SEML (``seml add`` resolves interpolations into the stored ``config``), unlike
+    hydra-submitit-launcher (which composes the config again in the job): the job runs the
+    document's ``config``, so ``${oc.env:VAR}`` has the value VAR had where the sweep was
+    staged, and the document says what ran (README, "Where the documents go")."""
+    monkeypatch.setenv("SEML_HYDRA_TEST_WHERE", "login node")
+    stage("../tests/apps/env_app.py", "pair=true", "var=SEML_HYDRA_TEST_WHERE", cwd=tmp_path)
+    coll = test_db["env_app"]
+    assert coll.find_one({"_id": 1})["config"]["where"] == "login node"
+    monkeypatch.setenv("SEML_HYDRA_TEST_WHERE", "in the job")
+    proc = seml("env_app", "launch-worker", cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    doc = coll.find_one({"_id": 1})
+    assert doc["status"] == "COMPLETED"
+    assert doc["result"] == ["in the job", "login node"]  # the job's variable, the staged value
+    assert doc["config"]["where"] == "login node"
+
+
 def test_steal_slurm_takes_pending_experiments_whose_task_has_not_started(slurm, test_db, tmp_path):
     proc = run_app(
         "../tests/apps/gate.py",
