@@ -165,7 +165,7 @@ def read_output_tail(
             return FileTail(None, problem=f"not read: it belongs to uid {st.st_uid}, not to you")
         if st.st_nlink != 1:  # a job writes its output once; another user may link yours
             return FileTail(None, problem="not read: it has another hard link")
-        if not _opened_inside(fd, root):
+        if not opened_inside(fd, root):
             return FileTail(
                 None, problem=f"not read: outside the experiment's output folder {folder}"
             )
@@ -176,7 +176,7 @@ def read_output_tail(
         return FileTail(f.read(max_bytes), skipped=start)
 
 
-def _opened_inside(fd: int, root: str) -> bool:
+def opened_inside(fd: int, root: str) -> bool:
     """Whether the file open as ``fd`` is inside directory ``root`` (a resolved path) after all
     (Linux: ``/proc/self/fd``; True where that cannot tell): a directory of the path swapped
     for a symbolic link between the check and the open leads elsewhere."""
