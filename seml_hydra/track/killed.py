@@ -114,9 +114,9 @@ def mark_lost_local_runs(collection: Any, docs: Sequence[Mapping[str, Any]]) -> 
     """Mark KILLED the RUNNING experiments of ``docs`` run outside Slurm on this host whose
     process is gone and whose heartbeat is stale (``track.jobs.decide_local_killed``; the
     process asked with ``core.processes.process_alive``, with the start time the worker
-    recorded, so a later process given the same pid does not count); ``fail_trace`` says so, then the last
-    lines of the output file (``track.outputs.killed_trace``). The update requires the state
-    read, so a result written meanwhile wins. Returns the ids marked; raises pymongo errors."""
+    recorded, so a later process given the same pid does not count); ``fail_trace`` says so,
+    then the last lines of the output file (``track.outputs.killed_trace``). The update
+    requires the state read, so a result written meanwhile wins. Returns the ids marked; raises pymongo errors."""
     here = socket.gethostname()
     runs = {(p, recorded_process_start(d)) for d in docs if (p := local_process(d, here))}
     if not runs:
