@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from typing import Any, Protocol
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff
+from seml_hydra.core.processes import process_start
 from seml_hydra.core.scoped import temporarily
 from seml_hydra.job.runner import JobRunner
 from seml_hydra.store.payload import hydra_base
@@ -79,6 +81,21 @@ def local_job_environment(pid: int, gpus: str | None = None) -> dict[str, str]:
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus
     return env
+
+
+def local_execution(pid: int, hostname: str, started: str | None) -> dict[str, Any]:
+    """The ``execution`` a worker claims an experiment with (pure): SEML's ``{"cluster":
+    "local", "array_id": pid, "task_id": 0}``, plus ``hostname`` (this host, as Sacred's
+    ``host.hostname`` names it later) and ``process_start`` (``core.processes.process_start``
+    of ``pid``), so that ``seml status`` can tell, already before Sacred has started the run,
+    that a SIGKILLed worker is gone even when a later process got its pid
+    (``seml_hydra.track.jobs.decide_local_killed``). ``started`` None (no such process, or
+    unknown): not recorded."""
+    execution: dict[str, Any] = {"cluster": LOCAL_CLUSTER, "array_id": pid, "task_id": 0}
+    execution["hostname"] = hostname
+    if started:
+        execution["process_start"] = started
+    return execution
 
 
 @contextlib.contextmanager
@@ -185,7 +202,7 @@ def run_local(
         steal_slurm=steal_slurm,
         on_claimed=on_claimed,
     )
-    execution = {"cluster": LOCAL_CLUSTER, "array_id": pid, "task_id": 0}
+    execution = local_execution(pid, socket.gethostname(), process_start(pid))
     with working_directory((doc.get("seml") or {}).get("working_dir")):
         return runner._run_one(db, db[collection_name], doc["_id"], execution)
 

@@ -10,6 +10,12 @@ as ``delete`` (``store.sources.delete_unused_files``): a file a launch is stagin
 (leased) is never touched, and a dropped collection's counters are kept while a launch holds a
 lease on one of its files (it is being staged again).
 
+GridFS chunks whose file is gone (a ``delete`` or ``clean-db`` killed between removing
+``fs.files`` and ``fs.chunks``) belong to no collection any more: every ``clean-db`` removes
+them once they are older than a launch's lease (``store.sources.orphan_chunks``; younger ones
+may be an upload under way, whose chunks GridFS writes before the file), reported as
+``GridFS``.
+
 Sacred's ``experiment.sources`` files are left alone: Sacred shares one file between runs of
 every collection and records no collection on it (``delete`` removes them with their runs).
 """
@@ -28,11 +34,18 @@ from seml_hydra.store.collections import (
     metrics_collection_name,
 )
 from seml_hydra.store.payload import PAYLOAD_KIND, delete_orphan_payloads
-from seml_hydra.store.sources import delete_unused_files, has_live_lease, unused_files
+from seml_hydra.store.sources import (
+    delete_unused_files,
+    has_live_lease,
+    orphan_chunks,
+    unused_files,
+)
 from seml_hydra.track.cache import is_listed_collection
 
 #: the GridFS file name Sacred's MongoObserver gives an artifact: artifact://<runs>/<_id>/<name>
 ARTIFACT_PREFIX = "artifact://"
+#: the name :func:`survey` and :func:`clean` report orphan GridFS chunks under
+GRIDFS = "GridFS"
 #: the counters of collection C (``store.collections.next_ids``)
 COUNTER_SUFFIXES = ("._id", ".batch_id")
 
@@ -43,7 +56,8 @@ class Garbage:
     GridFS file ids of ``source_files``, ``payloads`` and ``artifacts``, the number of
     ``metrics`` documents, and the ``counters`` (ids in ``seml_hydra_counters``). ``exists``:
     the collection itself is there (otherwise it was dropped, and its metrics collection goes
-    whole)."""
+    whole). ``chunks``: ``{files_id: count}`` of GridFS chunks whose file is gone (only in the
+    entry named :data:`GRIDFS`)."""
 
     name: str
     exists: bool = True
@@ -52,11 +66,17 @@ class Garbage:
     artifacts: list[Any] = field(default_factory=list)
     metrics: int = 0
     counters: list[str] = field(default_factory=list)
+    chunks: dict[Any, int] = field(default_factory=dict)
 
     def empty(self) -> bool:
         """Nothing to remove."""
         return not (
-            self.source_files or self.payloads or self.artifacts or self.metrics or self.counters
+            self.source_files
+            or self.payloads
+            or self.artifacts
+            or self.metrics
+            or self.counters
+            or self.chunks
         )
 
     def describe(self) -> str:
@@ -67,9 +87,17 @@ class Garbage:
             f"{len(self.artifacts)} artifact(s)" if self.artifacts else "",
             f"{self.metrics} metric(s)" if self.metrics else "",
             f"{len(self.counters)} id counter(s)" if self.counters else "",
+            _chunks_text(self.chunks),
         ]
         where = self.name if self.exists else f"{self.name} (dropped)"
         return f"{where}: {', '.join(p for p in parts if p)}"
+
+
+def _chunks_text(chunks: dict[Any, int]) -> str:
+    """``"3 chunk(s) of 1 deleted file(s)"`` (pure; ``""`` for none)."""
+    if not chunks:
+        return ""
+    return f"{sum(chunks.values())} chunk(s) of {len(chunks)} deleted file(s)"
 
 
 def artifact_run_id(filename: str, name: str) -> Any:
@@ -162,16 +190,24 @@ def _garbage(db: Any, name: str, dry_run: bool) -> Garbage:
     )
 
 
+def _every(db: Any, names: Iterable[str], dry_run: bool) -> list[Garbage]:
+    found = [_garbage(db, n, dry_run) for n in names]
+    found.append(Garbage(GRIDFS, chunks=orphan_chunks(db, dry_run=dry_run)))
+    return [g for g in found if not g.empty()]
+
+
 def survey(db: Any, names: Iterable[str]) -> list[Garbage]:
-    """What :func:`clean` would remove for each collection of ``names`` now (read only);
-    collections with nothing to remove are left out."""
-    return [g for g in (_garbage(db, n, dry_run=True) for n in names) if not g.empty()]
+    """What :func:`clean` would remove for each collection of ``names`` now, and the orphan
+    GridFS chunks (entry :data:`GRIDFS`), read only; entries with nothing to remove are left
+    out."""
+    return _every(db, names, dry_run=True)
 
 
 def clean(db: Any, names: Iterable[str]) -> list[Garbage]:
-    """Remove the garbage of each collection of ``names`` (see the module docstring); returns
-    what was removed (collections with nothing removed left out). Raises pymongo errors."""
-    return [g for g in (_garbage(db, n, dry_run=False) for n in names) if not g.empty()]
+    """Remove the garbage of each collection of ``names`` (see the module docstring), then the
+    orphan GridFS chunks; returns what was removed (entries with nothing removed left out).
+    Raises pymongo errors."""
+    return _every(db, names, dry_run=False)
 
 
 def every_collection(db: Any) -> list[str]:

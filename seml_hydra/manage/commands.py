@@ -9,7 +9,9 @@ the command comes *resolved* (each override of a config value gives the value th
 ran with, ``config``: interpolations and resolvers such as ``${oc.env:...}`` already applied)
 or ``--unresolved`` (the overrides as they were written). Config-group selections
 (``model=small``) and deletions (``~key``) are the same in both. Every word is quoted with
-:func:`shlex.quote`. Pure but :func:`commands_for`.
+:func:`shlex.quote`, or, when it holds a control or invisible formatting character (a ``\r``
+from a document would otherwise split the visible line), in bash's ANSI-C form ``$'...'``
+(:func:`shell_word`). Pure but :func:`commands_for`.
 
 Not part of the command: the Slurm resources and environment (``hydra.launcher.setup``), the
 code snapshot the job ran (the working tree's current files run; ``restore-sources`` writes
@@ -22,6 +24,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +131,42 @@ def _resolved(exp_id: Any, text: str, config: Mapping[str, Any], choices: Mappin
         ) from None
 
 
+#: escapes of bash's ANSI-C quoting (``$'...'``) for the characters that have a short one
+_ANSI_C = {"\\": "\\\\", "'": "\\'", "\a": "\\a", "\b": "\\b", "\x1b": "\\e"}
+_ANSI_C.update({"\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"})
+#: Unicode categories that change or hide what a terminal shows: controls (``\r``, ``\x1b``,
+#: C1), formatting (bidirectional overrides, zero-width characters), line/paragraph separators
+_HIDDEN = {"Cc", "Cf", "Zl", "Zp"}
+
+
+def shell_word(word: str) -> str:
+    r"""``word`` quoted for a POSIX shell so that the printed command both shows every
+    character and gives back exactly ``word`` when pasted (pure): :func:`shlex.quote`
+    unless ``word`` holds a control or invisible formatting character (Unicode categories
+    Cc, Cf, Zl, Zp: ``\r``, ``\n``, ``\x1b``, a bidirectional override), which bash's
+    ANSI-C quoting ``$'...'`` writes as an escape: ``\r``, ``\e``, ``\x01`` for other ASCII
+    ones, ``\u202e`` beyond ASCII (bash >= 4.2 and zsh read ``\u`` in a UTF-8 locale).
+
+    Example: ``shell_word("a\rb")`` is ``$'a\rb'`` (6 characters); ``shell_word("a b")`` is
+    ``'a b'``.
+    """
+    if not any(unicodedata.category(ch) in _HIDDEN for ch in word):
+        return shlex.quote(word)
+    out = []
+    for ch in word:
+        if ch in _ANSI_C:
+            out.append(_ANSI_C[ch])
+        elif unicodedata.category(ch) not in _HIDDEN:
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return "$'" + "".join(out) + "'"
+
+
 @dataclass(frozen=True)
 class RunCommand:
     """One experiment's command: its ``exp_id``, ``status``, the ``working_dir`` it runs in and
@@ -141,9 +180,9 @@ class RunCommand:
     @property
     def shell(self) -> str:
         """``cd <working_dir> && python <executable> <overrides>``, each word quoted with
-        :func:`shlex.quote` (no ``cd`` when the document names no working dir)."""
-        line = shlex.join(self.argv)
-        return f"cd {shlex.quote(self.working_dir)} && {line}" if self.working_dir else line
+        :func:`shell_word` (no ``cd`` when the document names no working dir)."""
+        line = " ".join(map(shell_word, self.argv))
+        return f"cd {shell_word(self.working_dir)} && {line}" if self.working_dir else line
 
 
 def run_command(doc: Mapping[str, Any], *, unresolved: bool = False) -> RunCommand:

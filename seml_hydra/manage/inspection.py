@@ -19,7 +19,7 @@ from seml_hydra.manage.describe import (
 )
 from seml_hydra.manage.selection import ManageError, id_ranges_by_state
 from seml_hydra.slurm import client as slurm
-from seml_hydra.store.snapshot import SourceSnapshotError, write_sources
+from seml_hydra.store.snapshot import SourceSnapshotError, foreign_path_part, write_sources
 from seml_hydra.store.snapshot import foreign_files as foreign
 from seml_hydra.track.cache import is_listed_collection, refresh_collection_cache
 from seml_hydra.track.jobs import array_of, row_jobs, state_of, task_of
@@ -121,12 +121,29 @@ def snapshot_for(collection: Any, query: Mapping[str, Any]) -> list[list[Any]]:
     return files
 
 
+def check_restore_target(target: Path) -> None:
+    """Refuse a ``restore-sources`` target that another user could redirect: a symbolic link
+    or a directory of another user (not root) on its path (``store.snapshot.foreign_path_part``;
+    e.g. ``/tmp/restore`` planted as a link to your project, whose files the restore would
+    overwrite). Raises :class:`ManageError` saying which part."""
+    problem = foreign_path_part(target)
+    if problem is not None:
+        raise ManageError(
+            f"Not writing the sources into {target}: {problem}, who could redirect the files "
+            "elsewhere; choose a directory of yours."
+        )
+
+
 def restore_sources(collection: Any, files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
     """Write a snapshot from :func:`snapshot_for` into ``target`` (SEML's ``restore-sources``,
     later ``download-sources``); returns the files written: files already there with the
-    snapshot's content are kept (``sources.write_sources``). Raises :class:`ManageError`."""
+    snapshot's content are kept (``sources.write_sources``). The target is checked with
+    :func:`check_restore_target` before and after its directories are created. Raises
+    :class:`ManageError`."""
 
+    check_restore_target(target)
     target.mkdir(parents=True, exist_ok=True)
+    check_restore_target(target)  # another user may have created a missing part meanwhile
     try:
         return write_sources(collection.database, files, target)
     except SourceSnapshotError as error:
@@ -135,8 +152,10 @@ def restore_sources(collection: Any, files: Sequence[Sequence[Any]], target: Pat
 
 def foreign_files(collection: Any, files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
     """The files in ``target`` that are not the snapshot's (``sources.foreign_files``): a
-    restore there mixes with or overwrites them. Raises :class:`ManageError`."""
+    restore there mixes with or overwrites them. Raises :class:`ManageError`, also for a
+    target :func:`check_restore_target` refuses."""
 
+    check_restore_target(target)
     try:
         return foreign(collection.database, files, target)
     except SourceSnapshotError as error:

@@ -295,3 +295,52 @@ def delete_unused_files(
             db["fs.chunks"].delete_many({"files_id": file_id})
             deleted.append(file_id)
     return deleted
+
+
+def chunks_abandoned(chunk_ids: Sequence[Any], before: datetime) -> bool:
+    """Whether the chunks ``chunk_ids`` of a GridFS file that has no ``fs.files`` document
+    were all written before ``before`` (an aware UTC datetime), so that no upload is still
+    writing them (pure). GridFS writes a file's chunks first and its ``fs.files`` document
+    last, so the chunks of an upload under way have no file yet; pymongo gives each chunk an
+    ObjectId, whose time is when it was written. A chunk id that is not an ObjectId tells no
+    time: kept (False)."""
+    from bson import ObjectId
+
+    if not chunk_ids or not all(isinstance(i, ObjectId) for i in chunk_ids):
+        return False
+    return max(i.generation_time for i in chunk_ids) < before
+
+
+def orphan_chunks(db: Any, *, dry_run: bool, min_age_s: float = LEASE_S) -> dict[Any, int]:
+    """The GridFS chunks whose file is gone (no ``fs.files`` document with their
+    ``files_id``: a ``delete`` or ``clean-db`` killed between removing the file and its chunks)
+    and that were all written more than ``min_age_s`` seconds ago (:func:`chunks_abandoned`;
+    an upload under way, whose chunks precede its file document, writes a chunk at least every
+    255 KB, so it is never that old; a launch's lease protects files as long, :data:`LEASE_S`).
+    Removed unless ``dry_run``; the file is looked for again just before, and only chunks
+    already seen are removed.
+
+    Returns ``{files_id: number of chunks}`` found (and, unless ``dry_run``, removed). Reads
+    the ``files_id`` index (``{files_id, n}``, which GridFS creates) and the orphans' chunk
+    ids, not the chunks' data. Raises pymongo errors."""
+    before = datetime.now(timezone.utc) - timedelta(seconds=min_age_s)
+    files, chunks = db["fs.files"], db["fs.chunks"]
+    pipeline = [
+        {"$sort": {"files_id": 1}},
+        {"$group": {"_id": "$files_id"}},
+        {"$lookup": {"from": "fs.files", "localField": "_id", "foreignField": "_id", "as": "f"}},
+        {"$match": {"f": {"$size": 0}}},
+        {"$project": {"_id": 1}},
+    ]
+    found: dict[Any, int] = {}
+    for orphan in list(chunks.aggregate(pipeline)):
+        file_id = orphan["_id"]
+        ids = [c["_id"] for c in chunks.find({"files_id": file_id}, {"_id": 1})]
+        if not chunks_abandoned(ids, before):
+            continue
+        if not dry_run:
+            if files.find_one({"_id": file_id}, {"_id": 1}) is not None:
+                continue  # its upload finished meanwhile
+            chunks.delete_many({"files_id": file_id, "_id": {"$in": ids}})
+        found[file_id] = len(ids)
+    return found

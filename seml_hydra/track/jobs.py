@@ -199,24 +199,38 @@ def local_process(doc: Mapping[str, Any], here: str) -> int | None:
 
     A run outside Slurm (``seml <col> launch-worker``, ``start --local`` / ``--debug``,
     submitit's local executor) records ``execution: {"cluster": "local", "array_id": <pid>}``
-    (``job.worker.run_local``, ``job.slurm_env.execution_identity``) and Sacred's
-    ``host.hostname``. A pid says something only on the host that recorded it: None for
-    another host, a missing host, a pid that is not a positive integer, or another state.
+    (``job.worker.run_local``, ``job.slurm_env.execution_identity``); its host is the
+    worker's ``execution.hostname`` (written with the claim, before Sacred starts), else
+    Sacred's ``host.hostname``. A pid says something only on the host that recorded it: None
+    for another host, a missing host, a pid that is not a positive integer, or another state.
     """
     if doc.get("status") != states.RUNNING:
         return None
     execution, host = doc.get("execution"), doc.get("host")
     if not isinstance(execution, Mapping) or execution.get("cluster") != "local":
         return None
-    if not isinstance(host, Mapping) or host.get("hostname") != here:
+    hostname = execution.get("hostname")
+    if hostname is None and isinstance(host, Mapping):
+        hostname = host.get("hostname")
+    if hostname != here:
         return None
     pid = str(execution.get("array_id"))
     return int(pid) if pid.isdigit() and int(pid) > 0 else None
 
 
+def recorded_process_start(doc: Mapping[str, Any]) -> str | None:
+    """The start time of the local run's process as the worker recorded it with its claim
+    (``execution.process_start``, ``core.processes.process_start``), which tells that process
+    from a later one given the same pid; None when not recorded (submitit's local executor,
+    documents from before it was recorded) or not a string (pure)."""
+    execution = doc.get("execution")
+    start = execution.get("process_start") if isinstance(execution, Mapping) else None
+    return start if isinstance(start, str) and start else None
+
+
 def decide_local_killed(
     docs: Sequence[Mapping[str, Any]],
-    local_alive: Mapping[int, bool],
+    local_alive: Mapping[tuple[int, str | None], bool],
     here: str,
     *,
     now: datetime | None = None,
@@ -225,15 +239,17 @@ def decide_local_killed(
     """Ids of RUNNING experiments whose local process on this host is gone (pure).
 
     Lost only with both pieces of evidence: its process (:func:`local_process`) is not alive
-    (``local_alive[pid]`` False; a pid missing from the map counts as alive) AND its Sacred
+    (``local_alive[(pid, start)]`` False, ``start`` its :func:`recorded_process_start`; a key
+    missing from the map counts as alive) AND its Sacred
     heartbeat (else ``start_time``, :func:`last_sign_of_life`) is missing or at least
     ``heartbeat_stale_s`` seconds old (a fresh one proves life, e.g. a pid read wrongly).
     Experiments of another host are never lost here.
 
     Args:
         docs: active experiments (``_id``, ``status``, ``execution``, ``host``, ``heartbeat``).
-        local_alive: ``{pid: alive}``, ``core.processes.process_alive(pid)`` of the pids
-            :func:`local_process` names (no start time is recorded, so pid existence).
+        local_alive: ``{(pid, start): alive}``, ``core.processes.process_alive(pid, start)``
+            of the pids :func:`local_process` names with their recorded start (a pid reused
+            by a later process is not alive; without a recorded start, pid existence).
         here: this host's name (``socket.gethostname()``, what Sacred records).
         now: current naive UTC time (default: now).
         heartbeat_stale_s: age in seconds from which a heartbeat no longer proves life.
@@ -243,7 +259,7 @@ def decide_local_killed(
     lost = []
     for doc in docs:
         pid = local_process(doc, here)
-        if pid is None or local_alive.get(pid, True):
+        if pid is None or local_alive.get((pid, recorded_process_start(doc)), True):
             continue
         sign = last_sign_of_life(doc)
         if sign is not None and (now - sign).total_seconds() < heartbeat_stale_s:

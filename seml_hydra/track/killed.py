@@ -28,6 +28,7 @@ from seml_hydra.track.jobs import (
     is_slurm_task,
     job_sort_key,
     local_process,
+    recorded_process_start,
     sacct_states_by_task,
     squeue_alive,
     task_of,
@@ -112,14 +113,15 @@ def detect_killed(
 def mark_lost_local_runs(collection: Any, docs: Sequence[Mapping[str, Any]]) -> list[int]:
     """Mark KILLED the RUNNING experiments of ``docs`` run outside Slurm on this host whose
     process is gone and whose heartbeat is stale (``track.jobs.decide_local_killed``; the
-    process asked with ``core.processes.process_alive``); ``fail_trace`` says so, then the last
-    lines of the output file (``track.outputs.killed_trace``). The update requires the state
-    read, so a result written meanwhile wins. Returns the ids marked; raises pymongo errors."""
+    process asked with ``core.processes.process_alive``, with the start time the worker
+    recorded, so a later process given the same pid does not count); ``fail_trace`` says so,
+    then the last lines of the output file (``track.outputs.killed_trace``). The update
+    requires the state read, so a result written meanwhile wins. Returns the ids marked; raises pymongo errors."""
     here = socket.gethostname()
-    pids = {p for p in (local_process(d, here) for d in docs) if p is not None}
-    if not pids:
+    runs = {(p, recorded_process_start(d)) for d in docs if (p := local_process(d, here))}
+    if not runs:
         return []
-    lost = decide_local_killed(docs, {p: process_alive(p) for p in pids}, here)
+    lost = decide_local_killed(docs, {run: process_alive(*run) for run in runs}, here)
     from pymongo import UpdateOne
 
     by_id = {d["_id"]: d for d in docs}

@@ -121,7 +121,10 @@ def read_output_tail(
     compared after resolving both, so no symlink or ``..`` leads out of it), whose basename
     ``fullmatch`` es ``names`` (for a document: :func:`own_output_names`, the output names of
     its own recorded job, since the folder comes from the same document), and, opened without
-    following a symlink nor blocking on a FIFO, a regular file owned by this user. So a forged
+    following a symlink nor blocking on a FIFO, a regular file owned by this user with no other
+    hard link (another user can hard-link a private file of yours, such as
+    ``~/.config/seml/mongodb.config``, into a folder of theirs where ``fs.protected_hardlinks``
+    is off) and still inside the folder once open (``/proc/self/fd``). So a forged
     document cannot make ``status`` or ``print-output`` copy ``~/.ssh/id_ed25519``, another
     user's file, or any file of this user that is not its own job's output into the database or
     onto the screen.
@@ -160,11 +163,28 @@ def read_output_tail(
             return FileTail(None, problem="not read: not a regular file")
         if st.st_uid != os.getuid():
             return FileTail(None, problem=f"not read: it belongs to uid {st.st_uid}, not to you")
+        if st.st_nlink != 1:  # a job writes its output once; another user may link yours
+            return FileTail(None, problem="not read: it has another hard link")
+        if not opened_inside(fd, root):
+            return FileTail(
+                None, problem=f"not read: outside the experiment's output folder {folder}"
+            )
         if head:
             return FileTail(f.read(max_bytes))
         start = max(0, st.st_size - max_bytes)
         f.seek(start)
         return FileTail(f.read(max_bytes), skipped=start)
+
+
+def opened_inside(fd: int, root: str) -> bool:
+    """Whether the file open as ``fd`` is inside directory ``root`` (a resolved path) after all
+    (Linux: ``/proc/self/fd``; True where that cannot tell): a directory of the path swapped
+    for a symbolic link between the check and the open leads elsewhere."""
+    try:
+        opened = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return True
+    return os.path.isabs(opened) and os.path.commonpath([opened, root]) == root != opened
 
 
 #: at most this many bytes of a job's sbatch script are read to find its ``--comment``

@@ -4,6 +4,8 @@ references, or a launch is staging (leased), stays."""
 
 from __future__ import annotations
 
+import os
+
 import gridfs
 import pytest
 from typer.testing import CliRunner
@@ -131,3 +133,54 @@ def test_clean_db_of_an_unknown_collection_is_one_line_and_exit_1(test_db, garba
     out = seml("nosuch", "clean-db", "-y")
     assert out.exit_code == 1, out.output
     assert len(out.output.strip().splitlines()) == 1 and "nosuch" in out.output, out.output
+
+
+def written_at(db, file_id, when):
+    """Give the chunks of GridFS file ``file_id`` ObjectIds of time ``when`` (as if they had
+    been written then), keeping their data."""
+    from bson import ObjectId
+
+    for chunk in list(db["fs.chunks"].find({"files_id": file_id})):
+        db["fs.chunks"].delete_one({"_id": chunk["_id"]})
+        old = ObjectId(int(when.timestamp()).to_bytes(4, "big") + os.urandom(8))
+        db["fs.chunks"].insert_one({**chunk, "_id": old})
+
+
+def test_clean_db_removes_old_chunks_of_deleted_files_but_not_an_upload_under_way(test_db):
+    """A delete killed between ``fs.files`` and ``fs.chunks`` left chunks of no file: clean-db
+    removes them once older than a lease; a file's chunks written just now (an upload under
+    way: GridFS writes the file document last) stay, and that upload then completes intact."""
+    from datetime import datetime, timedelta, timezone
+
+    db, fs = test_db, gridfs.GridFS(test_db)
+    big = bytes(range(256)) * 2500  # 640,000 bytes: 3 chunks of 255 KB
+    killed = fs.put(big, filename="old.py")
+    written_at(db, killed, datetime.now(timezone.utc) - timedelta(hours=2))
+    db["fs.files"].delete_one({"_id": killed})  # the delete was killed here
+    just_killed = fs.put(b"x", filename="new.py")
+    db["fs.files"].delete_one({"_id": just_killed})  # too young to tell from an upload
+    upload = fs.new_file(filename="uploading.bin")
+    # pymongo buffers chunks up to a message (48 MB) before it inserts them
+    large = os.urandom(2**20) * 50
+    upload.write(large)
+    assert db["fs.chunks"].count_documents({"files_id": upload._id}) > 0
+    assert db["fs.files"].count_documents({"_id": upload._id}) == 0  # not written yet
+
+    out = seml("clean-db", input="n\n")
+    assert "GridFS: 3 chunk(s) of 1 deleted file(s)" in out.output, out.output
+    assert db["fs.chunks"].count_documents({"files_id": killed}) == 3  # answered no
+    out = seml("clean-db", "-y")
+    assert out.exit_code == 0, out.output
+    assert "Removed GridFS: 3 chunk(s) of 1 deleted file(s)" in out.output
+    assert db["fs.chunks"].count_documents({"files_id": killed}) == 0
+    assert db["fs.chunks"].count_documents({"files_id": just_killed}) == 1
+    upload.close()
+    assert fs.get(upload._id).read() == large  # the upload under way was not touched
+
+    db["x"].insert_one({"_id": 1, "status": "STAGED"})
+    written_at(db, just_killed, datetime.now(timezone.utc) - timedelta(hours=2))
+    out = seml("x", "clean-db", "-y")  # a collection's clean-db removes them too
+    assert "Removed GridFS: 1 chunk(s) of 1 deleted file(s)" in out.output, out.output
+    assert db["fs.chunks"].count_documents({}) == db["fs.chunks"].count_documents(
+        {"files_id": upload._id}
+    )

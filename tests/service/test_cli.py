@@ -276,6 +276,37 @@ def test_detect_killed_marks_only_with_evidence_and_keeps_the_output_tail(test_d
     assert "line 10\n" not in trace
 
 
+def test_detect_killed_does_not_take_a_reused_pid_for_the_local_worker(test_db):
+    """A worker's run whose pid now belongs to another process (here: this test's own, with a
+    different start time) is KILLED; the same pid with its recorded start time stays RUNNING."""
+    import socket
+    from datetime import datetime, timedelta
+
+    from seml_hydra.core.processes import process_start
+
+    stale = datetime.utcnow() - timedelta(minutes=5)
+    here, pid = socket.gethostname(), os.getpid()
+    mine = {"cluster": "local", "array_id": pid, "task_id": 0, "hostname": here}
+    test_db["c"].insert_many(
+        [
+            doc(1, "RUNNING", heartbeat=stale, execution={**mine, "process_start": "1"}),
+            doc(
+                2,
+                "RUNNING",
+                heartbeat=stale,
+                execution={**mine, "process_start": process_start(pid)},
+            ),
+        ]
+    )
+    result = seml("c", "detect-killed")
+    assert result.exit_code == 0, result.output
+    assert "Detected 1 killed experiment(s): 1" in result.output
+    assert {d["_id"]: d["status"] for d in test_db["c"].find()} == {1: "KILLED", 2: "RUNNING"}
+    assert f"local process {pid} on {here}" in "".join(
+        test_db["c"].find_one({"_id": 1})["fail_trace"]
+    )
+
+
 @pytest.fixture
 def secret_elsewhere(tmp_path):
     """A private file of this user outside any experiment's folder (as ``~/.ssh/id_ed25519``),
@@ -632,3 +663,51 @@ def test_status_and_print_output_do_not_read_the_output_of_a_job_of_another_coll
     assert "output of c" in traces[2]
     result = seml("c", "print-output")
     assert "TOPSECRET" not in result.output and "output of c" in result.output
+
+
+def test_status_and_print_output_do_not_read_a_private_file_hard_linked_by_another_user(
+    test_db, slurm, other_user
+):
+    """Another user hard-links (``fs.protected_hardlinks=0``) a private file of yours (0600 in a
+    searchable directory, as
+    ``~/.config/seml/mongodb.config``) and one of your sbatch scripts of the collection into a
+    folder of theirs, named as a job's output, and forges a RUNNING document naming it:
+    ``status`` (which copies a lost job's output tail into ``fail_trace``, readable by them)
+    and ``print-output --slurm`` read neither."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    mine = Path(tempfile.mkdtemp(prefix="seml-hydra-test-mine-", dir="/tmp"))
+    theirs = Path(tempfile.mkdtemp(prefix="seml-hydra-test-theirs-", dir="/tmp"))
+    try:
+        mine.chmod(0o755)
+        secret = mine / "mongodb.config"
+        secret.write_text("password: s3cr3t\n")
+        secret.chmod(0o600)
+        script = sbatch_script(mine, 999994)  # a real one of this collection, 0644
+        shutil.chown(theirs, other_user.name)
+        folder = theirs / "sweep"
+        (folder / "999993").mkdir(parents=True)
+        shutil.chown(folder, other_user.name)
+        shutil.chown(folder / "999993", other_user.name)
+        out = folder / "999993" / "999993_0_log.out"
+        # the other user's `ln` where fs.protected_hardlinks is 0 (it is 1 on this machine,
+        # so the test makes the links that user would make)
+        os.link(secret, out)
+        os.link(script, folder / "999993" / "999993_submission.sh")
+        assert out.stat().st_uid == os.getuid()  # a hard link: your file, in their folder
+        execution = {"cluster": "slurm", "array_id": 999993, "task_id": 0}
+        test_db["c"].insert_one(
+            job_doc(1, "RUNNING", folder, **execution, slurm_output_file=str(out))
+        )
+        result = seml("c", "status")
+        assert result.exit_code == 0, result.output
+        trace = "".join(test_db["c"].find_one({"_id": 1})["fail_trace"])
+        assert "s3cr3t" not in trace and "another hard link" in trace, trace
+        result = seml("c", "print-output", "--slurm")
+        assert result.exit_code == 0, result.output
+        assert "s3cr3t" not in result.output and "another hard link" in result.output
+    finally:
+        shutil.rmtree(mine, ignore_errors=True)
+        shutil.rmtree(theirs, ignore_errors=True)

@@ -12,12 +12,13 @@ node has): the documents stay STAGED, with their payload, as after a ``reset``.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_app, wait_until
+from conftest import run_app, statuses, wait_until
 from conftest import squeue_tasks as squeue
 
 SEML = str(Path(sys.executable).parent / "seml")
@@ -183,6 +184,26 @@ def test_worker_stops_after_n_and_sets_the_worker_gpus(slurm, test_db, tmp_path)
     assert coll.find_one({"_id": 3})["status"] == "STAGED"
 
 
+def test_oc_env_in_the_app_config_is_resolved_at_staging_not_in_the_job(
+    slurm, test_db, tmp_path, monkeypatch
+):
+    """As SEML (``seml add`` resolves interpolations into the stored ``config``), unlike
+    hydra-submitit-launcher (which composes the config again in the job): the job runs the
+    document's ``config``, so ``${oc.env:VAR}`` has the value VAR had where the sweep was
+    staged, and the document says what ran (README, "Where the documents go")."""
+    monkeypatch.setenv("SEML_HYDRA_TEST_WHERE", "login node")
+    stage("../tests/apps/env_app.py", "pair=true", "var=SEML_HYDRA_TEST_WHERE", cwd=tmp_path)
+    coll = test_db["env_app"]
+    assert coll.find_one({"_id": 1})["config"]["where"] == "login node"
+    monkeypatch.setenv("SEML_HYDRA_TEST_WHERE", "in the job")
+    proc = seml("env_app", "launch-worker", cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    doc = coll.find_one({"_id": 1})
+    assert doc["status"] == "COMPLETED"
+    assert doc["result"] == ["in the job", "login node"]  # the job's variable, the staged value
+    assert doc["config"]["where"] == "login node"
+
+
 def test_steal_slurm_takes_pending_experiments_whose_task_has_not_started(slurm, test_db, tmp_path):
     proc = run_app(
         "../tests/apps/gate.py",
@@ -208,3 +229,56 @@ def test_steal_slurm_takes_pending_experiments_whose_task_has_not_started(slurm,
         assert set(squeue(array)) == {f"{array}_2"}  # only the task not stolen is left
     finally:
         subprocess.run(["scancel", array], check=False)
+
+
+def test_a_sigkilled_worker_leaves_its_experiment_killed_not_running(slurm, test_db, tmp_path):
+    """A ``launch-worker`` SIGKILLed mid-experiment: once its heartbeat is stale, ``status``
+    marks the experiment KILLED (its process on this host is gone), the others stay STAGED.
+    The claim records the worker's host and process start time (``job.worker.local_execution``),
+    so this holds also when it dies before Sacred has recorded ``host`` (the cause of the
+    earlier time-outs: killed between the claim and Sacred's start, the document named no host
+    and no status could judge it)."""
+    import signal
+
+    from seml_hydra.core.processes import process_start
+
+    gate = tmp_path / "go"
+    stage("../tests/apps/gate.py", "x=1,2", f"gate={gate}", cwd=tmp_path)
+    coll = test_db["gate"]
+    worker = subprocess.Popen(
+        [SEML, "gate", "launch-worker", "-n", "1"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        claimed = wait_until(
+            "the worker runs experiment 1",
+            lambda: (d := coll.find_one({"_id": 1, "status": "RUNNING"})) and d,
+        )
+        execution = claimed["execution"]
+        assert execution["array_id"] == worker.pid
+        assert execution["hostname"] == socket.gethostname()
+        assert execution["process_start"] == process_start(worker.pid)
+        wait_until(
+            "Sacred started the run", lambda: coll.find_one({"_id": 1, "host": {"$ne": None}})
+        )
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=60)
+
+        def status_marks_it_killed():
+            proc = seml("gate", "status", cwd=tmp_path)
+            assert proc.returncode == 0, proc.stderr
+            return statuses(coll)[1] == "KILLED" and proc
+
+        # RUNNING until Sacred's last sign of life is HEARTBEAT_STALE_S (60 s) old
+        proc = wait_until("status marks experiment 1 KILLED", status_marks_it_killed, timeout=240)
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+        gate.touch()
+    assert "Detected 1 killed experiment(s)" in proc.stdout
+    assert statuses(coll) == {1: "KILLED", 2: "STAGED"}
+    trace = "".join(coll.find_one({"_id": 1})["fail_trace"])
+    assert f"local process {worker.pid}" in trace and "is gone" in trace

@@ -700,3 +700,49 @@ def test_a_real_launch_survives_a_delete_or_drop_while_it_stages(test_db, tmp_pa
     (doc,) = list(test_db["data_app"].find())
     assert doc["config"]["x"] == 2 and doc["status"] == "COMPLETED", doc.get("fail_trace")
     assert test_db["fs.files"].count_documents({"metadata.leases.0": {"$exists": True}}) == 0
+
+
+def test_restore_sources_refuses_a_target_another_user_planted_or_owns(
+    test_db, tmp_path, other_user
+):
+    """``/tmp/<x>/restore`` planted by another user as a link to a project of yours (or a
+    directory of theirs on the way): ``restore-sources`` refuses in one line, before writing
+    or asking anything; the project's files are untouched. A directory of yours still works."""
+    import shutil
+
+    import gridfs
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    shared = Path(tempfile.mkdtemp(prefix="seml-hydra-test-restore-", dir="/tmp"))
+    try:
+        shared.chmod(0o1777)  # like /tmp: anyone may create entries, not rename ours
+        project = tmp_path / "project"
+        project.mkdir()
+        (project / "app.py").write_text("MY CURRENT CODE\n")
+        fs = gridfs.GridFS(test_db)
+        snap = [["app.py", fs.put(b"OLD SNAPSHOT\n")]]
+        test_db["exps"].insert_one(
+            {"_id": 1, "batch_id": 1, "status": "COMPLETED", "seml": {"source_files": snap}}
+        )
+        planted = shared / "restore"
+        other_user.run("ln", "-s", str(project), str(planted), check=True)
+        theirs = shared / "theirs"
+        other_user.run("mkdir", "-m", "0777", str(theirs), check=True)
+        runner = CliRunner()
+        for target, part in ((planted, planted), (theirs / "restore", theirs)):
+            for extra in ([], ["-y"]):
+                result = runner.invoke(app, ["exps", "restore-sources", str(target), *extra])
+                assert result.exit_code == 1, result.output
+                lines = result.output.strip().splitlines()
+                assert len(lines) == 1 and f"{part} is a" in lines[0], result.output
+                assert f"of another user (uid {other_user.uid})" in lines[0]
+        assert (project / "app.py").read_text() == "MY CURRENT CODE\n"
+        assert not (theirs / "restore").exists()
+        mine = shared / "mine"
+        result = runner.invoke(app, ["exps", "restore-sources", str(mine), "-y"])
+        assert result.exit_code == 0, result.output
+        assert (mine / "app.py").read_bytes() == b"OLD SNAPSHOT\n"
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

@@ -70,3 +70,19 @@ def test_garbage_describe_and_empty():
     g = Garbage("c", exists=False, source_files=[1, 2], metrics=3, counters=["c._id"])
     assert not g.empty()
     assert g.describe() == "c (dropped): 2 source file(s), 3 metric(s), 1 id counter(s)"
+
+
+def test_chunks_without_a_file_are_abandoned_only_when_all_are_older_than_the_cutoff():
+    from datetime import datetime, timedelta, timezone
+
+    from bson import ObjectId
+
+    from seml_hydra.store.sources import chunks_abandoned
+
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+    old, new = ObjectId.from_datetime(now - timedelta(hours=2)), ObjectId.from_datetime(now)
+    cutoff = now - timedelta(hours=1)
+    assert chunks_abandoned([old, old], cutoff)
+    assert not chunks_abandoned([old, new], cutoff)  # an upload still writing: its last chunk
+    assert not chunks_abandoned([], cutoff)
+    assert not chunks_abandoned([old, 7], cutoff)  # an id without a time: kept

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import unicodedata
 from datetime import datetime, timezone
 
 import pytest
@@ -13,7 +15,12 @@ import yaml
 from omegaconf import OmegaConf
 
 from seml_hydra.core.overrides import parse_override
-from seml_hydra.manage.commands import override_value, resolved_override, run_command
+from seml_hydra.manage.commands import (
+    override_value,
+    resolved_override,
+    run_command,
+    shell_word,
+)
 from seml_hydra.manage.describe import (
     description_groups,
     experiment_text,
@@ -94,6 +101,49 @@ def test_run_command_is_quoted_for_the_shell_resolved_or_not():
     assert raw.shell.endswith("python /p/app.py 'lr=${x}' name=a")
     no_dir = run_command(doc(seml={"executable": "/p/app.py"}))
     assert no_dir.shell.startswith("python /p/app.py")
+
+
+HIDDEN = ["a\rb", "x\ny", "t\tab", "\x1b[2J", "del\x7f", "nul\x01'q", "c1\x85", "rtl\u202eevil"]
+HIDDEN += ["zw\u200bsp", "ls\u2028p", "astral\U000e0001", "back\\slash\r"]
+
+
+@pytest.mark.parametrize("word", HIDDEN, ids=repr)
+def test_shell_word_escapes_control_characters_and_bash_gives_the_word_back(word):
+    """A control or invisible character is written as an ANSI-C escape: the printed word is
+    one visible line, and bash reads it back as exactly ``word``."""
+    quoted = shell_word(word)
+    assert quoted.startswith("$'")
+    assert not any(unicodedata.category(ch) in {"Cc", "Cf", "Zl", "Zp"} for ch in quoted)
+    out = subprocess.run(
+        ["bash", "-c", f"printf %s {quoted}"],
+        capture_output=True,
+        env={"LC_ALL": "C.UTF-8"},
+        check=True,
+    ).stdout
+    assert out.decode("utf-8") == word
+
+
+def test_shell_word_keeps_shlex_quoting_for_printable_words():
+    assert shell_word("a b") == "'a b'"
+    assert shell_word("it's") == "'it'\"'\"'s'"
+    assert shell_word("plain") == "plain"
+    assert shell_word("a\rb") == "$'a\\rb'"
+
+
+def test_print_command_of_a_value_with_a_carriage_return_is_one_faithful_line():
+    """A document value holding ``\r`` (or an escape sequence) cannot split or repaint the
+    printed command: it comes quoted as ``$'...'``, on one line."""
+    run = run_command(
+        doc(
+            config={"lr": 0.5, "name": "ok\rrm -rf ~ #"},
+            seml={"executable": "/p/app.py", "working_dir": "/w\x1b]0;x\x07"},
+        )
+    )
+    assert run.argv[3] == "name='ok\rrm -rf ~ #'"
+    assert "\r" not in run.shell and "\x1b" not in run.shell and "\n" not in run.shell
+    assert run.shell == (
+        "cd $'/w\\e]0;x\\a' && python /p/app.py lr=0.5 $'name=\\'ok\\rrm -rf ~ #\\''"
+    )
 
 
 def test_run_command_refuses_documents_without_hydra_or_executable():

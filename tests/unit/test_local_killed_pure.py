@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from seml_hydra.track.jobs import decide_killed, decide_local_killed, local_process
+from seml_hydra.job.worker import local_execution
+from seml_hydra.track.jobs import (
+    decide_killed,
+    decide_local_killed,
+    local_process,
+    recorded_process_start,
+)
 
 NOW = datetime(2026, 12, 1, 12, 0, 0)
 FRESH, STALE = NOW - timedelta(seconds=20), NOW - timedelta(seconds=61)
@@ -37,6 +43,7 @@ def test_a_gone_local_process_with_a_stale_heartbeat_is_killed_only_on_its_own_h
     ]
     alive = {101: False, 102: False, 103: True, 104: False, 105: False, 106: False}
     alive.update({107: False, 109: False})
+    alive = {(pid, None): value for pid, value in alive.items()}
     assert decide_local_killed(docs, alive, "here", now=NOW, heartbeat_stale_s=60) == [1, 5]
     # the Slurm decision still leaves local runs alone (the launcher watches its own)
     assert decide_killed(docs, set(), {}, now=NOW) == ([], [], [])
@@ -50,3 +57,34 @@ def test_local_process_names_the_pid_of_this_hosts_runs_only():
     assert local_process(local(1, -3), "here") is None
     slurm = {**local(1, 10), "execution": {"cluster": "semltest", "array_id": 10, "task_id": 0}}
     assert local_process(slurm, "here") is None
+
+
+def worker_run(exp_id, pid, started, **extra):
+    """An experiment as the worker claims it (``job.worker.local_execution``), before Sacred
+    has written ``host`` or any heartbeat."""
+    return {"_id": exp_id, "status": "RUNNING", "execution": local_execution(pid, "here", started)}
+
+
+def test_the_worker_records_its_host_and_process_start_with_the_claim():
+    execution = local_execution(4765, "here", "98765")
+    assert execution == {
+        "cluster": "local",
+        "array_id": 4765,
+        "task_id": 0,
+        "hostname": "here",
+        "process_start": "98765",
+    }
+    assert "process_start" not in local_execution(4765, "here", None)
+    doc = worker_run(1, 4765, "98765")
+    # killed before Sacred started: no host.hostname yet, the claim's hostname tells
+    assert local_process(doc, "here") == 4765
+    assert local_process(doc, "elsewhere") is None
+    assert recorded_process_start(doc) == "98765"
+    assert recorded_process_start(local(1, 4765)) is None  # submitit's local executor
+
+
+def test_a_pid_reused_by_a_later_process_does_not_keep_the_run_alive():
+    docs = [worker_run(1, 201, "500"), worker_run(2, 201, "900"), worker_run(3, 202, "7")]
+    # pid 201 now runs the process that started at 900 (a later worker): run 1 is lost
+    alive = {(201, "500"): False, (201, "900"): True, (202, "7"): True}
+    assert decide_local_killed(docs, alive, "here", now=NOW) == [1]
