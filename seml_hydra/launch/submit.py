@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import io
 import logging
 import os
@@ -381,22 +380,21 @@ def submit_requests(
                 except SlurmError as error:
                     raise SubmissionError(str(error)) from None
             limit = max_array
-        # what every array of this group shares; each part is an array of its own
-        submit_part = functools.partial(
-            submit_group,
-            collection,
-            cluster=first.cluster,
-            folder=folder,
-            runner=runner,
-            options=options,
-            job_env=job_env,
-            cluster_name=name_of_cluster if first.cluster == "slurm" else None,
-            executor_args=executor_arguments(launcher, first.cluster),
-        )
         for part in split_array(id_groups, limit):
             # submitit always throttles arrays (%256 by default): unset means no limit here
             part_params = {"slurm_array_parallelism": len(part), **params}
-            jobs, part = submit_part(params=part_params, id_groups=part)
+            jobs, part = submit_group(
+                collection,
+                cluster=first.cluster,
+                folder=folder,
+                params=part_params,
+                runner=runner,
+                id_groups=part,
+                options=options,
+                job_env=job_env,
+                cluster_name=name_of_cluster if first.cluster == "slurm" else None,
+                executor_args=executor_arguments(launcher, first.cluster),
+            )
             if not jobs:  # a concurrent submission took all of them: nothing submitted here
                 continue
             arrays.append(
