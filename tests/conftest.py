@@ -182,14 +182,22 @@ def run_app(
     timeout: float = 300,
     check: bool = False,
 ):
-    """Run an app in a subprocess: ``app`` is a path relative to ``examples/`` (an example app,
-    ``"../tests/apps/gate.py"``) or an absolute one. With ``check`` the test fails when it does
-    not exit 0 (showing its output). Returns the CompletedProcess (text output)."""
-    full_env = {**os.environ, **(env or {})}
+    """Run an app in a subprocess (:func:`run_python`): ``app`` is a path relative to
+    ``examples/`` (an example app, ``"../tests/apps/gate.py"``) or an absolute one."""
+    app_path = str(ROOT / "examples" / app)
+    return run_python(app_path, *args, cwd=cwd, env=env, timeout=timeout, check=check)
+
+
+def run_python(
+    *argv: str, cwd: Path, env: dict | None = None, timeout: float = 300, check: bool = False
+):
+    """``python *argv`` (this interpreter) in ``cwd``, ``env`` added to the environment; with
+    ``check`` the test fails when it does not exit 0 (showing its output). Returns the
+    CompletedProcess (text output)."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / app), *args],
+        [sys.executable, *argv],
         cwd=cwd,
-        env=full_env,
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -216,6 +224,14 @@ def launch_gate(tmp_path: Path, *overrides: str, check: bool = True):
         cwd=tmp_path,
         check=check,
     )
+
+
+def sbatch(*args: str) -> str:
+    """Submit a job of the test's user outside seml-hydra (``sbatch --parsable *args``, e.g.
+    ``"--hold", "--wrap", "sleep 60"``); returns its job id (the test cancels it)."""
+    return subprocess.run(
+        ["sbatch", "--parsable", *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def seml_ok(*args: str) -> str:

@@ -12,14 +12,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_app, statuses, wait_until
+from conftest import ROOT, run_python, statuses, wait_until
 
 ZEN_APP = ROOT / "tests" / "apps" / "zen_app.py"
 
 
 def launch(app: Path | str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     """Run ``python <app> -m <args>`` in ``cwd``; fails the test when it does not exit 0."""
-    return run_app(app, "-m", *args, cwd=cwd, check=True)
+    return run_python(str(app), "-m", *args, cwd=cwd, check=True)
 
 
 @pytest.mark.parametrize("launcher", ["seml", "seml_local"])
