@@ -226,14 +226,6 @@ def launch_gate(tmp_path: Path, *overrides: str, check: bool = True):
     )
 
 
-def sbatch(*args: str) -> str:
-    """Submit a job of the test's user outside seml-hydra (``sbatch --parsable *args``, e.g.
-    ``"--hold", "--wrap", "sleep 60"``); returns its job id (the test cancels it)."""
-    return subprocess.run(
-        ["sbatch", "--parsable", *args], capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
 def seml_ok(*args: str) -> str:
     """The output of the ``seml`` command ``args`` run in-process (typer's ``CliRunner``); the
     test fails when it does not exit 0."""

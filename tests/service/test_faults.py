@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import ROOT, run_app, sbatch, squeue_tasks, start_app, wait_running, wait_until
+from conftest import ROOT, run_app, squeue_tasks, start_app, wait_running, wait_until
 
 #: a time limit Slurm does not reach during a test: the tests send the signal Slurm sends
 #: before a time limit or on preemption themselves (``scancel --signal=USR2``), because Slurm
@@ -145,8 +145,13 @@ def test_a_throttled_foreign_array_does_not_disturb_status_or_queue(slurm, test_
 
     proc = run_app("fail.py", "-m", "hydra/launcher=seml", "x=1,3", "fail_on=-1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    # (0-7: the testbed's MaxArraySize is 8)
-    foreign = sbatch("--array=0-7%1", "--output=/dev/null", "--wrap", "sleep 60")
+    foreign = subprocess.run(
+        # (0-7: the testbed's MaxArraySize is 8)
+        ["sbatch", "--parsable", "--array=0-7%1", "--output=/dev/null", "--wrap", "sleep 60"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     try:
         test_db["fail"].update_one({"config.x": 3}, {"$set": {"status": "RUNNING"}})
         job = task_of(test_db["fail"].find_one({"config.x": 3}))[1]
@@ -393,7 +398,12 @@ def test_release_and_cancel_leave_another_clusters_experiment_and_the_job_of_its
 
     from seml_hydra.cli import app
 
-    job = sbatch("--hold", "--time=1", "--wrap", "true")
+    job = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--time=1", "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     try:
         task = {"cluster": "elsewhere", "array_id": int(job), "task_id": 0}
         single = {**task, "job_id": job, "num_tasks": 1}  # a plain job: task_of gives `job`
@@ -427,9 +437,13 @@ def test_cancel_delete_hold_release_leave_a_job_of_another_comment_alone(slurm, 
 
     from seml_hydra.cli import app
 
-    job = sbatch(
-        "--hold", "--comment", "unrelated", "--time=5", "--output=/dev/null", "--wrap", "sleep 300"
-    )
+    job = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--comment", "unrelated", "--time=5"]
+        + ["--output=/dev/null", "--wrap", "sleep 300"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     left_alone = f"job {job} is not a job of collection victim (its comment is 'unrelated'): "
     try:
         test_db["victim"].insert_many(
@@ -470,7 +484,12 @@ def held_job(folder, *args: str) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "submission_file.sh"
     script.write_text("#!/bin/sh\nsleep 300\n")
-    return sbatch("--hold", "--time=5", "--output=/dev/null", *args, str(script))
+    return subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--time=5", "--output=/dev/null", *args, str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def test_recovering_a_dead_submission_cancels_its_unrecorded_array_only(slurm, test_db, tmp_path):

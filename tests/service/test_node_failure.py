@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, sacct, start_app, wait_running, wait_until
+from conftest import ROOT, start_app, wait_running, wait_until
 
 from seml_hydra.track.jobs import task_of
 
@@ -133,7 +133,12 @@ def crash_slurmd(slurm):
 
 
 def sacct_states(job: str) -> list[str]:
-    return sacct(job, "State", "-D", check=False).split()
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-D", "-j", job, "-o", "State"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    return out.split()
 
 
 def test_a_lost_node_without_requeue_ends_the_experiment_killed_with_the_reason(
