@@ -174,17 +174,80 @@ def write_config(path: Path, **values) -> Path:
     return path
 
 
-def run_app(app: str, *args: str, cwd: Path, env: dict | None = None, timeout: float = 300):
-    """Run an example app (``examples/<app>``) in a subprocess; returns CompletedProcess."""
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, str(ROOT / "examples" / app), *args],
+def run_app(
+    app: str | Path,
+    *args: str,
+    cwd: Path,
+    env: dict | None = None,
+    timeout: float = 300,
+    check: bool = False,
+):
+    """Run an app in a subprocess (:func:`run_python`): ``app`` is a path relative to
+    ``examples/`` (an example app, ``"../tests/apps/gate.py"``) or an absolute one."""
+    app_path = str(ROOT / "examples" / app)
+    return run_python(app_path, *args, cwd=cwd, env=env, timeout=timeout, check=check)
+
+
+def run_python(
+    *argv: str, cwd: Path, env: dict | None = None, timeout: float = 300, check: bool = False
+):
+    """``python *argv`` (this interpreter) in ``cwd``, ``env`` added to the environment; with
+    ``check`` the test fails when it does not exit 0 (showing its output). Returns the
+    CompletedProcess (text output)."""
+    proc = subprocess.run(
+        [sys.executable, *argv],
         cwd=cwd,
-        env=full_env,
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+#: the app that keeps an experiment RUNNING until its gate file exists (``tests/apps/gate.py``)
+GATE_APP = "../tests/apps/gate.py"
+
+
+def launch_gate(tmp_path: Path, *overrides: str, check: bool = True):
+    """Launch a sweep of :data:`GATE_APP` on the Slurm testbed without waiting for it
+    (``hydra.launcher.wait=false``) in ``tmp_path``, with Hydra ``overrides`` (``x=...``, the
+    ``gate=`` file, launcher fields); see :func:`run_app` for ``check``."""
+    return run_app(
+        GATE_APP,
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.wait=false",
+        *overrides,
+        cwd=tmp_path,
+        check=check,
+    )
+
+
+def seml_ok(*args: str) -> str:
+    """The output of the ``seml`` command ``args`` run in-process (typer's ``CliRunner``); the
+    test fails when it does not exit 0."""
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    result = CliRunner().invoke(app, list(args), prog_name="seml")
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result.output
+
+
+def sacct(job, fields: str, *flags: str, check: bool = True) -> str:
+    """Slurm accounting of ``job`` (an array or job id): ``sacct -n -P -X *flags -j job -o
+    fields`` (no header, ``|``-separated, allocations only), its stdout; ``check``: fail when
+    sacct does."""
+    return subprocess.run(
+        ["sacct", "-n", "-P", "-X", *flags, "-j", str(job), "-o", fields],
+        capture_output=True,
+        text=True,
+        check=check,
+    ).stdout
 
 
 def wait_until(what: str, predicate, timeout: float = 180.0, interval: float = 0.5):
@@ -334,3 +397,13 @@ def launcher(**changes) -> dict:
     node = dataclasses.asdict(SemlLauncherConf())
     node.update(changes)
     return node
+
+
+def refusal(**changes) -> str:
+    """The message of the ``ValueError`` with which ``launch.sbatch.validate_launcher`` refuses
+    :func:`launcher` ``(**changes)``; the test fails when the node is accepted."""
+    from seml_hydra.launch.sbatch import validate_launcher
+
+    with pytest.raises(ValueError) as error:
+        validate_launcher(launcher(**changes))
+    return str(error.value)

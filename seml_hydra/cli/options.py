@@ -15,56 +15,52 @@ import typer
 
 from seml_hydra.cli.core import collection_name
 
-SacredId = Annotated[
-    int | None,
-    typer.Option(
-        "-id",
-        "--sacred-id",
-        help="Only the experiment with this _id.",
-        show_default=False,
-    ),
-]
-BatchId = Annotated[
-    int | None,
-    typer.Option(
-        "-b",
-        "--batch-id",
-        help="Only experiments of this batch (staged by one launch).",
-        show_default=False,
-    ),
-]
-States = Annotated[
-    list[str] | None,
-    typer.Option(
-        "-s",
-        "--states",
-        help="Only experiments in these states (repeat the option or separate by commas), "
-        "e.g. -s FAILED,KILLED. Each command has its own default.",
-        metavar="STATES",
-        show_default=False,
-    ),
-]
-FilterDict = Annotated[
-    str | None,
-    typer.Option(
-        "-fd",
-        "--filter-dict",
-        help='A MongoDB filter as a JSON or YAML mapping, e.g. \'{"config.model.name": "small"}\'.',
-        metavar="DICT",
-        show_default=False,
-    ),
-]
-Projection = Annotated[
-    list[str] | None,
-    typer.Option(
-        "-p",
-        "--projection",
-        help="Also show these document keys (repeat the option or separate by commas), e.g. "
-        "-p config.optimizer.lr.",
-        metavar="KEY",
-        show_default=False,
-    ),
-]
+
+def optional_option(kind: Any, *names: str, help: str, metavar: str | None = None) -> Any:
+    """An option that is unset (``None``) unless given, its default not shown in help: the
+    shape every selector and ``-p`` share, declared here once.
+
+    Args:
+        kind: the value's type when given, e.g. ``int`` or ``list[str]`` (a list: the option
+            may repeat).
+        *names: the option's names, e.g. ``"-b", "--batch-id"``.
+        help: its help line.
+        metavar: the value's name in help (typer's default: the type's).
+
+    Returns:
+        An ``Annotated[kind | None, typer.Option(...)]`` alias for the command's parameter.
+    """
+    option = typer.Option(*names, help=help, metavar=metavar, show_default=False)
+    return Annotated[kind | None, option]
+
+
+SacredId = optional_option(int, "-id", "--sacred-id", help="Only the experiment with this _id.")
+BatchId = optional_option(
+    int, "-b", "--batch-id", help="Only experiments of this batch (staged by one launch)."
+)
+States = optional_option(
+    list[str],
+    "-s",
+    "--states",
+    help="Only experiments in these states (repeat the option or separate by commas), "
+    "e.g. -s FAILED,KILLED. Each command has its own default.",
+    metavar="STATES",
+)
+FilterDict = optional_option(
+    str,
+    "-fd",
+    "--filter-dict",
+    help='A MongoDB filter as a JSON or YAML mapping, e.g. \'{"config.model.name": "small"}\'.',
+    metavar="DICT",
+)
+Projection = optional_option(
+    list[str],
+    "-p",
+    "--projection",
+    help="Also show these document keys (repeat the option or separate by commas), e.g. "
+    "-p config.optimizer.lr.",
+    metavar="KEY",
+)
 Yes = Annotated[
     bool,
     typer.Option("-y", "--yes", help="Do not ask for confirmation."),

@@ -57,18 +57,16 @@ def sample(*, reset_gpu_peak: bool = False) -> Usage:
     torch's peak-memory counter (``torch.cuda.reset_peak_memory_stats``), as the run's start
     does so the peak is this experiment's. torch is only looked at when already imported (the
     task imported it); CUDA errors leave ``gpu_max_bytes`` None."""
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return Usage(
-        wall_s=time.monotonic(),
-        self_user_s=me.ru_utime,
-        self_system_s=me.ru_stime,
-        self_maxrss_kb=me.ru_maxrss,
-        children_user_s=kids.ru_utime,
-        children_system_s=kids.ru_stime,
-        children_maxrss_kb=kids.ru_maxrss,
-        gpu_max_bytes=_gpu_peak(reset_gpu_peak),
-    )
+    wall_s = time.monotonic()
+    me, kids = _rusage(resource.RUSAGE_SELF), _rusage(resource.RUSAGE_CHILDREN)
+    return Usage(wall_s, *me, *kids, gpu_max_bytes=_gpu_peak(reset_gpu_peak))
+
+
+def _rusage(who: int) -> tuple[float, float, int]:
+    """``(user_s, system_s, maxrss_kb)`` of ``resource.getrusage(who)``: the order of
+    :class:`Usage`'s ``self_*`` and ``children_*`` fields."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime, usage.ru_stime, usage.ru_maxrss
 
 
 def _gpu_peak(reset: bool) -> int | None:

@@ -50,18 +50,27 @@ RELOADABLE = (states.STAGED, states.FAILED, states.KILLED, states.INTERRUPTED)
 
 
 @dataclass
-class BatchReload:
-    """What :func:`reload_sources` did to one batch: ``batch_id``, the experiment ``ids`` whose
-    snapshot it replaced, ``files`` (the new snapshot's relative paths), ``changed`` (paths new
-    or with other content than before), ``missing`` (old snapshot files no longer in the
-    project, left out) and ``skipped`` (``(path, reason)`` left out for their size)."""
+class LeftOut:
+    """The batch ``batch_id`` and what its new code snapshot leaves out, the same in its
+    :class:`BatchPlan` and its :class:`BatchReload`: ``missing`` (old snapshot files no longer
+    in the project) and ``skipped`` (``(path, reason)`` left out for their size). Keyword-only
+    (after the fields of the subclass in its constructor)."""
 
     batch_id: Any
+    missing: list[str] = field(default_factory=list, kw_only=True)
+    skipped: list[tuple[str, str]] = field(default_factory=list, kw_only=True)
+
+
+@dataclass
+class BatchReload(LeftOut):
+    """What :func:`reload_sources` did to one batch: ``batch_id``, the experiment ``ids`` whose
+    snapshot it replaced, ``files`` (the new snapshot's relative paths), ``changed`` (paths new
+    or with other content than before), and ``missing`` / ``skipped`` of its plan
+    (:class:`LeftOut`)."""
+
     ids: list[Any]
     files: list[str]
     changed: list[str]
-    missing: list[str] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -115,19 +124,16 @@ def module_candidates(old_paths: Iterable[str], root: Path) -> tuple[list[str], 
 
 
 @dataclass
-class BatchPlan:
+class BatchPlan(LeftOut):
     """What :func:`plan_reload` will upload for one batch: ``batch_id``, its reloadable
     ``docs``, the project ``root`` and ``config_dirs`` (absolute, inside ``root``) the files
-    come from, ``files`` (``store.sources.SourceFile``), and ``missing`` / ``skipped`` as in
-    :class:`BatchReload`."""
+    come from, ``files`` (``store.sources.SourceFile``), and ``missing`` / ``skipped``
+    (:class:`LeftOut`)."""
 
-    batch_id: Any
     docs: list[Mapping[str, Any]]
     root: Path
     config_dirs: list[Path]
     files: list[SourceFile]
-    missing: list[str] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -203,7 +209,12 @@ def apply_reload(collection: Any, plan: ReloadPlan, keep_old: bool = False) -> R
         changed = [rel for rel, fid in new if old.get(rel) != str(fid)]
         result.batches.append(
             BatchReload(
-                batch.batch_id, ids, [rel for rel, _ in new], changed, batch.missing, batch.skipped
+                batch.batch_id,
+                ids,
+                [rel for rel, _ in new],
+                changed,
+                missing=batch.missing,
+                skipped=batch.skipped,
             )
         )
     if not keep_old and old_ids:
@@ -270,4 +281,4 @@ def _plan(db: Any, batch_id: Any, batch: list[Mapping[str, Any]]) -> BatchPlan:
         raise ManageError(
             f"None of the code snapshot's files of batch {batch_id} are in {root} any more."
         )
-    return BatchPlan(batch_id, batch, root, config_dirs, files, missing, skipped)
+    return BatchPlan(batch_id, batch, root, config_dirs, files, missing=missing, skipped=skipped)

@@ -346,26 +346,29 @@ def _settings_from_uri(uri: str, source: str) -> DbSettings:
             ) from None
         servers.append((host, port))
     host, port = servers[0]
+    return DbSettings(
+        host=unquote(host), port=port, uri=uri, source=source, **_login(parts, source)
+    )
+
+
+def _login(parts: Mapping[str, str], source: str) -> dict[str, str | None]:
+    """The ``database``, ``username``, ``password`` and ``auth_source`` fields of a URI split by
+    ``split_uri`` (pure): the path's database (else :data:`DEFAULT_DATABASE`; an invalid name
+    raises ``DatabaseError`` naming ``source``), the userinfo's user and password
+    (percent-decoded; None when absent), and the ``authSource`` query option, else, with a user,
+    MongoDB's rule: the URI's database, else ``"admin"``."""
     user, colon, pw = parts["userinfo"].partition(":")
     username = unquote(user) if user else None
-    password = unquote(pw) if colon else None
-    query = parse_qs(parts["query"])
-    database = unquote(parts["path"]) or DEFAULT_DATABASE
-    _check_database_name(database, source)
-    auth_source = query.get("authSource", [None])[-1]
+    path = unquote(parts["path"])
+    auth_source = parse_qs(parts["query"]).get("authSource", [None])[-1]
     if auth_source is None and username is not None:
-        # MongoDB's rule: the URI's database, else "admin".
-        auth_source = unquote(parts["path"]) or "admin"
-    return DbSettings(
-        host=unquote(host),
-        port=port,
-        database=database,
-        username=username,
-        password=password,
-        auth_source=auth_source,
-        uri=uri,
-        source=source,
-    )
+        auth_source = path or "admin"
+    return {
+        "database": _check_database_name(path or DEFAULT_DATABASE, source),
+        "username": username,
+        "password": unquote(pw) if colon else None,
+        "auth_source": auth_source,
+    }
 
 
 _WARNED_OPEN: set[str] = set()

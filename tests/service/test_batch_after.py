@@ -9,13 +9,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import run_app, squeue_tasks, statuses, wait_until
-from typer.testing import CliRunner
+from conftest import GATE_APP, launch_gate, run_app, squeue_tasks, statuses, wait_until
+from conftest import seml_ok as seml
 
-from seml_hydra.cli import app
-
-runner = CliRunner()
-GATE_APP = "../tests/apps/gate.py"
 pytestmark = pytest.mark.slurm
 
 
@@ -26,26 +22,9 @@ def wide_cli(tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")
 
 
-def seml(*args: str) -> str:
-    result = runner.invoke(app, list(args), prog_name="seml")
-    assert result.exit_code == 0, (result.output, result.exception)
-    return result.output
-
-
 def launch(tmp_path, *overrides: str, ok: bool = True):
     """One batch of the gate app (``x=...`` and the gate given in ``overrides``), not waiting."""
-    proc = run_app(
-        GATE_APP,
-        "-m",
-        "hydra/launcher=seml",
-        "hydra.launcher.wait=false",
-        "hydra.launcher.poll_interval_s=0.3",
-        *overrides,
-        cwd=tmp_path,
-    )
-    if ok:
-        assert proc.returncode == 0, proc.stderr
-    return proc
+    return launch_gate(tmp_path, "hydra.launcher.poll_interval_s=0.3", *overrides, check=ok)
 
 
 def batch(coll, batch_id: int) -> list[dict]:

@@ -13,14 +13,10 @@ import subprocess
 import time
 
 import pytest
-from conftest import run_app, statuses, wait_until
+from conftest import launch_gate, sacct, statuses, wait_until
+from conftest import seml_ok as seml
 from conftest import squeue_tasks as squeue
-from typer.testing import CliRunner
 
-from seml_hydra.cli import app
-
-runner = CliRunner()
-GATE_APP = "../tests/apps/gate.py"
 pytestmark = pytest.mark.slurm
 
 
@@ -29,25 +25,10 @@ def cache_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
-def seml(*args: str):
-    result = runner.invoke(app, list(args), prog_name="seml")
-    assert result.exit_code == 0, (result.output, result.exception)
-    return result.output
-
-
 def launch(tmp_path, *overrides: str):
-    proc = run_app(
-        GATE_APP,
-        "-m",
-        "hydra/launcher=seml",
-        "hydra.launcher.wait=false",
-        "hydra.launcher.experiments_per_job=1",
-        f"gate={tmp_path / 'go'}",
-        *overrides,
-        cwd=tmp_path,
+    return launch_gate(
+        tmp_path, "hydra.launcher.experiments_per_job=1", f"gate={tmp_path / 'go'}", *overrides
     )
-    assert proc.returncode == 0, proc.stderr
-    return proc
 
 
 def test_life_cycle_of_a_launcher_made_collection(slurm, test_db, tmp_path):
@@ -219,13 +200,7 @@ def test_delete_does_not_claim_to_cancel_tasks_that_were_already_gone(slurm, tes
 
 
 def _sacct_states(array) -> list[str]:
-    out = subprocess.run(
-        ["sacct", "-n", "-P", "-X", "-j", str(array), "-o", "JobID,State"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.split()
+    return sacct(array, "JobID,State").split()
 
 
 def test_a_held_array_cancelled_with_scancel_is_killed_with_the_cancelled_state(

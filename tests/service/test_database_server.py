@@ -78,16 +78,22 @@ def test_connect_and_get_collection(db_settings):
     assert coll.find_one({"_id": 1}) == {"_id": 1}
 
 
-def test_connect_wrong_password(mongo_url, tmp_path):
+def seml_user_config(mongo_url: str, tmp_path: Path, password: str) -> Path:
+    """A SEML mongodb.config in ``tmp_path`` for the testbed's user ``seml`` (database
+    ``seml``) on the server of ``mongo_url``, with ``password``."""
     server = resolve_db_settings({"url": mongo_url}, env={})
-    path = write_config(
+    return write_config(
         tmp_path / "m.config",
         host=server.host,
         port=server.port,
         username="seml",
-        password=SECRET,
+        password=password,
         database="seml",
     )
+
+
+def test_connect_wrong_password(mongo_url, tmp_path):
+    path = seml_user_config(mongo_url, tmp_path, SECRET)
     s = resolve_db_settings({"config_file": str(path)}, env={})
     with pytest.raises(DatabaseError) as exc:
         connect(s)
@@ -97,15 +103,7 @@ def test_connect_wrong_password(mongo_url, tmp_path):
 
 
 def test_connect_with_seml_user(mongo_url, tmp_path):
-    server = resolve_db_settings({"url": mongo_url}, env={})
-    path = write_config(
-        tmp_path / "m.config",
-        host=server.host,
-        port=server.port,
-        username="seml",
-        password="seml",
-        database="seml",
-    )
+    path = seml_user_config(mongo_url, tmp_path, "seml")
     db = connect(resolve_db_settings({"config_file": str(path)}, env={}))
     assert db.command("ping")["ok"] == 1.0
     assert db.name == "seml"

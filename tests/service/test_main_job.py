@@ -9,7 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import ROOT, run_app, start_app, wait_running
+from conftest import ROOT, run_app, sacct, start_app, wait_running
 
 FAST = ["hydra.launcher.poll_interval_s=0.3"]
 
@@ -19,12 +19,7 @@ def sacct_states(array_id: int, tasks: int) -> dict[str, str]:
     slurmdbd has recorded all of them in a terminal state, at most 60 s)."""
     deadline = time.monotonic() + 60
     while True:
-        out = subprocess.run(
-            ["sacct", "-n", "-P", "-X", "-j", str(array_id), "-o", "JobID,State"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        out = sacct(array_id, "JobID,State")
         rows = dict(line.split("|", 1) for line in out.split())
         terminal = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}
         if len(rows) >= tasks and all(state.split()[0] in terminal for state in rows.values()):

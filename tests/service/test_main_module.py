@@ -12,23 +12,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, statuses, wait_until
+from conftest import ROOT, run_python, statuses, wait_until
 
 ZEN_APP = ROOT / "tests" / "apps" / "zen_app.py"
 
 
 def launch(app: Path | str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     """Run ``python <app> -m <args>`` in ``cwd``; fails the test when it does not exit 0."""
-    proc = subprocess.run(
-        [sys.executable, str(app), "-m", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ),
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
+    return run_python(str(app), "-m", *args, cwd=cwd, check=True)
 
 
 @pytest.mark.parametrize("launcher", ["seml", "seml_local"])

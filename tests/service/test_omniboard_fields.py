@@ -5,14 +5,11 @@ on ``info.metrics`` ids) and the Source Files tab (``sourceFiles.response.js``).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import gridfs
 from bson import ObjectId
-from conftest import ROOT
+from conftest import ROOT, run_app
 
 from seml_hydra.job.observed import sacred_experiment_info
 from seml_hydra.store.collections import metrics_collection_name
@@ -52,16 +49,16 @@ def test_sacred_experiment_info_names_the_script_and_the_snapshot():
 
 
 def test_documents_have_every_field_omniboard_reads(slurm, test_db, tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(ZEN_APP), "-m", "hydra/launcher=seml_local"]
-        + ["hydra.launcher.collection=board", f"hydra.sweep.dir={tmp_path}", "model.width=2,3"],
+    run_app(
+        ZEN_APP,
+        "-m",
+        "hydra/launcher=seml_local",
+        "hydra.launcher.collection=board",
+        f"hydra.sweep.dir={tmp_path}",
+        "model.width=2,3",
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ),
+        check=True,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = list(test_db["board"].find())
     assert len(runs) == 2
     for run in runs:

@@ -3,13 +3,10 @@ that failed on a bug runs the fixed code after reload-sources, reset and start."
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
+from conftest import run_app, wait_until
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app
@@ -64,15 +61,15 @@ def helper_files(db, name: str) -> int:
 
 def test_a_failed_job_runs_the_reloaded_code_after_reset_and_start(slurm, test_db, tmp_path):
     app_py = write_project(tmp_path / "proj")
-    proc = subprocess.run(
-        [sys.executable, str(app_py), "-m", "hydra/launcher=seml", "hydra.launcher.wait=false"],
+    run_app(
+        app_py,
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.wait=false",
         cwd=app_py.parent,
-        capture_output=True,
-        text=True,
         timeout=120,
-        env=dict(os.environ),
+        check=True,
     )
-    assert proc.returncode == 0, proc.stderr
     coll = test_db["app"]
     doc = wait_until(
         "the job fails on the bug", lambda: coll.find_one({"status": "FAILED"}), timeout=240

@@ -3,7 +3,6 @@ editable) are edited while their job is held, and the result still shows the lau
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import run_app
 
 APP = """
 import hydra
@@ -66,22 +66,16 @@ def write_src_project(root: Path) -> Path:
 
 def launch_held(app: Path, collection) -> dict:
     """Launch one point with wait=false and a held array; returns its document."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(app),
-            "-m",
-            "hydra/launcher=seml",
-            "hydra.launcher.wait=false",
-            "+hydra.launcher.additional_parameters.hold=true",
-        ],
+    run_app(
+        app,
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.wait=false",
+        "+hydra.launcher.additional_parameters.hold=true",
         cwd=app.parent,
-        capture_output=True,
-        text=True,
         timeout=120,
-        env=dict(os.environ),
+        check=True,
     )
-    assert proc.returncode == 0, proc.stderr
     (doc,) = list(collection.find())
     assert doc["status"] == "PENDING"
     return doc

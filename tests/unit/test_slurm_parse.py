@@ -53,6 +53,11 @@ def by_id(rows):
     return out
 
 
+def fields_by_id(rows: dict, *names: str) -> dict:
+    """``{job id: (the row's values of names)}`` of ``rows`` (``{job id: row}``, :func:`by_id`)."""
+    return {jid: tuple(getattr(r, name) for name in names) for jid, r in rows.items()}
+
+
 # --------------------------------------------------------------------------------------------
 # array task specs and job ids
 # --------------------------------------------------------------------------------------------
@@ -421,10 +426,7 @@ SQUEUE_HANDWRITTEN = {
 
 def test_parse_squeue_handwritten_states():
     rows = by_id(parse_squeue(fixture("squeue_handwritten.txt")))
-    got = {
-        jid: (r.state, r.alive, r.reason, r.nodelist, r.elapsed_s, r.user, r.comment)
-        for jid, r in rows.items()
-    }
+    got = fields_by_id(rows, "state", "alive", "reason", "nodelist", "elapsed_s", "user", "comment")
     assert got == SQUEUE_HANDWRITTEN
     # with the real fixtures, every state squeue knows is covered
     real = parse_squeue(fixture("squeue_ranges.txt")) + parse_squeue(
@@ -591,10 +593,9 @@ SACCT_HANDWRITTEN = {
 
 def test_parse_sacct_handwritten_states():
     rows = by_id(parse_sacct(fixture("sacct_handwritten.txt")))
-    got = {
-        j: (r.state, r.alive, r.exit_code, r.exit_signal, r.elapsed_s, r.user, r.comment)
-        for j, r in rows.items()
-    }
+    got = fields_by_id(
+        rows, "state", "alive", "exit_code", "exit_signal", "elapsed_s", "user", "comment"
+    )
     assert got == SACCT_HANDWRITTEN
     assert rows["46"].state_raw == "CANCELLED by 1000" and rows["46"].name == "alice job"
     assert rows["44"].start is None and rows["44"].nodelist is None
