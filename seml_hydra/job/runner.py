@@ -26,6 +26,7 @@ from seml_hydra.core.documents import apply_diff, storable_result
 from seml_hydra.core.hydra_node import job_config
 from seml_hydra.job import rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
+from seml_hydra.job.devices import local_gpu_environment
 from seml_hydra.job.failures import fail_if_a_rank_failed, record_rank_failure, trace_lines
 from seml_hydra.job.main_module import load_script, script_as_main, script_dir, script_path
 from seml_hydra.job.observed import bounded_result, freeze_observers, run_observed
@@ -116,6 +117,7 @@ class JobRunner:
         Returns one outcome per experiment (``"COMPLETED"``, ``"FAILED"`` or ``"SKIPPED: why"``).
         Raises :class:`RankExperimentsFailed` after the last one when any failed on this rank.
         """
+        os.environ.update(local_gpu_environment(os.environ))  # seml_local: this rank's GPUs
         db = connect(resolve_db_settings(self.db_cfg, start_embedded=False), retry=True)
         collection = db[self.collection]
         self._collection = collection  # for checkpoint(), which submitit calls on this object
