@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.core.documents import apply_diff, storable_result
+from seml_hydra.core.documents import apply_diff, storable_result, task_config
 from seml_hydra.core.hydra_node import job_config
 from seml_hydra.job import rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
@@ -255,7 +255,7 @@ class JobRunner:
             node = adapt_hydra_node(apply_diff(base, doc["hydra"].get("node_diff", [])), plan)
             typed = payload.typed_hydra_base
             cfg = job_config(
-                doc["config"],
+                task_config(doc),
                 node,
                 plan.job_id,
                 typed_base=pickle.loads(typed) if typed else None,
