@@ -56,3 +56,20 @@ def test_two_jobs_see_different_gpus(test_db, tmp_path):
     assert sorted(found) == ["a", "b"]
     seen = {tag: found[tag][0]["cuda_visible_devices"] for tag in ("a", "b")}
     assert sorted(seen.values()) == ["3,4", "5,6"], seen
+
+
+def test_visible_gpus_on_slurm_is_refused_before_staging(test_db, tmp_path):
+    proc = run_app(
+        "ranks.py",
+        "-m",
+        "hydra/launcher=seml",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "hydra.launcher.gpus_per_node=1",
+        "hydra.launcher.visible_gpus=[0,1]",
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "visible_gpus spreads this machine's GPUs over seml_local's jobs" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert test_db["ranks"].count_documents({}) == 0
