@@ -143,6 +143,9 @@ class SemlLauncherConf:
     gpus_per_task: int | None = slurm(None, sbatch="gpus-per-task")
     # how srun binds GPUs to tasks (srun --gpu-bind, e.g. single:1, per_task:1, closest)
     gpu_bind: str | None = launcher_only(None)
+    # seml_local only: the machine's GPU ids to spread over the jobs and their ranks (job i,
+    # rank r gets its own gpus_per_task of them; seml_hydra.job.devices.local_rank_gpus)
+    visible_gpus: list[Any] | None = launcher_only(None)
     # CPUs per allocated GPU (sbatch --cpus-per-gpu; Slurm wants gpus_per_task with it)
     cpus_per_gpu: int | None = slurm(None, sbatch="cpus-per-gpu")
     # memory per allocated GPU / per CPU, in sbatch's syntax: 8G, 4096 (MB), ...

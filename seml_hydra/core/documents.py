@@ -52,6 +52,7 @@ class HydraDoc(TypedDict, total=False):
     node_diff: list[dict[str, Any]]  # the point's Hydra node as a diff against the batch's base
     working_dir: str  # set by the run step: where the task ran
     task_name: str  # set by the run step
+    added_seed: bool  # config.seed was added at staging (the app has none): not in the task's cfg
 
 
 def to_bson_safe(value: Any) -> Any:
@@ -323,6 +324,25 @@ def pick_seed(config: Mapping[str, Any], drawn: int) -> int:
     return drawn
 
 
+def adds_seed(config: Mapping[str, Any]) -> bool:
+    """Whether staging adds the experiment's seed to the stored ``config`` (pure): when the app's
+    config has no top-level ``seed`` key. Sacred keeps a run's seed in ``config.seed``
+    (Omniboard and SEML show it there); an app's own ``seed`` key is the seed already
+    (:func:`pick_seed`) and stays as the app has it."""
+    return "seed" not in config
+
+
+def task_config(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The config the task runs with, from an experiment document (pure): the stored ``config``
+    without the ``seed`` staging added (``hydra.added_seed``, :func:`adds_seed`), so the task's
+    cfg is the app's own; documents staged before (no flag) as they are."""
+    config = dict(doc.get("config") or {})
+    hydra = doc.get("hydra")
+    if isinstance(hydra, Mapping) and hydra.get("added_seed"):
+        config.pop("seed", None)
+    return config
+
+
 def build_document(
     *,
     exp_id: int,
@@ -356,12 +376,17 @@ def build_document(
     Returns the document as a dict ready for ``insert_many``.
     """
     safe_config = to_bson_safe(config)
+    hydra_block = to_bson_safe(dict(hydra))
+    stored_config = safe_config
+    if adds_seed(safe_config):
+        stored_config = {**safe_config, "seed": seed}
+        hydra_block["added_seed"] = True
     doc: dict[str, Any] = {
         "_id": exp_id,
         "batch_id": batch_id,
         "status": states.STAGED,
         "seed": seed,
-        "config": safe_config,
+        "config": stored_config,
         "config_unresolved": overrides_to_nested(overrides),
         "config_hash": experiment_hash(safe_config, launcher),
         "add_time": add_time,
@@ -372,7 +397,7 @@ def build_document(
                 "sbatch_options": to_bson_safe(dict(sbatch_options)),
             }
         ],
-        "hydra": to_bson_safe(dict(hydra)),
+        "hydra": hydra_block,
     }
     if git is not None:
         doc["git"] = dict(git)

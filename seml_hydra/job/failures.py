@@ -94,3 +94,78 @@ def appended_once(entries: Sequence[Sequence[str]], field: str = "fail_trace") -
             },
         }
     }
+
+
+#: how long the primary rank waits, after its own task ended, for the other ranks to end
+#: (:func:`await_other_ranks`); a rank that died without a word holds it no longer than this
+OTHER_RANKS_WAIT_S = 120.0
+
+
+class OtherRanksFailed(RuntimeError):
+    """Raised into the primary rank's task when another rank of the experiment failed: Sacred
+    then records the experiment FAILED at once (the other ranks' traces are appended to
+    ``fail_trace`` by :func:`fail_if_a_rank_failed`)."""
+
+
+def record_rank_end(
+    collection: Any, exp_id: int, global_rank: int, restart: int, outcome: str
+) -> None:
+    """Append ``{rank, restart, outcome, id}`` to the document's ``rank_ends`` (a field Sacred's
+    observer never holds): this rank's task of run ``restart`` (``execution.restart``) ended.
+    Idempotent under :func:`~seml_hydra.store.retry.retrying`, as :func:`record_rank_failure`."""
+    import uuid
+
+    end = {"rank": global_rank, "restart": restart, "outcome": outcome, "id": uuid.uuid4().hex}
+    retrying(
+        lambda: collection.update_one(
+            {"_id": exp_id, "rank_ends.id": {"$ne": end["id"]}}, {"$push": {"rank_ends": end}}
+        ),
+        f"recording the end of rank {global_rank} of experiment {exp_id}",
+    )
+
+
+def ranks_outcome(doc: Mapping[str, Any], world_size: int, restart: int) -> tuple[list[Any], bool]:
+    """``(failed ranks, every other rank ended)`` of run ``restart`` from a document's
+    ``rank_failures`` and ``rank_ends`` (pure); rank 0 is the primary, which asks."""
+    failed = [f.get("rank") for f in doc.get("rank_failures") or []]
+    ended = {e.get("rank") for e in doc.get("rank_ends") or [] if e.get("restart") == restart}
+    return failed, set(range(1, world_size)) <= ended
+
+
+def await_other_ranks(
+    collection: Any,
+    exp_id: int,
+    world_size: int,
+    restart: int,
+    *,
+    timeout_s: float = OTHER_RANKS_WAIT_S,
+    poll_s: float = 0.5,
+) -> None:
+    """The primary rank, its task done, before its final save: record its end
+    (:func:`record_rank_end`) and wait until every other rank ended, one failed, or
+    ``timeout_s`` seconds passed (then the primary saves COMPLETED, and a rank failing later
+    turns it FAILED: :func:`fail_if_a_rank_failed`).
+
+    So the document is never COMPLETED while another rank still runs to fail: the launcher, a
+    later launch returning the stored result and ``seml status`` all read the outcome of every
+    rank (SEML's multi-task rule: a failure on any rank fails the experiment).
+
+    Raises:
+        OtherRanksFailed: another rank recorded a failure (``rank_failures``).
+    """
+    import time
+
+    record_rank_end(collection, exp_id, 0, restart, "COMPLETED")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        doc = retrying(
+            lambda: collection.find_one({"_id": exp_id}, {"rank_failures": 1, "rank_ends": 1}),
+            f"reading the other ranks of experiment {exp_id}",
+        )
+        failed, all_ended = ranks_outcome(doc or {}, world_size, restart)
+        if failed:
+            ranks = ", ".join(str(r) for r in failed)
+            raise OtherRanksFailed(f"rank(s) {ranks} of experiment {exp_id} failed: their traces follow")
+        if all_ended or time.monotonic() >= deadline:
+            return
+        time.sleep(poll_s)

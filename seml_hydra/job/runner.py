@@ -22,11 +22,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.core.documents import apply_diff, storable_result
+from seml_hydra.core.documents import apply_diff, storable_result, task_config
 from seml_hydra.core.hydra_node import job_config
 from seml_hydra.job import rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
-from seml_hydra.job.failures import fail_if_a_rank_failed, record_rank_failure, trace_lines
+from seml_hydra.job.devices import local_gpu_environment
+from seml_hydra.job.failures import (
+    await_other_ranks,
+    fail_if_a_rank_failed,
+    record_rank_end,
+    record_rank_failure,
+    trace_lines,
+)
 from seml_hydra.job.main_module import load_script, script_as_main, script_dir, script_path
 from seml_hydra.job.observed import bounded_result, freeze_observers, run_observed
 from seml_hydra.job.slurm_env import execution_identity, rank_label, restart_count
@@ -116,6 +123,7 @@ class JobRunner:
         Returns one outcome per experiment (``"COMPLETED"``, ``"FAILED"`` or ``"SKIPPED: why"``).
         Raises :class:`RankExperimentsFailed` after the last one when any failed on this rank.
         """
+        os.environ.update(local_gpu_environment(os.environ))  # seml_local: this rank's GPUs
         db = connect(resolve_db_settings(self.db_cfg, start_embedded=False), retry=True)
         collection = db[self.collection]
         self._collection = collection  # for checkpoint(), which submitit calls on this object
@@ -253,7 +261,7 @@ class JobRunner:
             node = adapt_hydra_node(apply_diff(base, doc["hydra"].get("node_diff", [])), plan)
             typed = payload.typed_hydra_base
             cfg = job_config(
-                doc["config"],
+                task_config(doc),
                 node,
                 plan.job_id,
                 typed_base=pickle.loads(typed) if typed else None,
@@ -271,6 +279,7 @@ class JobRunner:
             return states.FAILED
 
         holder: dict[str, Any] = {}
+        restart = int((doc.get("execution") or {}).get("restart") or 0)
 
         def task() -> Any:
             requeue._enter_task()
@@ -287,6 +296,8 @@ class JobRunner:
                     exp_id,
                     "; ".join(problems),
                 )
+            if plan.is_primary and plan.world_size > 1:  # no COMPLETED before every rank ended
+                await_other_ranks(collection, exp_id, plan.world_size, restart)
             return value
 
         usage = stats.sample(reset_gpu_peak=True) if plan.is_primary else None
@@ -320,6 +331,8 @@ class JobRunner:
                 record_rank_failure(collection, exp_id, plan.global_rank, traceback.format_exc())
         finally:
             rank.set_current_plan(None)
+        if plan.world_size > 1 and not plan.is_primary:  # after its failure, if any
+            record_rank_end(collection, exp_id, plan.global_rank, restart, outcome)
         if usage is not None:  # SEML's collect_stats (seml_hydra.job.stats)
             stats.record(collection, exp_id, usage, fenced)
         # A failure on any rank fails the experiment. Sacred's observer (primary) writes its own

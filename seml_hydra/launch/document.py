@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from seml_hydra.core.documents import GitDoc, HydraDoc, build_document, dict_diff, pick_seed
+from seml_hydra.core.documents import (
+    GitDoc,
+    HydraDoc,
+    adds_seed,
+    build_document,
+    dict_diff,
+    pick_seed,
+)
 from seml_hydra.launch.compose import SweepPoint
 from seml_hydra.launch.sbatch import job_name, sbatch_options
 from seml_hydra.store.masking import mask_credentials
@@ -54,6 +61,7 @@ def hydra_doc(point: SweepPoint, base_hydra: Mapping[str, Any]) -> HydraDoc:
         "output_dir": hydra["runtime"]["output_dir"],
         "choices": hydra["runtime"].get("choices", {}),
         "node_diff": dict_diff(base_hydra, hydra),
+        **({"added_seed": True} if adds_seed(point.config) else {}),
     }
 
 

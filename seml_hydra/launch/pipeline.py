@@ -111,6 +111,11 @@ def launch_points(
         )
     db = connect(settings)
     check_dependencies(db, collection_name, points, launcher.executor)
+    if launcher.executor == "slurm" and any(p.launcher.get("visible_gpus") for p in points):
+        raise LaunchError(
+            "hydra.launcher.visible_gpus spreads this machine's GPUs over seml_local's jobs; on "
+            "Slurm, Slurm assigns them (gpus_per_task, gpus_per_node); nothing was staged"
+        )
     return _Launch(launcher, db, settings, collection_name, points, blob, console).run()
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from seml_hydra import config
 from seml_hydra.config import SemlLauncherConf
+from seml_hydra.job.devices import check_visible_gpus
 from seml_hydra.launch.after import dependency_type, parse_after
 
 _FIELDS = dataclasses.fields(SemlLauncherConf)
@@ -32,7 +33,9 @@ SLURM_KEYS = tuple(f.name for f in _FIELDS if f.metadata.get(config.ROLE) == con
 #: submitit executor constructor arguments, passed as ``<cluster>_<key>``: role EXECUTOR
 EXECUTOR_KEYS = tuple(f.name for f in _FIELDS if f.metadata.get(config.ROLE) == config.EXECUTOR)
 #: launcher-only fields that still change what a job is submitted with (its name, srun line)
-LAUNCHER_RESOURCE_KEYS = ("experiments_per_job", "name", "after", "after_kind", "gpu_bind")
+LAUNCHER_RESOURCE_KEYS = (
+    *("experiments_per_job", "name", "after", "after_kind", "gpu_bind", "visible_gpus"),
+)
 #: launcher field -> its sbatch option in ``slurm[0].sbatch_options`` (``SBATCH`` metadata)
 SBATCH_NAMES: Mapping[str, str] = {
     f.name: f.metadata[config.SBATCH] for f in _FIELDS if f.metadata.get(config.SBATCH)
@@ -137,6 +140,7 @@ def validate_launcher(launcher: Mapping[str, Any]) -> None:
         if value is not None and (isinstance(value, bool) or not value > 0):
             raise ValueError(f"hydra.launcher.{key}={value!r}: must be positive (or null)")
     dependency_type(launcher.get("after_kind", "ok"))
+    check_visible_gpus(launcher)
     if launcher.get("after") is not None:
         parse_after(launcher["after"], "")
     exclusive = launcher.get("exclusive")

@@ -26,6 +26,7 @@ RUN_FIELDS = (
     "result",
     "fail_trace",
     "rank_failures",
+    "rank_ends",
     "requeues",
     "host",
     "experiment",

@@ -19,13 +19,15 @@ import io
 import logging
 import os
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.processes import process_alive, process_start
+from seml_hydra.core.scoped import temporarily
+from seml_hydra.job.devices import GPUS_PER_TASK_VAR, LOCAL_GPUS_VAR, local_job_environment
 from seml_hydra.job.runner import JobRunner
 from seml_hydra.launch.after import batch_dependency
 from seml_hydra.launch.sbatch import (
@@ -56,6 +58,8 @@ LEAKY_ENV_NAMES = (
     "JAX_COORDINATOR_ADDRESS",
     "JAX_COORDINATOR_PORT",
     "JAX_NUM_PROCESSES",
+    LOCAL_GPUS_VAR,
+    GPUS_PER_TASK_VAR,
 )
 
 
@@ -184,6 +188,7 @@ def submit_group(
     job_env: Mapping[str, str] | None = None,
     cluster_name: str | None = None,
     executor_args: Mapping[str, Any] | None = None,
+    per_job_env: Callable[[int], Mapping[str, str]] | None = None,
 ) -> tuple[list[Any], list[list[int]]]:
     """Submit one resource group as one array job; returns ``(submitit Jobs, id groups)``: one
     job per group submitted, in order, which are ``id_groups`` less the ids this process did
@@ -201,6 +206,8 @@ def submit_group(
     twice nor has its ``slurm[0]`` overwritten. ``job_env`` is set in the submitting
     environment only (:func:`clean_environment`). ``executor_args`` go to submitit's
     ``AutoExecutor`` constructor (``launch.sbatch.executor_arguments``: ``slurm_python``...).
+    With ``per_job_env`` (the local executor: no arrays) the jobs are submitted one by one,
+    job ``i`` (of those submitted) with ``per_job_env(i)`` also set in its environment.
     """
     import submitit
 
@@ -234,7 +241,13 @@ def submit_group(
         executor.update_parameters(**params)
         stderr = io.StringIO()
         with clean_environment(job_env), contextlib.redirect_stderr(stderr):
-            jobs = executor.map_array(runner, [list(g) for g in id_groups])
+            if per_job_env is None:
+                jobs = executor.map_array(runner, [list(g) for g in id_groups])
+            else:
+                jobs = []
+                for i, group in enumerate(id_groups):
+                    with temporarily(os.environ, per_job_env(i)):
+                        jobs += executor.map_array(runner, [list(group)])
     except BaseException as error:  # Ctrl-C during sbatch too: never PENDING without a job
         collection.update_many(
             {"_id": {"$in": all_ids}, "status": states.PENDING, **ours},
@@ -279,6 +292,13 @@ def submit_group(
         )
     )
     return jobs, [list(g) for g in id_groups]
+
+
+def local_gpus(launcher: Mapping[str, Any], first_job: int) -> Callable[[int], dict[str, str]]:
+    """``per_job_env`` of :func:`submit_group` for ``seml_local``: job ``i`` of the group is the
+    submission's job ``first_job + i`` and gets its share of ``visible_gpus``
+    (``seml_hydra.job.devices.local_job_environment``)."""
+    return lambda i: local_job_environment(launcher, first_job + i)
 
 
 @dataclass(frozen=True)
@@ -345,6 +365,7 @@ def submit_requests(
         except ValueError as error:
             raise SubmissionError(f"{error} Nothing was submitted.") from None
     arrays = []
+    local_jobs = 0  # seml_local jobs so far: job i gets the i-th slice of visible_gpus
     max_array: int | None = None
     name_of_cluster: str | None = None
     for group in groups:
@@ -394,7 +415,10 @@ def submit_requests(
                 job_env=job_env,
                 cluster_name=name_of_cluster if first.cluster == "slurm" else None,
                 executor_args=executor_arguments(launcher, first.cluster),
+                per_job_env=local_gpus(launcher, local_jobs) if first.cluster == "local" else None,
             )
+            if first.cluster == "local":
+                local_jobs += len(jobs)
             if not jobs:  # a concurrent submission took all of them: nothing submitted here
                 continue
             arrays.append(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.core.documents import apply_diff
+from seml_hydra.core.documents import apply_diff, task_config
 from seml_hydra.launch.recovery import recover_interrupted_submissions
 from seml_hydra.slurm import client as slurm
 from seml_hydra.store.results import restore_results
@@ -266,7 +266,7 @@ def job_return_from_document(
     hydra_node["job"]["id"] = hydra_doc.get("job_id") or _job_id(doc)
     ret = JobReturn()
     ret.overrides = list(hydra_doc.get("overrides", []))
-    ret.cfg = OmegaConf.create(dict(doc.get("config", {})))
+    ret.cfg = OmegaConf.create(task_config(doc))
     ret.hydra_cfg = OmegaConf.create({"hydra": hydra_node})
     ret.working_dir = hydra_doc.get("working_dir") or hydra_doc.get("output_dir")
     ret.task_name = hydra_doc.get("task_name") or hydra_doc.get("job_name")

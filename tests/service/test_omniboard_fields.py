@@ -83,8 +83,10 @@ def test_documents_have_every_field_omniboard_reads(slurm, test_db, tmp_path):
         assert not {i for _, i in sources} & {i for _, i in snapshot}
         fs = gridfs.GridFS(test_db)
         assert [fs.get(i).read() for _, i in sources] == [fs.get(i).read() for _, i in snapshot]
-        # metrics: info.metrics ids, documents {run_id, name, steps, values} in the collection
-        # configured as metricsCollectionName
+        # the seed where Sacred keeps it (Omniboard's Config tab)
+        assert run["config"]["seed"] == run["seed"]
+        # metrics: info.metrics ids, documents {run_id, name, steps, values} in the
+        # collection's own metrics collection
         (entry,) = run["info"]["metrics"]
         metric = test_db[metrics_collection_name("board")].find_one({"_id": ObjectId(entry["id"])})
         assert metric["run_id"] == run["_id"] and metric["name"] == entry["name"] == "width"

@@ -328,8 +328,10 @@ def test_build_document_has_all_seml_fields():
 
 def test_build_document_config_and_hash():
     doc = make_doc()
-    assert doc["config"] == {"lr": 0.1, "model": {"name": "small"}, "out": "/tmp/out"}
-    assert doc["config_hash"] == seml_make_hash(doc["config"])
+    app_config = {"lr": 0.1, "model": {"name": "small"}, "out": "/tmp/out"}
+    # the seed where Sacred keeps it; the hash is the app config's (a drawn seed is no identity)
+    assert doc["config"] == {**app_config, "seed": 1234}
+    assert doc["config_hash"] == seml_make_hash(app_config)
     assert doc["config_unresolved"] == {"optimizer": {"lr": 0.1}, "model": "small"}
 
 
@@ -362,7 +364,23 @@ def test_build_document_omits_git_when_none():
 
 def test_build_document_hydra_block():
     doc = make_doc(hydra={"overrides": ["a=1"], "job_num": 0, "output_dir": Path("/o")})
-    assert doc["hydra"] == {"overrides": ["a=1"], "job_num": 0, "output_dir": "/o"}
+    assert doc["hydra"] == {
+        "overrides": ["a=1"],
+        "job_num": 0,
+        "output_dir": "/o",
+        "added_seed": True,
+    }
+
+
+def test_the_task_config_leaves_out_the_seed_staging_added():
+    added = make_doc(config={"lr": 0.1})
+    assert added["config"] == {"lr": 0.1, "seed": 1234}
+    assert documents.task_config(added) == {"lr": 0.1}
+    own = make_doc(config={"lr": 0.1, "seed": 7}, seed=7)
+    assert own["config"] == {"lr": 0.1, "seed": 7} and "added_seed" not in own["hydra"]
+    assert documents.task_config(own) == {"lr": 0.1, "seed": 7}
+    # documents staged before config.seed: as they are
+    assert documents.task_config({"config": {"lr": 0.1}, "hydra": {}}) == {"lr": 0.1}
 
 
 def test_build_document_is_json_like_and_does_not_share_inputs():
