@@ -161,7 +161,11 @@ def full_update(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def save_update(
-    stored: Mapping[str, Any] | None, entry: Mapping[str, Any], cap: int = MAX_CAPTURED_CHARS
+    stored: Mapping[str, Any] | None,
+    entry: Mapping[str, Any],
+    cap: int = MAX_CAPTURED_CHARS,
+    *,
+    append: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """The update of one save of the run entry ``entry`` and the filter it needs in addition to
     the document's own (``{}``, or the guard ``{"heartbeat": ...}`` of an append).
@@ -171,6 +175,8 @@ def save_update(
             when unknown (the first save, or after a save that matched nothing).
         entry: the run entry to store (Sacred's ``run_entry`` without ``config``).
         cap: the characters ``captured_out`` keeps (:func:`bounded_output`).
+        append: False for a server without update pipelines (MongoDB < 4.2): a changed
+            ``captured_out`` is then sent whole.
     Returns:
         ``(update, guard)``: ``full_update(entry)`` and ``{}`` when ``stored`` is None;
         otherwise a ``$set`` of the fields that differ from ``stored`` and of
@@ -191,7 +197,7 @@ def save_update(
     before, after = stored.get("captured_out"), changed["captured_out"]
     moved_on = _millis(entry.get("heartbeat")) != _millis(stored.get("heartbeat"))
     chunk = None
-    if isinstance(before, str) and isinstance(after, str) and moved_on:
+    if append and isinstance(before, str) and isinstance(after, str) and moved_on:
         chunk = output_chunk(before, after, cap)
     if chunk is None:
         return {"$set": changed}, {}

@@ -105,6 +105,8 @@ def run_observed(
         _unsent: dict[str, dict[str, list[Any]]] | None = None
         #: the entry of the last save the server acknowledged, or None when unknown
         _stored: dict[str, Any] | None = None
+        #: False once the server refused an update pipeline (MongoDB < 4.2)
+        _appends = True
 
         def started_event(self, ex_info: Any, *args: Any, **kwargs: Any) -> Any:
             return super().started_event(
@@ -179,10 +181,17 @@ def run_observed(
         def _send(self, entry: dict[str, Any]) -> None:
             # what changed since the last acknowledged save; an append whose guard fails (the
             # server holds something else: a lost answer, another writer) sends it all
-            update, guard = heartbeat.save_update(self._stored, entry)
+            from pymongo.errors import OperationFailure
+
+            update, guard = heartbeat.save_update(self._stored, entry, append=self._appends)
             where = self._filter(entry)
-            result = self.runs.update_one({**where, **guard}, update)
-            if guard and not result.matched_count:
+            try:
+                result = self.runs.update_one({**where, **guard}, update)
+            except OperationFailure:
+                if not guard:
+                    raise
+                self._appends, result = False, None  # no update pipelines before MongoDB 4.2
+            if guard and not (result and result.matched_count):
                 result = self.runs.update_one(where, heartbeat.full_update(entry))
             self._stored = heartbeat.snapshot(entry) if result.matched_count else None
 

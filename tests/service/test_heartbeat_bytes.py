@@ -25,6 +25,8 @@ from seml_hydra.job.heartbeat import (
     append_expression,
     appended,
     bounded_output,
+    save_update,
+    snapshot,
 )
 from seml_hydra.job.observed import run_observed
 from seml_hydra.manage.inspection import read_outputs
@@ -72,6 +74,25 @@ def test_the_servers_append_stores_what_the_pure_append_computes(private_mongod,
     for _id, before in ((1, stored), (2, "")):
         runs.update_one({"_id": _id}, [{"$set": {"captured_out": append_expression(chunk, CAP)}}])
         assert runs.find_one({"_id": _id})["captured_out"] == appended(before, chunk, CAP)
+
+
+def test_an_append_sent_again_after_its_answer_was_lost_matches_nothing(private_mongod):
+    """A retried save (the first reached the server, its answer did not) must not append the
+    chunk twice: the guard (the heartbeat of the last acknowledged save) no longer matches, so
+    the observer sends the whole entry instead (``DocumentObserver._send``)."""
+    import datetime
+
+    runs = private_mongod.direct()["heartbeat_test"]["runs"]
+    t0 = datetime.datetime(2026, 12, 1, 12, 0, 0)
+    stored = {"_id": 1, "status": "RUNNING", "heartbeat": t0, "captured_out": "a\n" * 100}
+    runs.insert_one(stored)
+    entry = {**stored, "heartbeat": t0 + datetime.timedelta(seconds=10)}
+    entry["captured_out"] += "b\n"
+    update, guard = save_update(snapshot(stored), entry)
+    assert guard == {"heartbeat": t0}
+    assert runs.update_one({"_id": 1, **guard}, update).matched_count == 1
+    assert runs.update_one({"_id": 1, **guard}, update).matched_count == 0  # the retry
+    assert runs.find_one({"_id": 1})["captured_out"] == entry["captured_out"]
 
 
 def numbered(start: int, count: int) -> str:

@@ -149,6 +149,13 @@ def test_an_append_without_a_new_heartbeat_at_the_millisecond_is_sent_whole():
     assert guard == {} and update["$set"]["captured_out"] == "abcdef"
 
 
+def test_without_update_pipelines_new_output_is_sent_whole():
+    stored = snapshot(entry(captured_out="abc"))
+    beat = T0 + datetime.timedelta(seconds=10)
+    update, guard = save_update(stored, entry(captured_out="abcdef", heartbeat=beat), append=False)
+    assert guard == {} and update["$set"]["captured_out"] == "abcdef"
+
+
 def test_a_snapshot_does_not_follow_later_changes_in_place():
     live = entry(info={"metrics": []})
     stored = snapshot(live)
