@@ -124,7 +124,8 @@ def bench(args, envs, work: Path) -> dict:
         out[str(seconds)] = {"printed": printed, "seml-hydra": ours, "sacred": theirs}
         print(
             f"  (h) {seconds} s, {printed / 1e6:.2f} MB printed: seml-hydra "
-            f"{ours['bytes_in'] / 1e6:.2f} MB into MongoDB, Sacred {theirs['bytes_in'] / 1e6:.2f} MB",
+            f"{ours['bytes_in'] / 1e6:.2f} MB into MongoDB, "
+            f"Sacred {theirs['bytes_in'] / 1e6:.2f} MB",
             flush=True,
         )
     return out

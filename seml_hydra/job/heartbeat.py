@@ -42,7 +42,8 @@ ALWAYS_SENT = ("heartbeat", "status")
 #: characters of the end of the stored output searched for in the new one (:func:`output_chunk`;
 #: at most a quarter of it)
 PROBE_CHARS = 16_384
-#: candidate overlaps :func:`output_chunk` checks from each side before it gives up (repetitive output)
+#: candidate overlaps :func:`output_chunk` checks from each side before it gives up (output
+#: repeating one short pattern)
 PROBE_TRIES = 16
 
 
