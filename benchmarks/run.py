@@ -22,6 +22,7 @@ numbers to ``benchmarks/results.json``. Not part of the test suite.
     ours vs hydra-submitit-launcher (whose batches are cut at 8 by ``max_batch_size``, as its
     single array cannot exceed MaxArraySize).
 (c) ``seml <col> status`` on the N documents of (a), ``seml list``, ``seml --help``.
+(h) ``--only heartbeat``: bytes into MongoDB of one chatty experiment (benchmarks/heartbeat_bytes.py).
 
 Peak memory is the peak resident set size of the measured process (``wait4``'s ``ru_maxrss``,
 the largest of the process and its waited-for children).
@@ -41,6 +42,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import heartbeat_bytes
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -381,6 +384,8 @@ def table(results: dict, args) -> list[tuple]:
             label = f"(c) seml {name} [{variant}]"
             rows.append((f"{label}, wall s", ow, sw, ow / sw, f"<= {target}", ow <= target * sw))
             rows.append((f"{label}, peak MiB", om, sm, om / sm, "-", None))
+    if "heartbeat" in results:
+        rows += heartbeat_bytes.rows(results["heartbeat"], args)
     return rows
 
 
@@ -401,12 +406,14 @@ def print_table(rows: list[tuple]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default="a,b,c", help="which benchmarks: a,b,c")
+    parser.add_argument("--only", default="a,b,c", help="which benchmarks: a,b,c,heartbeat")
     parser.add_argument("--points", type=int, default=10_000, help="(a)/(c) points (a square)")
     parser.add_argument("--reps", type=int, default=3, help="(a) repetitions")
     parser.add_argument("--jobs", type=int, default=20, help="(b) no-op jobs")
     parser.add_argument("--rounds", type=int, default=2, help="(b) rounds")
     parser.add_argument("--cli-reps", type=int, default=5, help="(c) repetitions")
+    parser.add_argument("--heartbeat-seconds", default="60,120", help="(h) run lengths, s")
+    parser.add_argument("--heartbeat-kb-per-s", default="10", help="(h) KB printed per second")
     parser.add_argument(
         "--mongo", default=os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
     )
@@ -418,7 +425,9 @@ def main() -> None:
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
 
-    seml_bin = ensure_venv(cache, "venv-seml", SEML_VERSION) if only & {"a", "c"} else None
+    seml_bin = (
+        ensure_venv(cache, "venv-seml", SEML_VERSION) if only & {"a", "c", "heartbeat"} else None
+    )
     hsl_bin = ensure_venv(cache, "venv-hsl", HSL_VERSION) if "b" in only else None
     ours_bin = ours_venv(cache)
     # as on a user's machine: Python writes and reuses its bytecode caches for every tool
@@ -451,6 +460,9 @@ def main() -> None:
         if "c" in only:
             say("(c) seml status / list / --help ...")
             results["cli"] = bench_cli(args, envs, work)
+        if "heartbeat" in only:
+            say("(h) bytes into MongoDB of one chatty experiment ...")
+            results["heartbeat"] = heartbeat_bytes.bench(args, envs, work)
     finally:
         if not args.keep:
             client = mongo_client(args.mongo)

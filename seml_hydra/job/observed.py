@@ -7,37 +7,20 @@ when the job is being requeued. Sacred itself is imported when a run starts."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from seml_hydra.job import metrics
+from seml_hydra.job import heartbeat, metrics
+from seml_hydra.job.heartbeat import MAX_CAPTURED_CHARS, bounded_output  # noqa: F401 (re-exported)
 from seml_hydra.job.sacred_compat import experiment
 from seml_hydra.store.collections import metrics_collection_name
 from seml_hydra.store.retry import is_connection_error, retrying, short_reason
 
 log = logging.getLogger(__name__)
-
-
-#: ``captured_out`` keeps at most this many characters, the last ones: a MongoDB document holds
-#: at most 16 MB, and Sacred's final save of a bigger run fails (the run would end KILLED)
-MAX_CAPTURED_CHARS = 1_000_000
-
-
-def bounded_output(text: str) -> str:
-    """Sacred's ``captured_out_filter``: ``text`` or, above :data:`MAX_CAPTURED_CHARS`, a line
-    saying how much was dropped followed by the last ``MAX_CAPTURED_CHARS`` characters (the job's
-    output file keeps everything)."""
-    if len(text) <= MAX_CAPTURED_CHARS:
-        return text
-    marker = (
-        "[seml-hydra: earlier output dropped from captured_out; the job's output file has it]\n"
-    )
-    if text.startswith(marker):
-        text = text[len(marker) :]
-    return marker + text[-MAX_CAPTURED_CHARS:]
 
 
 #: a result larger than this (bytes of BSON) is stored as a truncated repr: a MongoDB document
@@ -110,11 +93,20 @@ def run_observed(
         go with the next heartbeat; the final save (result, captured output, status) is retried
         through ``seml_hydra.store.retry.retrying`` (Sacred 0.8.7 gives up after a few attempts
         and leaves the run in a pickle on the node). One lock orders the heartbeat thread's
-        saves and the final save, and no heartbeat writes after the final save."""
+        saves and the final save, and no heartbeat writes after the final save.
+
+        Each save sends only what changed since the last one the server acknowledged, the new
+        output appended to ``captured_out`` by the server (``seml_hydra.job.heartbeat``): the
+        bytes of a beat grow with the output printed since the previous beat, not with the
+        run's length (Sacred 0.8.7 resends the whole entry, up to the 1 MB output cap)."""
 
         _lock = threading.RLock()
         _finished = False
         _unsent: dict[str, dict[str, list[Any]]] | None = None
+        #: the entry of the last save the server acknowledged, or None when unknown
+        _stored: dict[str, Any] | None = None
+        #: False once the server refused an update pipeline (MongoDB < 4.2)
+        _appends = True
 
         def started_event(self, ex_info: Any, *args: Any, **kwargs: Any) -> Any:
             return super().started_event(
@@ -154,7 +146,7 @@ def run_observed(
                 _untee_log_handlers()
                 entry = self._entry()
                 try:
-                    self.runs.update_one(self._filter(entry), {"$set": entry})
+                    self._send(entry)
                 except Exception as error:
                     if not is_connection_error(error):
                         raise  # Sacred's run logs it and stops calling this observer
@@ -171,15 +163,37 @@ def run_observed(
                     return
                 self._finished = True
                 _untee_log_handlers()
+                # a new heartbeat guards the final append of output (heartbeat.save_update)
+                self.run_entry["heartbeat"] = heartbeat.next_heartbeat(
+                    self.run_entry.get("heartbeat"),
+                    datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None),
+                )
                 entry = self._entry()
                 try:
                     retrying(
-                        lambda: self.runs.update_one(self._filter(entry), {"$set": entry}),
+                        lambda: self._send(entry),
                         f"saving the outcome of experiment {entry['_id']} ({entry['status']})",
                     )
                 except Exception:  # Sacred's own path: unencodable entries, the pickle
                     with self._without_config():
                         super().final_save(attempts)
+
+        def _send(self, entry: dict[str, Any]) -> None:
+            # what changed since the last acknowledged save; an append whose guard fails (the
+            # server holds something else: a lost answer, another writer) sends it all
+            from pymongo.errors import OperationFailure
+
+            update, guard = heartbeat.save_update(self._stored, entry, append=self._appends)
+            where = self._filter(entry)
+            try:
+                result = self.runs.update_one({**where, **guard}, update)
+            except OperationFailure:
+                if not guard:
+                    raise
+                self._appends, result = False, None  # no update pipelines before MongoDB 4.2
+            if guard and not (result and result.matched_count):
+                result = self.runs.update_one(where, heartbeat.full_update(entry))
+            self._stored = heartbeat.snapshot(entry) if result.matched_count else None
 
         # The task's value is already plain (``documents.storable_result``): Sacred's
         # ``flatten`` (jsonpickle) would store a datetime, bytes or a tuple as a
