@@ -495,8 +495,10 @@ def test_seml057_status_leaves_our_running_experiments_running(seml057, test_db,
     n = len(xs.split(","))
     try:
         wait_until("our experiments run", lambda: list(statuses(coll).values()) == ["RUNNING"] * n)
-        seml057("oursgated", "status")
-        assert list(statuses(coll).values()) == ["RUNNING"] * n
+        # SEML's own table (printed right after its detect_killed) is the verdict: the document
+        # itself may be put back to RUNNING by our next heartbeat at any moment after it
+        table = seml057("oursgated", "status").stdout
+        assert "KILLED" not in table and "RUNNING" in table, table
     finally:
         (tmp_path / "go").touch()
     wait_until("they complete", lambda: list(statuses(coll).values()) == ["COMPLETED"] * n)
