@@ -34,7 +34,15 @@ def _command(name: str, envs: dict, points: int) -> list[str]:
     if name == "seml-hydra":
         python = str(envs["ours_bin"] / "python")
         launcher = ["hydra/launcher=seml", "hydra/sweeper=seml"]
-        return [python, str(APP), "-m", *launcher, f"hydra.launcher.collection={COLLECTION}", SETUP, x]
+        return [
+            python,
+            str(APP),
+            "-m",
+            *launcher,
+            f"hydra.launcher.collection={COLLECTION}",
+            SETUP,
+            x,
+        ]
     python = str(envs["hsl_bin"] / "python")
     launcher = ["hydra/launcher=submitit_slurm", f"hydra.sweeper.max_batch_size={points}"]
     return [python, str(APP), "-m", *launcher, SETUP, x]

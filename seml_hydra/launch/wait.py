@@ -91,6 +91,19 @@ def count_states(collection: Any, ids: Sequence[int]) -> dict[str, int]:
     return {row["_id"]: row["n"] for row in collection.aggregate(pipeline)}
 
 
+#: the waiter spends at most about 1/this of its time in the state count: the pause between two
+#: polls is at least this many times the last count's duration (:func:`poll_pause`)
+QUERY_SHARE = 20
+
+
+def poll_pause(poll_interval_s: float, query_s: float) -> float:
+    """Seconds to sleep before the next poll (pure): ``poll_interval_s``, stretched to
+    :data:`QUERY_SHARE` x ``query_s`` (the last count's duration, s) when counting is slow (a
+    launch of 100,000 experiments, a loaded server), so that a short poll interval costs the
+    database little whatever the launch's size."""
+    return max(float(poll_interval_s), QUERY_SHARE * max(0.0, query_s))
+
+
 def wait_for(
     collection: Any,
     ids: Sequence[int],
@@ -102,6 +115,9 @@ def wait_for(
     slurm_check_s: float | None = None,
 ) -> None:
     """Block until every experiment in ``ids`` is in a terminal state, showing live progress.
+
+    The states are counted every ``poll_interval_s`` seconds, or less often when counting is
+    slow (:func:`poll_pause`).
 
     ``jobs`` are this launch's local submitit jobs, checked for dead processes every tick
     (``seml_hydra.track.killed.mark_dead_jobs``). With
@@ -154,7 +170,9 @@ def wait_for(
     try:
         with Live(render({}), console=console, transient=False, auto_refresh=False) as live:
             while True:
+                began = time.monotonic()
                 counts = db(lambda: count_states(collection, unique), "counting states")
+                query_s = time.monotonic() - began
                 live.update(render(counts), refresh=True)
                 finished = sum(counts.get(s, 0) for s in states.TERMINAL)
                 if finished + (len(unique) - sum(counts.values())) >= len(unique):
@@ -189,7 +207,7 @@ def wait_for(
                         lambda: _say_stuck(console, collection, unique, collection_name, told),
                         "reading pending reasons",
                     )
-                time.sleep(poll_interval_s)
+                time.sleep(poll_pause(poll_interval_s, query_s))
         if not console.is_terminal:
             console.line()  # Live leaves no line break behind when not on a terminal
     except KeyboardInterrupt:

@@ -61,7 +61,7 @@ def read_sources(
         ):
             raise SourceSnapshotError(f"source file path {rel_path!r} leaves {target}")
         paths.append((rel_path, file_id, target.joinpath(*parts)))
-    contents = _gridfs_contents(db, [file_id for _, file_id, _ in paths])
+    contents = gridfs_contents(db, [file_id for _, file_id, _ in paths])
     out = []
     for rel_path, file_id, path in paths:
         if file_id not in contents:
@@ -70,7 +70,7 @@ def read_sources(
     return out
 
 
-def _gridfs_contents(db: Any, file_ids: Sequence[Any]) -> dict[Any, bytes]:
+def gridfs_contents(db: Any, file_ids: Sequence[Any]) -> dict[Any, bytes]:
     """``{file id: content}`` of the complete GridFS files among ``file_ids``, in two queries
     whatever their number (``fs.files`` lengths, then ``fs.chunks`` in ``(files_id, n)`` order,
     the index GridFS keeps; the layout is the GridFS specification's). A file whose chunks do
