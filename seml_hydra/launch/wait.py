@@ -8,6 +8,7 @@ hangs on a dead job. Ctrl-C detaches: nothing is cancelled.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -265,6 +266,47 @@ def _say_stuck(
             console.print(f"{stuck_message(job, reason, name)}, or press Ctrl-C to detach.")
 
 
+class _Pending:
+    """A value :func:`_lazy_field` builds on first read: ``factory()``."""
+
+    def __init__(self, factory: Any) -> None:
+        self.factory = factory
+
+
+def _lazy_field(name: str) -> property:
+    """A property standing for dataclass field ``name`` whose value may be a :class:`_Pending`,
+    built (once) when first read."""
+    key = f"_lazy_{name}"
+
+    def get(self: Any) -> Any:
+        value = self.__dict__.get(key)
+        if isinstance(value, _Pending):
+            value = self.__dict__[key] = value.factory()
+        return value
+
+    def set(self: Any, value: Any) -> None:
+        self.__dict__[key] = value
+
+    return property(get, set)
+
+
+@functools.cache
+def _document_job_return() -> type:
+    """Hydra's ``JobReturn`` whose ``cfg`` and ``hydra_cfg`` may be built on first read (Hydra
+    imported on first use: the CLI imports this module too)."""
+    from hydra.core.utils import JobReturn
+
+    class DocumentJobReturn(JobReturn):
+        """A ``JobReturn`` built from an experiment's document; its ``cfg`` and ``hydra_cfg``
+        (a ``DictConfig`` each, ~5-15 ms to create) are created when first read: Hydra's
+        sweepers read ``status`` and ``return_value`` only."""
+
+        cfg = _lazy_field("cfg")
+        hydra_cfg = _lazy_field("hydra_cfg")
+
+    return DocumentJobReturn
+
+
 def job_return_from_document(
     doc: Mapping[str, Any], hydra_base: Mapping[str, Any], collection: str = "?"
 ) -> Any:
@@ -274,18 +316,25 @@ def job_return_from_document(
     (``seml_hydra.store.results.restore_results``: no code runs; a stored object that would need code
     is returned as its plain dict, with a warning naming ``collection``, the experiment and the
     key). Otherwise status FAILED and ``return_value`` raises :class:`ExperimentFailed`
-    with the experiment's ``fail_trace``.
+    with the experiment's ``fail_trace``. ``cfg`` (the document's config) and ``hydra_cfg``
+    (``hydra_base`` with the document's ``hydra.node_diff``) are ``DictConfig``s created when
+    first read (``JobReturn`` subclass).
     """
-    from hydra.core.utils import JobReturn, JobStatus
+    from hydra.core.utils import JobStatus
     from omegaconf import OmegaConf
 
     hydra_doc = doc.get("hydra", {})
-    hydra_node = apply_diff(hydra_base, hydra_doc.get("node_diff", []))
-    hydra_node["job"]["id"] = hydra_doc.get("job_id") or _job_id(doc)
-    ret = JobReturn()
+
+    def hydra_cfg() -> Any:
+        hydra_node = apply_diff(hydra_base, hydra_doc.get("node_diff", []))
+        hydra_node["job"]["id"] = hydra_doc.get("job_id") or _job_id(doc)
+        return OmegaConf.create({"hydra": hydra_node})
+
+    config = dict(doc.get("config", {}))
+    ret = _document_job_return()()
     ret.overrides = list(hydra_doc.get("overrides", []))
-    ret.cfg = OmegaConf.create(dict(doc.get("config", {})))
-    ret.hydra_cfg = OmegaConf.create({"hydra": hydra_node})
+    ret.cfg = _Pending(lambda: OmegaConf.create(config))
+    ret.hydra_cfg = _Pending(hydra_cfg)
     ret.working_dir = hydra_doc.get("working_dir") or hydra_doc.get("output_dir")
     ret.task_name = hydra_doc.get("task_name") or hydra_doc.get("job_name")
     if doc.get("status") == states.COMPLETED:
