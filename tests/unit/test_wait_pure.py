@@ -1,5 +1,6 @@
-"""The waiter (``seml_hydra.launch.wait``): its pause between two polls (``poll_pause``), the poll
-interval, stretched when counting the states is slow. Pure."""
+"""The waiter (``seml_hydra.launch.wait``): its pause between two polls (``poll_pause``: the poll
+interval, stretched when counting the states is slow) and the ``JobReturn``s it builds from the
+documents. Pure."""
 
 from __future__ import annotations
 
