@@ -14,7 +14,10 @@ once with ``hydra/launcher=submitit_slurm``, the order swapped every round. Per 
   save): the task's start to its exit, at file-time resolution;
 - ``sacct_s``: per task, sacct's ``ElapsedRaw`` (whole seconds; Slurm's own view of the task);
 - ``detect_s``: the command's exit minus the last task's last output: how long the launcher
-  takes to notice the end and return.
+  takes to notice the end and return;
+- ``until_start_s``: the command's start to the first task's start (composition, staging,
+  sbatch, and the wait for a free node: other users' jobs on a shared testbed show up here);
+- ``span_s``: the first task's start to the last task's last output.
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ def run_once(name: str, envs: dict, work: Path, label: str, points: int) -> dict
     log = run_dir / "entries.txt"
     env_name = "ours" if name == "seml-hydra" else "hsl"
     env = {**envs[env_name], "BENCH_ENTRY_LOG": str(log)}
+    started = time.time()
     result = measure(_command(name, envs, points), env=env, cwd=run_dir, label=name)
     ended = time.time()
     t0 = _t0s(log)
@@ -95,6 +99,8 @@ def run_once(name: str, envs: dict, work: Path, label: str, points: int) -> dict
     result["entry_s"] = read_entries(log)
     result["life_s"] = [last[j] - t0[j] for j in t0]
     result["detect_s"] = ended - max(last.values())
+    result["until_start_s"] = min(t0.values()) - started
+    result["span_s"] = max(last.values()) - min(t0.values())
     result["sacct_s"] = _sacct_elapsed(sorted(t0))
     return result
 
@@ -115,13 +121,19 @@ def bench(args, envs, work: Path) -> dict:
                 f"{statistics.median(r['entry_s']):.3f} s, life "
                 f"{statistics.median(r['life_s']):.3f} s, sacct "
                 f"{statistics.median(r['sacct_s']) if r['sacct_s'] else float('nan'):.0f} s, "
-                f"end seen after {r['detect_s']:.2f} s"
+                f"end seen after {r['detect_s']:.2f} s, first task after "
+                f"{r['until_start_s']:.2f} s, tasks span {r['span_s']:.2f} s"
             )
     return runs
 
 
 def _median_of(runs: list[dict], key: str) -> float:
-    values = [v for run in runs for v in (run[key] if isinstance(run[key], list) else [run[key]])]
+    values = [
+        v
+        for run in runs
+        if key in run
+        for v in (run[key] if isinstance(run[key], list) else [run[key]])
+    ]
     return statistics.median(values) if values else float("nan")
 
 
@@ -139,6 +151,8 @@ def rows(results: dict, args) -> list[tuple]:
         ("life_s", "(life) task start -> task exit (last output), s", None),
         ("sacct_s", "(life) task elapsed in sacct, s", None),
         ("detect_s", "(life) last task exit -> command exit, s", None),
+        ("until_start_s", "(life) command -> first task start, s", None),
+        ("span_s", "(life) first task start -> last task exit, s", None),
     ):
         o, t = _median_of(ours, key), _median_of(theirs, key)
         ratio = o / t if t else float("nan")
