@@ -406,7 +406,7 @@ def print_table(rows: list[tuple]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default="a,b,c", help="which benchmarks: a,b,c,heartbeat")
+    parser.add_argument("--only", default="a,b,c", help="which benchmarks: a,b,c,heartbeat,life")
     parser.add_argument("--points", type=int, default=10_000, help="(a)/(c) points (a square)")
     parser.add_argument("--reps", type=int, default=3, help="(a) repetitions")
     parser.add_argument("--jobs", type=int, default=20, help="(b) no-op jobs")
@@ -414,6 +414,8 @@ def main() -> None:
     parser.add_argument("--cli-reps", type=int, default=5, help="(c) repetitions")
     parser.add_argument("--heartbeat-seconds", default="60,120", help="(h) run lengths, s")
     parser.add_argument("--heartbeat-kb-per-s", default="10", help="(h) KB printed per second")
+    parser.add_argument("--life-rounds", type=int, default=5, help="(life) alternated rounds")
+    parser.add_argument("--life-points", type=int, default=8, help="(life) experiments")
     parser.add_argument(
         "--mongo", default=os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
     )
@@ -428,7 +430,7 @@ def main() -> None:
     seml_bin = (
         ensure_venv(cache, "venv-seml", SEML_VERSION) if only & {"a", "c", "heartbeat"} else None
     )
-    hsl_bin = ensure_venv(cache, "venv-hsl", HSL_VERSION) if "b" in only else None
+    hsl_bin = ensure_venv(cache, "venv-hsl", HSL_VERSION) if only & {"b", "life"} else None
     ours_bin = ours_venv(cache)
     # as on a user's machine: Python writes and reuses its bytecode caches for every tool
     base_env = {
@@ -463,12 +465,21 @@ def main() -> None:
         if "heartbeat" in only:
             say("(h) bytes into MongoDB of one chatty experiment ...")
             results["heartbeat"] = heartbeat_bytes.bench(args, envs, work)
+        if "life" in only:
+            import job_life
+
+            say(f"(life) {args.life_points} no-op experiments, whole job life ...")
+            results["job_life"] = job_life.bench(args, envs, work)
     finally:
         if not args.keep:
             client = mongo_client(args.mongo)
             client.drop_database(OURS_DB)
             client.drop_database(SEML_DB)
     rows = table(results, args)
+    if "job_life" in results:
+        import job_life
+
+        rows += job_life.rows(results, args)
     text = print_table(rows)
     Path(args.output).write_text(
         json.dumps(

@@ -103,8 +103,8 @@ class SemlLauncherConf:
     # true: wait for the experiments and return their results to Hydra;
     # false: return right after submission with a `seml_hydra.Submission` handle per point
     wait: bool = launcher_only(True)
-    # seconds between two MongoDB polls while waiting
-    poll_interval_s: float = launcher_only(2.0)
+    # seconds between two MongoDB polls while waiting (stretched when counting is slow)
+    poll_interval_s: float = launcher_only(0.25)
     # sweep points run one after another in one array task (1 = one experiment per task)
     experiments_per_job: int = launcher_only(1)
     # at most this many array tasks run at once (sbatch --array=...%k); null = no limit

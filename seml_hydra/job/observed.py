@@ -19,6 +19,8 @@ from seml_hydra.job.heartbeat import MAX_CAPTURED_CHARS, bounded_output  # noqa:
 from seml_hydra.job.sacred_compat import experiment
 from seml_hydra.store.collections import metrics_collection_name
 from seml_hydra.store.retry import is_connection_error, retrying, short_reason
+from seml_hydra.store.sacred_sources import SACRED_SOURCE_KIND as SACRED_SOURCE_KIND  # its old home
+from seml_hydra.store.sacred_sources import sacred_source_copies
 
 log = logging.getLogger(__name__)
 
@@ -270,46 +272,6 @@ def sacred_experiment_info(ex_info: Mapping[str, Any], seml: Mapping[str, Any]) 
         info["base_dir"] = os.path.dirname(str(executable))
         info["mainfile"] = os.path.basename(str(executable))
     return info
-
-
-#: ``metadata.kind`` of the GridFS copies of snapshot files a run lists in ``experiment.sources``
-SACRED_SOURCE_KIND = "sacred_source"
-
-
-def sacred_source_copies(db: Any, source_files: Sequence[Sequence[Any]]) -> list[list[Any]]:
-    """Sacred's ``experiment.sources`` of a run, ``[[relative path, GridFS id], ...]``, for the
-    snapshot files ``source_files`` (``seml.source_files``): a copy of each, reused by a later run
-    with the same path and content (``metadata.kind`` :data:`SACRED_SOURCE_KIND`, MD5 in
-    ``metadata.content_hash``), as Sacred reuses its own (runs starting at the same time may
-    each store one). Copies, not the snapshot files
-    themselves: deleting a run deletes its ``experiment.sources`` (SEML 0.5.7's ``delete``,
-    and ``seml_hydra.manage.lifecycle``'s when no other run names them) while the other
-    experiments of its batch still run from, and restore, the snapshot. A snapshot file gone
-    from GridFS is left out. Raises pymongo errors."""
-    import hashlib
-
-    import gridfs
-
-    fs = gridfs.GridFS(db)
-    out = []
-    for rel, file_id in source_files:
-        try:
-            data = fs.get(file_id).read()
-        except gridfs.NoFile:
-            continue
-        digest = hashlib.md5(data).hexdigest()
-        query = {
-            "filename": str(rel),
-            "metadata.kind": SACRED_SOURCE_KIND,
-            "metadata.content_hash": digest,
-        }
-        existing = db["fs.files"].find_one(query, {"_id": 1})
-        if existing is None:
-            metadata = {"kind": SACRED_SOURCE_KIND, "content_hash": digest}
-            out.append([str(rel), fs.put(data, filename=str(rel), metadata=metadata)])
-        else:
-            out.append([str(rel), existing["_id"]])
-    return out
 
 
 def _untee_log_handlers() -> None:

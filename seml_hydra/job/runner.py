@@ -44,7 +44,7 @@ from seml_hydra.store.client import connect, skip_exit_join
 from seml_hydra.store.payload import Payload, load_payload
 from seml_hydra.store.retry import retrying
 from seml_hydra.store.settings import resolve_db_settings
-from seml_hydra.store.snapshot import SourceSnapshotError, materialized
+from seml_hydra.store.snapshot import SourceSnapshotError, materialized, snapshot_key
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,8 @@ class JobRunner:
 
     def _run_one(self, db: Any, collection: Any, exp_id: int, execution: dict[str, Any]) -> str:
         """Claim experiment ``exp_id`` and run it, inside its code snapshot when it has one
-        (``seml_hydra.store.snapshot.materialized``: once per node, removed afterwards), with
+        (``seml_hydra.store.snapshot.materialized``: once per node for the tasks running it at
+        the same time, removed after the last one), with
         the snapshot's copy of the app's script as ``__main__`` when the snapshot holds it
         (``seml_hydra.job.main_module``)."""
         doc, why = self._claim(collection, exp_id, execution)
@@ -202,7 +203,7 @@ class JobRunner:
         source_files = seml.get("source_files")
         if not source_files:
             return self._run_claimed(db, collection, doc)
-        job_key = f"{execution['cluster']}_{execution['array_id']}_{execution['task_id']}"
+        job_key = snapshot_key(execution["cluster"], source_files)  # shared by the batch's tasks
         script = script_path(seml)
         try:
             snapshot = materialized(db, source_files, job_key, script_dir(script or ""))

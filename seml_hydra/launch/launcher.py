@@ -94,8 +94,14 @@ class SemlLauncher(Launcher):
     ) -> list[JobReturn]:
         # here, not at the top: every Hydra app imports this module at start (plugin scan)
         from seml_hydra.launch.pipeline import launch_points
+        from seml_hydra.store.client import skip_exit_join
 
-        return launch_points(self, job_overrides, initial_job_idx, console)
+        try:
+            return launch_points(self, job_overrides, initial_job_idx, console)
+        finally:
+            # every write of the launch is done: the app exits without joining pymongo's
+            # monitor threads (up to ~0.5 s), as the jobs and the `seml` command do
+            skip_exit_join()
 
 
 def mask_db_credentials(config: Any) -> None:

@@ -15,6 +15,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import os
+import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -205,11 +208,37 @@ def resource_key(launcher: Mapping[str, Any]) -> str:
     return json.dumps({k: launcher.get(k) for k in keys}, sort_keys=True, default=str)
 
 
-def executor_arguments(launcher: Mapping[str, Any], cluster: str) -> dict[str, Any]:
+def executor_arguments(
+    launcher: Mapping[str, Any], cluster: str, *, default_python: str | None = None
+) -> dict[str, Any]:
     """The ``AutoExecutor`` constructor arguments of a launcher node for executor ``cluster``
     (``"slurm"`` or ``"local"``): each set :data:`EXECUTOR_KEYS` field as ``<cluster>_<key>``
-    (``python`` -> ``slurm_python``, as hydra-submitit-launcher passes it). Pure."""
-    return {f"{cluster}_{k}": launcher[k] for k in EXECUTOR_KEYS if launcher.get(k) is not None}
+    (``python`` -> ``slurm_python``, as hydra-submitit-launcher passes it). Pure.
+
+    A Slurm job without an srun step (:func:`runs_without_srun`) gets ``slurm_python`` as
+    ``exec <python>`` (``python``, else ``default_python``: submitit's own default, the
+    launching interpreter quoted; ``sys.executable`` when None): the batch shell becomes the
+    task's Python, so the signal Slurm sends the batch shell before the time limit
+    (``--signal=B:...``, :func:`executor_parameters`) reaches submitit's handler.
+    """
+    out = {f"{cluster}_{k}": launcher[k] for k in EXECUTOR_KEYS if launcher.get(k) is not None}
+    if cluster == "slurm" and runs_without_srun(launcher):
+        python = launcher.get("python") or default_python or shlex.quote(sys.executable)
+        out["slurm_python"] = f"exec {python}"
+    return out
+
+
+def runs_without_srun(launcher: Mapping[str, Any]) -> bool:
+    """Whether a Slurm job of this launcher node runs its one task as the batch script itself,
+    without an srun step (pure): a single task (``nodes`` x ``tasks_per_node`` = 1) and no
+    srun-only option (``srun_args``, ``gpu_bind``). As hydra-submitit-launcher's
+    ``use_srun=False`` (submitit >= 1.5): no job step to start and end, ~0.1-0.2 s less per
+    task. Jobs of several tasks keep srun: it starts the ranks."""
+    return (
+        launcher["nodes"] * launcher["tasks_per_node"] == 1
+        and not launcher.get("srun_args")
+        and launcher.get("gpu_bind") is None
+    )
 
 
 def executor_parameters(launcher: Mapping[str, Any], *, comment: str, name: str) -> dict[str, Any]:
@@ -220,7 +249,11 @@ def executor_parameters(launcher: Mapping[str, Any], *, comment: str, name: str)
     nor an empty ``additional_parameters`` (a mapping is sent as a copy). Plus ``name`` (the job
     name), ``slurm_comment`` (``comment``: the collection) and ``slurm_srun_args``: the srun step
     always gets the task count explicitly (``--ntasks``, ``--ntasks-per-node``), never a bare
-    srun that lets Slurm guess it (SEML multi-task change).
+    srun that lets Slurm guess it (SEML multi-task change). A single-task job without
+    srun-only options runs without an srun step instead (:func:`runs_without_srun`):
+    ``slurm_use_srun=False`` and the time-limit signal in the batch form,
+    ``additional_parameters.signal`` = :func:`batch_signal` (a ``signal`` the user set there
+    stays); its Python is ``exec``'d by the batch shell (:func:`executor_arguments`).
 
     Raises ``KeyError`` for a node without ``nodes`` or ``tasks_per_node``.
     """
@@ -234,6 +267,14 @@ def executor_parameters(launcher: Mapping[str, Any], *, comment: str, name: str)
             params[f"slurm_{key}"] = value
     params["slurm_comment"] = comment
     ntasks = launcher["nodes"] * launcher["tasks_per_node"]
+    if runs_without_srun(launcher):
+        # the batch shell (exec'd into Python: executor_arguments) is the task: Slurm signals
+        # it before the time limit only with the B: form (a bare --signal goes to job steps)
+        params["slurm_use_srun"] = False
+        extra = dict(params.get("slurm_additional_parameters") or {})
+        extra.setdefault("signal", batch_signal(launcher.get("signal_delay_s", 90)))
+        params["slurm_additional_parameters"] = extra
+        return params
     params["slurm_srun_args"] = [
         f"--ntasks={ntasks}",
         f"--ntasks-per-node={launcher['tasks_per_node']}",
@@ -241,6 +282,15 @@ def executor_parameters(launcher: Mapping[str, Any], *, comment: str, name: str)
         *(launcher.get("srun_args") or ()),
     ]
     return params
+
+
+def batch_signal(delay_s: int, signal: str | None = None) -> str:
+    """sbatch's ``--signal`` for a job without an srun step: ``B:<signal>@<delay_s>``, sent to
+    the batch shell ``delay_s`` seconds before the time limit. ``signal``: submitit's
+    (``SUBMITIT_PREEMPT_SIGNAL``, ``USR2`` by default) when None."""
+    if signal is None:
+        signal = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")
+    return f"B:{signal}@{int(delay_s)}"
 
 
 def gpu_srun_args(launcher: Mapping[str, Any]) -> list[str]:

@@ -8,6 +8,7 @@ hangs on a dead job. Ctrl-C detaches: nothing is cancelled.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -91,6 +92,19 @@ def count_states(collection: Any, ids: Sequence[int]) -> dict[str, int]:
     return {row["_id"]: row["n"] for row in collection.aggregate(pipeline)}
 
 
+#: the waiter spends at most about 1/this of its time in the state count: the pause between two
+#: polls is at least this many times the last count's duration (:func:`poll_pause`)
+QUERY_SHARE = 20
+
+
+def poll_pause(poll_interval_s: float, query_s: float) -> float:
+    """Seconds to sleep before the next poll (pure): ``poll_interval_s``, stretched to
+    :data:`QUERY_SHARE` x ``query_s`` (the last count's duration, s) when counting is slow (a
+    launch of 100,000 experiments, a loaded server), so that a short poll interval costs the
+    database little whatever the launch's size."""
+    return max(float(poll_interval_s), QUERY_SHARE * max(0.0, query_s))
+
+
 def wait_for(
     collection: Any,
     ids: Sequence[int],
@@ -102,6 +116,9 @@ def wait_for(
     slurm_check_s: float | None = None,
 ) -> None:
     """Block until every experiment in ``ids`` is in a terminal state, showing live progress.
+
+    The states are counted every ``poll_interval_s`` seconds, or less often when counting is
+    slow (:func:`poll_pause`).
 
     ``jobs`` are this launch's local submitit jobs, checked for dead processes every tick
     (``seml_hydra.track.killed.mark_dead_jobs``). With
@@ -154,7 +171,9 @@ def wait_for(
     try:
         with Live(render({}), console=console, transient=False, auto_refresh=False) as live:
             while True:
+                began = time.monotonic()
                 counts = db(lambda: count_states(collection, unique), "counting states")
+                query_s = time.monotonic() - began
                 live.update(render(counts), refresh=True)
                 finished = sum(counts.get(s, 0) for s in states.TERMINAL)
                 if finished + (len(unique) - sum(counts.values())) >= len(unique):
@@ -189,7 +208,7 @@ def wait_for(
                         lambda: _say_stuck(console, collection, unique, collection_name, told),
                         "reading pending reasons",
                     )
-                time.sleep(poll_interval_s)
+                time.sleep(poll_pause(poll_interval_s, query_s))
         if not console.is_terminal:
             console.line()  # Live leaves no line break behind when not on a terminal
     except KeyboardInterrupt:
@@ -247,6 +266,47 @@ def _say_stuck(
             console.print(f"{stuck_message(job, reason, name)}, or press Ctrl-C to detach.")
 
 
+class _Pending:
+    """A value :func:`_lazy_field` builds on first read: ``factory()``."""
+
+    def __init__(self, factory: Any) -> None:
+        self.factory = factory
+
+
+def _lazy_field(name: str) -> property:
+    """A property standing for dataclass field ``name`` whose value may be a :class:`_Pending`,
+    built (once) when first read."""
+    key = f"_lazy_{name}"
+
+    def get(self: Any) -> Any:
+        value = self.__dict__.get(key)
+        if isinstance(value, _Pending):
+            value = self.__dict__[key] = value.factory()
+        return value
+
+    def set(self: Any, value: Any) -> None:
+        self.__dict__[key] = value
+
+    return property(get, set)
+
+
+@functools.cache
+def _document_job_return() -> type:
+    """Hydra's ``JobReturn`` whose ``cfg`` and ``hydra_cfg`` may be built on first read (Hydra
+    imported on first use: the CLI imports this module too)."""
+    from hydra.core.utils import JobReturn
+
+    class DocumentJobReturn(JobReturn):
+        """A ``JobReturn`` built from an experiment's document; its ``cfg`` and ``hydra_cfg``
+        (a ``DictConfig`` each, ~5-15 ms to create) are created when first read: Hydra's
+        sweepers read ``status`` and ``return_value`` only."""
+
+        cfg = _lazy_field("cfg")
+        hydra_cfg = _lazy_field("hydra_cfg")
+
+    return DocumentJobReturn
+
+
 def job_return_from_document(
     doc: Mapping[str, Any], hydra_base: Mapping[str, Any], collection: str = "?"
 ) -> Any:
@@ -256,18 +316,25 @@ def job_return_from_document(
     (``seml_hydra.store.results.restore_results``: no code runs; a stored object that would need code
     is returned as its plain dict, with a warning naming ``collection``, the experiment and the
     key). Otherwise status FAILED and ``return_value`` raises :class:`ExperimentFailed`
-    with the experiment's ``fail_trace``.
+    with the experiment's ``fail_trace``. ``cfg`` (the document's config) and ``hydra_cfg``
+    (``hydra_base`` with the document's ``hydra.node_diff``) are ``DictConfig``s created when
+    first read (``JobReturn`` subclass).
     """
-    from hydra.core.utils import JobReturn, JobStatus
+    from hydra.core.utils import JobStatus
     from omegaconf import OmegaConf
 
     hydra_doc = doc.get("hydra", {})
-    hydra_node = apply_diff(hydra_base, hydra_doc.get("node_diff", []))
-    hydra_node["job"]["id"] = hydra_doc.get("job_id") or _job_id(doc)
-    ret = JobReturn()
+
+    def hydra_cfg() -> Any:
+        hydra_node = apply_diff(hydra_base, hydra_doc.get("node_diff", []))
+        hydra_node["job"]["id"] = hydra_doc.get("job_id") or _job_id(doc)
+        return OmegaConf.create({"hydra": hydra_node})
+
+    config = task_config(doc)  # without the seed staging added for Sacred
+    ret = _document_job_return()()
     ret.overrides = list(hydra_doc.get("overrides", []))
-    ret.cfg = OmegaConf.create(task_config(doc))
-    ret.hydra_cfg = OmegaConf.create({"hydra": hydra_node})
+    ret.cfg = _Pending(lambda: OmegaConf.create(config))
+    ret.hydra_cfg = _Pending(hydra_cfg)
     ret.working_dir = hydra_doc.get("working_dir") or hydra_doc.get("output_dir")
     ret.task_name = hydra_doc.get("task_name") or hydra_doc.get("job_name")
     if doc.get("status") == states.COMPLETED:

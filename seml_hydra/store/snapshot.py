@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -61,7 +62,7 @@ def read_sources(
         ):
             raise SourceSnapshotError(f"source file path {rel_path!r} leaves {target}")
         paths.append((rel_path, file_id, target.joinpath(*parts)))
-    contents = _gridfs_contents(db, [file_id for _, file_id, _ in paths])
+    contents = gridfs_contents(db, [file_id for _, file_id, _ in paths])
     out = []
     for rel_path, file_id, path in paths:
         if file_id not in contents:
@@ -70,7 +71,7 @@ def read_sources(
     return out
 
 
-def _gridfs_contents(db: Any, file_ids: Sequence[Any]) -> dict[Any, bytes]:
+def gridfs_contents(db: Any, file_ids: Sequence[Any]) -> dict[Any, bytes]:
     """``{file id: content}`` of the complete GridFS files among ``file_ids``, in two queries
     whatever their number (``fs.files`` lengths, then ``fs.chunks`` in ``(files_id, n)`` order,
     the index GridFS keeps; the layout is the GridFS specification's). A file whose chunks do
@@ -339,6 +340,15 @@ def snapshot_base() -> Path:
         ) from None
 
 
+def snapshot_key(cluster: str, source_files: Sequence[Sequence[Any]]) -> str:
+    """The ``job_key`` of :func:`materialized` for a snapshot (pure): ``<cluster>_<digest>``,
+    the digest (16 hex digits of SHA-1) of its ``[[path, GridFS id], ...]``. GridFS files never
+    change, so equal keys mean equal files: the tasks of a batch running on one node at the same
+    time share one directory (the first one writes it) instead of each writing its own."""
+    text = json.dumps([[str(rel), str(file_id)] for rel, file_id in source_files])
+    return f"{cluster}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+
+
 @contextlib.contextmanager
 def materialized(
     db: Any, source_files: Sequence[Sequence[Any]], job_key: str, script_dir: str = ""
@@ -346,7 +356,8 @@ def materialized(
     """Run inside the snapshot: once per node per job, in a private directory this job creates.
 
     Everything lives in this user's private runtime directory (:func:`snapshot_base`), named
-    ``src-<job_key>-<host>`` (``job_key`` = ``<cluster>_<array>_<task>``): the lock
+    ``src-<job_key>-<host>`` (``job_key``: the snapshot's :func:`snapshot_key`, so the jobs
+    running the same snapshot on a node at the same time share it; any key works): the lock
     (``.lock``), the registry of the ranks using the snapshot (``.json``: its directory and
     the ``[pid, start time]`` of each rank) and the snapshot directory
     ``src-<job_key>-<host>-<random token>`` (mode 0700). Under the lock (at most

@@ -9,14 +9,17 @@ import pytest
 from conftest import ROOT, run_app, squeue_tasks, start_app, wait_running, wait_until
 
 #: a time limit Slurm does not reach during a test: the tests send the signal Slurm sends
-#: before a time limit or on preemption themselves (``scancel --signal=USR2``), because Slurm
-#: delivers ``--signal`` up to a minute early and a 1-minute job is signalled at a random moment
+#: before a time limit or on preemption themselves, because Slurm delivers ``--signal`` up to a
+#: minute early and a 1-minute job is signalled at a random moment. A single-task job has no
+#: srun step (``launch.sbatch.runs_without_srun``) and is submitted with ``--signal=B:USR2@..``:
+#: Slurm signals its batch shell, the exec'd Python, as ``scancel --batch --signal=USR2`` does
 SLOW = ["hydra.launcher.timeout_min=10", "hydra.launcher.poll_interval_s=0.5"]
 
 
 def run_resume_app(*args: str, cwd, collection) -> subprocess.CompletedProcess:
     """Run ``resume_app`` on Slurm; once its experiment is RUNNING, signal it as Slurm does at a
-    time limit (USR2, submitit's signal), then wait for the launcher to finish."""
+    time limit (USR2, submitit's signal, to the batch shell: the ``B:`` form the single-task job
+    was submitted with), then wait for the launcher to finish."""
     proc = start_app("tests/apps/resume_app.py", "-m", "hydra/launcher=seml", *SLOW, *args, cwd=cwd)
     try:
         wait_running(collection, proc)
@@ -28,7 +31,7 @@ def run_resume_app(*args: str, cwd, collection) -> subprocess.CompletedProcess:
             0.2,
         )
         job = f"{doc['execution']['array_id']}"
-        subprocess.run(["scancel", "--signal=USR2", job], check=True)
+        subprocess.run(["scancel", "--batch", "--signal=USR2", job], check=True)
         out, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:

@@ -45,6 +45,11 @@ def srun_line(text: str) -> list[str]:
     return shlex.split(next(line for line in text.splitlines() if line.startswith("srun ")))
 
 
+def command_line(text: str) -> list[str]:
+    """The line of a script that runs submitit, split as the shell would."""
+    return shlex.split(next(line for line in text.splitlines() if "submitit.core._submit" in line))
+
+
 @pytest.mark.parametrize(
     "key, value, line",
     [
@@ -73,7 +78,17 @@ def test_srun_args_follow_the_explicit_task_counts(tmp_path):
     srun = srun_line(script(tmp_path, srun_args=args, nodes=2, tasks_per_node=2))
     at = srun.index("--ntasks=4")
     assert srun[at : at + 4] == ["--ntasks=4", "--ntasks-per-node=2", *args]
-    assert "--cpu-bind=cores" not in srun_line(script(tmp_path / "unset"))
+    assert "--cpu-bind=cores" not in srun_line(script(tmp_path / "unset", nodes=2))
+
+
+def test_a_single_task_job_execs_python_in_the_batch_shell_signalled_in_the_b_form(tmp_path):
+    single = script(tmp_path)
+    assert not any(line.startswith("srun ") for line in single.splitlines())
+    assert command_line(single)[:2] == ["exec", sys.executable]
+    assert "#SBATCH --signal=B:USR2@120" in single.splitlines()
+    several = script(tmp_path / "several", tasks_per_node=2)
+    assert "#SBATCH --signal=USR2@120" in several.splitlines()
+    assert command_line(several)[0] == "srun" and "exec" not in command_line(several)
 
 
 @pytest.mark.parametrize("arg", ["--ntasks=3", "-n", "--output=x", "--ntasks-per-node=2"])
@@ -89,23 +104,26 @@ def test_srun_args_must_be_a_list_of_strings():
 
 def test_python_is_the_command_the_job_runs(tmp_path):
     python = f"/usr/bin/env PYTHONNOUSERSITE=1 {sys.executable}"
-    srun = srun_line(script(tmp_path, python=python))
+    srun = srun_line(script(tmp_path, python=python, nodes=2))
     at = srun.index("-u")
     assert srun[at - 3 : at + 3] == [*shlex.split(python), "-u", "-m", "submitit.core._submit"]
-    default = srun_line(script(tmp_path / "unset"))
+    default = srun_line(script(tmp_path / "unset", nodes=2))
     assert default[default.index("-u") - 1] == sys.executable
+    single = command_line(script(tmp_path / "single", python=python))
+    assert single[:6] == ["exec", *shlex.split(python), "-u", "-m"]
 
 
 def test_python_reaches_the_local_executor_too():
     assert executor_arguments(launcher(python="py3"), "local") == {"local_python": "py3"}
-    assert executor_arguments(launcher(), "slurm") == {}
+    assert executor_arguments(launcher(nodes=2), "slurm") == {}
+    assert executor_arguments(launcher(), "local") == {}
 
 
 def test_stderr_to_stdout_drops_the_error_file(tmp_path):
-    merged = script(tmp_path, stderr_to_stdout=True)
+    merged = script(tmp_path, stderr_to_stdout=True, nodes=2)
     assert not any(line.startswith("#SBATCH --error") for line in merged.splitlines())
     assert "--error" not in srun_line(merged)
-    separate = script(tmp_path / "unset")
+    separate = script(tmp_path / "unset", nodes=2)
     assert any(line.startswith("#SBATCH --error") for line in separate.splitlines())
     assert "--error" in srun_line(separate)
     assert "stderr_to_stdout" not in executor_parameters(launcher(), comment="c", name="n")

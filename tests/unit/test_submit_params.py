@@ -156,7 +156,8 @@ def test_executor_parameters_never_sends_none():
     for key in ("partition", "qos", "account", "constraint", "exclude", "gres", "setup"):
         assert f"slurm_{key}" not in params
     assert "slurm_array_parallelism" not in params
-    assert "slurm_additional_parameters" not in params  # empty dict: nothing to send
+    several = executor_parameters(launcher(tasks_per_node=2), comment="coll", name="coll_1")
+    assert "slurm_additional_parameters" not in several  # empty dict: nothing to send
 
 
 def test_executor_parameters_defaults():
@@ -198,14 +199,36 @@ def test_executor_parameters_slurm_keys_are_prefixed(key, value):
 
 def test_executor_parameters_additional_parameters():
     params = executor_parameters(
-        launcher(additional_parameters={"mail-type": "END"}), comment="c", name="n"
+        launcher(additional_parameters={"mail-type": "END"}, nodes=2), comment="c", name="n"
     )
     assert params["slurm_additional_parameters"] == {"mail-type": "END"}
+    single = executor_parameters(
+        launcher(additional_parameters={"mail-type": "END"}), comment="c", name="n"
+    )
+    assert single["slurm_additional_parameters"] == {"mail-type": "END", "signal": "B:USR2@120"}
+
+
+def test_a_single_task_job_runs_without_srun_and_is_signalled_in_its_batch_shell():
+    params = executor_parameters(launcher(signal_delay_s=30), comment="c", name="n")
+    assert params["slurm_use_srun"] is False and "slurm_srun_args" not in params
+    assert params["slurm_additional_parameters"] == {"signal": "B:USR2@30"}
+    own = launcher(additional_parameters={"signal": "B:TERM@60"})
+    params = executor_parameters(own, comment="c", name="n")
+    assert params["slurm_additional_parameters"] == {"signal": "B:TERM@60"}  # the user's stays
+
+
+@pytest.mark.parametrize(
+    "changes", [{"srun_args": ["--cpu-bind=cores"]}, {"gpu_bind": "single:1"}, {"nodes": 2}]
+)
+def test_srun_only_options_or_several_tasks_keep_the_srun_step(changes):
+    params = executor_parameters(launcher(**changes), comment="c", name="n")
+    assert "slurm_use_srun" not in params and params["slurm_srun_args"][0].startswith("--ntasks=")
+    assert "signal" not in (params.get("slurm_additional_parameters") or {})
 
 
 @pytest.mark.parametrize(
     "nodes, tasks_per_node, ntasks",
-    [(1, 1, 1), (1, 4, 4), (2, 1, 2), (2, 3, 6), (4, 8, 32)],
+    [(1, 4, 4), (2, 1, 2), (2, 3, 6), (4, 8, 32)],
 )
 def test_executor_parameters_srun_args_carry_explicit_task_counts(nodes, tasks_per_node, ntasks):
     params = executor_parameters(

@@ -1,0 +1,163 @@
+"""Issue 20, point 3: a no-op job's whole life, ours vs hydra-submitit-launcher, alternated.
+
+    python benchmarks/run.py --only life --life-rounds 5
+
+Each round runs the same no-op app (``apps/noop.py``, ``x=range(8)``: 8 experiments) once with
+``hydra/launcher=seml hydra/sweeper=seml`` (default launcher settings: its poll interval too) and
+once with ``hydra/launcher=submitit_slurm``, the order swapped every round. Per launch:
+
+- ``wall_s``: the command line until it exits with the results (what a user waits for);
+- ``entry_s``: per task, the Slurm task's start (``BENCH_T0``, exported by the sbatch script's
+  ``setup`` line, before ``srun``/Python) to the task function's first line;
+- ``life_s``: per task, ``BENCH_T0`` to the last write of its submitit output files (submitit's
+  "Job completed successfully" comes after the result pickle and, for ours, Sacred's final
+  save): the task's start to its exit, at file-time resolution;
+- ``sacct_s``: per task, sacct's ``ElapsedRaw`` (whole seconds; Slurm's own view of the task);
+- ``detect_s``: the command's exit minus the last task's last output: how long the launcher
+  takes to notice the end and return;
+- ``until_start_s``: the command's start to the first task's start (composition, staging,
+  sbatch, and the wait for a free node: other users' jobs on a shared testbed show up here);
+- ``span_s``: the first task's start to the last task's last output.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from run import APP, OURS_DB, SETUP, measure, mongo_client, read_entries, say
+
+COLLECTION = "bench_life"
+
+
+def _command(name: str, envs: dict, points: int) -> list[str]:
+    x = f"x=range({points})"
+    if name == "seml-hydra":
+        python = str(envs["ours_bin"] / "python")
+        launcher = ["hydra/launcher=seml", "hydra/sweeper=seml"]
+        return [
+            python,
+            str(APP),
+            "-m",
+            *launcher,
+            f"hydra.launcher.collection={COLLECTION}",
+            SETUP,
+            x,
+        ]
+    python = str(envs["hsl_bin"] / "python")
+    launcher = ["hydra/launcher=submitit_slurm", f"hydra.sweeper.max_batch_size={points}"]
+    return [python, str(APP), "-m", *launcher, SETUP, x]
+
+
+def _t0s(path: Path) -> dict[str, float]:
+    """``{<array>_<task>: BENCH_T0}`` from the entry log."""
+    out = {}
+    for line in path.read_text().split("\n"):
+        if line.strip():
+            job, t0, _ = line.split()
+            out[job] = float(t0)
+    return out
+
+
+def _last_output(run_dir: Path, job: str) -> float:
+    """The last modification time of job ``job``'s submitit output files under ``run_dir``."""
+    files = [p for p in run_dir.rglob(f"{job}_*_log.*") if p.suffix in (".out", ".err")]
+    return max(p.stat().st_mtime for p in files)
+
+
+def _sacct_elapsed(jobs: list[str]) -> list[float]:
+    """sacct's ``ElapsedRaw`` (s) of the array tasks ``jobs``, polled until each has ended."""
+    arrays = sorted({j.split("_")[0] for j in jobs})
+    deadline = time.monotonic() + 30
+    while True:
+        out = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "-j", ",".join(arrays), "-o", "JobID,State,ElapsedRaw"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        rows = [line.split("|") for line in out.split("\n") if line.strip()]
+        done = {r[0]: float(r[2]) for r in rows if r[0] in jobs and r[1] == "COMPLETED"}
+        if len(done) == len(jobs) or time.monotonic() > deadline:
+            return [done[j] for j in jobs if j in done]
+        time.sleep(0.5)
+
+
+def run_once(name: str, envs: dict, work: Path, label: str, points: int) -> dict:
+    run_dir = work / label
+    run_dir.mkdir()
+    log = run_dir / "entries.txt"
+    env_name = "ours" if name == "seml-hydra" else "hsl"
+    env = {**envs[env_name], "BENCH_ENTRY_LOG": str(log)}
+    started = time.time()
+    result = measure(_command(name, envs, points), env=env, cwd=run_dir, label=name)
+    ended = time.time()
+    t0 = _t0s(log)
+    last = {job: _last_output(run_dir, job) for job in t0}
+    result["entry_s"] = read_entries(log)
+    result["life_s"] = [last[j] - t0[j] for j in t0]
+    result["detect_s"] = ended - max(last.values())
+    result["until_start_s"] = min(t0.values()) - started
+    result["span_s"] = max(last.values()) - min(t0.values())
+    result["sacct_s"] = _sacct_elapsed(sorted(t0))
+    return result
+
+
+def bench(args, envs, work: Path) -> dict:
+    """``{"seml-hydra": [run, ...], "hydra-submitit-launcher": [run, ...]}``, one run per round
+    (``args.life_rounds``), alternated; each run a dict of :func:`run_once`."""
+    client = mongo_client(args.mongo)
+    names = ["seml-hydra", "hydra-submitit-launcher"]
+    runs: dict[str, list] = {n: [] for n in names}
+    for rnd in range(args.life_rounds):
+        for name in names if rnd % 2 == 0 else names[::-1]:
+            client[OURS_DB].drop_collection(COLLECTION)
+            r = run_once(name, envs, work, f"life-{name}-{rnd}", args.life_points)
+            runs[name].append(r)
+            say(
+                f"  (life) {name:23s} round {rnd}: total {r['wall_s']:.2f} s, entry "
+                f"{statistics.median(r['entry_s']):.3f} s, life "
+                f"{statistics.median(r['life_s']):.3f} s, sacct "
+                f"{statistics.median(r['sacct_s']) if r['sacct_s'] else float('nan'):.0f} s, "
+                f"end seen after {r['detect_s']:.2f} s, first task after "
+                f"{r['until_start_s']:.2f} s, tasks span {r['span_s']:.2f} s"
+            )
+    return runs
+
+
+def _median_of(runs: list[dict], key: str) -> float:
+    values = [
+        v
+        for run in runs
+        if key in run
+        for v in (run[key] if isinstance(run[key], list) else [run[key]])
+    ]
+    return statistics.median(values) if values else float("nan")
+
+
+def rows(results: dict, args) -> list[tuple]:
+    """Table rows ``(measure, ours, theirs, ratio, target, met)`` of :func:`bench`'s results."""
+    if "job_life" not in results:
+        return []
+    r = results["job_life"]
+    ours, theirs = r["seml-hydra"], r["hydra-submitit-launcher"]
+    out = []
+    n = args.life_points
+    for key, label, target in (
+        ("entry_s", "(life) task start -> task entry, s", 1.0),
+        ("wall_s", f"(life) {n} no-op exps, command -> results, s", 1.0),
+        ("life_s", "(life) task start -> task exit (last output), s", None),
+        ("sacct_s", "(life) task elapsed in sacct, s", None),
+        ("detect_s", "(life) last task exit -> command exit, s", None),
+        ("until_start_s", "(life) command -> first task start, s", None),
+        ("span_s", "(life) first task start -> last task exit, s", None),
+    ):
+        o, t = _median_of(ours, key), _median_of(theirs, key)
+        ratio = o / t if t else float("nan")
+        if target is None:
+            out.append((label, o, t, ratio, "-", None))
+        else:
+            out.append((label, o, t, ratio, f"<= {target}", o <= target * t))
+    return out

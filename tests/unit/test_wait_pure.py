@@ -1,0 +1,46 @@
+"""The waiter (``seml_hydra.launch.wait``): its pause between two polls (``poll_pause``: the poll
+interval, stretched when counting the states is slow) and the ``JobReturn``s it builds from the
+documents. Pure."""
+
+from __future__ import annotations
+
+from seml_hydra.config import SemlLauncherConf
+from seml_hydra.launch.wait import QUERY_SHARE, poll_pause
+
+
+def test_a_cheap_count_polls_at_the_interval():
+    assert poll_pause(0.25, 0.001) == 0.25
+    assert poll_pause(5.0, 0.0) == 5.0
+
+
+def test_a_slow_count_stretches_the_pause_so_counting_stays_a_small_share():
+    assert poll_pause(0.25, 0.2) == QUERY_SHARE * 0.2
+    assert poll_pause(0.25, 0.2) >= 0.2 * 19  # the count takes at most ~5% of the waiting
+
+
+def test_the_default_interval_notices_the_end_within_a_quarter_second():
+    """hydra-submitit-launcher's ``Job.result`` checks for the result pickle every second."""
+    assert SemlLauncherConf().poll_interval_s <= 0.25
+
+
+def test_a_job_return_builds_its_configs_only_when_read(monkeypatch):
+    """The sweepers read ``status`` and ``return_value``: the launcher creates no
+    ``DictConfig`` for a finished experiment until ``cfg`` or ``hydra_cfg`` is read."""
+    from omegaconf import OmegaConf
+
+    from seml_hydra.launch.wait import job_return_from_document
+
+    created = []
+    create = OmegaConf.create
+    monkeypatch.setattr(OmegaConf, "create", lambda *a, **k: created.append(a) or create(*a, **k))
+    doc = {
+        "_id": 3,
+        "status": "COMPLETED",
+        "result": 7,
+        "config": {"x": 1},
+        "hydra": {"node_diff": [], "job_id": "12_2", "overrides": ["x=1"]},
+    }
+    ret = job_return_from_document(doc, {"job": {"name": "app"}}, "coll")
+    assert ret.return_value == 7 and ret.overrides == ["x=1"] and created == []
+    assert ret.cfg.x == 1 and ret.hydra_cfg.hydra.job.id == "12_2"
+    assert ret.cfg is ret.cfg and len(created) == 2  # built once each
