@@ -129,9 +129,8 @@ def status(target: Target, projection: Projection = None) -> None:
         table.add_row(*cells)
     table.add_row("[bold]total[/]", str(sum(len(r.ids) for r in rows)), "")
     console().print(table)
-    pending = [i for r in rows if r.state == states.PENDING for i in r.ids]
-    if pending and shutil.which("squeue"):
-        for message in stuck_messages(target.collection, pending, name):
+    if any(r.state == states.PENDING for r in rows) and shutil.which("squeue"):
+        for message in stuck_messages(target.collection, query, name):
             console().print(f"[yellow]{shown(message)}[/]")
     malformed = [r.ids for r in rows if r.state == MALFORMED]
     if malformed:

@@ -15,12 +15,13 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.manage.selection import ManageError, id_sort_key
 from seml_hydra.track.jobs import state_of
-from seml_hydra.track.query import and_, select
+from seml_hydra.track.query import and_, grouped, select
 
 #: where SEML stores an experiment's description
 DESCRIPTION = "seml.description"
@@ -116,10 +117,19 @@ def state_rows(docs: Iterable[Mapping[str, Any]], keys: Sequence[str] = ()) -> l
 def status_rows(
     collection: Any, query: Mapping[str, Any], keys: Sequence[str] = ()
 ) -> list[StateRow]:
-    """:func:`state_rows` of the experiments matching ``query`` (one query, projected on the
-    status, the description and ``keys``)."""
+    """:func:`state_rows` of the experiments matching ``query``: one aggregate grouping them by
+    their status, description and ``keys`` (``track.query.grouped``), so the work grows with the
+    number of distinct rows, not of experiments."""
     fields = {"_id": 1, "status": 1, DESCRIPTION: 1, **{k: 1 for k in keys}}
-    return state_rows(select(collection, query, without_collisions(fields)), keys)
+    groups = grouped(collection, query, without_collisions(fields))
+    rows = state_rows([{**doc, "_id": ids[0]} for doc, ids in groups], keys)
+    by_state: dict[str, list[list[Any]]] = {}
+    for doc, ids in groups:
+        by_state.setdefault(state_of(doc.get("status")), []).append(ids)
+    for row in rows:
+        parts = by_state[row.state]
+        row.ids = parts[0] if len(parts) == 1 else sorted(chain(*parts), key=id_sort_key)
+    return rows
 
 
 def without_collisions(fields: Mapping[str, int]) -> dict[str, int]:

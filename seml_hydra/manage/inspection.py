@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.launch.wait import stuck_jobs, stuck_message
+from seml_hydra.launch.wait import STUCK_REASONS, stuck_message
 from seml_hydra.manage.describe import (
     DESCRIPTION,
     description_of,
@@ -24,7 +24,7 @@ from seml_hydra.store.snapshot import foreign_files as foreign
 from seml_hydra.track.cache import is_listed_collection, refresh_collection_cache
 from seml_hydra.track.jobs import array_of, row_jobs, state_of, task_of
 from seml_hydra.track.outputs import OUTPUT_TAIL_BYTES, output_file, read_document_output
-from seml_hydra.track.query import PROJECTION, select
+from seml_hydra.track.query import PROJECTION, and_, grouped, select
 
 
 @dataclass
@@ -67,15 +67,32 @@ def status(collection: Any, query: Mapping[str, Any] | None = None) -> dict[str,
     return id_ranges_by_state(select(collection, dict(query or {}), {"_id": 1, "status": 1}))
 
 
-def stuck_messages(collection: Any, ids: Sequence[int], name: str) -> list[str]:
-    """Why the Slurm jobs of PENDING experiments among ``ids`` of collection ``name`` will not
-    start by themselves (``seml_hydra.launch.wait.stuck_jobs``: a held job, a dependency that
-    can never be satisfied...), one message each; none when squeue fails (``status`` still
-    shows the counts)."""
+def stuck_messages(collection: Any, query: Mapping[str, Any], name: str) -> list[str]:
+    """Why the Slurm jobs of the PENDING experiments matching ``query`` of collection ``name``
+    will not start by themselves (a held job, a dependency that can never be satisfied...:
+    ``launch.wait.STUCK_REASONS``), one message per job, sorted; none when squeue fails
+    (``status`` still shows the counts). The arrays come from one aggregate over the
+    experiments' ``slurm[0].array_id`` (as ``launch.wait.pending_reasons``, per array rather
+    than per experiment)."""
+    pending = and_(query, {"status": states.PENDING, "slurm.0.array_id": {"$exists": True}})
+    arrays = set()
+    for doc, _ in grouped(collection, pending, {"slurm.array_id": 1}):
+        slurm_entries = doc.get("slurm")
+        if isinstance(slurm_entries, list) and slurm_entries:
+            array = str((slurm_entries[0] or {}).get("array_id", ""))
+            if array.isdigit():
+                arrays.add(array)
+    if not arrays:
+        return []
     try:
-        stuck = stuck_jobs(collection, ids)
+        rows = slurm.squeue_jobs(job_ids=sorted(arrays), all_users=True)
     except slurm.SlurmError:
         return []
+    stuck = sorted(
+        (r.job_id, r.reason)
+        for r in rows
+        if r.state == "PENDING" and r.reason and r.reason in STUCK_REASONS
+    )
     return [f"{stuck_message(job, reason, name)}." for job, reason in stuck]
 
 
