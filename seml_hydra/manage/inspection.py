@@ -19,9 +19,11 @@ from seml_hydra.manage.describe import (
 )
 from seml_hydra.manage.selection import ManageError, id_ranges_by_state
 from seml_hydra.slurm import client as slurm
+from seml_hydra.store.collections import ensure_job_indexes
 from seml_hydra.store.snapshot import SourceSnapshotError, write_sources
 from seml_hydra.store.snapshot import foreign_files as foreign
 from seml_hydra.track.cache import is_listed_collection, refresh_collection_cache
+from seml_hydra.track.groups import task_groups
 from seml_hydra.track.jobs import array_of, row_jobs, state_of, task_of
 from seml_hydra.track.outputs import OUTPUT_TAIL_BYTES, output_file, read_document_output
 from seml_hydra.track.query import PROJECTION, and_, grouped, select
@@ -296,7 +298,8 @@ def queue(
 ) -> list[QueueRow]:
     """The user's Slurm jobs, with the collection of their ``--comment`` and the experiments
     they run. Without ``all_jobs`` only jobs whose comment names an experiment collection of
-    ``db`` are kept. One squeue call, one MongoDB query per collection."""
+    ``db`` are kept. One squeue call, one MongoDB aggregate per collection (over the
+    experiments of the arrays squeue lists, found by index: ``store.collections.JOB_INDEXES``)."""
 
     rows = slurm.squeue_jobs(
         job_ids=list(job_ids) if job_ids else None, states=slurm_states, extra_fields=("E",)
@@ -314,21 +317,20 @@ def queue(
         if not arrays:
             continue
         values = arrays + [str(a) for a in arrays]
-        for doc in db[name].find(
-            {
-                "$or": [
-                    {"slurm.array_id": {"$in": values}},
-                    {"execution.array_id": {"$in": values}},
-                ]
-            },
-            {"_id": 1, "slurm": 1, "execution": 1, "status": 1},
-        ):
-            task = task_of(doc)
+        ensure_job_indexes(db[name])  # the arrays' experiments are found by index
+        query = {
+            "$or": [
+                {"slurm.array_id": {"$in": values}},
+                {"execution.array_id": {"$in": values}},
+            ]
+        }
+        for group in task_groups(db[name], query):  # per Slurm task, not per experiment
+            doc, task = group.doc, task_of(group.doc)
             if task is not None:
-                exp_of.setdefault((name, task[1]), []).append(doc["_id"])
+                exp_of.setdefault((name, task[1]), []).extend(group.ids)
             elif doc.get("status") == states.PENDING and array_of(doc):
                 # SEML 0.5: a pending experiment waits for any pending task of its array
-                exp_of.setdefault((name, f"{array_of(doc)}_*"), []).append(doc["_id"])
+                exp_of.setdefault((name, f"{array_of(doc)}_*"), []).extend(group.ids)
     out = []
     for row in rows:
         known = row.comment in names
