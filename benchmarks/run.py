@@ -2,6 +2,7 @@
 
     python benchmarks/run.py                 # everything: (a) staging, (b) overhead, (c) CLI
     python benchmarks/run.py --only a,c --points 1000 --reps 2
+    python benchmarks/run.py --only s        # (s) the CLI on 100,000 experiments (scale_cli.py)
 
 Needs pymongo in this interpreter, the MongoDB at ``--mongo`` and the Slurm testbed. Each tool
 runs from its own virtualenv under ``--cache`` (default ``~/.cache/seml-hydra-bench``), holding
@@ -43,6 +44,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import scale_cli  # noqa: E402  (benchmarks/scale_cli.py: (s), issue 20 point 1)
+
 ROOT = HERE.parent
 APP = HERE / "apps" / "noop.py"
 SEML_APP = HERE / "apps" / "seml_noop.py"
@@ -406,7 +410,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="(a) repetitions")
     parser.add_argument("--jobs", type=int, default=20, help="(b) no-op jobs")
     parser.add_argument("--rounds", type=int, default=2, help="(b) rounds")
-    parser.add_argument("--cli-reps", type=int, default=5, help="(c) repetitions")
+    parser.add_argument("--cli-reps", type=int, default=5, help="(c)/(s) repetitions")
+    parser.add_argument("--scale-points", type=int, default=100_000, help="(s) experiments")
+    parser.add_argument("--scale-base", default=None, help="(s) also a commit's status/queue")
     parser.add_argument(
         "--mongo", default=os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
     )
@@ -418,7 +424,7 @@ def main() -> None:
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
 
-    seml_bin = ensure_venv(cache, "venv-seml", SEML_VERSION) if only & {"a", "c"} else None
+    seml_bin = ensure_venv(cache, "venv-seml", SEML_VERSION) if only & {"a", "c", "s"} else None
     hsl_bin = ensure_venv(cache, "venv-hsl", HSL_VERSION) if "b" in only else None
     ours_bin = ours_venv(cache)
     # as on a user's machine: Python writes and reuses its bytecode caches for every tool
@@ -451,12 +457,17 @@ def main() -> None:
         if "c" in only:
             say("(c) seml status / list / --help ...")
             results["cli"] = bench_cli(args, envs, work)
+        if "s" in only:  # issue 20 point 1: the CLI at scale (benchmarks/scale_cli.py)
+            say(f"(s) the seml CLI on {args.scale_points} experiments ...")
+            results["scale_cli"] = scale_cli.bench(args, envs, work)
     finally:
         if not args.keep:
             client = mongo_client(args.mongo)
             client.drop_database(OURS_DB)
             client.drop_database(SEML_DB)
     rows = table(results, args)
+    if "scale_cli" in results:
+        rows += scale_cli.rows(results, args)
     text = print_table(rows)
     Path(args.output).write_text(
         json.dumps(
