@@ -114,14 +114,21 @@ def state_rows(docs: Iterable[Mapping[str, Any]], keys: Sequence[str] = ()) -> l
     return [rows[s] for s in sorted(rows, key=state_key)]
 
 
-def status_rows(
+def status_groups(
     collection: Any, query: Mapping[str, Any], keys: Sequence[str] = ()
+) -> list[tuple[dict[str, Any], list[Any]]]:
+    """The experiments matching ``query`` grouped by their status, description, ``keys`` and
+    Slurm arrays (``slurm.array_id``, for ``manage.inspection.pending_arrays``): one aggregate
+    (``track.query.grouped``), so ``status`` grows with its rows, not with the experiments."""
+    fields = {"_id": 1, "status": 1, DESCRIPTION: 1, "slurm.array_id": 1, **{k: 1 for k in keys}}
+    return grouped(collection, query, without_collisions(fields))
+
+
+def group_rows(
+    groups: Sequence[tuple[Mapping[str, Any], list[Any]]], keys: Sequence[str] = ()
 ) -> list[StateRow]:
-    """:func:`state_rows` of the experiments matching ``query``: one aggregate grouping them by
-    their status, description and ``keys`` (``track.query.grouped``), so the work grows with the
-    number of distinct rows, not of experiments."""
-    fields = {"_id": 1, "status": 1, DESCRIPTION: 1, **{k: 1 for k in keys}}
-    groups = grouped(collection, query, without_collisions(fields))
+    """:func:`state_rows` of :func:`status_groups` (pure): each group counts as its first
+    experiment for the order of descriptions and values, and brings all its ids."""
     rows = state_rows([{**doc, "_id": ids[0]} for doc, ids in groups], keys)
     by_state: dict[str, list[list[Any]]] = {}
     for doc, ids in groups:
@@ -130,6 +137,13 @@ def status_rows(
         parts = by_state[row.state]
         row.ids = parts[0] if len(parts) == 1 else sorted(chain(*parts), key=id_sort_key)
     return rows
+
+
+def status_rows(
+    collection: Any, query: Mapping[str, Any], keys: Sequence[str] = ()
+) -> list[StateRow]:
+    """:func:`state_rows` of the experiments matching ``query`` (:func:`status_groups`)."""
+    return group_rows(status_groups(collection, query, keys), keys)
 
 
 def without_collisions(fields: Mapping[str, int]) -> dict[str, int]:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from seml_hydra.track.cache import is_listed_collection, refresh_collection_cach
 from seml_hydra.track.groups import task_groups
 from seml_hydra.track.jobs import array_of, row_jobs, state_of, task_of
 from seml_hydra.track.outputs import OUTPUT_TAIL_BYTES, output_file, read_document_output
-from seml_hydra.track.query import PROJECTION, and_, grouped, select
+from seml_hydra.track.query import PROJECTION, select
 
 
 @dataclass
@@ -69,25 +69,30 @@ def status(collection: Any, query: Mapping[str, Any] | None = None) -> dict[str,
     return id_ranges_by_state(select(collection, dict(query or {}), {"_id": 1, "status": 1}))
 
 
-def stuck_messages(collection: Any, query: Mapping[str, Any], name: str) -> list[str]:
-    """Why the Slurm jobs of the PENDING experiments matching ``query`` of collection ``name``
-    will not start by themselves (a held job, a dependency that can never be satisfied...:
-    ``launch.wait.STUCK_REASONS``), one message per job, sorted; none when squeue fails
-    (``status`` still shows the counts). The arrays come from one aggregate over the
-    experiments' ``slurm[0].array_id`` (as ``launch.wait.pending_reasons``, per array rather
-    than per experiment)."""
-    pending = and_(query, {"status": states.PENDING, "slurm.0.array_id": {"$exists": True}})
+def pending_arrays(docs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The Slurm arrays (``slurm[0].array_id``, whole numbers) of the PENDING documents among
+    ``docs``, sorted (pure; ``launch.wait.pending_reasons`` asks squeue about the same)."""
     arrays = set()
-    for doc, _ in grouped(collection, pending, {"slurm.array_id": 1}):
-        slurm_entries = doc.get("slurm")
-        if isinstance(slurm_entries, list) and slurm_entries:
-            array = str((slurm_entries[0] or {}).get("array_id", ""))
-            if array.isdigit():
-                arrays.add(array)
+    for doc in docs:
+        entries = doc.get("slurm")
+        if doc.get("status") != states.PENDING or not isinstance(entries, list) or not entries:
+            continue
+        first = entries[0] if isinstance(entries[0], Mapping) else {}
+        array = str(first.get("array_id", ""))
+        if array.isdigit():
+            arrays.add(array)
+    return sorted(arrays)
+
+
+def stuck_messages(arrays: Sequence[str], name: str) -> list[str]:
+    """Why the Slurm jobs of ``arrays`` (:func:`pending_arrays`) of collection ``name`` will not
+    start by themselves (a held job, a dependency that can never be satisfied...:
+    ``launch.wait.STUCK_REASONS``), one message per pending job, sorted; none when squeue
+    fails (``status`` still shows the counts)."""
     if not arrays:
         return []
     try:
-        rows = slurm.squeue_jobs(job_ids=sorted(arrays), all_users=True)
+        rows = slurm.squeue_jobs(job_ids=list(arrays), all_users=True)
     except slurm.SlurmError:
         return []
     stuck = sorted(

@@ -197,11 +197,18 @@ def next_ids(
     return range(last - n + 1, last + 1)
 
 
-#: the indexes of an experiments collection on the fields the ``seml`` commands filter by:
-#: the state (``status``: the active experiments of ``status`` / ``cancel``) and the Slurm
-#: array of a submission or a run (``seml queue``, ``cancel``: the experiments of the jobs
-#: squeue lists); created by :func:`ensure_job_indexes`
-JOB_INDEXES = ("status", "slurm.array_id", "execution.array_id")
+#: the indexes of an experiments collection on the fields the ``seml`` commands filter by
+#: (path, sparse): the state (``status``: the active experiments of ``status`` / ``cancel``),
+#: the Slurm array of a submission or a run (``seml queue``, ``cancel``: the experiments of
+#: the jobs squeue lists) and the mark of a submission under way (``slurm.0.submitting``, which
+#: every ``status`` looks for: ``launch.recovery.recover_interrupted_submissions``; sparse: only
+#: the experiments being submitted have it); created by :func:`ensure_job_indexes`
+JOB_INDEXES = (
+    ("status", False),
+    ("slurm.array_id", False),
+    ("execution.array_id", False),
+    ("slurm.0.submitting", True),
+)
 
 
 def ensure_job_indexes(collection: pymongo.collection.Collection) -> bool:
@@ -213,7 +220,9 @@ def ensure_job_indexes(collection: pymongo.collection.Collection) -> bool:
     from pymongo.errors import OperationFailure
 
     try:
-        collection.create_indexes([pymongo.IndexModel([(field, 1)]) for field in JOB_INDEXES])
+        collection.create_indexes(
+            [pymongo.IndexModel([(path, 1)], sparse=sparse) for path, sparse in JOB_INDEXES]
+        )
     except OperationFailure:
         return False
     return True

@@ -124,18 +124,17 @@ def test_killed_detection_reads_one_row_per_task_and_marks_each_task_with_one_up
 def test_status_and_queue_show_every_experiment_of_a_held_array_from_one_row_per_task(
     slurm, test_db, tmp_path, watched
 ):
-    from seml_hydra.manage.describe import status_rows
-    from seml_hydra.manage.inspection import queue, stuck_messages
+    from seml_hydra.manage.describe import group_rows, status_groups
+    from seml_hydra.manage.inspection import pending_arrays, queue, stuck_messages
 
     coll, traffic = watched
     array = launch_held(tmp_path)
-    rows = status_rows(coll, {})
-    assert [(r.state, r.ids) for r in rows] == [("PENDING", list(range(1, 13)))]
-    assert traffic.returned == 1  # one row: one state, no description
-    traffic.reset()
-    stuck = stuck_messages(coll, {}, "gate")
+    groups = status_groups(coll, {})
+    assert [(r.state, r.ids) for r in group_rows(groups)] == [("PENDING", list(range(1, 13)))]
+    assert traffic.returned == 1  # one row: one state, no description, one array
+    assert pending_arrays(doc for doc, _ in groups) == [str(array)]
+    stuck = stuck_messages([str(array)], "gate")
     assert len(stuck) == 1 and f"{array}_[0-1" in stuck[0] and "held" in stuck[0], stuck
-    assert traffic.returned == 1
     traffic.reset()
     found = [r for r in queue(coll.database) if r.job_id.startswith(f"{array}_")]
     assert sorted((r.job_id, tuple(r.exp_ids)) for r in found) == [

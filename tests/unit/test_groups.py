@@ -112,3 +112,23 @@ def test_to_text_draws_rich_s_box_with_safe_cells():
         "└─────┴───────────┴───────────┴────────┘\n"
     )
     assert json.dumps(text).count("\\u001b") == 0
+
+
+def test_group_rows_merge_the_groups_of_a_state_and_pending_arrays_read_slurm_0():
+    from seml_hydra.manage.describe import group_rows
+    from seml_hydra.manage.inspection import pending_arrays
+
+    groups = [
+        ({"status": "PENDING", "slurm": [{"array_id": 12}]}, [1, 2, 3]),
+        ({"status": "COMPLETED", "seml": {"description": "b"}}, [4]),
+        ({"status": "PENDING", "slurm": [{"array_id": 9}], "seml": {"description": "a"}}, [5, 6]),
+        ({"status": "PENDING", "slurm": [{"array_id": "x"}, {"array_id": 3}]}, [0]),
+        ({"status": "RUNNING", "slurm": [{"array_id": 4}]}, [7]),
+    ]
+    rows = group_rows(groups)
+    assert [(r.state, r.ids, r.descriptions) for r in rows] == [
+        ("PENDING", [0, 1, 2, 3, 5, 6], ["a"]),
+        ("RUNNING", [7], []),
+        ("COMPLETED", [4], ["b"]),
+    ]
+    assert pending_arrays(doc for doc, _ in groups) == ["12", "9"]
