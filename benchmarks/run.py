@@ -121,7 +121,8 @@ def measure(cmd: list[str], *, env: dict, cwd: Path, label: str) -> dict:
     if code != 0:
         tail = (cwd / f"{label}.err").read_text()[-2000:]
         raise RuntimeError(f"{label}: {' '.join(cmd)} exited {code}\n{tail}")
-    return {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024}
+    cpu = usage.ru_utime + usage.ru_stime  # the process and its waited-for children, s
+    return {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024, "cpu_s": cpu}
 
 
 def mongo_client(url: str):

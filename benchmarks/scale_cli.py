@@ -229,19 +229,27 @@ def _median(runs: list[dict], key: str) -> float:
 
 def rows(results: dict, args) -> list[tuple]:
     """``(measure, seml-hydra, theirs, ratio, target, met)`` rows of :func:`bench`'s results;
-    theirs is SEML 0.5.7 where it applies (else NaN); targets from issue 20."""
+    theirs is SEML 0.5.7 where it applies (else NaN); targets from issue 20. The CPU time
+    (user + system of the command, not of mongod) says what the machine's load does not."""
     r = results["scale_cli"]
     n = r["points"]
     nan = float("nan")
     out = []
 
     def row(label: str, key: str, theirs_key: str | None, wall: float | None, mib: float | None):
-        for metric, target, unit in (("wall_s", wall, "s"), ("peak_rss_mib", mib, "MiB")):
+        metrics = (
+            ("wall_s", wall, "wall s"),
+            ("cpu_s", None, "CPU s"),
+            ("peak_rss_mib", mib, "peak MiB"),
+        )
+        for metric, target, unit in metrics:
+            if metric not in r[key][0]:
+                continue
             ours = _median(r[key], metric)
             theirs = _median(r[theirs_key], metric) if theirs_key in r else nan
             out.append(
                 (
-                    f"(s) {label}, {'wall s' if unit == 's' else 'peak MiB'}",
+                    f"(s) {label}, {unit}",
                     ours,
                     theirs,
                     ours / theirs if theirs == theirs else nan,

@@ -134,9 +134,18 @@ def group_rows(
     for doc, ids in groups:
         by_state.setdefault(state_of(doc.get("status")), []).append(ids)
     for row in rows:
-        parts = by_state[row.state]
-        row.ids = parts[0] if len(parts) == 1 else sorted(chain(*parts), key=id_sort_key)
+        row.ids = _merged(by_state[row.state])
     return rows
+
+
+def _merged(parts: list[list[Any]]) -> list[Any]:
+    """The ids of ``parts`` (each in ``_id`` order), sorted by ``id_sort_key``: joined when
+    they are integer runs that do not overlap (one launch's arrays), sorted otherwise."""
+    parts = sorted(parts, key=lambda ids: id_sort_key(ids[0]))
+    ints = all(type(p[0]) is int and type(p[-1]) is int for p in parts)
+    if ints and all(a[-1] < b[0] for a, b in zip(parts, parts[1:])):
+        return list(chain(*parts))
+    return sorted(chain(*parts), key=id_sort_key)
 
 
 def status_rows(
