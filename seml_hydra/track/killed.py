@@ -132,8 +132,9 @@ def mark_lost_local_runs(
     if not pids:
         return [], set()
     lost = decide_local_killed(docs, {p: process_alive(p) for p in pids}, here, now=now)
+    by_index = {g.doc["_id"]: g for g in groups}
     for index in lost:
-        doc = groups[index].doc
+        doc = by_index[index].doc
         head = (
             f"The local process {local_process(doc, here)} on {here} that ran the experiment "
             f"is gone while the experiment was {doc.get('status')}, and its heartbeat is stale."
@@ -142,7 +143,7 @@ def mark_lost_local_runs(
         tails = [(path, read_document_output(doc, path, collection.name))] if path else []
         _mark(
             collection,
-            groups[index],
+            by_index[index],
             {"status": states.KILLED, "fail_trace": killed_trace(head, tails)},
         )
     ids = ids_of(groups, lost)
@@ -214,12 +215,13 @@ def _detect_slurm(
             continue
         cancelled = (doc.get("execution") or {}).get("cancel_time") is not None
         (interrupted if cancelled else killed).append(doc["_id"])
+    by_index = {g.doc["_id"]: g for g in groups}  # (groups of other clusters are left out)
     for index in killed:
-        doc = groups[index].doc
+        doc = by_index[index].doc
         trace = document_trace(doc, collection.name, _recorded(doc, sacct))
-        _mark(collection, groups[index], {"status": states.KILLED, "fail_trace": trace})
+        _mark(collection, by_index[index], {"status": states.KILLED, "fail_trace": trace})
     for index in interrupted:
-        _mark(collection, groups[index], {"status": states.INTERRUPTED})
+        _mark(collection, by_index[index], {"status": states.INTERRUPTED})
     return DetectResult(
         ids_of(groups, killed),
         ids_of(groups, interrupted),
