@@ -2,6 +2,7 @@
 
     python benchmarks/run.py                 # everything: (a) staging, (b) overhead, (c) CLI
     python benchmarks/run.py --only a,c --points 1000 --reps 2
+    python benchmarks/run.py --only s        # (s) the CLI on 100,000 experiments (scale_cli.py)
 
 Needs pymongo in this interpreter, the MongoDB at ``--mongo`` and the Slurm testbed. Each tool
 runs from its own virtualenv under ``--cache`` (default ``~/.cache/seml-hydra-bench``), holding
@@ -46,6 +47,9 @@ from pathlib import Path
 import heartbeat_bytes
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import scale_cli  # noqa: E402  (benchmarks/scale_cli.py: (s), issue 20 point 1)
+
 ROOT = HERE.parent
 APP = HERE / "apps" / "noop.py"
 SEML_APP = HERE / "apps" / "seml_noop.py"
@@ -120,7 +124,8 @@ def measure(cmd: list[str], *, env: dict, cwd: Path, label: str) -> dict:
     if code != 0:
         tail = (cwd / f"{label}.err").read_text()[-2000:]
         raise RuntimeError(f"{label}: {' '.join(cmd)} exited {code}\n{tail}")
-    return {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024}
+    cpu = usage.ru_utime + usage.ru_stime  # the process and its waited-for children, s
+    return {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024, "cpu_s": cpu}
 
 
 def mongo_client(url: str):
@@ -406,12 +411,14 @@ def print_table(rows: list[tuple]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default="a,b,c", help="which benchmarks: a,b,c,heartbeat,life")
+    parser.add_argument("--only", default="a,b,c", help="which benchmarks: a,b,c,s,heartbeat,life")
     parser.add_argument("--points", type=int, default=10_000, help="(a)/(c) points (a square)")
     parser.add_argument("--reps", type=int, default=3, help="(a) repetitions")
     parser.add_argument("--jobs", type=int, default=20, help="(b) no-op jobs")
     parser.add_argument("--rounds", type=int, default=2, help="(b) rounds")
-    parser.add_argument("--cli-reps", type=int, default=5, help="(c) repetitions")
+    parser.add_argument("--cli-reps", type=int, default=5, help="(c)/(s) repetitions")
+    parser.add_argument("--scale-points", type=int, default=100_000, help="(s) experiments")
+    parser.add_argument("--scale-base", default=None, help="(s) also a commit's status/queue")
     parser.add_argument("--heartbeat-seconds", default="60,120", help="(h) run lengths, s")
     parser.add_argument("--heartbeat-kb-per-s", default="10", help="(h) KB printed per second")
     parser.add_argument("--life-rounds", type=int, default=5, help="(life) alternated rounds")
@@ -428,7 +435,9 @@ def main() -> None:
     cache.mkdir(parents=True, exist_ok=True)
 
     seml_bin = (
-        ensure_venv(cache, "venv-seml", SEML_VERSION) if only & {"a", "c", "heartbeat"} else None
+        ensure_venv(cache, "venv-seml", SEML_VERSION)
+        if only & {"a", "c", "s", "heartbeat"}
+        else None
     )
     hsl_bin = ensure_venv(cache, "venv-hsl", HSL_VERSION) if only & {"b", "life"} else None
     ours_bin = ours_venv(cache)
@@ -470,6 +479,9 @@ def main() -> None:
 
             say(f"(life) {args.life_points} no-op experiments, whole job life ...")
             results["job_life"] = job_life.bench(args, envs, work)
+        if "s" in only:  # issue 20 point 1: the CLI at scale (benchmarks/scale_cli.py)
+            say(f"(s) the seml CLI on {args.scale_points} experiments ...")
+            results["scale_cli"] = scale_cli.bench(args, envs, work)
     finally:
         if not args.keep:
             client = mongo_client(args.mongo)
@@ -480,6 +492,8 @@ def main() -> None:
         import job_life
 
         rows += job_life.rows(results, args)
+    if "scale_cli" in results:
+        rows += scale_cli.rows(results, args)
     text = print_table(rows)
     Path(args.output).write_text(
         json.dumps(

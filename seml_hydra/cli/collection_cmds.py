@@ -99,15 +99,16 @@ def status(target: Target, projection: Projection = None) -> None:
 
     from rich.table import Table
 
-    from seml_hydra.manage.describe import projection_fields, status_rows
-    from seml_hydra.manage.inspection import stuck_messages
+    from seml_hydra.manage.describe import group_rows, projection_fields, status_groups
+    from seml_hydra.manage.inspection import pending_arrays, stuck_messages
     from seml_hydra.manage.selection import malformed_message
     from seml_hydra.track.jobs import MALFORMED
 
     query, name = target.selection.query(), target.name
     keys = projection_fields(projection or ())
     _report_detect(_detect(target.collection, query), name)
-    rows = status_rows(target.collection, query, keys)
+    groups = status_groups(target.collection, query, keys)  # one aggregate for all below
+    rows = group_rows(groups, keys)
     if not rows:
         console().print(f"No experiments in {name} match.")
         return
@@ -129,9 +130,9 @@ def status(target: Target, projection: Projection = None) -> None:
         table.add_row(*cells)
     table.add_row("[bold]total[/]", str(sum(len(r.ids) for r in rows)), "")
     console().print(table)
-    pending = [i for r in rows if r.state == states.PENDING for i in r.ids]
-    if pending and shutil.which("squeue"):
-        for message in stuck_messages(target.collection, pending, name):
+    arrays = pending_arrays(doc for doc, _ in groups)
+    if arrays and shutil.which("squeue"):
+        for message in stuck_messages(arrays, name):
             console().print(f"[yellow]{shown(message)}[/]")
     malformed = [r.ids for r in rows if r.state == MALFORMED]
     if malformed:

@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from seml_hydra.cli.collection_cmds import command
-from seml_hydra.cli.core import console, shown
 from seml_hydra.cli.options import Target, on_collection
 
 
@@ -43,7 +42,13 @@ def results(
     vary across the selection and the result fields. Python: `seml_hydra.results_table`."""
     from dataclasses import replace
 
-    from seml_hydra.manage.results_table import results_table, to_csv, to_json, to_markdown
+    from seml_hydra.manage.results_table import (
+        results_table,
+        to_csv,
+        to_json,
+        to_markdown,
+        to_text,
+    )
     from seml_hydra.track.outputs import terminal_safe
 
     sel = target.selection
@@ -60,19 +65,6 @@ def results(
         text = writers[fmt](table.columns, table.rows)
         if sys.stdout.isatty():  # what a forged document holds never drives the terminal
             text = terminal_safe(text)
-        typer.echo(text, nl=False)
-        return
-    _print_table(target.name, table)
-
-
-def _print_table(name: str, table) -> None:
-    from rich.table import Table
-
-    from seml_hydra.manage.results_table import cell
-
-    out = Table(title=shown(name), title_justify="left")
-    for column in table.columns:
-        out.add_column(shown(column), justify="right" if column != "status" else "left")
-    for row in table.rows:
-        out.add_row(*(shown(cell(row.get(c))) for c in table.columns))
-    console().print(out)
+    else:  # every cell made safe by to_text itself
+        text = to_text(table.columns, table.rows, title=target.name)
+    typer.echo(text, nl=False)

@@ -33,6 +33,11 @@ def format_ids(ids: Iterable[Any]) -> str:
     return ", ".join([*parts, *sorted(others)])
 
 
+def id_sort_key(value: Any) -> tuple[int, Any]:
+    """The sort key of an experiment id: integers first, in order, then the others by ``str``."""
+    return (0, value) if isinstance(value, int) else (1, str(value))
+
+
 def _markup_safe(text: str) -> str:
     """``text`` with every ``[`` escaped as rich's markup escape (``\\[``), so printing it with
     markup shows it as it is."""

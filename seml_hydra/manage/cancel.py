@@ -16,6 +16,7 @@ from typing import Any
 from seml_hydra.core import states
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.slurm import client as slurm
+from seml_hydra.track.groups import Group, docs_of, ids_of, task_groups
 from seml_hydra.track.jobs import (
     array_of,
     array_values,
@@ -29,7 +30,7 @@ from seml_hydra.track.jobs import (
 )
 from seml_hydra.track.killed import without_foreign
 from seml_hydra.track.outputs import terminal_safe
-from seml_hydra.track.query import and_, select
+from seml_hydra.track.query import and_
 
 #: how long cancel waits for Slurm to end cancelled tasks before re-setting INTERRUPTED
 CANCEL_WAIT_S = 60.0
@@ -152,36 +153,39 @@ def cancel(
     Only jobs whose sbatch comment is the collection are cancelled (:func:`rows_of_collection`:
     a document may name any job id); the others are reported in ``strangers``."""
 
-    docs = select(collection, and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
+    groups = task_groups(collection, and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
     try:  # job ids are per cluster: another cluster's experiments are not touched from here
-        docs, foreign, here = without_foreign(docs)
+        groups, foreign, here = without_foreign(groups)
     except slurm.SlurmError as error:
         raise ManageError(
             f"Could not ask Slurm for its cluster name ({error}); nothing was cancelled."
         ) from None
     unfinished = _unfinished_cancels(collection, query)
-    if not docs and not unfinished:
+    if not groups and not unfinished:
         return CancelResult(foreign=foreign, cluster=here)
-    ids = [d["_id"] for d in docs]
+    docs = docs_of(groups)
+    ids = ids_of(groups)
     mark = {"status": states.INTERRUPTED, CANCEL_MARK: datetime.now(timezone.utc)}
     active = {"status": {"$in": sorted(states.ACTIVE)}}
     if ids:
         collection.update_many({"_id": {"$in": ids}, **active}, {"$set": mark})
-    cancelled = docs + unfinished
+    cancelled = docs + docs_of(unfinished)
     arrays = sorted({t[1].split("_")[0] for t in map(task_of, cancelled) if is_slurm_task(t)})
-    others = []
+    others: list[dict] = []
     if arrays:
-        array_values = [int(a) for a in arrays] + arrays
-        others = select(
-            collection,
-            {
-                "_id": {"$nin": [d["_id"] for d in cancelled]},
-                **active,
-                "$or": [
-                    {"slurm.array_id": {"$in": array_values}},
-                    {"execution.array_id": {"$in": array_values}},
-                ],
-            },
+        values = array_values(arrays)
+        others = docs_of(
+            task_groups(
+                collection,
+                {
+                    "_id": {"$nin": [*ids, *ids_of(unfinished)]},
+                    **active,
+                    "$or": [
+                        {"slurm.array_id": {"$in": values}},
+                        {"execution.array_id": {"$in": values}},
+                    ],
+                },
+            )
         )
         if here is not None:  # (unknown: a foreign task of the same id spares ours, safely)
             skipped = {i for ids in foreign_experiments(others, here).values() for i in ids}
@@ -194,8 +198,8 @@ def cancel(
         foreign=foreign,
         cluster=here,
         interrupted=ids,
-        local_ids=[d["_id"] for d in docs if (task_of(d) or ("",))[0] == "local"],
-        finished=[d["_id"] for d in unfinished if task_of(d)[1] in tasks],  # type: ignore[index]
+        local_ids=[i for g in groups if (task_of(g.doc) or ("",))[0] == "local" for i in g.ids],
+        finished=[i for g in unfinished if task_of(g.doc)[1] in tasks for i in g.ids],  # type: ignore[index]
     )
     ids = [*ids, *result.finished]
     if tasks:
@@ -218,17 +222,17 @@ def cancel(
     return result
 
 
-def _unfinished_cancels(collection: Any, query: Mapping[str, Any]) -> list[dict]:
+def _unfinished_cancels(collection: Any, query: Mapping[str, Any]) -> list[Group]:
     """The matching experiments a cancel marked INTERRUPTED (``execution.cancel_time``) whose
     Slurm task squeue still lists alive: that cancel stopped before its ``scancel`` took effect.
     A failed squeue finds none (the cancel's own squeue then reports the problem)."""
 
     marked = [
-        doc
-        for doc in select(
+        group
+        for group in task_groups(
             collection, and_(query, {"status": states.INTERRUPTED, CANCEL_MARK: {"$exists": True}})
         )
-        if is_slurm_task(task_of(doc))
+        if is_slurm_task(task_of(group.doc))
     ]
     if not marked:
         return []
@@ -236,11 +240,11 @@ def _unfinished_cancels(collection: Any, query: Mapping[str, Any]) -> list[dict]
         marked = without_foreign(marked)[0]
         if not marked:
             return []
-        jobs = sorted({task_of(d)[1] for d in marked})  # type: ignore[index]
+        jobs = sorted({task_of(g.doc)[1] for g in marked})  # type: ignore[index]
         alive = set(_alive_tasks(jobs, collection.name))
     except (slurm.SlurmError, ValueError):
         return []
-    return [d for d in marked if task_of(d)[1] in alive]  # type: ignore[index]
+    return [g for g in marked if task_of(g.doc)[1] in alive]  # type: ignore[index]
 
 
 def _orphaned_pending_tasks(
@@ -256,12 +260,11 @@ def _orphaned_pending_tasks(
         array
         for array in map(
             array_of,
-            select(
-                collection,
-                {
-                    "status": states.PENDING,
-                    "slurm.array_id": {"$in": array_values(arrays)},
-                },
+            docs_of(
+                task_groups(
+                    collection,
+                    {"status": states.PENDING, "slurm.array_id": {"$in": array_values(arrays)}},
+                )
             ),
         )
         if array
@@ -309,7 +312,8 @@ def pending_tasks(
         SlurmError: squeue failed, or the cluster's name could not be asked.
     """
     q = and_(query, {"status": states.PENDING})
-    docs = without_foreign(select(collection, q))[0]  # another cluster's ids name other jobs
+    # another cluster's ids name other jobs
+    docs = docs_of(without_foreign(task_groups(collection, q))[0])
     tasks = {t[1] for t in map(task_of, docs) if is_slurm_task(t)}
     # SEML 0.5's pending experiments belong to their whole array (any task may claim them)
     seml_arrays = {a for a in map(array_of, docs) if a}

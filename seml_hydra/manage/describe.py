@@ -15,12 +15,13 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.manage.selection import ManageError, id_sort_key
 from seml_hydra.track.jobs import state_of
-from seml_hydra.track.query import and_, select
+from seml_hydra.track.query import and_, grouped, select
 
 #: where SEML stores an experiment's description
 DESCRIPTION = "seml.description"
@@ -113,13 +114,45 @@ def state_rows(docs: Iterable[Mapping[str, Any]], keys: Sequence[str] = ()) -> l
     return [rows[s] for s in sorted(rows, key=state_key)]
 
 
+def status_groups(
+    collection: Any, query: Mapping[str, Any], keys: Sequence[str] = ()
+) -> list[tuple[dict[str, Any], list[Any]]]:
+    """The experiments matching ``query`` grouped by their status, description, ``keys`` and
+    Slurm arrays (``slurm.array_id``, for ``manage.inspection.pending_arrays``): one aggregate
+    (``track.query.grouped``), so ``status`` grows with its rows, not with the experiments."""
+    fields = {"_id": 1, "status": 1, DESCRIPTION: 1, "slurm.array_id": 1, **{k: 1 for k in keys}}
+    return grouped(collection, query, without_collisions(fields))
+
+
+def group_rows(
+    groups: Sequence[tuple[Mapping[str, Any], list[Any]]], keys: Sequence[str] = ()
+) -> list[StateRow]:
+    """:func:`state_rows` of :func:`status_groups` (pure): each group counts as its first
+    experiment for the order of descriptions and values, and brings all its ids."""
+    rows = state_rows([{**doc, "_id": ids[0]} for doc, ids in groups], keys)
+    by_state: dict[str, list[list[Any]]] = {}
+    for doc, ids in groups:
+        by_state.setdefault(state_of(doc.get("status")), []).append(ids)
+    for row in rows:
+        row.ids = _merged(by_state[row.state])
+    return rows
+
+
+def _merged(parts: list[list[Any]]) -> list[Any]:
+    """The ids of ``parts`` (each in ``_id`` order), sorted by ``id_sort_key``: joined when
+    they are integer runs that do not overlap (one launch's arrays), sorted otherwise."""
+    parts = sorted(parts, key=lambda ids: id_sort_key(ids[0]))
+    ints = all(type(p[0]) is int and type(p[-1]) is int for p in parts)
+    if ints and all(a[-1] < b[0] for a, b in zip(parts, parts[1:])):
+        return list(chain(*parts))
+    return sorted(chain(*parts), key=id_sort_key)
+
+
 def status_rows(
     collection: Any, query: Mapping[str, Any], keys: Sequence[str] = ()
 ) -> list[StateRow]:
-    """:func:`state_rows` of the experiments matching ``query`` (one query, projected on the
-    status, the description and ``keys``)."""
-    fields = {"_id": 1, "status": 1, DESCRIPTION: 1, **{k: 1 for k in keys}}
-    return state_rows(select(collection, query, without_collisions(fields)), keys)
+    """:func:`state_rows` of the experiments matching ``query`` (:func:`status_groups`)."""
+    return group_rows(status_groups(collection, query, keys), keys)
 
 
 def without_collisions(fields: Mapping[str, int]) -> dict[str, int]:

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.launch.wait import stuck_jobs, stuck_message
+from seml_hydra.launch.wait import STUCK_REASONS, stuck_message
 from seml_hydra.manage.describe import (
     DESCRIPTION,
     description_of,
@@ -19,9 +19,11 @@ from seml_hydra.manage.describe import (
 )
 from seml_hydra.manage.selection import ManageError, id_ranges_by_state
 from seml_hydra.slurm import client as slurm
+from seml_hydra.store.collections import ensure_job_indexes
 from seml_hydra.store.snapshot import SourceSnapshotError, foreign_path_part, write_sources
 from seml_hydra.store.snapshot import foreign_files as foreign
 from seml_hydra.track.cache import is_listed_collection, refresh_collection_cache
+from seml_hydra.track.groups import task_groups
 from seml_hydra.track.jobs import array_of, row_jobs, state_of, task_of
 from seml_hydra.track.outputs import OUTPUT_TAIL_BYTES, output_file, read_document_output
 from seml_hydra.track.query import PROJECTION, select
@@ -67,15 +69,37 @@ def status(collection: Any, query: Mapping[str, Any] | None = None) -> dict[str,
     return id_ranges_by_state(select(collection, dict(query or {}), {"_id": 1, "status": 1}))
 
 
-def stuck_messages(collection: Any, ids: Sequence[int], name: str) -> list[str]:
-    """Why the Slurm jobs of PENDING experiments among ``ids`` of collection ``name`` will not
-    start by themselves (``seml_hydra.launch.wait.stuck_jobs``: a held job, a dependency that
-    can never be satisfied...), one message each; none when squeue fails (``status`` still
-    shows the counts)."""
+def pending_arrays(docs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The Slurm arrays (``slurm[0].array_id``, whole numbers) of the PENDING documents among
+    ``docs``, sorted (pure; ``launch.wait.pending_reasons`` asks squeue about the same)."""
+    arrays = set()
+    for doc in docs:
+        entries = doc.get("slurm")
+        if doc.get("status") != states.PENDING or not isinstance(entries, list) or not entries:
+            continue
+        first = entries[0] if isinstance(entries[0], Mapping) else {}
+        array = str(first.get("array_id", ""))
+        if array.isdigit():
+            arrays.add(array)
+    return sorted(arrays)
+
+
+def stuck_messages(arrays: Sequence[str], name: str) -> list[str]:
+    """Why the Slurm jobs of ``arrays`` (:func:`pending_arrays`) of collection ``name`` will not
+    start by themselves (a held job, a dependency that can never be satisfied...:
+    ``launch.wait.STUCK_REASONS``), one message per pending job, sorted; none when squeue
+    fails (``status`` still shows the counts)."""
+    if not arrays:
+        return []
     try:
-        stuck = stuck_jobs(collection, ids)
+        rows = slurm.squeue_jobs(job_ids=list(arrays), all_users=True)
     except slurm.SlurmError:
         return []
+    stuck = sorted(
+        (r.job_id, r.reason)
+        for r in rows
+        if r.state == "PENDING" and r.reason and r.reason in STUCK_REASONS
+    )
     return [f"{stuck_message(job, reason, name)}." for job, reason in stuck]
 
 
@@ -298,7 +322,8 @@ def queue(
 ) -> list[QueueRow]:
     """The user's Slurm jobs, with the collection of their ``--comment`` and the experiments
     they run. Without ``all_jobs`` only jobs whose comment names an experiment collection of
-    ``db`` are kept. One squeue call, one MongoDB query per collection."""
+    ``db`` are kept. One squeue call, one MongoDB aggregate per collection (over the
+    experiments of the arrays squeue lists, found by index: ``store.collections.JOB_INDEXES``)."""
 
     rows = slurm.squeue_jobs(
         job_ids=list(job_ids) if job_ids else None, states=slurm_states, extra_fields=("E",)
@@ -316,21 +341,20 @@ def queue(
         if not arrays:
             continue
         values = arrays + [str(a) for a in arrays]
-        for doc in db[name].find(
-            {
-                "$or": [
-                    {"slurm.array_id": {"$in": values}},
-                    {"execution.array_id": {"$in": values}},
-                ]
-            },
-            {"_id": 1, "slurm": 1, "execution": 1, "status": 1},
-        ):
-            task = task_of(doc)
+        ensure_job_indexes(db[name])  # the arrays' experiments are found by index
+        query = {
+            "$or": [
+                {"slurm.array_id": {"$in": values}},
+                {"execution.array_id": {"$in": values}},
+            ]
+        }
+        for group in task_groups(db[name], query):  # per Slurm task, not per experiment
+            doc, task = group.doc, task_of(group.doc)
             if task is not None:
-                exp_of.setdefault((name, task[1]), []).append(doc["_id"])
+                exp_of.setdefault((name, task[1]), []).extend(group.ids)
             elif doc.get("status") == states.PENDING and array_of(doc):
                 # SEML 0.5: a pending experiment waits for any pending task of its array
-                exp_of.setdefault((name, f"{array_of(doc)}_*"), []).append(doc["_id"])
+                exp_of.setdefault((name, f"{array_of(doc)}_*"), []).extend(group.ids)
     out = []
     for row in rows:
         known = row.comment in names

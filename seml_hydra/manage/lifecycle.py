@@ -17,7 +17,7 @@ from seml_hydra.store.collections import COUNTERS_COLLECTION, metrics_collection
 from seml_hydra.store.metrics import delete_metrics
 from seml_hydra.store.payload import delete_orphan_payloads, payload_ids, restricted_to
 from seml_hydra.track.cache import forget_cached_collections, is_listed_collection
-from seml_hydra.track.query import and_, select
+from seml_hydra.track.query import and_, grouped, select
 
 #: the ``slurm[i]`` fields a submission writes (ours, and SEML 0.5's ``reschedule_file``);
 #: cleared on reset (a reset experiment has no job)
@@ -77,32 +77,61 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
 
     The experiments are selected once, then cancelled and deleted by id: cancelling changes
     their status (INTERRUPTED), so a selection by state (``delete -s RUNNING``) made again
-    after the cancel would match none of them."""
-    docs = select(
-        collection,
-        query,
-        {
-            "_id": 1,
-            "experiment.sources": 1,
-            "artifacts": 1,
-            "info.metrics": 1,
-            "seml.payload_file": 1,
-            "seml.source_files": 1,
-        },
-    )
-    ids = [d["_id"] for d in docs]
+    after the cancel would match none of them. What they left in the database is read in
+    groups (:func:`run_leftovers`): the documents themselves are read only for their ids."""
+    ids = [d["_id"] for d in collection.find(dict(query), {"_id": 1}).sort("_id", 1)]
     if not ids:
         return DeleteResult()
     by_id = {"_id": {"$in": ids}}
+    leftovers = run_leftovers(collection, by_id)
     cancelled = cancel(collection, by_id) if cancel_first else None
     collection.delete_many(by_id)
     # only files the deleted experiments used: a launch staging into the collection right
     # now has uploaded its payload and snapshot before inserting the documents using them
-    snapshot = {str(e[1]) for d in docs for e in _source_files(d) if len(e) > 1}
-    delete_orphan_payloads(collection.database, collection.name, payload_ids(docs))
-    _delete_run_files(collection.database, collection.name, docs)
+    snapshot = {str(e[1]) for d in leftovers.seml for e in _source_files(d) if len(e) > 1}
+    delete_orphan_payloads(collection.database, collection.name, payload_ids(leftovers.seml))
+    ran = leftovers.run_ids
+    runs = leftovers.runs + [{"_id": i} for i in ids if i not in ran]
+    _delete_run_files(collection.database, collection.name, runs)
     delete_orphan_sources(collection.database, collection.name, snapshot)
     return DeleteResult(ids, cancelled)
+
+
+@dataclass
+class Leftovers:
+    """What the experiments of a ``delete`` refer to outside their documents: ``seml``, one
+    ``{"seml": {payload_file, source_files}}`` per distinct pair (a launch's experiments share
+    one); ``runs``, the documents (``_id``, ``experiment.sources``, ``artifacts``,
+    ``info.metrics``) of the experiments that have any of these (those that ran)."""
+
+    seml: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+
+    @property
+    def run_ids(self) -> set[Any]:
+        return {d["_id"] for d in self.runs}
+
+
+#: the fields of a run ``_delete_run_files`` reads
+_RUN_FILES = {"_id": 1, "experiment.sources": 1, "artifacts": 1, "info.metrics": 1}
+
+
+def run_leftovers(collection: Any, query: Mapping[str, Any]) -> Leftovers:
+    """:class:`Leftovers` of the experiments matching ``query``: one aggregate for the payloads
+    and snapshots (``track.query.grouped``), one query for the runs that stored files or
+    metrics. Raises pymongo errors."""
+    seml = grouped(collection, query, {"seml.payload_file": 1, "seml.source_files": 1})
+    ran = and_(
+        query,
+        {
+            "$or": [
+                {"experiment.sources": {"$exists": True}},
+                {"artifacts": {"$exists": True}},
+                {"info.metrics": {"$exists": True}},
+            ]
+        },
+    )
+    return Leftovers([doc for doc, _ in seml], select(collection, ran, _RUN_FILES))
 
 
 def _source_files(doc: Mapping[str, Any]) -> list[Any]:
@@ -183,9 +212,8 @@ def drop(db: Any, names: Sequence[str]) -> None:
         if not is_listed_collection(name):
             raise ManageError(f"{name!r} is not an experiment collection; it is not dropped.")
         cancel(db[name], {})
-        runs = select(
-            db[name], {}, {"_id": 1, "experiment.sources": 1, "artifacts": 1, "info.metrics": 1}
-        )
+        # the runs that stored files or metrics (the metrics collection goes as a whole)
+        runs = run_leftovers(db[name], {}).runs
         db.drop_collection(name)
         delete_orphan_payloads(db, name)
         _delete_run_files(db, name, runs)

@@ -15,7 +15,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
-from seml_hydra.core.ranges import format_ids
+from seml_hydra.core.ranges import format_ids, id_sort_key
 from seml_hydra.store.client import connect
 from seml_hydra.store.collections import validate_collection_name
 from seml_hydra.store.settings import resolve_db_settings
@@ -154,11 +154,6 @@ def id_ranges_by_state(docs: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]
         s: sorted(by_state[s], key=id_sort_key)
         for s in sorted(by_state, key=lambda s: (order.get(s, len(order)), s))
     }
-
-
-def id_sort_key(value: Any) -> tuple[int, Any]:
-    """The sort key of an experiment id: integers first, in order, then the others by ``str``."""
-    return (0, value) if isinstance(value, int) else (1, str(value))
 
 
 def connect_db() -> Any:

@@ -14,14 +14,17 @@ from typing import TYPE_CHECKING
 from seml_hydra.store.errors import InvalidCollectionName
 
 if TYPE_CHECKING:
+    import pymongo.collection
     import pymongo.database
 
 __all__ = [
     "CLI_WORDS",
     "COUNTERS_COLLECTION",
+    "JOB_INDEXES",
     "METRICS_PREFIX",
     "RESERVED_COLLECTIONS",
     "RESERVED_PREFIXES",
+    "ensure_job_indexes",
     "is_reserved_collection",
     "metrics_collection_name",
     "next_ids",
@@ -192,3 +195,34 @@ def next_ids(
     assert doc is not None
     last = int(doc["value"])
     return range(last - n + 1, last + 1)
+
+
+#: the indexes of an experiments collection on the fields the ``seml`` commands filter by
+#: (path, sparse): the state (``status``: the active experiments of ``status`` / ``cancel``),
+#: the Slurm array of a submission or a run (``seml queue``, ``cancel``: the experiments of
+#: the jobs squeue lists) and the mark of a submission under way (``slurm.0.submitting``, which
+#: every ``status`` looks for: ``launch.recovery.recover_interrupted_submissions``; sparse: only
+#: the experiments being submitted have it); created by :func:`ensure_job_indexes`
+JOB_INDEXES = (
+    ("status", False),
+    ("slurm.array_id", False),
+    ("execution.array_id", False),
+    ("slurm.0.submitting", True),
+)
+
+
+def ensure_job_indexes(collection: pymongo.collection.Collection) -> bool:
+    """Create the :data:`JOB_INDEXES` of ``collection`` unless they exist (one ``createIndexes``
+    round trip; building them once on a large collection takes a moment, after that MongoDB
+    answers at once). Returns False when MongoDB refused (e.g. a user who may only read: the
+    commands then work without them), True otherwise."""
+    import pymongo
+    from pymongo.errors import OperationFailure
+
+    try:
+        collection.create_indexes(
+            [pymongo.IndexModel([(path, 1)], sparse=sparse) for path, sparse in JOB_INDEXES]
+        )
+    except OperationFailure:
+        return False
+    return True

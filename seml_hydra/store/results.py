@@ -231,7 +231,7 @@ def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in doc.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
+        if value and (type(value) is dict or isinstance(value, Mapping)):
             out.update(flatten(value, f"{name}."))
         else:
             out[name] = value

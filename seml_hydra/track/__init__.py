@@ -7,7 +7,11 @@ and the ``seml`` command (``seml_hydra.manage``).
   the one builder of a KILLED experiment's ``fail_trace`` (``killed_trace``).
 - :mod:`seml_hydra.track.killed`: the I/O of KILLED detection: ``detect_killed`` (Slurm jobs)
   and ``mark_dead_jobs`` (the launcher's local submitit jobs).
-- :mod:`seml_hydra.track.query`: the small MongoDB query helpers (``select``, ``and_``).
+- :mod:`seml_hydra.track.groups`: the experiments grouped by what decides their liveness (one
+  aggregate, one representative document per Slurm task): what ``detect_killed``, ``cancel``,
+  ``queue`` judge, so the work grows with the Slurm tasks, not the experiments.
+- :mod:`seml_hydra.track.query`: the small MongoDB query helpers (``select``, ``grouped``,
+  ``and_``).
 - :mod:`seml_hydra.track.cache`: the collection names shell completion offers.
 
 Imports only ``core``, ``slurm`` and ``store``; ``launch`` and ``manage`` import it.

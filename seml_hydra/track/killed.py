@@ -11,13 +11,15 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.processes import process_alive
-from seml_hydra.core.ranges import format_ids
+from seml_hydra.core.ranges import format_ids, id_sort_key
 from seml_hydra.slurm import client as slurm
 from seml_hydra.slurm.parse import is_alive
+from seml_hydra.track.groups import Group, docs_of, ids_of, task_groups, utc_now
 from seml_hydra.track.jobs import (
     UNNAMED_CLUSTERS,
     array_of,
@@ -39,7 +41,7 @@ from seml_hydra.track.outputs import (
     read_document_output,
     read_output_tail,
 )
-from seml_hydra.track.query import and_, select
+from seml_hydra.track.query import and_
 
 
 @dataclass
@@ -89,6 +91,11 @@ def detect_killed(
     the last lines of ``execution.slurm_output_file`` (:func:`document_trace`). Returns a
     :class:`DetectResult`; raises pymongo errors.
 
+    The experiments are judged per group (``track.groups.task_groups``: one aggregate; all
+    experiments of a Slurm task that agree on what the decision reads are one group), and each
+    lost group is marked with one ``update_many``: the time and memory grow with the number of
+    Slurm tasks, not of experiments (issue 20).
+
     ``recover(collection, query)``, when given, runs first and returns the ids it put back to
     STAGED (``recovered``): the launcher and ``seml`` pass
     ``seml_hydra.launch.submit.recover_interrupted_submissions`` (experiments left PENDING
@@ -100,65 +107,79 @@ def detect_killed(
     (``foreign``). A run outside Slurm on this host whose process is gone and whose heartbeat
     is stale is KILLED too (:func:`mark_lost_local_runs`); one of another host is left alone."""
     recovered = recover(collection, query) if recover is not None else []
-    docs = select(collection, and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}}))
-    local = mark_lost_local_runs(collection, docs)
-    if local:
-        marked = set(local)
-        docs = [d for d in docs if d["_id"] not in marked]
-    result = _detect_slurm(collection, docs, recovered)
-    result.killed = sorted(local + result.killed)
+    now = utc_now()
+    active = and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}})
+    groups = task_groups(collection, active, now=now)
+    local, lost_groups = mark_lost_local_runs(collection, groups, now=now)
+    if lost_groups:
+        groups = [g for g in groups if g.doc["_id"] not in lost_groups]
+    result = _detect_slurm(collection, groups, recovered, now)
+    result.killed = sorted(local + result.killed, key=id_sort_key)
     return result
 
 
-def mark_lost_local_runs(collection: Any, docs: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Mark KILLED the RUNNING experiments of ``docs`` run outside Slurm on this host whose
-    process is gone and whose heartbeat is stale (``track.jobs.decide_local_killed``; the
-    process asked with ``core.processes.process_alive``, with the start time the worker
-    recorded, so a later process given the same pid does not count); ``fail_trace`` says so,
-    then the last lines of the output file (``track.outputs.killed_trace``). The update
-    requires the state read, so a result written meanwhile wins. Returns the ids marked; raises pymongo errors."""
+def mark_lost_local_runs(
+    collection: Any, groups: Sequence[Group], *, now: datetime | None = None
+) -> tuple[list[Any], set[int]]:
+    """Mark KILLED the RUNNING experiments of ``groups`` (``track.groups.Group``) run outside
+    Slurm on this host whose process is gone and whose heartbeat is stale
+    (``track.jobs.decide_local_killed``; the process asked with ``core.processes.process_alive``,
+    with the start time the worker recorded, so a later process given the same pid does not
+    count);
+    ``fail_trace`` says so, then the last lines of the output file (``track.outputs.killed_trace``).
+    The update requires the state read, so a result written meanwhile wins. Returns ``(the ids
+    marked, the indexes of the groups found lost)``; raises pymongo errors."""
     here = socket.gethostname()
+    docs = docs_of(groups)
     runs = {(p, recorded_process_start(d)) for d in docs if (p := local_process(d, here))}
     if not runs:
-        return []
-    lost = decide_local_killed(docs, {run: process_alive(*run) for run in runs}, here)
-    from pymongo import UpdateOne
-
-    by_id = {d["_id"]: d for d in docs}
-    updates = []
-    for exp_id in lost:
-        doc = by_id[exp_id]
+        return [], set()
+    lost = decide_local_killed(docs, {run: process_alive(*run) for run in runs}, here, now=now)
+    by_index = {g.doc["_id"]: g for g in groups}
+    for index in lost:
+        doc = by_index[index].doc
         head = (
             f"The local process {local_process(doc, here)} on {here} that ran the experiment "
             f"is gone while the experiment was {doc.get('status')}, and its heartbeat is stale."
         )
         path = output_file(doc)
         tails = [(path, read_document_output(doc, path, collection.name))] if path else []
-        updates.append(
-            UpdateOne(
-                {"_id": exp_id, "status": doc["status"]},
-                {"$set": {"status": states.KILLED, "fail_trace": killed_trace(head, tails)}},
-            )
+        _mark(
+            collection,
+            by_index[index],
+            {"status": states.KILLED, "fail_trace": killed_trace(head, tails)},
         )
-    if not updates:
-        return []
-    collection.bulk_write(updates, ordered=False)
-    return [
+    ids = ids_of(groups, lost)
+    if not ids:
+        return [], set(lost)
+    marked = [
         d["_id"]
-        for d in collection.find({"_id": {"$in": lost}, "status": states.KILLED}, {"_id": 1})
+        for d in collection.find({"_id": {"$in": ids}, "status": states.KILLED}, {"_id": 1})
     ]
+    return marked, set(lost)
 
 
-def _detect_slurm(collection: Any, docs: list[dict], recovered: list[int]) -> DetectResult:
-    """:func:`detect_killed` for the Slurm tasks of ``docs`` (the active experiments)."""
+def _mark(collection: Any, group: Group, changes: Mapping[str, Any]) -> None:
+    """``$set`` ``changes`` on the experiments of ``group`` still in the state read (one
+    ``update_many``: a result written meanwhile wins)."""
+    collection.update_many(
+        {"_id": {"$in": group.ids}, "status": group.doc["status"]}, {"$set": dict(changes)}
+    )
+
+
+def _detect_slurm(
+    collection: Any, groups: list[Group], recovered: list[int], now: datetime
+) -> DetectResult:
+    """:func:`detect_killed` for the Slurm tasks of ``groups`` (the active experiments)."""
     try:
-        docs, foreign, here = without_foreign(docs)
+        groups, foreign, here = without_foreign(groups)
     except slurm.SlurmError as error:
         return DetectResult(
             warning=f"Could not ask Slurm for its cluster name ({error}); no experiment "
             "was marked KILLED.",
             recovered=recovered,
         )
+    docs = docs_of(groups)
     tasks = {task_of(d) for d in docs}
     jobs = sorted({t[1] for t in tasks if is_slurm_task(t)})
     seml_arrays = {a for a in map(array_of, docs) if a}  # SEML 0.5's unclaimed experiments
@@ -185,7 +206,7 @@ def _detect_slurm(collection: Any, docs: list[dict], recovered: list[int]) -> De
             foreign=foreign,
             cluster=here,
         )
-    killed, interrupted, unsure = decide_killed(docs, alive, sacct)
+    killed, interrupted, unsure = decide_killed(docs, alive, sacct, now=now)
     # an experiment waiting for any task of its SEML array is lost when no task of the array
     # is alive in squeue, nor in sacct
     for doc in docs:
@@ -197,34 +218,20 @@ def _detect_slurm(collection: Any, docs: list[dict], recovered: list[int]) -> De
             continue
         cancelled = (doc.get("execution") or {}).get("cancel_time") is not None
         (interrupted if cancelled else killed).append(doc["_id"])
-    by_id = {d["_id"]: d for d in docs}
-    from pymongo import UpdateOne
-
-    updates = []
-    for exp_id in killed:
-        doc = by_id[exp_id]
-        updates.append(
-            UpdateOne(
-                {"_id": exp_id, "status": doc["status"]},
-                {
-                    "$set": {
-                        "status": states.KILLED,
-                        "fail_trace": document_trace(doc, collection.name, _recorded(doc, sacct)),
-                    }
-                },
-            )
-        )
-    for exp_id in interrupted:
-        updates.append(
-            UpdateOne(
-                {"_id": exp_id, "status": by_id[exp_id]["status"]},
-                {"$set": {"status": states.INTERRUPTED}},
-            )
-        )
-    if updates:
-        collection.bulk_write(updates, ordered=False)
+    by_index = {g.doc["_id"]: g for g in groups}  # (groups of other clusters are left out)
+    for index in killed:
+        doc = by_index[index].doc
+        trace = document_trace(doc, collection.name, _recorded(doc, sacct))
+        _mark(collection, by_index[index], {"status": states.KILLED, "fail_trace": trace})
+    for index in interrupted:
+        _mark(collection, by_index[index], {"status": states.INTERRUPTED})
     return DetectResult(
-        killed, interrupted, unsure=unsure, recovered=recovered, foreign=foreign, cluster=here
+        ids_of(groups, killed),
+        ids_of(groups, interrupted),
+        unsure=ids_of(groups, unsure),
+        recovered=recovered,
+        foreign=foreign,
+        cluster=here,
     )
 
 
@@ -257,18 +264,22 @@ def document_trace(
 
 
 def without_foreign(
-    docs: list[dict],
-) -> tuple[list[dict], dict[str, list[int]], str | None]:
-    """``(docs of this cluster, {cluster: ids} of the others, this cluster's name)``; the name
-    is asked (``slurm.cluster_name``, raising ``SlurmError``) only when a document names a
-    cluster (None otherwise)."""
+    groups: Sequence[Group],
+) -> tuple[list[Group], dict[str, list[Any]], str | None]:
+    """``(groups of this cluster, {cluster: experiment ids} of the others, this cluster's
+    name)`` of ``track.groups.Group`` s; the name is asked (``slurm.cluster_name``, raising
+    ``SlurmError``) only when a group names a cluster (None otherwise)."""
 
+    docs = docs_of(groups)
     if not any(is_slurm_task(t) and t[0] not in UNNAMED_CLUSTERS for t in map(task_of, docs)):
-        return docs, {}, None
+        return list(groups), {}, None
     here = slurm.cluster_name()
-    foreign = foreign_experiments(docs, here)
-    skipped = {i for ids in foreign.values() for i in ids}
-    return [d for d in docs if d["_id"] not in skipped], foreign, here
+    foreign = {
+        cluster: sorted(ids_of(groups, indexes), key=id_sort_key)
+        for cluster, indexes in foreign_experiments(docs, here).items()
+    }
+    skipped = {i for indexes in foreign_experiments(docs, here).values() for i in indexes}
+    return [g for g in groups if g.doc["_id"] not in skipped], foreign, here
 
 
 def mark_dead_jobs(collection: Any, jobs: Mapping[str, tuple[Any, Sequence[int]]]) -> list[int]:

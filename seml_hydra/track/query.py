@@ -1,9 +1,12 @@
-"""The small MongoDB query helpers the trackers and the ``seml`` commands share."""
+"""The small MongoDB query helpers the trackers and the ``seml`` commands share: ``select``
+(documents), ``grouped`` (documents grouped by what a decision reads, one aggregate) and ``and_``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from seml_hydra.core.ranges import id_sort_key
 
 #: the fields the liveness and lifecycle decisions read of a document
 PROJECTION = {
@@ -29,3 +32,30 @@ def and_(query: Mapping[str, Any], condition: Mapping[str, Any]) -> dict[str, An
 def select(collection: Any, query: Mapping[str, Any], projection: Any = None) -> list[dict]:
     """Documents matching ``query``, sorted by ``_id``."""
     return list(collection.find(dict(query), projection or PROJECTION).sort("_id", 1))
+
+
+def grouped_pipeline(query: Mapping[str, Any], fields: Mapping[str, Any]) -> list[dict]:
+    """The aggregation pipeline of :func:`grouped` (pure): match ``query``, project on
+    ``fields`` (a find projection: paths to 1, or computed fields), sort by ``_id``, group by the
+    projected top-level fields (``"ids"``: the ``_id`` s of each group, in order)."""
+    top = dict.fromkeys(f.split(".")[0] for f in fields if f != "_id")
+    return [
+        {"$match": dict(query)},
+        {"$project": {**fields, "_id": 1}},
+        {"$sort": {"_id": 1}},
+        {"$group": {"_id": {name: f"${name}" for name in top}, "ids": {"$push": "$_id"}}},
+    ]
+
+
+def grouped(
+    collection: Any, query: Mapping[str, Any], fields: Mapping[str, Any]
+) -> list[tuple[dict, list]]:
+    """The documents matching ``query`` grouped by their projection on ``fields``, in one
+    aggregate: ``[(projected document without _id, [_id, ...]), ...]``, groups in the order of
+    their first ``_id``, each group's ids in order. The projected document is what
+    ``collection.find(query, fields)`` returns for every experiment of the group (a field
+    absent there is absent here), so a pure function of it decides for the whole group.
+    Raises pymongo errors."""
+    rows = list(collection.aggregate(grouped_pipeline(query, fields), allowDiskUse=True))
+    rows.sort(key=lambda row: id_sort_key(row["ids"][0]))
+    return [(row["_id"], row["ids"]) for row in rows]

@@ -1,0 +1,271 @@
+"""(s) the ``seml`` CLI at scale (issue 20 point 1): ``status``, ``queue``, ``cancel``, ``delete``
+and ``results`` on 100,000 experiments, beside SEML 0.5.7's ``status`` / ``delete`` on a
+collection of its own format of the same size.
+
+    python benchmarks/run.py --only s --scale-points 100000 --cli-reps 3
+
+How the experiments exist without 100,000 jobs (as (a) does): each collection is staged by the
+no-op app with ``+hydra.launcher.additional_parameters.hold=true`` and
+``experiments_per_job=ceil(N/8)``, so its N PENDING experiments sit in ONE held array of 8 tasks
+(the testbed's MaxArraySize is 8). Three such collections are staged (3 N held experiments, for
+``seml queue``). Then, in this order:
+
+1. ``seml S status`` (N PENDING, every array task held and alive), ``--cli-reps`` times;
+2. ``seml queue`` (3 N held experiments queued), ``--cli-reps`` times;
+3. ``seml Q2 cancel -y`` and ``seml Q1 delete -y`` of N each (once: they use the collection up;
+   each ``scancel`` s the held tasks and waits until squeue no longer lists them);
+4. the arrays of S are ``scancel`` led outside the CLI and, once squeue no longer lists them,
+   ``seml S status`` marks the N experiments KILLED (once), with sacct's record in each trace;
+5. S's experiments are set COMPLETED with a result (one ``update_many``) and
+   ``seml S results -f table`` / ``-f csv`` print 100,000 rows (once each);
+6. SEML: ``seml bench_scale add`` of an N-point grid (STAGED: SEML submits nothing), then its
+   ``status`` (``--cli-reps`` times) and ``delete -y`` (once). SEML's documents are STAGED, so its
+   ``status`` judges no Slurm job: its figure is a lower bound of what it would take on our case.
+
+With ``--scale-base COMMIT`` the ``status`` of step 1 and the ``queue`` of step 2 also run (once)
+from a virtualenv of that commit (``git archive``, installed like this checkout), side by side.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+#: the collections of our database and SEML's
+STATUS, QUEUE_1, QUEUE_2, SEML_COLLECTION = "scale_status", "scale_q1", "scale_q2", "bench_scale"
+#: databases of their own (dropped at the end): another benchmark run drops ``run.OURS_DB``
+OURS_DB, SEML_DB = "seml_hydra_bench_scale", "seml_hydra_bench_scale_seml"
+
+
+def grid(points: int) -> tuple[int, int]:
+    """``(a, b)`` with ``a * b == points`` and ``a`` the largest divisor <= sqrt(points)."""
+    a = int(math.isqrt(points))
+    while points % a:
+        a -= 1
+    return a, points // a
+
+
+def stage_cmd(python: str, points: int, collection: str) -> list[str]:
+    """Our held staging of ``points`` points into ``collection`` (one array of 8 tasks)."""
+    a, b = grid(points)
+    return [
+        python,
+        str(Path(__file__).resolve().parent / "apps" / "noop.py"),
+        "-m",
+        "hydra/launcher=seml",
+        "hydra/sweeper=seml",
+        "hydra.launcher.wait=false",
+        f"hydra.launcher.collection={collection}",
+        f"hydra.launcher.experiments_per_job={-(-points // 8)}",
+        "+hydra.launcher.additional_parameters.hold=true",
+        f"x=range({a})",
+        f"y=range({b})",
+    ]
+
+
+def seml_yaml(points: int) -> str:
+    a, b = grid(points)
+    return (
+        "seml:\n  executable: seml_noop.py\n  name: bench\n  output_dir: logs\n"
+        "  project_root_dir: .\n"
+        "slurm:\n  experiments_per_job: 1\n  sbatch_options:\n    time: 0-00:10\n"
+        "grid:\n"
+        f"  x:\n    type: range\n    min: 0\n    max: {a}\n    step: 1\n"
+        f"  y:\n    type: range\n    min: 0\n    max: {b}\n    step: 1\n"
+    )
+
+
+def arrays_of(collection) -> list[str]:
+    return sorted({str(a) for a in collection.distinct("slurm.array_id") if a is not None})
+
+
+def wait_gone(arrays: list[str], timeout_s: float = 120.0) -> None:
+    """Poll squeue until it lists none of ``arrays``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["squeue", "-h", "-o", "%i", "-j", ",".join(arrays)],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        if not out.strip():
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"squeue still lists {arrays} after {timeout_s} s")
+
+
+def base_venv(cache: Path, commit: str, run) -> Path:
+    """A virtualenv with the tree of ``commit`` installed (once per commit); its bin dir."""
+    tree = cache / f"tree-{commit}"
+    if not tree.exists():
+        tree.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "-C", str(run.ROOT), "archive", commit], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return run.ensure_venv(cache, f"venv-base-{commit}", str(tree))
+
+
+def bench(args, envs, work: Path) -> dict:
+    import run
+
+    n, reps = args.scale_points, args.cli_reps
+    client = run.mongo_client(args.mongo)
+    try:
+        return _bench(run, args, envs, work, client, n, reps)
+    finally:
+        if not args.keep:
+            client.drop_database(OURS_DB)
+            client.drop_database(SEML_DB)
+
+
+def _seml_env(envs: dict, work: Path, mongo: str) -> dict:
+    """SEML's environment with a HOME whose ``mongodb.config`` names :data:`SEML_DB`."""
+    host, _, port = mongo.removeprefix("mongodb://").split("/")[0].partition(":")
+    config = work / "seml-home" / ".config" / "seml" / "mongodb.config"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(
+        f"username: null\npassword: null\nhost: {host}\nport: {port or 27017}\n"
+        f"database: {SEML_DB}\n"
+    )
+    return {**envs["seml"], "HOME": str(work / "seml-home")}
+
+
+def _bench(run, args, envs: dict, work: Path, client, n: int, reps: int) -> dict:
+    db, seml_db = client[OURS_DB], client[SEML_DB]
+    ours = envs["ours_bin"]
+    ours_env = {**envs["ours"], "SEML_MONGODB_URI": f"{args.mongo}/{OURS_DB}"}
+    out: dict = {"points": n}
+    stage_dir = work / "scale"
+    stage_dir.mkdir()
+
+    def seml_ours(label: str, *words: str, bin_dir: Path = ours) -> dict:
+        result = run.measure(
+            [str(bin_dir / "seml"), *words], env=ours_env, cwd=stage_dir, label=label
+        )
+        run.say(f"  (s) {label:28s}: {result['wall_s']:.2f} s, {result['peak_rss_mib']:.0f} MiB")
+        return result
+
+    for name in (STATUS, QUEUE_1, QUEUE_2):
+        db.drop_collection(name)
+        staged = run.measure(
+            stage_cmd(str(ours / "python"), n, name),
+            env=ours_env,
+            cwd=stage_dir,
+            label=f"stage-{name}",
+        )
+        pending = db[name].count_documents({"status": "PENDING"})
+        assert pending == n, f"{name}: {pending} PENDING of {n}"
+        run.say(f"  (s) staged {n} held points into {name} in {staged['wall_s']:.1f} s")
+    base = getattr(args, "scale_base", None)
+    base_bin = base_venv(Path(args.cache), base, run) if base else None
+    try:
+        out["status"] = [seml_ours(f"status-{r}", STATUS, "status") for r in range(reps)]
+        out["queue"] = [seml_ours(f"queue-{r}", "queue") for r in range(reps)]
+        if base_bin is not None:
+            out["base"] = base
+            out["status_base"] = [seml_ours("status-base", STATUS, "status", bin_dir=base_bin)]
+            out["queue_base"] = [seml_ours("queue-base", "queue", bin_dir=base_bin)]
+            out["status"].append(seml_ours(f"status-{reps}", STATUS, "status"))
+        out["cancel"] = [seml_ours("cancel", QUEUE_2, "cancel", "-y")]
+        assert db[QUEUE_2].count_documents({"status": "INTERRUPTED"}) == n
+        out["delete"] = [seml_ours("delete", QUEUE_1, "delete", "-y")]
+        assert db[QUEUE_1].count_documents({}) == 0
+        arrays = arrays_of(db[STATUS])
+        subprocess.run(["scancel", *arrays], check=True)
+        wait_gone(arrays)
+        out["killed"] = [seml_ours("status-marks-killed", STATUS, "status")]
+        killed = db[STATUS].count_documents({"status": "KILLED"})
+        assert killed == n, f"{killed} KILLED of {n}"
+        db[STATUS].update_many(
+            {},
+            [
+                {
+                    "$set": {
+                        "status": "COMPLETED",
+                        "result": {"loss": {"$add": ["$config.x", "$config.y"]}},
+                    }
+                }
+            ],
+        )
+        out["results_table"] = [seml_ours("results-table", STATUS, "results")]
+        out["results_csv"] = [seml_ours("results-csv", STATUS, "results", "-f", "csv")]
+    finally:
+        for name in (STATUS, QUEUE_1, QUEUE_2):
+            run.cancel_arrays(db[name])
+    # SEML 0.5.7 on a collection of its own format
+    seml_dir = work / "scale-seml"
+    seml_dir.mkdir()
+    (seml_dir / "seml_noop.py").write_text(run.SEML_APP.read_text())
+    (seml_dir / "grid.yaml").write_text(seml_yaml(n))
+    seml_db.drop_collection(SEML_COLLECTION)
+    seml = envs["seml_bin"] / "seml"
+    seml_env = _seml_env(envs, work, args.mongo)
+
+    def seml_theirs(label: str, *words: str) -> dict:
+        result = run.measure([str(seml), *words], env=seml_env, cwd=seml_dir, label=label)
+        run.say(
+            f"  (s) SEML {label:23s}: {result['wall_s']:.2f} s, {result['peak_rss_mib']:.0f} MiB"
+        )
+        return result
+
+    seml_theirs("add", SEML_COLLECTION, "add", "grid.yaml")
+    assert seml_db[SEML_COLLECTION].count_documents({"status": "STAGED"}) == n
+    out["seml_status"] = [
+        seml_theirs(f"status-{r}", SEML_COLLECTION, "status") for r in range(reps)
+    ]
+    out["seml_delete"] = [seml_theirs("delete", SEML_COLLECTION, "delete", "-y")]
+    assert seml_db[SEML_COLLECTION].count_documents({}) == 0
+    return out
+
+
+def _median(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def rows(results: dict, args) -> list[tuple]:
+    """``(measure, seml-hydra, theirs, ratio, target, met)`` rows of :func:`bench`'s results;
+    theirs is SEML 0.5.7 where it applies (else NaN); targets from issue 20. The CPU time
+    (user + system of the command, not of mongod) says what the machine's load does not."""
+    r = results["scale_cli"]
+    n = r["points"]
+    nan = float("nan")
+    out = []
+
+    def row(label: str, key: str, theirs_key: str | None, wall: float | None, mib: float | None):
+        metrics = (
+            ("wall_s", wall, "wall s"),
+            ("cpu_s", None, "CPU s"),
+            ("peak_rss_mib", mib, "peak MiB"),
+        )
+        for metric, target, unit in metrics:
+            if metric not in r[key][0]:
+                continue
+            ours = _median(r[key], metric)
+            theirs = _median(r[theirs_key], metric) if theirs_key in r else nan
+            out.append(
+                (
+                    f"(s) {label}, {unit}",
+                    ours,
+                    theirs,
+                    ours / theirs if theirs == theirs else nan,
+                    "-" if target is None else f"<= {target:g}",
+                    None if target is None else ours <= target,
+                )
+            )
+
+    row(f"status, {n} PENDING (SEML: STAGED)", "status", "seml_status", 0.5, 100)
+    row(f"status marking {n} KILLED", "killed", None, 2, 150)
+    row(f"delete -y of {n}", "delete", "seml_delete", 2, 150)
+    row(f"cancel -y of {n}", "cancel", None, 2, 150)
+    row(f"queue, {3 * n} held queued", "queue", None, 0.5, None)
+    row(f"results -f table, {n} rows", "results_table", None, None, None)
+    row(f"results -f csv, {n} rows", "results_csv", None, None, None)
+    if "status_base" in r:
+        row(f"status, {n} PENDING [base {r['base']}]", "status_base", None, None, None)
+        row(f"queue, {3 * n} held [base {r['base']}]", "queue_base", None, None, None)
+    return out

@@ -1,0 +1,188 @@
+"""The ``seml`` commands work on groups, not documents (issue 20), on the real MongoDB and the
+Slurm testbed: a held array of 2 tasks x 6 experiments is judged, cancelled, listed and deleted
+with a MongoDB traffic that does not grow with the number of experiments (one row per Slurm
+task from the server, one ``update_many`` per task), and with the same outcome as before.
+
+The traffic is watched with pymongo's command monitoring on a client of its own."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pymongo
+import pytest
+from bson import ObjectId
+from conftest import MONGO_URL, TEST_DB, run_app, statuses, wait_until
+from conftest import squeue_tasks as squeue
+from pymongo import monitoring
+from typer.testing import CliRunner
+
+from seml_hydra.cli import app
+
+runner = CliRunner()
+GATE_APP = "../tests/apps/gate.py"
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+class Traffic(monitoring.CommandListener):
+    """The commands on collection ``gate`` and the documents their replies carried."""
+
+    def __init__(self) -> None:
+        self.commands: list[dict] = []
+        self.docs: list[tuple[str, dict]] = []  # (command name, a document its reply carried)
+        self._names: dict[int, str] = {}
+
+    @property
+    def returned(self) -> int:
+        """How many documents the replies carried (aggregate rows included)."""
+        return len(self.docs)
+
+    def started(self, event) -> None:
+        if event.command.get(event.command_name) == "gate":
+            self.commands.append(dict(event.command))
+            self._names[event.request_id] = event.command_name
+        elif event.command_name == "getMore" and event.command.get("collection") == "gate":
+            self._names[event.request_id] = "getMore"
+
+    def succeeded(self, event) -> None:
+        name = self._names.pop(event.request_id, None)
+        if name is not None:
+            cursor = event.reply.get("cursor") or {}
+            batch = cursor.get("firstBatch") or cursor.get("nextBatch") or []
+            self.docs += [(name, dict(doc)) for doc in batch]
+
+    def failed(self, event) -> None:
+        self._names.pop(event.request_id, None)
+
+    def updates(self) -> list[dict]:
+        """Every update statement sent (a bulk of n UpdateOne is n statements)."""
+        return [u for c in self.commands if "update" in c for u in c["updates"]]
+
+    def reset(self) -> None:
+        self.commands.clear()
+        self.docs.clear()
+
+
+@pytest.fixture
+def watched(test_db):
+    """``(the collection "gate" through a monitored client, its Traffic)``."""
+    traffic = Traffic()
+    client = pymongo.MongoClient(MONGO_URL, event_listeners=[traffic])
+    yield client[TEST_DB]["gate"], traffic
+    client.close()
+
+
+def launch_held(tmp_path, points: int = 12, per_job: int = 6) -> int:
+    """Stage ``points`` experiments of the gate app as one held array of ``points / per_job``
+    tasks; returns the array id."""
+    proc = run_app(
+        GATE_APP,
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.wait=false",
+        f"hydra.launcher.experiments_per_job={per_job}",
+        "+hydra.launcher.additional_parameters.hold=true",
+        f"gate={tmp_path / 'go'}",
+        f"x=range({points})",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return int(pymongo.MongoClient(MONGO_URL)[TEST_DB]["gate"].find_one()["slurm"][0]["array_id"])
+
+
+def test_killed_detection_reads_one_row_per_task_and_marks_each_task_with_one_update(
+    slurm, test_db, tmp_path, watched
+):
+    from seml_hydra.launch.recovery import recover_interrupted_submissions
+    from seml_hydra.track.killed import detect_killed
+
+    coll, traffic = watched
+    array = launch_held(tmp_path)
+    result = detect_killed(coll, recover=recover_interrupted_submissions)
+    assert (result.killed, result.interrupted, result.unsure) == ([], [], [])
+    assert traffic.returned <= 2, traffic.commands  # two task groups, not 12 documents
+    assert traffic.updates() == []
+    subprocess.run(["scancel", str(array)], check=True)
+    wait_until("the held array is gone", lambda: squeue(array) == {})
+    traffic.reset()
+    result = detect_killed(coll, recover=recover_interrupted_submissions)
+    assert result.killed == list(range(1, 13))
+    updates = traffic.updates()
+    assert len(updates) == 2 and all(u.get("multi") for u in updates), updates
+    assert traffic.returned <= 2
+    for doc in test_db["gate"].find():
+        assert doc["status"] == "KILLED"
+        task = (doc["_id"] - 1) // 6
+        assert f"Slurm job {array}_{task} ended" in doc["fail_trace"][0], doc["fail_trace"]
+
+
+def test_status_and_queue_show_every_experiment_of_a_held_array_from_one_row_per_task(
+    slurm, test_db, tmp_path, watched
+):
+    from seml_hydra.manage.describe import group_rows, status_groups
+    from seml_hydra.manage.inspection import pending_arrays, queue, stuck_messages
+
+    coll, traffic = watched
+    array = launch_held(tmp_path)
+    groups = status_groups(coll, {})
+    assert [(r.state, r.ids) for r in group_rows(groups)] == [("PENDING", list(range(1, 13)))]
+    assert traffic.returned == 1  # one row: one state, no description, one array
+    assert pending_arrays(doc for doc, _ in groups) == [str(array)]
+    stuck = stuck_messages([str(array)], "gate")
+    assert len(stuck) == 1 and f"{array}_[0-1" in stuck[0] and "held" in stuck[0], stuck
+    traffic.reset()
+    found = [r for r in queue(coll.database) if r.job_id.startswith(f"{array}_")]
+    assert sorted((r.job_id, tuple(r.exp_ids)) for r in found) == [
+        (f"{array}_0", tuple(range(1, 7))),
+        (f"{array}_1", tuple(range(7, 13))),
+    ] or [(r.job_id, tuple(r.exp_ids)) for r in found] == [
+        (f"{array}_[0-1%2]", tuple(range(1, 13)))
+    ], found
+    assert traffic.returned <= 2
+    result = runner.invoke(app, ["gate", "status"], prog_name="seml")
+    assert result.exit_code == 0, result.output
+    assert "PENDING" in result.output and "1-12" in result.output
+    assert f"Slurm will not start job {array}_[0-1" in result.output
+    subprocess.run(["scancel", str(array)], check=False)
+
+
+def test_cancel_marks_a_held_array_s_experiments_by_task_and_cancels_both_tasks(
+    slurm, test_db, tmp_path, watched
+):
+    from seml_hydra.manage.cancel import cancel
+
+    coll, traffic = watched
+    array = launch_held(tmp_path)
+    result = cancel(coll, {})
+    assert result.interrupted == list(range(1, 13))
+    assert result.cancelled_tasks == [f"{array}_0", f"{array}_1"]
+    assert squeue(array) == {}
+    assert set(statuses(test_db["gate"]).values()) == {"INTERRUPTED"}
+    assert traffic.returned <= 2  # the active groups; no task is shared with other experiments
+    assert len(traffic.updates()) == 2  # the mark, then INTERRUPTED again after the wait
+
+
+def test_delete_reads_the_experiments_only_for_their_ids_and_removes_what_they_left(
+    slurm, test_db, tmp_path, watched
+):
+    from seml_hydra.manage.lifecycle import delete
+
+    coll, traffic = watched
+    array = launch_held(tmp_path)
+    payload = ObjectId(test_db["gate"].find_one()["seml"]["payload_file"])
+    assert test_db["fs.files"].count_documents({"_id": payload}) == 1
+    result = delete(coll, {})
+    assert result.ids == list(range(1, 13))
+    assert result.cancel.cancelled_tasks == [f"{array}_0", f"{array}_1"]
+    assert test_db["gate"].count_documents({}) == 0
+    assert test_db["fs.files"].count_documents({"_id": payload}) == 0  # the payload went too
+    # documents come back with their id alone; the rest is aggregated (payloads, snapshots:
+    # one row for the launch) or asked of the runs that stored files (none ran)
+    read = [doc for name, doc in traffic.docs if name == "find" and set(doc) != {"_id"}]
+    assert read == [], read[:2]
+    assert sum(name == "aggregate" for name, _ in traffic.docs) <= 3
