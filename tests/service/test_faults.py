@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
-from conftest import ROOT, run_app, squeue_tasks, start_app, wait_running, wait_until
+from conftest import (
+    FAULT_CLUSTER,
+    run_app,
+    squeue_tasks,
+    start_app,
+    testbed_up,
+    wait_running,
+    wait_until,
+)
 
 #: a time limit Slurm does not reach during a test: the tests send the signal Slurm sends
 #: before a time limit or on preemption themselves (``scancel --signal=USR2``), because Slurm
@@ -176,8 +183,10 @@ def test_a_throttled_foreign_array_does_not_disturb_status_or_queue(slurm, test_
         subprocess.run(["scancel", foreign], check=False)
 
 
-@pytest.mark.serial  # stops slurmctld: every other test would see Slurm down
-def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(slurm, test_db, tmp_path):
+def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(
+    fault_slurm, test_db, tmp_path
+):
+    """slurmctld stopped (the fault cluster's: the other tests go on on the shared cluster)."""
     from typer.testing import CliRunner
 
     from seml_hydra.cli import app
@@ -185,7 +194,8 @@ def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(slurm, t
     proc = run_app("fail.py", "-m", "hydra/launcher=seml", "x=1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     test_db["fail"].update_one({}, {"$set": {"status": "RUNNING"}})
-    pid = int(open("/run/slurmctld.pid").read())
+    assert test_db["fail"].find_one()["slurm"][0]["cluster"] == FAULT_CLUSTER
+    pid = int(open("/run/slurmctld-fault.pid").read())
     subprocess.run(["kill", str(pid)], check=True)
     try:
         wait_until(
@@ -200,7 +210,7 @@ def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(slurm, t
         assert "no experiment was marked KILLED" in result.output
         assert test_db["fail"].find_one()["status"] == "RUNNING"
     finally:
-        subprocess.run(["bash", str(ROOT / "tools/testbed/up.sh")], capture_output=True, check=True)
+        testbed_up()
 
 
 def test_a_run_slurm_has_no_record_of_is_killed_once_its_heartbeat_is_stale(slurm, test_db):
