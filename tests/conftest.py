@@ -165,7 +165,7 @@ def _slurm_answers():
 FAULT_CLUSTER = "semlfault"
 FAULT_CONF = Path("/etc/slurm-fault/slurm.conf")
 #: its nodes: a job runs on LOST_NODE when OTHER_NODE is drained or excluded
-OTHER_NODE, LOST_NODE = "node3", "node4"
+OTHER_NODE, LOST_NODE = FAULT_NODES = ("node3", "node4")
 #: where a test that holds a cluster says so (up.sh then leaves that cluster alone)
 HOLD_DIR = Path("/run/seml-testbed-hold")
 

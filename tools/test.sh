@@ -25,12 +25,23 @@ step() { printf '[test.sh +%3ss] %s\n' "$((SECONDS - T0))" "$*"; }
 # deps_venv : print the cached venv holding every dependency of $EXTRAS (not the project),
 # building it first under a lock when it is missing or was left half-built
 deps_venv() {
-  local cache=${SEML_TEST_DEPS_CACHE:-$HOME/.cache/seml-hydra/test-deps} key dir reqs
-  local config
+  local cache=${SEML_TEST_DEPS_CACHE:-$HOME/.cache/seml-hydra/test-deps} key dir reqs config
+  # the project's dependencies, its test and distributed extras and its build backend (with
+  # what hatchling needs for an editable install)
+  reqs=$("$PYTHON" - pyproject.toml <<'PY'
+import sys, tomllib
+meta = tomllib.load(open(sys.argv[1], "rb"))
+project = meta["project"]
+extra = project.get("optional-dependencies", {})
+for req in [*project["dependencies"], *extra["test"], *extra["distributed"],
+            *meta["build-system"]["requires"], "editables"]:
+    print(req)
+PY
+)
   config=$("$PYTHON" -m pip config list 2>/dev/null || true)
   key=$({
     "$PYTHON" -VV
-    cat pyproject.toml
+    echo "$reqs"
     echo "$config"
     # constraint files pip's configuration names (their pins choose versions too)
     sed -n "s/^[^=]*constraint='\(.*\)'$/\1/p" <<<"$config" | tr ' ' '\n' | xargs -r cat 2>/dev/null
@@ -42,22 +53,12 @@ deps_venv() {
     if [[ ! -e $dir/.complete ]]; then
       rm -rf "$dir"
       "$PYTHON" -m venv "$dir" >&2
-      reqs=$dir/requirements.txt
-      # the project's dependencies, its test and distributed extras and its build backend
-      "$PYTHON" - pyproject.toml >"$reqs" <<'PY'
-import sys, tomllib
-meta = tomllib.load(open(sys.argv[1], "rb"))
-project = meta["project"]
-extra = project.get("optional-dependencies", {})
-for req in [*project["dependencies"], *extra["test"], *extra["distributed"],
-            *meta["build-system"]["requires"]]:
-    print(req)
-PY
-      "$dir/bin/pip" install -q --disable-pip-version-check -r "$reqs" 2>&1 | pip_quiet >&2
-      "$dir/bin/python" -c 'import hydra, submitit, pymongo, torch, pytest, xdist, hatchling' >&2
+      echo "$reqs" >"$dir/requirements.txt"
+      "$dir/bin/pip" install -q --disable-pip-version-check -r "$dir/requirements.txt" 2>&1 | pip_quiet >&2
+      "$dir/bin/python" -c 'import hydra, submitit, pymongo, torch, pytest, xdist, hatchling, editables' >&2
       touch "$dir/.complete"
     fi
-    touch "$dir" # in use: stale keys (pyproject.toml changed) are pruned after 3 days unused
+    touch "$dir" # in use: stale ones (other requirements) are pruned after 3 days unused
   ) 9>"$cache/.lock"
   find "$cache" -mindepth 1 -maxdepth 1 -type d -mtime +3 ! -name "$key" -exec rm -rf {} + 2>/dev/null || true
   echo "$dir"
@@ -76,6 +77,10 @@ elif [[ ! -e .venv/bin/pip ]]; then # a .venv of the cached dependencies
   echo "import site; site.addsitedir('$DEPS_SITE')" >"$SITE/$DEPS_PTH"
   # pip comes from the cached venv; it installs into .venv (the interpreter running it)
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . 2>&1 | pip_quiet
+  # the commands README names: .venv/bin/pytest (with this .venv's Python), .venv/bin/ruff
+  printf '#!%s\nimport sys\nfrom pytest import console_main\nsys.exit(console_main())\n' "$PWD/.venv/bin/python" >.venv/bin/pytest
+  chmod +x .venv/bin/pytest
+  ln -sf "$DEPS/bin/ruff" .venv/bin/ruff
   step "dependencies from $DEPS"
 else
   .venv/bin/pip install -q --disable-pip-version-check -e "$EXTRAS" 2>&1 | pip_quiet

@@ -7,6 +7,7 @@ import subprocess
 
 from conftest import (
     FAULT_CLUSTER,
+    FAULT_NODES,
     run_app,
     squeue_tasks,
     start_app,
@@ -194,7 +195,8 @@ def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(
     proc = run_app("fail.py", "-m", "hydra/launcher=seml", "x=1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     test_db["fail"].update_one({}, {"$set": {"status": "RUNNING"}})
-    assert test_db["fail"].find_one()["slurm"][0]["cluster"] == FAULT_CLUSTER
+    doc = test_db["fail"].find_one()  # it ran on the fault cluster, as it says
+    assert doc["slurm"][0]["cluster"] == FAULT_CLUSTER and doc["host"]["hostname"] in FAULT_NODES
     pid = int(open("/run/slurmctld-fault.pid").read())
     subprocess.run(["kill", str(pid)], check=True)
     try:
