@@ -178,7 +178,7 @@ def fault_slurm(monkeypatch):
     Held machine-wide: one test at a time of every pytest process of the machine
     (:func:`machine_lock`), and ``$HOLD_DIR/semlfault`` names this process, so that an
     ``up.sh`` run by someone else meanwhile neither restarts a slurmd the test crashed nor
-    resumes a node it drained; the test's own :func:`testbed_up` acts on it
+    resumes a node it drained; the test's own :func:`run_up_sh` acts on it
     (``SEML_TESTBED_HOLDER``). Fails (never skips) when the cluster does not answer."""
     from seml_hydra.slurm import client
 
@@ -200,7 +200,7 @@ def fault_slurm(monkeypatch):
             hold.unlink(missing_ok=True)
 
 
-def testbed_up() -> None:
+def run_up_sh() -> None:
     """Run tools/testbed/up.sh (it starts what is not running, e.g. a slurmd a test killed)
     without its srun smoke test; raises ``CalledProcessError`` when it fails."""
     subprocess.run(

@@ -9,9 +9,9 @@ from conftest import (
     FAULT_CLUSTER,
     FAULT_NODES,
     run_app,
+    run_up_sh,
     squeue_tasks,
     start_app,
-    testbed_up,
     wait_running,
     wait_until,
 )
@@ -212,7 +212,7 @@ def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(
         assert "no experiment was marked KILLED" in result.output
         assert test_db["fail"].find_one()["status"] == "RUNNING"
     finally:
-        testbed_up()
+        run_up_sh()
 
 
 def test_a_run_slurm_has_no_record_of_is_killed_once_its_heartbeat_is_stale(slurm, test_db):

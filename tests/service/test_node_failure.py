@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import LOST_NODE, OTHER_NODE, start_app, testbed_up, wait_running, wait_until
+from conftest import LOST_NODE, OTHER_NODE, run_up_sh, start_app, wait_running, wait_until
 
 from seml_hydra.track.jobs import task_of
 
@@ -71,7 +71,7 @@ def slurmd_pid(node: str) -> int:
 def bring_back(node: str) -> None:
     """Restart ``node``'s slurmd (tools/testbed/up.sh starts what is not running) and wait until
     Slurm has it back in service."""
-    testbed_up()
+    run_up_sh()
     wait_until(
         f"{node} to be back in service",
         lambda: node_state(node) in ("idle", "mixed", "allocated"),
