@@ -47,6 +47,7 @@ UNIT_DIR = Path(__file__).resolve().parent / "unit"
 SERVICE_DIR = Path(__file__).resolve().parent / "service"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group markers
 def pytest_collection_modifyitems(config, items):
     """Mark every test by the services its fixtures bring (:data:`SERVICE_FIXTURES`); every test
     under ``tests/service`` also gets ``service``. A test under ``tests/unit`` that needs a
@@ -55,7 +56,8 @@ def pytest_collection_modifyitems(config, items):
     The ``serial`` tests (the fault cluster's, :func:`fault_slurm`) also get
     ``xdist_group("fault-cluster")``: under ``--dist loadgroup`` one worker runs them one after
     another, beside the others. The longest waits come first (a stable sort): the fault cluster's
-    tests, then the other Slurm tests, then the rest, so that no long test starts last."""
+    tests, then the other Slurm tests, the other service tests, the unit tier, so that no long
+    test starts last."""
     misplaced = []
     for item in items:
         path = Path(str(item.path)).resolve()
@@ -80,10 +82,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _start_order(item) -> int:
-    """0 for the fault cluster's tests, 1 for the other Slurm tests, 2 for the rest."""
-    if item.get_closest_marker("serial") is not None:
-        return 0
-    return 1 if item.get_closest_marker("slurm") is not None else 2
+    """0 for the fault cluster's tests, 1 for the other Slurm tests, 2 for the other service
+    tests, 3 for the unit tier."""
+    for rank, marker in enumerate(("serial", "slurm", "service")):
+        if item.get_closest_marker(marker) is not None:
+            return rank
+    return 3
 
 
 def machine_lock(name: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
 from conftest import (
     FAULT_CLUSTER,
     FAULT_NODES,
@@ -27,7 +28,7 @@ def run_resume_app(*args: str, cwd, collection) -> subprocess.CompletedProcess:
     time limit (USR2, submitit's signal), then wait for the launcher to finish."""
     proc = start_app("tests/apps/resume_app.py", "-m", "hydra/launcher=seml", *SLOW, *args, cwd=cwd)
     try:
-        wait_running(collection, proc)
+        wait_running(collection, proc, timeout=600)  # the shared cluster may be full first
         doc = collection.find_one()
         wait_until(  # the task registered its hook (or would have): its first log line
             "the task to start",
@@ -102,7 +103,7 @@ def test_scancel_of_a_running_job_is_detected_as_killed_and_the_launcher_stops_w
         cwd=tmp_path,
     )
     try:
-        wait_running(test_db["sleep_app"], proc)
+        wait_running(test_db["sleep_app"], proc, timeout=600)  # the cluster may be full first
         doc = test_db["sleep_app"].find_one()
         subprocess.run(["scancel", str(doc["slurm"][0]["array_id"])], check=True)
         out, err = proc.communicate(timeout=120)
@@ -184,6 +185,7 @@ def test_a_throttled_foreign_array_does_not_disturb_status_or_queue(slurm, test_
         subprocess.run(["scancel", foreign], check=False)
 
 
+@pytest.mark.xdist_group("fault-cluster")  # with the other tests of the fault cluster
 def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(
     fault_slurm, test_db, tmp_path
 ):

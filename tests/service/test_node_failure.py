@@ -22,6 +22,10 @@ from conftest import LOST_NODE, OTHER_NODE, run_up_sh, start_app, wait_running, 
 
 from seml_hydra.track.jobs import task_of
 
+#: one xdist worker runs the fault cluster's tests one after another (conftest adds it too, from
+#: the fixture: written here as well, as xdist reads it at collection)
+pytestmark = pytest.mark.xdist_group("fault-cluster")
+
 LOST = LOST_NODE
 #: the job runs on the node that is lost; the launcher checks Slurm twice a second
 ON_LOST_NODE = [f"hydra.launcher.exclude={OTHER_NODE}", "hydra.launcher.poll_interval_s=0.5"]
