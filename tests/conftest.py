@@ -36,7 +36,8 @@ SERVICE_FIXTURES = {
         "replica_set",
         "auth_mongod",
     },
-    "slurm": {"slurm"},
+    "slurm": {"slurm", "fault_slurm"},
+    "serial": {"fault_slurm"},
     "sshd": {"sshd"},
     "other_user": {"other_user"},
 }
@@ -46,10 +47,17 @@ UNIT_DIR = Path(__file__).resolve().parent / "unit"
 SERVICE_DIR = Path(__file__).resolve().parent / "service"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group markers
 def pytest_collection_modifyitems(config, items):
     """Mark every test by the services its fixtures bring (:data:`SERVICE_FIXTURES`); every test
     under ``tests/service`` also gets ``service``. A test under ``tests/unit`` that needs a
-    service is a usage error naming it: the unit tier runs with no mongod and no Slurm."""
+    service is a usage error naming it: the unit tier runs with no mongod and no Slurm.
+
+    The ``serial`` tests (the fault cluster's, :func:`fault_slurm`) also get
+    ``xdist_group("fault-cluster")``: under ``--dist loadgroup`` one worker runs them one after
+    another, beside the others. The longest waits come first (a stable sort): the fault cluster's
+    tests, then the other Slurm tests, the other service tests, the unit tier, so that no long
+    test starts last."""
     misplaced = []
     for item in items:
         path = Path(str(item.path)).resolve()
@@ -57,6 +65,8 @@ def pytest_collection_modifyitems(config, items):
         for marker, fixtures in SERVICE_FIXTURES.items():
             if used & fixtures:
                 item.add_marker(marker)
+        if used & SERVICE_FIXTURES["serial"]:
+            item.add_marker(pytest.mark.xdist_group("fault-cluster"))
         if SERVICE_DIR in path.parents:
             item.add_marker("service")
         if UNIT_DIR in path.parents:
@@ -68,6 +78,16 @@ def pytest_collection_modifyitems(config, items):
             "tests/unit must not need services; move these to tests/service:\n  "
             + "\n  ".join(misplaced)
         )
+    items.sort(key=_start_order)
+
+
+def _start_order(item) -> int:
+    """0 for the fault cluster's tests, 1 for the other Slurm tests, 2 for the other service
+    tests, 3 for the unit tier."""
+    for rank, marker in enumerate(("serial", "slurm", "service")):
+        if item.get_closest_marker(marker) is not None:
+            return rank
+    return 3
 
 
 def machine_lock(name: str):
@@ -142,6 +162,57 @@ def _slurm_answers():
     if out.returncode != 0:
         pytest.fail(f"Slurm does not answer: {out.stderr.strip()}; run tools/testbed/up.sh")
     return out.stdout
+
+
+#: the testbed's fault cluster (tools/testbed/up.sh): a Slurm cluster of its own, for the tests
+#: that crash a slurmd, drain a node or stop slurmctld, beside every other test
+FAULT_CLUSTER = "semlfault"
+FAULT_CONF = Path("/etc/slurm-fault/slurm.conf")
+#: its nodes: a job runs on LOST_NODE when OTHER_NODE is drained or excluded
+OTHER_NODE, LOST_NODE = FAULT_NODES = ("node3", "node4")
+#: where a test that holds a cluster says so (up.sh then leaves that cluster alone)
+HOLD_DIR = Path("/run/seml-testbed-hold")
+
+
+@pytest.fixture
+def fault_slurm(monkeypatch):
+    """The testbed's fault cluster, this test's alone until it ends: every Slurm command of the
+    test and of what it starts (``SLURM_CONF``, which sbatch hands on to the jobs) goes to it.
+
+    Held machine-wide: one test at a time of every pytest process of the machine
+    (:func:`machine_lock`), and ``$HOLD_DIR/semlfault`` names this process, so that an
+    ``up.sh`` run by someone else meanwhile neither restarts a slurmd the test crashed nor
+    resumes a node it drained; the test's own :func:`run_up_sh` acts on it
+    (``SEML_TESTBED_HOLDER``). Fails (never skips) when the cluster does not answer."""
+    from seml_hydra.slurm import client
+
+    if not FAULT_CONF.exists():
+        pytest.fail(f"no fault cluster ({FAULT_CONF}); run tools/testbed/up.sh")
+    with machine_lock("fault-cluster").acquire(timeout=1800):
+        hold = HOLD_DIR / FAULT_CLUSTER
+        HOLD_DIR.mkdir(parents=True, exist_ok=True)
+        hold.write_text(f"{os.getpid()}\n")
+        try:
+            monkeypatch.setenv("SLURM_CONF", str(FAULT_CONF))
+            monkeypatch.setenv("SEML_TESTBED_HOLDER", str(os.getpid()))
+            monkeypatch.setattr(client, "_cluster_name", None)  # asked again, of this cluster
+            out = subprocess.run(["sinfo", "-h", "-o", "%P %a"], capture_output=True, text=True)
+            if out.returncode != 0:
+                pytest.fail(f"the fault cluster does not answer: {out.stderr.strip()}")
+            yield out.stdout
+        finally:
+            hold.unlink(missing_ok=True)
+
+
+def run_up_sh() -> None:
+    """Run tools/testbed/up.sh (it starts what is not running, e.g. a slurmd a test killed)
+    without its srun smoke test; raises ``CalledProcessError`` when it fails."""
+    subprocess.run(
+        ["bash", str(ROOT / "tools/testbed/up.sh")],
+        capture_output=True,
+        check=True,
+        env={**os.environ, "SMOKE_TEST": "0"},
+    )
 
 
 #: the password of the MongoDB configurations the tests write (must never show up in output)

@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 #: environment variables a job must not inherit from the submitting shell (design.md: submitting
 #: from inside a Slurm job leaks SLURM_*; torch refuses a leaked MASTER_ADDR/RANK)
 LEAKY_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SUBMITIT_")
+#: ... except the user's choice of cluster: ``SLURM_CONF`` points every Slurm client at a
+#: cluster's slurm.conf, so sbatch must submit to the cluster squeue, scontrol and sacct ask
+#: (the one ``cluster_name`` records in the documents), not to the machine's default one
+KEPT_ENV_NAMES = ("SLURM_CONF",)
 LEAKY_ENV_NAMES = (
     "MASTER_ADDR",
     "MASTER_PORT",
@@ -104,7 +108,9 @@ def clean_environment(extra: Mapping[str, str] | None = None) -> Iterator[None]:
     saved = {
         k: v
         for k, v in os.environ.items()
-        if k.startswith(LEAKY_ENV_PREFIXES) or k in LEAKY_ENV_NAMES or k in extra
+        if (k.startswith(LEAKY_ENV_PREFIXES) and k not in KEPT_ENV_NAMES)
+        or k in LEAKY_ENV_NAMES
+        or k in extra
     }
     for key in saved:
         del os.environ[key]

@@ -6,7 +6,16 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import ROOT, run_app, squeue_tasks, start_app, wait_running, wait_until
+from conftest import (
+    FAULT_CLUSTER,
+    FAULT_NODES,
+    run_app,
+    run_up_sh,
+    squeue_tasks,
+    start_app,
+    wait_running,
+    wait_until,
+)
 
 #: a time limit Slurm does not reach during a test: the tests send the signal Slurm sends
 #: before a time limit or on preemption themselves, because Slurm delivers ``--signal`` up to a
@@ -22,7 +31,7 @@ def run_resume_app(*args: str, cwd, collection) -> subprocess.CompletedProcess:
     was submitted with), then wait for the launcher to finish."""
     proc = start_app("tests/apps/resume_app.py", "-m", "hydra/launcher=seml", *SLOW, *args, cwd=cwd)
     try:
-        wait_running(collection, proc)
+        wait_running(collection, proc, timeout=600)  # the shared cluster may be full first
         doc = collection.find_one()
         wait_until(  # the task registered its hook (or would have): its first log line
             "the task to start",
@@ -97,7 +106,7 @@ def test_scancel_of_a_running_job_is_detected_as_killed_and_the_launcher_stops_w
         cwd=tmp_path,
     )
     try:
-        wait_running(test_db["sleep_app"], proc)
+        wait_running(test_db["sleep_app"], proc, timeout=600)  # the cluster may be full first
         doc = test_db["sleep_app"].find_one()
         subprocess.run(["scancel", str(doc["slurm"][0]["array_id"])], check=True)
         out, err = proc.communicate(timeout=120)
@@ -179,8 +188,11 @@ def test_a_throttled_foreign_array_does_not_disturb_status_or_queue(slurm, test_
         subprocess.run(["scancel", foreign], check=False)
 
 
-@pytest.mark.serial  # stops slurmctld: every other test would see Slurm down
-def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(slurm, test_db, tmp_path):
+@pytest.mark.xdist_group("fault-cluster")  # with the other tests of the fault cluster
+def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(
+    fault_slurm, test_db, tmp_path
+):
+    """slurmctld stopped (the fault cluster's: the other tests go on on the shared cluster)."""
     from typer.testing import CliRunner
 
     from seml_hydra.cli import app
@@ -188,7 +200,9 @@ def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(slurm, t
     proc = run_app("fail.py", "-m", "hydra/launcher=seml", "x=1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     test_db["fail"].update_one({}, {"$set": {"status": "RUNNING"}})
-    pid = int(open("/run/slurmctld.pid").read())
+    doc = test_db["fail"].find_one()  # it ran on the fault cluster, as it says
+    assert doc["slurm"][0]["cluster"] == FAULT_CLUSTER and doc["host"]["hostname"] in FAULT_NODES
+    pid = int(open("/run/slurmctld-fault.pid").read())
     subprocess.run(["kill", str(pid)], check=True)
     try:
         wait_until(
@@ -203,7 +217,7 @@ def test_status_while_the_scheduler_is_unreachable_marks_nothing_killed(slurm, t
         assert "no experiment was marked KILLED" in result.output
         assert test_db["fail"].find_one()["status"] == "RUNNING"
     finally:
-        subprocess.run(["bash", str(ROOT / "tools/testbed/up.sh")], capture_output=True, check=True)
+        run_up_sh()
 
 
 def test_a_run_slurm_has_no_record_of_is_killed_once_its_heartbeat_is_stale(slurm, test_db):

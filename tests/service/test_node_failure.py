@@ -1,9 +1,13 @@
 """A node lost mid-run: its slurmd and every process of the job on it die at once (as when a
-machine loses power). Slurm notices after SlurmdTimeout (30 s on the testbed) and ends the job
-with NODE_FAIL; with the cluster default (JobRequeue=1) it requeues the job, without
-(``--no-requeue``) the experiment must end KILLED. And a slurmd crash: only slurmd dies, the
-task lives on while Slurm requeues the job elsewhere; the experiment must still run once.
-Real Slurm and MongoDB; node2 is brought back at the end."""
+machine loses power). Slurm notices after SlurmdTimeout and ends the job with NODE_FAIL; with
+the cluster default (JobRequeue=1) it requeues the job, without (``--no-requeue``) the
+experiment must end KILLED. And a slurmd crash: only slurmd dies, the task lives on while Slurm
+requeues the job elsewhere; the experiment must still run once.
+
+Real Slurm and MongoDB, on the testbed's fault cluster (``fault_slurm``: node3 and node4, a
+SlurmdTimeout of 10 s and a requeue delay of 20 s, tools/testbed/up.sh), which these tests
+have to themselves while the other tests run on the shared cluster; node4 is brought back at
+the end of each."""
 
 from __future__ import annotations
 
@@ -14,16 +18,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, start_app, wait_running, wait_until
+from conftest import LOST_NODE, OTHER_NODE, run_up_sh, start_app, wait_running, wait_until
 
 from seml_hydra.track.jobs import task_of
 
-#: kills slurmd and drains node1: nothing else may run on the cluster meanwhile
-pytestmark = pytest.mark.serial
+#: one xdist worker runs the fault cluster's tests one after another (conftest adds it too, from
+#: the fixture: written here as well, as xdist reads it at collection)
+pytestmark = pytest.mark.xdist_group("fault-cluster")
 
-LOST = "node2"
+LOST = LOST_NODE
 #: the job runs on the node that is lost; the launcher checks Slurm twice a second
-ON_LOST_NODE = ["hydra.launcher.exclude=node1", "hydra.launcher.poll_interval_s=0.5"]
+ON_LOST_NODE = [f"hydra.launcher.exclude={OTHER_NODE}", "hydra.launcher.poll_interval_s=0.5"]
 
 
 def raw_job_id(job: str) -> str:
@@ -70,12 +75,7 @@ def slurmd_pid(node: str) -> int:
 def bring_back(node: str) -> None:
     """Restart ``node``'s slurmd (tools/testbed/up.sh starts what is not running) and wait until
     Slurm has it back in service."""
-    subprocess.run(
-        ["bash", str(ROOT / "tools/testbed/up.sh")],
-        capture_output=True,
-        check=True,
-        env={**os.environ, "SMOKE_TEST": "0"},  # its srun may wait behind other users' jobs
-    )
+    run_up_sh()
     wait_until(
         f"{node} to be back in service",
         lambda: node_state(node) in ("idle", "mixed", "allocated"),
@@ -90,7 +90,7 @@ def node_state(node: str) -> str:
 
 
 @pytest.fixture
-def lose_node(slurm):
+def lose_node(fault_slurm):
     """``lose(job)``: SIGKILL the lost node's slurmd, then every process of ``job`` (slurmd
     first, so it cannot report the job's end). The node is restarted afterwards and the test
     waits until Slurm has it back in service."""
@@ -111,7 +111,7 @@ def lose_node(slurm):
 
 
 @pytest.fixture
-def crash_slurmd(slurm):
+def crash_slurmd(fault_slurm):
     """``crash(job)``: SIGKILL only the lost node's slurmd; the processes of ``job`` on it live
     on. Afterwards whatever is left of the job on that node is killed, the node restarted and
     awaited in service."""
@@ -130,6 +130,14 @@ def crash_slurmd(slurm):
             except ProcessLookupError:
                 pass
     bring_back(LOST)
+
+
+def earlier_run(starts: Path) -> str:
+    """The starts recorded in ``starts`` (``pid host`` lines) and whether the first one's
+    process is still alive (the nodes share this machine's process namespace)."""
+    lines = starts.read_text().splitlines()
+    pid = int(lines[0].split()[0])
+    return f"starts {lines}; the earlier run (pid {pid}) is {'alive' if Path(f'/proc/{pid}').exists() else 'gone'}"
 
 
 def sacct_states(job: str) -> list[str]:
@@ -155,7 +163,7 @@ def test_a_lost_node_without_requeue_ends_the_experiment_killed_with_the_reason(
         cwd=tmp_path,
     )
     try:
-        wait_running(coll, proc, timeout=600)  # node2 may be busy with other users' jobs first
+        wait_running(coll, proc, timeout=600)
         doc = wait_until("the run to start", lambda: coll.find_one({"host": {"$exists": True}}))
         assert doc["host"]["hostname"] == LOST
         job = task_of(doc)[1]
@@ -194,11 +202,11 @@ def set_node_state(node: str, state: str) -> None:
 def test_a_lost_node_with_slurms_requeue_runs_the_experiment_again_and_completes(
     lose_node, test_db, tmp_path
 ):
-    """The job may run anywhere (a requeued job keeps its ``--exclude``), so node1 is drained
-    while the first run starts on node2, and resumed once node2 is lost."""
+    """The job may run anywhere (a requeued job keeps its ``--exclude``), so node3 is drained
+    while the first run starts on node4, and resumed once node4 is lost."""
     coll = test_db["gate"]
     gate = tmp_path / "open"
-    set_node_state("node1", "drain")
+    set_node_state(OTHER_NODE, "drain")
     proc = None
     try:
         proc = start_app(
@@ -209,17 +217,17 @@ def test_a_lost_node_with_slurms_requeue_runs_the_experiment_again_and_completes
             f"gate={gate}",
             cwd=tmp_path,
         )
-        wait_running(coll, proc, timeout=600)  # node2 may be busy with other users' jobs first
+        wait_running(coll, proc, timeout=600)
         doc = wait_until("the run to start", lambda: coll.find_one({"host": {"$exists": True}}))
         assert doc["host"]["hostname"] == LOST
         execution = doc["execution"]
         job = task_of(doc)[1]
         lose_node(job)
-        set_node_state("node1", "resume")
+        set_node_state(OTHER_NODE, "resume")
         gate.touch()  # the run after the requeue returns at once
         out, err = proc.communicate(timeout=420)  # node timeout + Slurm's requeue delay
     finally:
-        set_node_state("node1", "resume")
+        set_node_state(OTHER_NODE, "resume")
         if proc is not None and proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
@@ -230,7 +238,7 @@ def test_a_lost_node_with_slurms_requeue_runs_the_experiment_again_and_completes
     assert {k: doc["execution"][k] for k in ("array_id", "task_id")} == {
         k: execution[k] for k in ("array_id", "task_id")
     }
-    assert doc["host"]["hostname"] == "node1"
+    assert doc["host"]["hostname"] == OTHER_NODE
     assert coll.count_documents({}) == 1
     wait_until(
         "sacct to record the node failure and the completed rerun",
@@ -242,14 +250,19 @@ def test_a_lost_node_with_slurms_requeue_runs_the_experiment_again_and_completes
 def test_a_crashed_slurmd_whose_task_lives_on_runs_the_experiment_once(
     crash_slurmd, test_db, tmp_path
 ):
-    """Only node2's slurmd dies; its task keeps running. Slurm requeues the job on node1
+    """Only node4's slurmd dies; its task keeps running. Slurm requeues the job on node3
     (SLURM_RESTART_COUNT=1), where the same array task finds the experiment RUNNING in the
     earlier run, whose heartbeat is fresh: it waits instead of starting it a second time. The
-    earlier run then completes, and the requeued task exits without running it. node1 is
-    drained while the first run starts on node2, as in the requeue test above."""
+    earlier run then completes, and the requeued task exits without running it. node3 is
+    drained while the first run starts on node4, as in the requeue test above.
+
+    The earlier run must live on meanwhile: a slurmd restarted under it (an up.sh run by
+    someone else, before the fault cluster was held by its tests) makes Slurm kill it, and then
+    the requeued task rightly takes the experiment over once its heartbeat is stale, a second
+    start. The assertion says whether the earlier run's process was still alive."""
     coll = test_db["gate"]
     gate, starts = tmp_path / "open", tmp_path / "starts"
-    set_node_state("node1", "drain")
+    set_node_state(OTHER_NODE, "drain")
     proc = None
     try:
         proc = start_app(
@@ -262,7 +275,6 @@ def test_a_crashed_slurmd_whose_task_lives_on_runs_the_experiment_once(
             f"+marker={starts}",
             cwd=tmp_path,
         )
-        # node2 may be busy with other users' jobs first
         wait_running(coll, proc, timeout=600)
         doc = wait_until(
             "the run to start", lambda: coll.find_one({"host": {"$exists": True}}), 600
@@ -270,7 +282,7 @@ def test_a_crashed_slurmd_whose_task_lives_on_runs_the_experiment_once(
         assert doc["host"]["hostname"] == LOST
         job = task_of(doc)[1]
         crash_slurmd(job)
-        set_node_state("node1", "resume")
+        set_node_state(OTHER_NODE, "resume")
         logs = [Path(doc["execution"][k]) for k in ("slurm_output_file", "slurm_error_file")]
 
         def job_logs() -> str:
@@ -280,18 +292,18 @@ def test_a_crashed_slurmd_whose_task_lives_on_runs_the_experiment_once(
             waits = "still runs in an earlier run of this array task" in job_logs()
             return waits or len(starts.read_text().splitlines()) > 1
 
-        # SlurmdTimeout, Slurm's ~2 min delay before a requeued job may start, other users' jobs
+        # SlurmdTimeout, Slurm's delay before a requeued job may start (cred_expire)
         wait_until("the requeued task to wait (or to run)", requeued_task_waits_or_runs, 600)
-        assert len(starts.read_text().splitlines()) == 1, (starts.read_text(), job_logs())
-        gate.touch()  # the earlier run, still alive on node2, completes
+        assert len(starts.read_text().splitlines()) == 1, (earlier_run(starts), job_logs())
+        gate.touch()  # the earlier run, still alive on node4, completes
         out, err = proc.communicate(timeout=300)
     finally:
-        set_node_state("node1", "resume")
+        set_node_state(OTHER_NODE, "resume")
         if proc is not None and proc.poll() is None:
             proc.kill()
             cancel_jobs_in(tmp_path)
     assert proc.returncode == 0, (err, job_logs())
-    assert len(starts.read_text().splitlines()) == 1, (starts.read_text(), job_logs())
+    assert len(starts.read_text().splitlines()) == 1, (earlier_run(starts), job_logs())
     assert coll.count_documents({}) == 1
     doc = coll.find_one()
     assert doc["status"] == "COMPLETED"

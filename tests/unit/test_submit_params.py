@@ -470,6 +470,14 @@ def test_clean_environment_drops_leaky_variables_inside(leaky_env):
             assert os.environ[key] == value
 
 
+def test_clean_environment_keeps_slurm_conf_the_users_choice_of_cluster(leaky_env, monkeypatch):
+    """sbatch must submit to the cluster SLURM_CONF names, which squeue/sacct/scontrol ask."""
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm-other/slurm.conf")
+    with clean_environment():
+        assert os.environ["SLURM_CONF"] == "/etc/slurm-other/slurm.conf"
+        assert "SLURM_JOB_ID" not in os.environ
+
+
 def test_clean_environment_restores_after(leaky_env):
     with clean_environment():
         pass
