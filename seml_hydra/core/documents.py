@@ -337,6 +337,8 @@ def build_document(
     git: GitDoc | None,
     add_time: datetime,
     launcher: Mapping[str, Any] | None = None,
+    safe_config: Mapping[str, Any] | None = None,
+    config_hash: str | None = None,
 ) -> dict[str, Any]:
     """Build the STAGED document of one sweep point.
 
@@ -352,10 +354,14 @@ def build_document(
         git: ``{path, commit, dirty}`` or ``None`` outside a git repository (then omitted).
         add_time: staging time (UTC).
         launcher: the point's ``hydra.launcher`` node, for :func:`experiment_hash`.
+        safe_config: ``to_bson_safe(config)`` when the caller has it already (stored as is).
+        config_hash: ``experiment_hash(safe_config, launcher)`` when the caller has it already
+            (the launcher hashes every point once, to look for duplicates before building).
 
     Returns the document as a dict ready for ``insert_many``.
     """
-    safe_config = to_bson_safe(config)
+    if safe_config is None:
+        safe_config = to_bson_safe(config)
     doc: dict[str, Any] = {
         "_id": exp_id,
         "batch_id": batch_id,
@@ -363,7 +369,7 @@ def build_document(
         "seed": seed,
         "config": safe_config,
         "config_unresolved": overrides_to_nested(overrides),
-        "config_hash": experiment_hash(safe_config, launcher),
+        "config_hash": config_hash or experiment_hash(safe_config, launcher),
         "add_time": add_time,
         "seml": {"version": list(VERSION), **dict(seml)},
         "slurm": [

@@ -101,7 +101,14 @@ def point_seml(docs: LaunchDocs, point: SweepPoint) -> dict[str, Any]:
 
 
 def make_document(
-    docs: LaunchDocs, point: SweepPoint, *, exp_id: int, batch_id: int, seed: int
+    docs: LaunchDocs,
+    point: SweepPoint,
+    *,
+    exp_id: int,
+    batch_id: int,
+    seed: int,
+    safe_config: Mapping[str, Any] | None = None,
+    config_hash: str | None = None,
 ) -> dict[str, Any]:
     """The STAGED document of ``point`` (``core.documents.build_document``): its config and
     overrides, :func:`hydra_doc`, the launch's ``seml`` and ``git`` blocks, and the sbatch
@@ -114,6 +121,9 @@ def make_document(
         point: the composed point.
         exp_id, batch_id: from the collection's atomic counters.
         seed: from :func:`draw_seed`.
+        safe_config, config_hash: the point's BSON-safe config and its ``experiment_hash``
+            when the caller has them already (the launcher hashes each point once, to look
+            for duplicates), else computed here.
     """
     return build_document(
         exp_id=exp_id,
@@ -132,6 +142,8 @@ def make_document(
         git=docs.git,
         add_time=docs.add_time,
         launcher=point.launcher,
+        safe_config=safe_config,
+        config_hash=config_hash,
     )
 
 
