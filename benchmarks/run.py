@@ -332,8 +332,15 @@ def median(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
+#: --only name -> module of benchmarks/ with bench(args, envs, work) and rows(results, args)
+MODULES = {"stage100k": "scale_stage"}
+
+
 def table(results: dict, args) -> list[tuple]:
     rows = []  # (measure, ours, theirs, ratio, target, met)
+    for name, module in MODULES.items():
+        if name in results:
+            rows.extend(__import__(module).rows(results[name], args))
     if "staging" in results:
         r = results["staging"]
         for ours_name in [n for n in r if n.startswith("seml-hydra")]:
@@ -401,7 +408,9 @@ def print_table(rows: list[tuple]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default="a,b,c", help="which benchmarks: a,b,c")
+    parser.add_argument(
+        "--only", default="a,b,c", help=f"which benchmarks: a,b,c,{','.join(MODULES)}"
+    )
     parser.add_argument("--points", type=int, default=10_000, help="(a)/(c) points (a square)")
     parser.add_argument("--reps", type=int, default=3, help="(a) repetitions")
     parser.add_argument("--jobs", type=int, default=20, help="(b) no-op jobs")
@@ -418,7 +427,9 @@ def main() -> None:
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
 
-    seml_bin = ensure_venv(cache, "venv-seml", SEML_VERSION) if only & {"a", "c"} else None
+    seml_bin = (
+        ensure_venv(cache, "venv-seml", SEML_VERSION) if only & {"a", "c", *MODULES} else None
+    )
     hsl_bin = ensure_venv(cache, "venv-hsl", HSL_VERSION) if "b" in only else None
     ours_bin = ours_venv(cache)
     # as on a user's machine: Python writes and reuses its bytecode caches for every tool
@@ -451,6 +462,9 @@ def main() -> None:
         if "c" in only:
             say("(c) seml status / list / --help ...")
             results["cli"] = bench_cli(args, envs, work)
+        for name in sorted(only & set(MODULES)):
+            say(f"({name}) ...")
+            results[name] = __import__(MODULES[name]).bench(args, envs, work)
     finally:
         if not args.keep:
             client = mongo_client(args.mongo)

@@ -339,6 +339,7 @@ def build_document(
     launcher: Mapping[str, Any] | None = None,
     safe_config: Mapping[str, Any] | None = None,
     config_hash: str | None = None,
+    safe_hydra: bool = False,
 ) -> dict[str, Any]:
     """Build the STAGED document of one sweep point.
 
@@ -357,6 +358,7 @@ def build_document(
         safe_config: ``to_bson_safe(config)`` when the caller has it already (stored as is).
         config_hash: ``experiment_hash(safe_config, launcher)`` when the caller has it already
             (the launcher hashes every point once, to look for duplicates before building).
+        safe_hydra: ``hydra`` is BSON-safe already (the launcher builds it so): stored as is.
 
     Returns the document as a dict ready for ``insert_many``.
     """
@@ -378,7 +380,7 @@ def build_document(
                 "sbatch_options": to_bson_safe(dict(sbatch_options)),
             }
         ],
-        "hydra": to_bson_safe(dict(hydra)),
+        "hydra": dict(hydra) if safe_hydra else to_bson_safe(dict(hydra)),
     }
     if git is not None:
         doc["git"] = dict(git)

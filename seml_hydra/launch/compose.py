@@ -199,6 +199,8 @@ class _Composer:
         self.master = master_config
         self.repo: Any = None
         self.group_exists: dict[str, bool] = {}
+        #: override string -> its :meth:`_classify` (a grid has few distinct strings)
+        self._kinds: dict[str, tuple[str, Any, Any]] = {}
         try:
             from omegaconf import OmegaConf
 
@@ -216,36 +218,57 @@ class _Composer:
         return known
 
     def split(self, overrides: Sequence[str]) -> Split:
-        """Sort a point's overrides into group overrides (the combination key) and plain values."""
+        """Sort a point's overrides into group overrides (the combination key) and plain values
+        (each override string is classified once: :meth:`_classify`)."""
         group, values, task, app = [], [], [], []
         fast = self.repo is not None
         for text in overrides:
-            try:
-                override = parse_override(text)
-            except Exception:  # Hydra reports it in the full composition
+            kind = self._kinds.get(text)
+            if kind is None:
+                kind = self._classify(text)
+                if len(self._kinds) < 200_000:
+                    self._kinds[text] = kind
+            if kind[0] == "unparsable":  # Hydra reports it in the full composition
                 return Split(None, [], [], [])
+            override = kind[2]
             if not override.is_hydra_override():
                 task.append(override.input_line)
                 app.append(override)
             if not fast:
                 continue
-            key = override.key_or_group
-            if override.is_sweep_override() or "$" in text:
-                # an interpolation in an override string is resolved in hydra.overrides.task too
-                fast = False
-            elif self._is_group(key) and not isinstance(override.value(), dict):
+            if kind[0] == "group":
                 group.append(text)
-            elif (
-                override.package is None
-                and not (override.is_delete() or override.is_add() or override.is_force_add())
-                and not (key == "hydra" or override.is_hydra_override())
-                and isinstance(override.value(), _SCALARS)
-                and _PLAIN_KEY.match(key)
-            ):
-                values.append((tuple(key.split(".")), override))
+            elif kind[0] == "value":
+                values.append((kind[1], override))
             else:
                 fast = False
         return Split(tuple(group) if fast else None, values, task, app)
+
+    def _classify(self, text: str) -> tuple[str, Any, Any]:
+        """``(kind, value path, parsed override)`` of one override string for :meth:`split`:
+        ``group`` (a config-group choice), ``value`` (a plain ``key=scalar`` of the fast path),
+        ``slow`` (anything else: full composition), ``unparsable``."""
+        try:
+            override = parse_override(text)
+        except Exception:
+            return ("unparsable", None, None)
+        if self.repo is None:
+            return ("slow", None, override)
+        key = override.key_or_group
+        if override.is_sweep_override() or "$" in text:
+            # an interpolation in an override string is resolved in hydra.overrides.task too
+            return ("slow", None, override)
+        if self._is_group(key) and not isinstance(override.value(), dict):
+            return ("group", None, override)
+        if (
+            override.package is None
+            and not (override.is_delete() or override.is_add() or override.is_force_add())
+            and not (key == "hydra" or override.is_hydra_override())
+            and isinstance(override.value(), _SCALARS)
+            and _PLAIN_KEY.match(key)
+        ):
+            return ("value", tuple(key.split(".")), override)
+        return ("slow", None, override)
 
     def compose(
         self, job_overrides: Sequence[Sequence[str]], initial: int, size: int

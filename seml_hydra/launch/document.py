@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from seml_hydra.core.documents import GitDoc, HydraDoc, build_document, dict_diff, pick_seed
+from seml_hydra.core.documents import (
+    GitDoc,
+    HydraDoc,
+    build_document,
+    dict_diff,
+    pick_seed,
+    to_bson_safe,
+)
 from seml_hydra.launch.compose import SweepPoint
 from seml_hydra.launch.sbatch import job_name, sbatch_options
 from seml_hydra.store.masking import mask_credentials
@@ -43,17 +50,22 @@ class LaunchDocs:
 
 
 def hydra_doc(point: SweepPoint, base_hydra: Mapping[str, Any]) -> HydraDoc:
-    """The document's ``hydra`` block of ``point`` (see ``core.documents.HydraDoc``); its Hydra
-    node is stored as the diff against ``base_hydra`` (``core.documents.dict_diff``)."""
+    """The document's ``hydra`` block of ``point`` (see ``core.documents.HydraDoc``), BSON-safe
+    (``core.documents.to_bson_safe``); its Hydra node is stored as the diff against
+    ``base_hydra`` (``core.documents.dict_diff``). Only the values are made safe: the diff's
+    paths are lists of the node's keys (strings)."""
     hydra = point.hydra
     return {
-        "overrides": point.overrides,
+        "overrides": to_bson_safe(point.overrides),
         "job_num": point.job_num,
-        "job_name": hydra["job"]["name"],
+        "job_name": to_bson_safe(hydra["job"]["name"]),
         "sweep_dir": os.path.abspath(str(hydra["sweep"]["dir"])),
-        "output_dir": hydra["runtime"]["output_dir"],
-        "choices": hydra["runtime"].get("choices", {}),
-        "node_diff": dict_diff(base_hydra, hydra),
+        "output_dir": to_bson_safe(hydra["runtime"]["output_dir"]),
+        "choices": to_bson_safe(hydra["runtime"].get("choices", {})),
+        "node_diff": [
+            {**entry, "value": to_bson_safe(entry["value"])} if "value" in entry else entry
+            for entry in dict_diff(base_hydra, hydra)
+        ],
     }
 
 
@@ -144,6 +156,7 @@ def make_document(
         launcher=point.launcher,
         safe_config=safe_config,
         config_hash=config_hash,
+        safe_hydra=True,
     )
 
 

@@ -27,7 +27,13 @@ from seml_hydra.launch.after import batch_dependency
 from seml_hydra.launch.compose import iter_point_chunks
 from seml_hydra.launch.recovery import recover_interrupted_submissions
 from seml_hydra.launch.sbatch import validate_launcher
-from seml_hydra.launch.stage import Stager, next_batch_id, stage_chunk_size
+from seml_hydra.launch.stage import (
+    DELETE_CHUNK,
+    Stager,
+    chunked,
+    next_batch_id,
+    stage_chunk_size,
+)
 from seml_hydra.launch.submit import (
     JobFilesError,
     RequestGroups,
@@ -494,6 +500,17 @@ class _Launch:
         return jobs
 
     # -- run --------------------------------------------------------------------------------
+    def _statuses(self, ids: Sequence[int]) -> dict[int, str]:
+        """``{_id: status}`` of experiments ``ids``, read :data:`stage.DELETE_CHUNK` ids at a
+        time; equal statuses share one string."""
+        names: dict[str, str] = {}
+        out: dict[int, str] = {}
+        for part in chunked(sorted(set(ids)), DELETE_CHUNK):
+            for d in self.collection.find({"_id": {"$in": part}}, {"status": 1}):
+                status = str(d.get("status", "UNKNOWN"))
+                out[d["_id"]] = names.setdefault(status, status)
+        return out
+
     def run(self, job_overrides: Sequence[Sequence[str]]) -> list[JobReturn]:
         """Stage, submit and wait (or not); one ``JobReturn`` per point of ``job_overrides``
         (the sweeper's list: each return carries its point's overrides)."""
@@ -502,18 +519,21 @@ class _Launch:
         ids = result.ids
         if not self.params["wait"]:
             job_of = {i: job_id for job_id, (_, group) in jobs.items() for i in group}
-            docs = {d["_id"]: d for d in self.collection.find({"_id": {"$in": ids}}, {"status": 1})}
+            status_of = self._statuses(ids)
             returns = []
             for overrides, exp_id in zip(job_overrides, ids):
                 # no DictConfig per point (~1 ms each): the basic sweepers read return values only
-                ret = JobReturn(overrides=list(overrides), cfg=None)
+                ret = JobReturn(
+                    overrides=overrides if isinstance(overrides, list) else list(overrides),
+                    cfg=None,
+                )
                 ret.status = JobStatus.COMPLETED
                 ret._return_value = Submission(
                     self.collection_name,
                     exp_id,
                     result.batch_id,
                     job_of.get(exp_id),
-                    docs.get(exp_id, {}).get("status", "UNKNOWN"),
+                    status_of.get(exp_id, "UNKNOWN"),
                 )
                 returns.append(ret)
             self.console.print(
