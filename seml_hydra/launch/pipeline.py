@@ -143,8 +143,19 @@ def checked_chunk(points: list[Any]) -> list[Any]:
     again per point, a URL from a config file is in clear there) and every launcher node
     checked (``sbatch.validate_launcher``, once per node object: points share their nodes).
     Raises ``LaunchError``."""
+    clean: dict[tuple[int, int], tuple[Any, Any]] = {}  # ids -> the nodes (kept alive)
     for point in points:
-        point.hydra = masked_hydra_node(point.hydra)
+        # points share their launcher.db and overrides.hydra: one without a password to mask
+        # tells the others
+        db = (point.hydra.get("launcher") or {}).get("db")
+        given = (point.hydra.get("overrides") or {}).get("hydra")
+        key = (id(db), id(given))
+        if key in clean:
+            continue
+        masked = masked_hydra_node(point.hydra)
+        if masked is point.hydra:
+            clean[key] = (db, given)
+        point.hydra = masked
     checked: dict[int, Any] = {}  # id -> node (kept alive while its id is a key)
     for point in points:
         node = point.launcher
