@@ -381,6 +381,7 @@ class _Launch:
             stager.undo()
             delete_payload(self.db, payload_id)
             self._delete_batch_sources(batch_id)
+            self.launcher._staging_started = False  # undone: Ctrl-C says nothing was stored
             raise
         for exp_id in [*result.rerun_ids, *result.resubmit_ids]:
             self.requests.add([self._request(self._launcher_of[exp_id], exp_id, batch_id)])
