@@ -340,8 +340,15 @@ def median(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
+#: --only name -> module of benchmarks/ with bench(args, envs, work) and rows(results, args)
+MODULES = {"stage100k": "scale_stage"}
+
+
 def table(results: dict, args) -> list[tuple]:
     rows = []  # (measure, ours, theirs, ratio, target, met)
+    for name, module in MODULES.items():
+        if name in results:
+            rows.extend(__import__(module).rows(results[name], args))
     if "staging" in results:
         r = results["staging"]
         for ours_name in [n for n in r if n.startswith("seml-hydra")]:
@@ -411,7 +418,11 @@ def print_table(rows: list[tuple]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default="a,b,c", help="which benchmarks: a,b,c,s,heartbeat,life")
+    parser.add_argument(
+        "--only",
+        default="a,b,c",
+        help=f"which benchmarks: a,b,c,s,heartbeat,life,{','.join(MODULES)}",
+    )
     parser.add_argument("--points", type=int, default=10_000, help="(a)/(c) points (a square)")
     parser.add_argument("--reps", type=int, default=3, help="(a) repetitions")
     parser.add_argument("--jobs", type=int, default=20, help="(b) no-op jobs")
@@ -436,7 +447,7 @@ def main() -> None:
 
     seml_bin = (
         ensure_venv(cache, "venv-seml", SEML_VERSION)
-        if only & {"a", "c", "s", "heartbeat"}
+        if only & {"a", "c", "s", "heartbeat", *MODULES}
         else None
     )
     hsl_bin = ensure_venv(cache, "venv-hsl", HSL_VERSION) if only & {"b", "life"} else None
@@ -482,6 +493,9 @@ def main() -> None:
         if "s" in only:  # issue 20 point 1: the CLI at scale (benchmarks/scale_cli.py)
             say(f"(s) the seml CLI on {args.scale_points} experiments ...")
             results["scale_cli"] = scale_cli.bench(args, envs, work)
+        for name in sorted(only & set(MODULES)):
+            say(f"({name}) ...")
+            results[name] = __import__(MODULES[name]).bench(args, envs, work)
     finally:
         if not args.keep:
             client = mongo_client(args.mongo)

@@ -357,6 +357,9 @@ def build_document(
     git: GitDoc | None,
     add_time: datetime,
     launcher: Mapping[str, Any] | None = None,
+    safe_config: Mapping[str, Any] | None = None,
+    config_hash: str | None = None,
+    safe_hydra: bool = False,
 ) -> dict[str, Any]:
     """Build the STAGED document of one sweep point.
 
@@ -372,11 +375,16 @@ def build_document(
         git: ``{path, commit, dirty}`` or ``None`` outside a git repository (then omitted).
         add_time: staging time (UTC).
         launcher: the point's ``hydra.launcher`` node, for :func:`experiment_hash`.
+        safe_config: ``to_bson_safe(config)`` when the caller has it already (stored as is).
+        config_hash: ``experiment_hash(safe_config, launcher)`` when the caller has it already
+            (the launcher hashes every point once, to look for duplicates before building).
+        safe_hydra: ``hydra`` is BSON-safe already (the launcher builds it so): stored as is.
 
     Returns the document as a dict ready for ``insert_many``.
     """
-    safe_config = to_bson_safe(config)
-    hydra_block = to_bson_safe(dict(hydra))
+    if safe_config is None:
+        safe_config = to_bson_safe(config)
+    hydra_block = dict(hydra) if safe_hydra else to_bson_safe(dict(hydra))
     stored_config = safe_config
     if adds_seed(safe_config):
         stored_config = {**safe_config, "seed": seed}
@@ -388,7 +396,7 @@ def build_document(
         "seed": seed,
         "config": stored_config,
         "config_unresolved": overrides_to_nested(overrides),
-        "config_hash": experiment_hash(safe_config, launcher),
+        "config_hash": config_hash or experiment_hash(safe_config, launcher),
         "add_time": add_time,
         "seml": {"version": list(VERSION), **dict(seml)},
         "slurm": [

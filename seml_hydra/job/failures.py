@@ -165,7 +165,9 @@ def await_other_ranks(
         failed, all_ended = ranks_outcome(doc or {}, world_size, restart)
         if failed:
             ranks = ", ".join(str(r) for r in failed)
-            raise OtherRanksFailed(f"rank(s) {ranks} of experiment {exp_id} failed: their traces follow")
+            raise OtherRanksFailed(
+                f"rank(s) {ranks} of experiment {exp_id} failed: their traces follow"
+            )
         if all_ended or time.monotonic() >= deadline:
             return
         time.sleep(poll_s)

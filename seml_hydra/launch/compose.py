@@ -85,7 +85,8 @@ def compose_points(
     job_overrides: Sequence[Sequence[str]],
     initial_job_idx: int,
 ) -> list[SweepPoint]:
-    """Compose and resolve every sweep point (the fast path is described in the module doc).
+    """Compose and resolve every sweep point (the fast path is described in the module doc):
+    :func:`iter_point_chunks` as one list.
 
     Args:
         config_loader: ``hydra_context.config_loader``.
@@ -98,6 +99,31 @@ def compose_points(
     Raises Hydra's own errors (``ConfigCompositionException``, ``InterpolationResolutionError``...)
     for a point that does not compose or resolve; nothing has been staged at that time.
     """
+    return [
+        point
+        for chunk in iter_point_chunks(
+            config_loader, master_config, job_overrides, initial_job_idx, max(1, len(job_overrides))
+        )
+        for point in chunk
+    ]
+
+
+def iter_point_chunks(
+    config_loader: Any,
+    master_config: Any,
+    job_overrides: Sequence[Sequence[str]],
+    initial_job_idx: int,
+    size: int,
+) -> Iterator[list[SweepPoint]]:
+    """The composed points of :func:`compose_points`, ``size`` at a time, composed lazily: a
+    chunk is composed when it is asked for, so only the chunks the caller keeps are held
+    (``launch.pipeline`` stages each one before it asks for the next).
+
+    Between two chunks Hydra's ``HydraConfig`` holds the launcher's config again (a payload
+    pickled meanwhile carries it, as after :func:`compose_points`); OmegaConf's parse cache
+    (:func:`_cached_interpolation_parse`) stays on until the generator ends or is closed.
+    Raises what :func:`compose_points` raises, from the chunk of the bad point.
+    """
     from hydra.core.hydra_config import HydraConfig
 
     _warm_resolver_cache(master_config)
@@ -105,7 +131,9 @@ def compose_points(
     try:
         with _cached_interpolation_parse():
             composer = _Composer(config_loader, master_config)
-            return composer.compose(job_overrides, initial_job_idx)
+            for chunk in composer.compose(job_overrides, initial_job_idx, size):
+                HydraConfig.instance().cfg = previous
+                yield chunk
     finally:
         HydraConfig.instance().cfg = previous
 
@@ -171,6 +199,8 @@ class _Composer:
         self.master = master_config
         self.repo: Any = None
         self.group_exists: dict[str, bool] = {}
+        #: override string -> its :meth:`_classify` (a grid has few distinct strings)
+        self._kinds: dict[str, tuple[str, Any, Any]] = {}
         try:
             from omegaconf import OmegaConf
 
@@ -188,84 +218,116 @@ class _Composer:
         return known
 
     def split(self, overrides: Sequence[str]) -> Split:
-        """Sort a point's overrides into group overrides (the combination key) and plain values."""
+        """Sort a point's overrides into group overrides (the combination key) and plain values
+        (each override string is classified once: :meth:`_classify`)."""
         group, values, task, app = [], [], [], []
         fast = self.repo is not None
         for text in overrides:
-            try:
-                override = parse_override(text)
-            except Exception:  # Hydra reports it in the full composition
+            kind = self._kinds.get(text)
+            if kind is None:
+                kind = self._classify(text)
+                if len(self._kinds) < 200_000:
+                    self._kinds[text] = kind
+            if kind[0] == "unparsable":  # Hydra reports it in the full composition
                 return Split(None, [], [], [])
+            override = kind[2]
             if not override.is_hydra_override():
                 task.append(override.input_line)
                 app.append(override)
             if not fast:
                 continue
-            key = override.key_or_group
-            if override.is_sweep_override() or "$" in text:
-                # an interpolation in an override string is resolved in hydra.overrides.task too
-                fast = False
-            elif self._is_group(key) and not isinstance(override.value(), dict):
+            if kind[0] == "group":
                 group.append(text)
-            elif (
-                override.package is None
-                and not (override.is_delete() or override.is_add() or override.is_force_add())
-                and not (key == "hydra" or override.is_hydra_override())
-                and isinstance(override.value(), _SCALARS)
-                and _PLAIN_KEY.match(key)
-            ):
-                values.append((tuple(key.split(".")), override))
+            elif kind[0] == "value":
+                values.append((kind[1], override))
             else:
                 fast = False
         return Split(tuple(group) if fast else None, values, task, app)
 
-    def compose(self, job_overrides: Sequence[Sequence[str]], initial: int) -> list[SweepPoint]:
-        splits = [self.split(overrides) for overrides in job_overrides]
+    def _classify(self, text: str) -> tuple[str, Any, Any]:
+        """``(kind, value path, parsed override)`` of one override string for :meth:`split`:
+        ``group`` (a config-group choice), ``value`` (a plain ``key=scalar`` of the fast path),
+        ``slow`` (anything else: full composition), ``unparsable``."""
+        try:
+            override = parse_override(text)
+        except Exception:
+            return ("unparsable", None, None)
+        if self.repo is None:
+            return ("slow", None, override)
+        key = override.key_or_group
+        if override.is_sweep_override() or "$" in text:
+            # an interpolation in an override string is resolved in hydra.overrides.task too
+            return ("slow", None, override)
+        if self._is_group(key) and not isinstance(override.value(), dict):
+            return ("group", None, override)
+        if (
+            override.package is None
+            and not (override.is_delete() or override.is_add() or override.is_force_add())
+            and not (key == "hydra" or override.is_hydra_override())
+            and isinstance(override.value(), _SCALARS)
+            and _PLAIN_KEY.match(key)
+        ):
+            return ("value", tuple(key.split(".")), override)
+        return ("slow", None, override)
+
+    def compose(
+        self, job_overrides: Sequence[Sequence[str]], initial: int, size: int
+    ) -> Iterator[list[SweepPoint]]:
+        """The points, ``size`` at a time (see :func:`iter_point_chunks`). The combinations'
+        sizes are counted first (one :meth:`split` per point, its group key kept), then every
+        chunk is split again and composed."""
         sizes: dict[tuple[str, ...], int] = {}
-        for s in splits:
-            if s.group_key is not None:
-                sizes[s.group_key] = sizes.get(s.group_key, 0) + 1
+        for overrides in job_overrides:
+            key = self.split(overrides).group_key
+            if key is not None:
+                sizes[key] = sizes.get(key, 0) + 1
         combinations: dict[tuple[str, ...], Combination | None] = {}
         verified: set[tuple[str, ...]] = set()
-        points = []
-        fast_count = 0
-        for index, (overrides, s) in enumerate(zip(job_overrides, splits)):
-            job_num = initial + index
-            result = None
-            if s.group_key is not None and sizes[s.group_key] > 1:
-                if s.group_key not in combinations:
-                    combinations[s.group_key] = self._combination(s.group_key, job_num)
-                combination = combinations[s.group_key]
-                if combination is not None:
-                    try:
-                        result = combination.point(job_num, s)
-                    except Exception as error:  # Hydra gives the error (or result) below
-                        log.debug("point %d: full composition (%s)", index, error)
-                if result is not None and s.group_key not in verified:
-                    # the first fast point of a combination is checked against Hydra's own
-                    verified.add(s.group_key)
-                    full = compose_full(self.config_loader, self.master, overrides, job_num)
-                    if not (same(full[0], result[0]) and same(full[1], result[1])):
-                        log.warning(
-                            "fast composition differs from Hydra's for %s: composing this "
-                            "combination in full",
-                            list(overrides),
-                        )
-                        combinations[s.group_key] = None
-                        result = full
-            if result is None:
-                result = compose_full(self.config_loader, self.master, overrides, job_num)
-            else:
-                fast_count += 1
-            points.append(SweepPoint(index, job_num, list(overrides), result[0], result[1]))
+        fast_count = count = 0
         last_stats.clear()
-        last_stats.update(
-            points=len(points),
-            fast=fast_count,
-            combinations=sum(c is not None for c in combinations.values()),
-        )
-        log.debug("composed %d points, %d by the fast path", len(points), fast_count)
-        return points
+        last_stats.update(points=0, fast=0, combinations=0)
+        for start in range(0, len(job_overrides), size):
+            points = []
+            for index in range(start, min(start + size, len(job_overrides))):
+                overrides = job_overrides[index]
+                s = self.split(overrides)
+                job_num = initial + index
+                result = None
+                if s.group_key is not None and sizes[s.group_key] > 1:
+                    if s.group_key not in combinations:
+                        combinations[s.group_key] = self._combination(s.group_key, job_num)
+                    combination = combinations[s.group_key]
+                    if combination is not None:
+                        try:
+                            result = combination.point(job_num, s)
+                        except Exception as error:  # Hydra gives the error (or result) below
+                            log.debug("point %d: full composition (%s)", index, error)
+                    if result is not None and s.group_key not in verified:
+                        # the first fast point of a combination is checked against Hydra's own
+                        verified.add(s.group_key)
+                        full = compose_full(self.config_loader, self.master, overrides, job_num)
+                        if not (same(full[0], result[0]) and same(full[1], result[1])):
+                            log.warning(
+                                "fast composition differs from Hydra's for %s: composing this "
+                                "combination in full",
+                                list(overrides),
+                            )
+                            combinations[s.group_key] = None
+                            result = full
+                if result is None:
+                    result = compose_full(self.config_loader, self.master, overrides, job_num)
+                else:
+                    fast_count += 1
+                points.append(SweepPoint(index, job_num, list(overrides), result[0], result[1]))
+            count += len(points)
+            last_stats.clear()
+            last_stats.update(
+                points=count,
+                fast=fast_count,
+                combinations=sum(c is not None for c in combinations.values()),
+            )
+            yield points
+        log.debug("composed %d points, %d by the fast path", count, fast_count)
 
     def _combination(self, group_key: tuple[str, ...], job_num: int) -> Combination | None:
         try:

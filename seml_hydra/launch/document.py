@@ -23,6 +23,7 @@ from seml_hydra.core.documents import (
     build_document,
     dict_diff,
     pick_seed,
+    to_bson_safe,
 )
 from seml_hydra.launch.compose import SweepPoint
 from seml_hydra.launch.sbatch import job_name, sbatch_options
@@ -50,17 +51,22 @@ class LaunchDocs:
 
 
 def hydra_doc(point: SweepPoint, base_hydra: Mapping[str, Any]) -> HydraDoc:
-    """The document's ``hydra`` block of ``point`` (see ``core.documents.HydraDoc``); its Hydra
-    node is stored as the diff against ``base_hydra`` (``core.documents.dict_diff``)."""
+    """The document's ``hydra`` block of ``point`` (see ``core.documents.HydraDoc``), BSON-safe
+    (``core.documents.to_bson_safe``); its Hydra node is stored as the diff against
+    ``base_hydra`` (``core.documents.dict_diff``). Only the values are made safe: the diff's
+    paths are lists of the node's keys (strings)."""
     hydra = point.hydra
     return {
-        "overrides": point.overrides,
+        "overrides": to_bson_safe(point.overrides),
         "job_num": point.job_num,
-        "job_name": hydra["job"]["name"],
+        "job_name": to_bson_safe(hydra["job"]["name"]),
         "sweep_dir": os.path.abspath(str(hydra["sweep"]["dir"])),
-        "output_dir": hydra["runtime"]["output_dir"],
-        "choices": hydra["runtime"].get("choices", {}),
-        "node_diff": dict_diff(base_hydra, hydra),
+        "output_dir": to_bson_safe(hydra["runtime"]["output_dir"]),
+        "choices": to_bson_safe(hydra["runtime"].get("choices", {})),
+        "node_diff": [
+            {**entry, "value": to_bson_safe(entry["value"])} if "value" in entry else entry
+            for entry in dict_diff(base_hydra, hydra)
+        ],
         **({"added_seed": True} if adds_seed(point.config) else {}),
     }
 
@@ -109,7 +115,14 @@ def point_seml(docs: LaunchDocs, point: SweepPoint) -> dict[str, Any]:
 
 
 def make_document(
-    docs: LaunchDocs, point: SweepPoint, *, exp_id: int, batch_id: int, seed: int
+    docs: LaunchDocs,
+    point: SweepPoint,
+    *,
+    exp_id: int,
+    batch_id: int,
+    seed: int,
+    safe_config: Mapping[str, Any] | None = None,
+    config_hash: str | None = None,
 ) -> dict[str, Any]:
     """The STAGED document of ``point`` (``core.documents.build_document``): its config and
     overrides, :func:`hydra_doc`, the launch's ``seml`` and ``git`` blocks, and the sbatch
@@ -122,6 +135,9 @@ def make_document(
         point: the composed point.
         exp_id, batch_id: from the collection's atomic counters.
         seed: from :func:`draw_seed`.
+        safe_config, config_hash: the point's BSON-safe config and its ``experiment_hash``
+            when the caller has them already (the launcher hashes each point once, to look
+            for duplicates), else computed here.
     """
     return build_document(
         exp_id=exp_id,
@@ -140,6 +156,9 @@ def make_document(
         git=docs.git,
         add_time=docs.add_time,
         launcher=point.launcher,
+        safe_config=safe_config,
+        config_hash=config_hash,
+        safe_hydra=True,
     )
 
 

@@ -12,7 +12,7 @@ import os
 import random
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -24,11 +24,23 @@ from seml_hydra.core.errors import UserError
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.launch import document
 from seml_hydra.launch.after import batch_dependency
-from seml_hydra.launch.compose import compose_points
+from seml_hydra.launch.compose import iter_point_chunks
 from seml_hydra.launch.recovery import recover_interrupted_submissions
 from seml_hydra.launch.sbatch import validate_launcher
-from seml_hydra.launch.stage import next_batch_id, stage
-from seml_hydra.launch.submit import JobFilesError, SubmissionError, SubmitRequest, submit_requests
+from seml_hydra.launch.stage import (
+    DELETE_CHUNK,
+    Stager,
+    chunked,
+    next_batch_id,
+    stage_chunk_size,
+)
+from seml_hydra.launch.submit import (
+    JobFilesError,
+    RequestGroups,
+    SubmissionError,
+    SubmitRequest,
+    submit_groups,
+)
 from seml_hydra.launch.wait import Submission, job_return_from_document, wait_for
 from seml_hydra.store.client import connect
 from seml_hydra.store.collections import validate_collection_name
@@ -77,7 +89,14 @@ def launch_points(
     """Compose, check, stage, submit and wait for the points of one ``SemlLauncher.launch``
     (``launcher``: the Hydra launcher, its ``params``, ``config``, ``hydra_context`` and
     ``task_function``); one ``JobReturn`` per point in input order. Raises ``LaunchError`` and
-    the other ``UserError`` subclasses for user mistakes."""
+    the other ``UserError`` subclasses for user mistakes.
+
+    The points stream: they are composed, checked (:func:`checked_chunk`), hashed, built and
+    inserted ``stage.stage_chunk_size()`` at a time (``compose.iter_point_chunks``,
+    ``stage.Stager``), and only their ids (grouped per array job) are kept for the
+    submission. The first chunk is composed and checked before anything is stored (its first
+    point is the batch's base Hydra node, pickled with the payload); a bad point in a later
+    chunk removes the new documents again, so a sweep with a bad point stages nothing."""
     params = launcher.params
     _warn_password_on_command_line(sys.argv[1:], console)
     if not job_overrides:
@@ -92,38 +111,94 @@ def launch_points(
             "sweeper."
         )
     collection_name = validate_collection_name(str(params["collection"]))
-    points = compose_points(
-        launcher.hydra_context.config_loader, launcher.config, job_overrides, initial_job_idx
+    chunks = iter_point_chunks(
+        launcher.hydra_context.config_loader,
+        launcher.config,
+        job_overrides,
+        initial_job_idx,
+        stage_chunk_size(),
     )
-    for point in points:  # composed again: a URL from a config file is in clear there
-        point.hydra = masked_hydra_node(point.hydra)
+    try:
+        first = checked_chunk(next(chunks), launcher.executor)
+        blob = pickled_batch_payload(launcher, first[0].hydra)
+        settings = resolve_db_settings(params.get("db"))
+        if settings.is_embedded:
+            console.print(
+                f"Using the embedded MongoDB ({settings.source}); set hydra.launcher.db.url, "
+                "SEML_MONGODB_URI or ~/.config/seml/mongodb.config to use your own server."
+            )
+        db = connect(settings)
+        dependencies = DependencyCheck(db, collection_name, launcher.executor)
+        dependencies.check(first)
+        launch = _Launch(
+            launcher, db, settings, collection_name, first, chunks, dependencies, blob, console
+        )
+        return launch.run(job_overrides)
+    finally:
+        chunks.close()
+
+
+def checked_chunk(points: list[Any], executor: str) -> list[Any]:
+    """A composed chunk with the MongoDB passwords masked (:func:`masked_hydra_node`; composed
+    again per point, a URL from a config file is in clear there) and every launcher node
+    checked (``sbatch.validate_launcher``, once per node object: points share their nodes;
+    ``visible_gpus`` only for ``executor`` ``"local"``). Raises ``LaunchError``."""
+    clean: dict[tuple[int, int], tuple[Any, Any]] = {}  # ids -> the nodes (kept alive)
     for point in points:
+        # points share their launcher.db and overrides.hydra: one without a password to mask
+        # tells the others
+        db = (point.hydra.get("launcher") or {}).get("db")
+        given = (point.hydra.get("overrides") or {}).get("hydra")
+        key = (id(db), id(given))
+        if key in clean:
+            continue
+        masked = masked_hydra_node(point.hydra)
+        if masked is point.hydra:
+            clean[key] = (db, given)
+        point.hydra = masked
+    checked: dict[int, Any] = {}  # id -> node (kept alive while its id is a key)
+    for point in points:
+        node = point.launcher
+        if id(node) in checked:
+            continue
+        checked[id(node)] = node
         try:
-            validate_launcher(point.launcher)
+            validate_launcher(node)
         except ValueError as error:
             raise LaunchError(str(error)) from None
-    blob = pickled_batch_payload(launcher, points[0].hydra)
-    settings = resolve_db_settings(params.get("db"))
-    if settings.is_embedded:
-        console.print(
-            f"Using the embedded MongoDB ({settings.source}); set hydra.launcher.db.url, "
-            "SEML_MONGODB_URI or ~/.config/seml/mongodb.config to use your own server."
-        )
-    db = connect(settings)
-    check_dependencies(db, collection_name, points, launcher.executor)
-    if launcher.executor == "slurm" and any(p.launcher.get("visible_gpus") for p in points):
-        raise LaunchError(
-            "hydra.launcher.visible_gpus spreads this machine's GPUs over seml_local's jobs; on "
-            "Slurm, Slurm assigns them (gpus_per_task, gpus_per_node); nothing was staged"
-        )
-    return _Launch(launcher, db, settings, collection_name, points, blob, console).run()
+        if executor == "slurm" and node.get("visible_gpus"):
+            raise LaunchError(
+                "hydra.launcher.visible_gpus spreads this machine's GPUs over seml_local's jobs; "
+                "on Slurm, Slurm assigns them (gpus_per_task, gpus_per_node); nothing was staged"
+            )
+    return points
 
 
-def check_dependencies(db: Any, collection_name: str, points: Sequence[Any], executor: str) -> None:
+class DependencyCheck:
+    """:func:`check_dependencies` over the chunks of one launch: each ``after`` of the launch
+    is checked once."""
+
+    def __init__(self, db: Any, collection_name: str, executor: str) -> None:
+        self.db, self.collection_name, self.executor = db, collection_name, executor
+        self.seen: set[tuple[Any, Any]] = set()
+
+    def check(self, points: Sequence[Any]) -> None:
+        """Check the ``after`` of ``points`` not checked yet. Raises ``LaunchError``."""
+        check_dependencies(self.db, self.collection_name, points, self.executor, self.seen)
+
+
+def check_dependencies(
+    db: Any,
+    collection_name: str,
+    points: Sequence[Any],
+    executor: str,
+    seen: set[tuple[Any, Any]] | None = None,
+) -> None:
     """Refuse, before staging, points whose ``hydra.launcher.after`` names no batch, a batch
     that can no longer satisfy it (``seml_hydra.launch.after.batch_dependency``), or is given
-    to the local launcher (dependencies are Slurm's). Raises ``LaunchError``."""
-    seen = set()
+    to the local launcher (dependencies are Slurm's). ``seen``: the ``(after, after_kind)``
+    pairs already checked (updated in place). Raises ``LaunchError``."""
+    seen = set() if seen is None else seen
     for point in points:
         key = (point.launcher.get("after"), point.launcher.get("after_kind"))
         if key[0] is None or key in seen:
@@ -197,7 +272,9 @@ class _Launch:
         db: Any,
         settings: Any,
         collection_name: str,
-        points: list[Any],
+        first: list[Any],
+        rest: Iterator[list[Any]],
+        dependencies: DependencyCheck,
         blob: bytes,
         console: Any,
     ) -> None:
@@ -207,9 +284,17 @@ class _Launch:
         self.settings = settings
         self.collection_name = collection_name
         self.collection = db[collection_name]
-        self.points = points
+        self.first = first  # the first chunk, composed and checked
+        self.rest = rest  # the next chunks, composed when staged
+        self.dependencies = dependencies
+        self.base = first[0]  # the batch's base point: its Hydra node goes with the payload
         self.blob = blob
         self.console = console
+        self.requests = RequestGroups()
+        self.recovered: list[int] = []
+        self._rng = random.SystemRandom()
+        #: re-run / re-submitted experiment id -> its launcher node, while staging
+        self._launcher_of: dict[int, Any] = {}
 
     # -- staging -------------------------------------------------------------------------
     def _snapshot(self, batch_id: int, lease: dict[str, Any], seml: dict[str, Any]) -> None:
@@ -217,8 +302,8 @@ class _Launch:
         ``lease``, into ``seml``: ``source_files``, and ``main_file`` (the script's path in the
         snapshot, ``sources.script_in_snapshot``) when it holds the script; say what was
         skipped."""
-        hydra = self.points[0].hydra
-        launcher = self.points[0].launcher
+        hydra = self.base.hydra
+        launcher = self.base.launcher
         app_dir = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv[0] else os.getcwd()
         root = project_root(app_dir, launcher.get("project_root"))
         files, skipped = select_sources(
@@ -251,14 +336,12 @@ class _Launch:
             fs.delete(f["_id"])
 
     def stage(self) -> Any:
-        hashes = [experiment_hash(to_bson_safe(p.config), p.launcher) for p in self.points]
         self.launcher._staging_started = True
-        self._recover(hashes)
         # the payload and the snapshot files carry this launch's lease until the documents
         # naming them are stored: a concurrent delete/drop leaves them alone meanwhile
         lease = new_lease()
         try:
-            return self._stage_leased(hashes, lease)
+            return self._stage_leased(lease)
         finally:
             from pymongo.errors import PyMongoError
 
@@ -267,66 +350,108 @@ class _Launch:
             except PyMongoError:  # the database is away: the lease expires (sources.LEASE_S)
                 log.warning("Could not release lease %s of the staged files", lease["id"])
 
-    def _stage_leased(self, hashes: Sequence[str], lease: dict[str, Any]) -> Any:
+    def _stage_leased(self, lease: dict[str, Any]) -> Any:
         """:meth:`stage` once the GridFS files it stores are protected by ``lease``."""
         payload_id = put_payload(
-            self.db, self.collection_name, self.blob, to_bson_safe(self.points[0].hydra), lease
+            self.db, self.collection_name, self.blob, to_bson_safe(self.base.hydra), lease
         )
         self.payload_id = payload_id
         batch_id = next_batch_id(self.db, self.collection_name)
         seml = document.seml_doc(
-            self.points[0], payload_id=payload_id, executor=self.launcher.executor, argv=sys.argv
+            self.base, payload_id=payload_id, executor=self.launcher.executor, argv=sys.argv
         )
-        if self.points[0].launcher.get("snapshot", True):
+        if self.base.launcher.get("snapshot", True):
             self._snapshot(batch_id, lease, seml)
         docs = document.LaunchDocs(
             collection_name=self.collection_name,
-            base_hydra=self.points[0].hydra,
+            base_hydra=self.base.hydra,
             seml=seml,
             git=git_info(seml["working_dir"]),
             add_time=datetime.now(timezone.utc),
         )
-        rng = random.SystemRandom()
-
-        def make_document(index: int, exp_id: int, batch_id: int) -> dict[str, Any]:
-            point = self.points[index]
-            seed = document.draw_seed(point.config, rng)
-            return document.make_document(docs, point, exp_id=exp_id, batch_id=batch_id, seed=seed)
-
-        def refresh_existing(index: int) -> dict[str, Any]:
-            return document.refreshed_fields(docs, self.points[index], batch_id)
-
+        stager = Stager(
+            self.db, self.collection_name, batch_id, bool(self.params.get("force")), self._recover
+        )
         try:
-            result = stage(
-                self.db,
-                self.collection_name,
-                hashes,
-                make_document,
-                refresh_existing,
-                bool(self.params.get("force")),
-                batch_id,
-            )
+            chunk: list[Any] | None = self.first
+            self.first = []
+            while chunk is not None:
+                self._stage_chunk(stager, docs, chunk)
+                chunk = next(self.rest, None)
+                if chunk is not None:
+                    checked_chunk(chunk, self.launcher.executor)
+                    self.dependencies.check(chunk)
+            result = stager.finish()
         except BaseException:
+            stager.undo()
             delete_payload(self.db, payload_id)
             self._delete_batch_sources(batch_id)
+            self.launcher._staging_started = False  # undone: Ctrl-C says nothing was stored
             raise
+        for exp_id in [*result.rerun_ids, *result.resubmit_ids]:
+            self.requests.add([self._request(self._launcher_of[exp_id], exp_id, batch_id)])
+        self._launcher_of = {}
         if not result.to_submit:  # everything was there already: no job will need the payload
             delete_payload(self.db, payload_id)
             self._delete_batch_sources(batch_id)  # nor this batch's snapshot: no document names it
+        if self.recovered:
+            self.console.print(recovered_message(self.recovered))
         self._say_staged(result)
         from seml_hydra.track.cache import refresh_collection_cache
 
         refresh_collection_cache([self.collection_name], replace=False)  # shell completion
         return result
 
+    def _request(self, launcher: Any, exp_id: int, batch_id: int) -> SubmitRequest:
+        return SubmitRequest(exp_id, launcher, self.payload_id, batch_id, self.launcher.executor)
+
+    def _stage_chunk(self, stager: Stager, docs: document.LaunchDocs, points: list[Any]) -> None:
+        """Hash (once), build and insert one chunk (``stage.Stager.add_chunk``); its new
+        experiments join :attr:`requests`, and the launcher node of each existing one it
+        re-runs or re-submits is kept until :meth:`stage` knows which were."""
+        safe = [to_bson_safe(p.config) for p in points]
+        hashes = [experiment_hash(c, p.launcher) for c, p in zip(safe, points)]
+        rng = self._rng
+
+        def make_document(offset: int, exp_id: int) -> dict[str, Any]:
+            point = points[offset]
+            seed = document.draw_seed(point.config, rng)
+            return document.make_document(
+                docs,
+                point,
+                exp_id=exp_id,
+                batch_id=stager.batch_id,
+                seed=seed,
+                safe_config=safe[offset],
+                config_hash=hashes[offset],
+            )
+
+        def refresh_existing(offset: int) -> dict[str, Any]:
+            point = points[offset]
+            return document.refreshed_fields(docs, point, stager.batch_id)
+
+        before = len(stager.ids)
+        updates_before = set(stager.updates)
+        new_ids = stager.add_chunk(hashes, make_document, refresh_existing)
+        new = set(new_ids)
+        requests = []
+        for offset, exp_id in enumerate(stager.ids[before:]):
+            if exp_id in new:
+                new.discard(exp_id)  # a repeat of the point maps to the same id
+                requests.append(self._request(points[offset].launcher, exp_id, stager.batch_id))
+            elif exp_id in stager.updates and exp_id not in updates_before:
+                self._launcher_of.setdefault(exp_id, points[offset].launcher)
+        self.requests.add(requests)
+
     def _recover(self, hashes: Sequence[str]) -> None:
         """Points an earlier launch left PENDING without a job (it died during sbatch) are
-        STAGED again, so this launch submits them (``recovery.recover_interrupted_submissions``)."""
-        recovered = recover_interrupted_submissions(
-            self.collection, {"config_hash": {"$in": sorted(set(hashes))}}
+        STAGED again, so this launch submits them (``recovery.recover_interrupted_submissions``);
+        called per chunk, before the chunk's duplicates are looked up."""
+        self.recovered.extend(
+            recover_interrupted_submissions(
+                self.collection, {"config_hash": {"$in": sorted(set(hashes))}}
+            )
         )
-        if recovered:
-            self.console.print(recovered_message(recovered))
 
     def _say_staged(self, result: Any) -> None:
         where = f"collection [bold]{self.collection_name}[/] ({self.settings.describe()})"
@@ -359,26 +484,13 @@ class _Launch:
             )
 
     # -- submission ------------------------------------------------------------------------
-    def submit(self, result: Any) -> dict[str, tuple[Any, list[int]]]:
-        to_submit = set(result.to_submit)
-        requests, seen = [], set()
-        for index, exp_id in enumerate(result.ids):
-            if exp_id in to_submit and exp_id not in seen:
-                seen.add(exp_id)
-                requests.append(
-                    SubmitRequest(
-                        exp_id,
-                        self.points[index].launcher,
-                        self.payload_id,
-                        result.batch_id,
-                        self.launcher.executor,
-                    )
-                )
+    def submit(self) -> dict[str, tuple[Any, list[int]]]:
+        """Submit the experiments :meth:`stage` grouped per array job (:attr:`requests`)."""
         try:
-            arrays = submit_requests(
+            arrays = submit_groups(
                 self.collection,
                 self.collection_name,
-                requests,
+                self.requests.groups,
                 db_cfg=job_db_config(self.settings, self.params.get("db")),
                 job_env=job_db_environment(self.settings, self.params.get("db")),
             )
@@ -405,24 +517,40 @@ class _Launch:
         return jobs
 
     # -- run --------------------------------------------------------------------------------
-    def run(self) -> list[JobReturn]:
+    def _statuses(self, ids: Sequence[int]) -> dict[int, str]:
+        """``{_id: status}`` of experiments ``ids``, read :data:`stage.DELETE_CHUNK` ids at a
+        time; equal statuses share one string."""
+        names: dict[str, str] = {}
+        out: dict[int, str] = {}
+        for part in chunked(sorted(set(ids)), DELETE_CHUNK):
+            for d in self.collection.find({"_id": {"$in": part}}, {"status": 1}):
+                status = str(d.get("status", "UNKNOWN"))
+                out[d["_id"]] = names.setdefault(status, status)
+        return out
+
+    def run(self, job_overrides: Sequence[Sequence[str]]) -> list[JobReturn]:
+        """Stage, submit and wait (or not); one ``JobReturn`` per point of ``job_overrides``
+        (the sweeper's list: each return carries its point's overrides)."""
         result = self.stage()
-        jobs = self.submit(result)
+        jobs = self.submit()
         ids = result.ids
         if not self.params["wait"]:
             job_of = {i: job_id for job_id, (_, group) in jobs.items() for i in group}
-            docs = {d["_id"]: d for d in self.collection.find({"_id": {"$in": ids}}, {"status": 1})}
+            status_of = self._statuses(ids)
             returns = []
-            for point, exp_id in zip(self.points, ids):
+            for overrides, exp_id in zip(job_overrides, ids):
                 # no DictConfig per point (~1 ms each): the basic sweepers read return values only
-                ret = JobReturn(overrides=point.overrides, cfg=None)
+                ret = JobReturn(
+                    overrides=overrides if isinstance(overrides, list) else list(overrides),
+                    cfg=None,
+                )
                 ret.status = JobStatus.COMPLETED
                 ret._return_value = Submission(
                     self.collection_name,
                     exp_id,
                     result.batch_id,
                     job_of.get(exp_id),
-                    docs.get(exp_id, {}).get("status", "UNKNOWN"),
+                    status_of.get(exp_id, "UNKNOWN"),
                 )
                 returns.append(ret)
             self.console.print(
@@ -442,12 +570,12 @@ class _Launch:
             lambda: {d["_id"]: d for d in self.collection.find({"_id": {"$in": ids}})},
             "reading the results",
         )
-        base = self.points[0].hydra
+        base = self.base.hydra
         returns = []
-        for point, exp_id in zip(self.points, ids):
+        for overrides, exp_id in zip(job_overrides, ids):
             doc = docs.get(exp_id) or {
                 "_id": exp_id,
-                "hydra": {"overrides": list(point.overrides)},
+                "hydra": {"overrides": list(overrides)},
                 "status": "DELETED",
                 "fail_trace": [
                     "the experiment was deleted from the collection while the launcher waited"

@@ -4,14 +4,18 @@ A point whose ``config_hash`` is already in the collection is not staged again (
 ``remove_duplicates``): STAGED experiments are submitted with this launch, PENDING/RUNNING/
 RESCHEDULED/COMPLETED ones are awaited or returned, FAILED/KILLED/INTERRUPTED ones are reset to
 STAGED and run again (their metrics deleted). ``force`` stages a new copy anyway. ``_id`` and ``batch_id`` come from atomic
-counters (``collections.next_ids``), never from ``max + 1``.
+counters (``collections.next_ids``), never from ``max + 1``. A launch is staged in chunks
+(:class:`Stager`, :data:`STAGE_CHUNK` points at a time): the launcher never holds all of its
+points or documents at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import itertools
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from seml_hydra.core import states
 from seml_hydra.store.collections import next_ids
@@ -40,17 +44,49 @@ RUN_FIELDS = (
 )
 
 
-#: documents built and inserted at a time by :func:`stage`
-INSERT_CHUNK = 1000
+#: points composed, hashed, built and inserted at a time (:class:`Stager`); the environment
+#: variable ``SEML_HYDRA_STAGE_CHUNK`` overrides it (:func:`stage_chunk_size`)
+STAGE_CHUNK = 2000
+#: ids per ``$in`` of the writes that undo a half-staged launch
+DELETE_CHUNK = 10_000
+
+
+def stage_chunk_size(environ: Mapping[str, str] = os.environ) -> int:
+    """Points per staging chunk: ``SEML_HYDRA_STAGE_CHUNK`` when it is a positive integer, else
+    :data:`STAGE_CHUNK` (pure but for reading ``environ``). The launcher holds one chunk's
+    composed points and documents at a time, so its memory grows with this, not with the
+    sweep."""
+    text = environ.get("SEML_HYDRA_STAGE_CHUNK", "").strip()
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    return STAGE_CHUNK
+
+
+T = TypeVar("T")
+
+
+def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in consecutive lists of ``size`` (the last one shorter; none for no items).
+    Pure and lazy: the next list is taken from ``items`` only when asked for. Raises
+    ``ValueError`` for ``size < 1``."""
+    if size < 1:
+        raise ValueError(f"chunk size must be at least 1, not {size}")
+    iterator = iter(items)
+    while True:
+        part = list(itertools.islice(iterator, size))
+        if not part:
+            return
+        yield part
 
 
 @dataclass
 class StagePlan:
-    """What to do with each point (pure result of :func:`plan_staging`).
+    """What to do with each point (pure result of :func:`plan_staging` / :func:`plan_chunk`).
 
     Attributes:
         new: indices of points to insert as new documents.
-        existing: point index -> the existing document (``_id``, ``status``) it maps to.
+        existing: point index -> the existing document (``_id``, ``status``) it maps to, or
+            ``{"_id": None, "same_as": i}`` for a repeat of new point ``i`` of this launch.
         rerun: indices (subset of ``existing``) whose experiment is reset and run again.
         resubmit: indices (subset of ``existing``) that are STAGED and get submitted now.
     """
@@ -61,33 +97,48 @@ class StagePlan:
     resubmit: list[int] = field(default_factory=list)
 
 
-def plan_staging(
-    hashes: Sequence[str], found: Sequence[Mapping[str, Any]], force: bool
+def plan_chunk(
+    hashes: Sequence[str],
+    found: Sequence[Mapping[str, Any]],
+    force: bool,
+    seen: dict[str, int | Mapping[str, Any]],
+    start: int = 0,
 ) -> StagePlan:
-    """Decide per point: new, awaited, re-run or re-submitted (pure).
+    """Decide per point of one chunk: new, awaited, re-run or re-submitted (pure but for
+    updating ``seen``).
 
     Args:
-        hashes: ``config_hash`` per point, in input order.
-        found: existing documents (``_id``, ``status``, ``config_hash``) with any of those hashes.
-        force: stage every point as new (``hydra.launcher.force=true``).
+        hashes: ``config_hash`` per point of the chunk, in input order.
+        found: existing documents (``_id``, ``status``, ``config_hash``) with any of those
+            hashes (documents this launch inserted included: ``seen`` knows them first).
+        force: stage every point as new (``hydra.launcher.force=true``); ``seen`` is not used.
+        seen: what the launch's earlier points (earlier chunks included) decided per hash: the
+            index of the new point, or the existing document; updated in place.
+        start: the launch-wide index of the chunk's first point (indices in the plan are
+            launch-wide).
 
-    Two points of one sweep with the same hash map to the same experiment. When several
-    documents share a hash, the newest (highest ``_id``) wins.
+    Two points of one sweep with the same hash map to the same experiment, in one chunk or
+    across chunks. When several documents share a hash, the newest (highest ``_id``) wins.
     """
     plan = StagePlan()
     by_hash: dict[str, Mapping[str, Any]] = {}
     for doc in sorted(found, key=lambda d: d["_id"]):
         by_hash[doc["config_hash"]] = doc
-    first_new: dict[str, int] = {}
-    for index, h in enumerate(hashes):
-        doc = None if force else by_hash.get(h)
-        if doc is None:
-            if not force and h in first_new:  # duplicate inside this sweep: one experiment
-                plan.existing[index] = {"_id": None, "same_as": first_new[h]}
-                continue
-            first_new.setdefault(h, index)
+    for offset, h in enumerate(hashes):
+        index = start + offset
+        if force:
             plan.new.append(index)
             continue
+        earlier = seen.get(h)
+        if isinstance(earlier, int):  # a repeat of a new point of this launch: one experiment
+            plan.existing[index] = {"_id": None, "same_as": earlier}
+            continue
+        doc = earlier if earlier is not None else by_hash.get(h)
+        if doc is None:
+            seen[h] = index
+            plan.new.append(index)
+            continue
+        seen[h] = doc
         plan.existing[index] = doc
         status = states.ALIASES.get(doc["status"], doc["status"])
         if status in states.RERUNNABLE:
@@ -95,6 +146,13 @@ def plan_staging(
         elif status == states.STAGED:
             plan.resubmit.append(index)
     return plan
+
+
+def plan_staging(
+    hashes: Sequence[str], found: Sequence[Mapping[str, Any]], force: bool
+) -> StagePlan:
+    """:func:`plan_chunk` of a whole sweep as one chunk (pure)."""
+    return plan_chunk(hashes, found, force, {})
 
 
 @dataclass
@@ -133,88 +191,152 @@ def next_batch_id(db: Any, collection_name: str) -> int:
     return next_ids(db, f"{collection_name}.batch_id", 1, floor=_max_of(collection, "batch_id"))[0]
 
 
-def stage(
-    db: Any,
-    collection_name: str,
-    hashes: Sequence[str],
-    make_document: Callable[[int, int, int], dict[str, Any]],
-    refresh_existing: Callable[[int], dict[str, Any]],
-    force: bool,
-    batch_id: int,
-) -> StageResult:
-    """Write the documents of a launch.
+class Stager:
+    """Write the documents of one launch, chunk by chunk (:meth:`add_chunk`), then re-run and
+    re-submit the existing experiments the points map to (:meth:`finish`).
 
     Args:
         db: pymongo database.
         collection_name: the collection.
-        hashes: ``config_hash`` per point.
-        make_document: ``(point_index, exp_id, batch_id) -> document`` for new points.
-        refresh_existing: ``point_index -> {field: value}`` set on re-run and re-submitted
-            documents (this launch's ``hydra`` and ``seml`` blocks).
-        force: see :func:`plan_staging`.
         batch_id: from :func:`next_batch_id`.
+        force: see :func:`plan_chunk`.
+        recover: ``hashes -> None``, called with each chunk's hashes before its duplicates are
+            looked up (the launcher puts experiments an interrupted submission left PENDING
+            without a job back to STAGED: ``recovery.recover_interrupted_submissions``).
 
-    New documents are written with ``insert_many``, :data:`INSERT_CHUNK` at a time; if one
-    fails, the ones written are removed again, so no half-staged batch remains. Raises pymongo errors.
+    Per chunk: the chunk's recovery, one ``find`` of the documents with its hashes, new ids
+    from the atomic counter, and one ``insert_many`` of the chunk's new documents: only one
+    chunk's documents are held at a time. Duplicates are told across chunks (:func:`plan_chunk`
+    with the launch's ``seen`` hashes). The writes to existing documents (re-run: reset to
+    STAGED, metrics deleted; re-submission) wait for :meth:`finish`, once every point has been
+    composed and checked: a bad point in a later chunk leaves existing experiments as they
+    were, and :meth:`undo` removes the new documents (a sweep with a bad point stages nothing).
     """
-    collection = db[collection_name]
-    collection.create_index("config_hash")
-    found = list(
-        collection.find(
-            {"config_hash": {"$in": list(set(hashes))}},
-            {"_id": 1, "status": 1, "config_hash": 1, "info.metrics": 1},
-        )
-    )
-    plan = plan_staging(hashes, found, force)
 
-    ids: list[int | None] = [None] * len(hashes)
-    new_ids: list[int] = []
-    if plan.new:
-        id_range = next_ids(
-            db, f"{collection_name}._id", len(plan.new), floor=_max_of(collection, "_id")
+    def __init__(
+        self,
+        db: Any,
+        collection_name: str,
+        batch_id: int,
+        force: bool,
+        recover: Callable[[Sequence[str]], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.collection_name = collection_name
+        self.collection = db[collection_name]
+        self.batch_id = batch_id
+        self.force = force
+        self.recover = recover
+        self.seen: dict[str, int | Mapping[str, Any]] = {}
+        self.ids: list[int] = []  # per point of the launch, in input order
+        self.new_ids: list[int] = []
+        #: existing documents to write in finish(): _id -> (document, rerun?, refreshed fields)
+        self.updates: dict[int, tuple[Mapping[str, Any], bool, dict[str, Any]]] = {}
+        self.awaited_docs: dict[int, Mapping[str, Any]] = {}
+        self._indexed = False
+
+    def add_chunk(
+        self,
+        hashes: Sequence[str],
+        make_document: Callable[[int, int], dict[str, Any]],
+        refresh_existing: Callable[[int], dict[str, Any]],
+    ) -> list[int]:
+        """Stage the next chunk of points; returns the ids of its new documents (ascending).
+
+        Args:
+            hashes: ``config_hash`` per point of the chunk (the launch's next points).
+            make_document: ``(chunk offset, exp_id) -> document`` of a new point.
+            refresh_existing: ``chunk offset -> {field: value}`` set on a re-run or
+                re-submitted document in :meth:`finish` (this launch's ``hydra``/``seml``).
+
+        On an error (Ctrl-C included) while inserting, the chunk's documents written are
+        removed again (the caller :meth:`undo`es the earlier chunks). Raises pymongo errors.
+        """
+        collection = self.collection
+        if not self._indexed:
+            collection.create_index("config_hash")
+            self._indexed = True
+        if self.recover is not None:
+            self.recover(hashes)
+        found = list(
+            collection.find(
+                {"config_hash": {"$in": sorted(set(hashes))}},
+                {"_id": 1, "status": 1, "config_hash": 1, "info.metrics": 1},
+            )
         )
-        new_ids = list(id_range)
-        pairs = list(zip(plan.new, new_ids))
-        try:
-            # built and written INSERT_CHUNK documents at a time: all documents held at once
-            # (and pymongo's encoded batch of them) would raise the launcher's peak memory
-            for start in range(0, len(pairs), INSERT_CHUNK):
-                chunk = pairs[start : start + INSERT_CHUNK]
-                collection.insert_many(
-                    [make_document(i, exp_id, batch_id) for i, exp_id in chunk], ordered=True
+        start = len(self.ids)
+        plan = plan_chunk(hashes, found, self.force, self.seen, start)
+        ids: list[int | None] = [None] * len(hashes)
+        chunk_new: list[int] = []
+        if plan.new:
+            chunk_new = list(
+                next_ids(
+                    self.db,
+                    f"{self.collection_name}._id",
+                    len(plan.new),
+                    floor=_max_of(collection, "_id"),
                 )
-        except BaseException:  # Ctrl-C included: no half-staged batch
-            collection.delete_many({"_id": {"$in": new_ids}, "status": states.STAGED})
-            raise
-        for i, exp_id in zip(plan.new, new_ids):
-            ids[i] = exp_id
-    awaited: dict[str, list[int]] = {}
-    rerun_ids, resubmit_ids = [], []
-    handled: set[int] = set()
-    for index, doc in plan.existing.items():
-        if doc["_id"] is None:  # duplicate inside this sweep
-            continue
-        ids[index] = doc["_id"]
-        if doc["_id"] in handled:  # two points of this sweep, one experiment
-            continue
-        handled.add(doc["_id"])
-        if index in plan.rerun or index in plan.resubmit:
-            result = collection.update_one(
-                {"_id": doc["_id"], "status": doc["status"]},
+            )
+            self.new_ids.extend(chunk_new)
+            try:
+                collection.insert_many(
+                    [make_document(i - start, e) for i, e in zip(plan.new, chunk_new)],
+                    ordered=True,
+                )
+            except BaseException:  # Ctrl-C included: no half-staged chunk
+                collection.delete_many({"_id": {"$in": chunk_new}, "status": states.STAGED})
+                del self.new_ids[-len(chunk_new) :]
+                raise
+            for i, exp_id in zip(plan.new, chunk_new):
+                ids[i - start] = exp_id
+        rerun, resubmit = set(plan.rerun), set(plan.resubmit)
+        for index, doc in plan.existing.items():
+            offset = index - start
+            if doc["_id"] is None:  # a repeat of a new point of this launch
+                same_as = doc["same_as"]
+                ids[offset] = ids[same_as - start] if same_as >= start else self.ids[same_as]
+                continue
+            exp_id = doc["_id"]
+            ids[offset] = exp_id
+            if exp_id in self.updates or exp_id in self.awaited_docs:
+                continue  # two points of this sweep, one experiment
+            if index in rerun or index in resubmit:
+                self.updates[exp_id] = (doc, index in rerun, refresh_existing(offset))
+            else:
+                self.awaited_docs[exp_id] = doc
+        self.ids.extend(int(i) for i in ids)  # type: ignore[arg-type]
+        return chunk_new
+
+    def undo(self) -> None:
+        """Remove the new documents this launch inserted that are still STAGED (a later chunk
+        failed); existing experiments were not written yet. Raises pymongo errors."""
+        for part in chunked(self.new_ids, DELETE_CHUNK):
+            self.collection.delete_many({"_id": {"$in": part}, "status": states.STAGED})
+        self.new_ids = []
+
+    def finish(self) -> StageResult:
+        """Reset the re-run experiments and refresh the re-submitted ones (each only while it
+        still has the status it was found with; one that changed meanwhile is awaited), and
+        return the launch's :class:`StageResult`. Raises pymongo errors."""
+        awaited: dict[str, list[int]] = {}
+        for exp_id, doc in self.awaited_docs.items():
+            awaited.setdefault(doc["status"], []).append(exp_id)
+        rerun_ids, resubmit_ids = [], []
+        for exp_id, (doc, is_rerun, fields) in self.updates.items():
+            result = self.collection.update_one(
+                {"_id": exp_id, "status": doc["status"]},
                 {
-                    "$set": {"status": states.STAGED, **refresh_existing(index)},
+                    "$set": {"status": states.STAGED, **fields},
                     "$unset": {name: "" for name in RUN_FIELDS},
                 },
             )
-            if result.modified_count:
-                if index in plan.rerun:  # the failed attempt's metrics must not mix in
-                    from seml_hydra.store.metrics import delete_metrics
-
-                    delete_metrics(db, collection_name, [doc])
-                (rerun_ids if index in plan.rerun else resubmit_ids).append(doc["_id"])
+            if not result.modified_count:
+                awaited.setdefault(doc["status"], []).append(exp_id)
                 continue
-        awaited.setdefault(doc["status"], []).append(doc["_id"])
-    for index, doc in plan.existing.items():
-        if doc["_id"] is None:
-            ids[index] = ids[doc["same_as"]]
-    return StageResult([int(i) for i in ids], batch_id, new_ids, rerun_ids, resubmit_ids, awaited)
+            if is_rerun:  # the failed attempt's metrics must not mix in
+                from seml_hydra.store.metrics import delete_metrics
+
+                delete_metrics(self.db, self.collection_name, [doc])
+            (rerun_ids if is_rerun else resubmit_ids).append(exp_id)
+        self.updates = {}
+        return StageResult(self.ids, self.batch_id, self.new_ids, rerun_ids, resubmit_ids, awaited)

@@ -19,7 +19,7 @@ import io
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -319,14 +319,55 @@ class SubmitRequest:
     cluster: str
 
 
-def group_requests(requests: Sequence[SubmitRequest]) -> list[list[SubmitRequest]]:
+@dataclass
+class RequestGroup:
+    """Experiments that can share one array job (:class:`RequestGroups`): the group's first
+    request (its launcher, payload, batch and executor stand for all of them) and every
+    experiment id, in the order added."""
+
+    first: SubmitRequest
+    exp_ids: list[int]
+
+
+class RequestGroups:
+    """The requests of a submission grouped as they come (pure): same executor, payload, batch
+    and resource set (``sbatch.resource_key``) -> one :class:`RequestGroup`; groups in
+    first-seen order. The launcher adds each staged chunk's requests (:meth:`add`), so the
+    submission holds ids, not one request per point."""
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[str, str, int, str], RequestGroup] = {}
+
+    def add(self, requests: Iterable[SubmitRequest]) -> None:
+        """Add ``requests`` to their groups. The resource key is computed once per launcher
+        object among them (the points of a launch share their launcher nodes)."""
+        keys: dict[int, tuple[Mapping[str, Any], str]] = {}  # id -> (node kept alive, key)
+        for r in requests:
+            known = keys.get(id(r.launcher))
+            if known is None:
+                known = keys[id(r.launcher)] = (r.launcher, resource_key(r.launcher))
+            key = (r.cluster, r.payload_id, r.batch_id, known[1])
+            group = self._groups.get(key)
+            if group is None:
+                self._groups[key] = RequestGroup(r, [r.exp_id])
+            else:
+                group.exp_ids.append(r.exp_id)
+
+    @property
+    def groups(self) -> list[RequestGroup]:
+        """The groups, in first-seen order."""
+        return list(self._groups.values())
+
+    def __len__(self) -> int:
+        return sum(len(g.exp_ids) for g in self._groups.values())
+
+
+def group_requests(requests: Sequence[SubmitRequest]) -> list[RequestGroup]:
     """Group requests that can share one array job: same executor, payload, batch and resource
-    set (pure; groups and members in first-seen order)."""
-    groups: dict[tuple[str, str, int, str], list[SubmitRequest]] = {}
-    for r in requests:
-        key = (r.cluster, r.payload_id, r.batch_id, resource_key(r.launcher))
-        groups.setdefault(key, []).append(r)
-    return list(groups.values())
+    set (pure; groups and members in first-seen order; :class:`RequestGroups`)."""
+    grouped = RequestGroups()
+    grouped.add(requests)
+    return grouped.groups
 
 
 @dataclass
@@ -362,10 +403,24 @@ def submit_requests(
     ``after`` gets the Slurm dependency on that batch's arrays (``launch.after``), resolved
     now; :class:`SubmissionError` when it can no longer be satisfied.
     """
-    groups = group_requests(requests)
+    return submit_groups(
+        collection, collection_name, group_requests(requests), db_cfg=db_cfg, job_env=job_env
+    )
+
+
+def submit_groups(
+    collection: Any,
+    collection_name: str,
+    groups: Sequence[RequestGroup],
+    *,
+    db_cfg: Mapping[str, Any] | None,
+    job_env: Mapping[str, str] | None = None,
+) -> list[SubmittedArray]:
+    """:func:`submit_requests` of requests already grouped (:class:`RequestGroups`: the
+    launcher's, built chunk by chunk while it stages). Same arrays, errors and order."""
     for group in groups:  # `seml start` rebuilds launchers from documents: check them again
         try:
-            first = group[0]
+            first = group.first
             name = job_name(collection_name, first.batch_id, first.launcher.get("name"))
             check_script_values(first.launcher, job_name=name)
         except ValueError as error:
@@ -375,10 +430,10 @@ def submit_requests(
     max_array: int | None = None
     name_of_cluster: str | None = None
     for group in groups:
-        first = group[0]
+        first = group.first
         launcher = first.launcher
         name = job_name(collection_name, first.batch_id, launcher.get("name"))
-        id_groups = chunk(sorted(r.exp_id for r in group), launcher["experiments_per_job"])
+        id_groups = chunk(sorted(group.exp_ids), launcher["experiments_per_job"])
         runner = JobRunner(
             db_cfg=dict(db_cfg) if db_cfg else None,
             collection=collection_name,

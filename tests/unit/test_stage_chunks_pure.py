@@ -1,0 +1,176 @@
+"""Staging in chunks, the pure parts: ``stage.chunked`` / ``stage_chunk_size``, duplicates told
+across chunks (``stage.plan_chunk`` with the launch's ``seen`` hashes), the submission's groups
+built chunk by chunk (``submit.RequestGroups``), and the composition streamed
+(``compose.iter_point_chunks``). No MongoDB, no Slurm."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from conftest import launcher
+from hydra.errors import ConfigCompositionException
+from test_fast_compose import sweep
+
+from seml_hydra.core import states
+from seml_hydra.core.documents import same
+from seml_hydra.launch import compose
+from seml_hydra.launch.stage import STAGE_CHUNK, chunked, plan_chunk, stage_chunk_size
+from seml_hydra.launch.submit import RequestGroups, SubmitRequest, group_requests
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "conf"
+
+
+def doc(exp_id, status, h="h"):
+    return {"_id": exp_id, "status": status, "config_hash": h}
+
+
+# -- chunked / stage_chunk_size ------------------------------------------------------------------
+def test_chunked_cuts_in_order_with_a_short_last_chunk():
+    assert list(chunked(range(7), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert list(chunked([], 3)) == []
+    assert list(chunked(range(3), 3)) == [[0, 1, 2]]
+
+
+def test_chunked_takes_the_next_items_only_when_asked():
+    taken = []
+
+    def items():
+        for i in itertools.count():
+            taken.append(i)
+            yield i
+
+    parts = chunked(items(), 2)
+    assert next(parts) == [0, 1]
+    assert taken == [0, 1]  # nothing beyond the first chunk was drawn
+    assert next(parts) == [2, 3]
+    assert taken == [0, 1, 2, 3]
+
+
+def test_chunked_refuses_a_size_below_one():
+    with pytest.raises(ValueError, match="at least 1"):
+        next(chunked(range(3), 0))
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [(None, STAGE_CHUNK), ("", STAGE_CHUNK), ("7", 7), ("0", STAGE_CHUNK), ("x", STAGE_CHUNK)],
+)
+def test_stage_chunk_size_reads_a_positive_integer_from_the_environment(value, expected):
+    environ = {} if value is None else {"SEML_HYDRA_STAGE_CHUNK": value}
+    assert stage_chunk_size(environ) == expected
+
+
+# -- duplicates across chunks --------------------------------------------------------------------
+def plan_in_chunks(hashes, found, size, force=False):
+    """Plan ``hashes`` chunk by chunk as ``Stager`` does; ``found(chunk hashes)`` gives each
+    chunk's documents. Returns the per-chunk plans."""
+    seen: dict = {}
+    return [
+        plan_chunk(part, found(part), force, seen, start)
+        for start, part in zip(range(0, len(hashes), size), chunked(hashes, size))
+    ]
+
+
+def test_a_repeat_in_a_later_chunk_maps_to_the_new_point_of_an_earlier_chunk():
+    first, second = plan_in_chunks(["a", "b", "c", "a", "b"], lambda part: [], 3)
+    assert first.new == [0, 1, 2] and first.existing == {}
+    assert second.new == []
+    assert second.existing == {3: {"_id": None, "same_as": 0}, 4: {"_id": None, "same_as": 1}}
+
+
+def test_a_later_chunk_does_not_take_this_launchs_own_documents_for_existing_ones():
+    # the find of the second chunk returns the document the first chunk inserted for "a"
+    inserted = doc(41, states.STAGED, "a")
+    calls = []
+
+    def found(part):
+        calls.append(part)
+        return [inserted] if len(calls) > 1 else []
+
+    first, second = plan_in_chunks(["a", "b", "a"], found, 2)
+    assert first.new == [0, 1]
+    assert second.existing == {2: {"_id": None, "same_as": 0}}
+    assert second.resubmit == [] and second.new == []
+
+
+def test_an_existing_experiment_repeated_across_chunks_is_one_experiment():
+    failed = doc(8, states.FAILED, "h")
+    first, second = plan_in_chunks(["h", "x", "h"], lambda part: [failed], 2)
+    assert first.existing == {0: failed} and first.rerun == [0]
+    assert second.existing == {2: failed}  # the same document, not a new one
+    assert second.new == []
+
+
+def test_force_stages_repeats_across_chunks_as_new():
+    first, second = plan_in_chunks(
+        ["a", "a", "a"], lambda part: [doc(1, "COMPLETED", "a")], 2, True
+    )
+    assert first.new == [0, 1] and second.new == [2]
+
+
+def test_chunked_planning_equals_planning_the_whole_sweep_at_once():
+    hashes = ["a", "b", "a", "c", "done", "b", "failed", "done", "d"]
+    found = [doc(10, states.COMPLETED, "done"), doc(11, states.FAILED, "failed")]
+
+    def lookup(part):
+        return [d for d in found if d["config_hash"] in part]
+
+    whole = plan_chunk(hashes, found, False, {})
+    for size in (1, 2, 4):
+        plans = plan_in_chunks(hashes, lookup, size)
+        assert [i for p in plans for i in p.new] == whole.new
+        assert [i for p in plans for i in p.rerun] == whole.rerun
+        merged = {i: d for p in plans for i, d in p.existing.items()}
+        assert {i: d["_id"] for i, d in merged.items()} == {
+            i: d["_id"] for i, d in whole.existing.items()
+        }
+
+
+# -- the submission's groups ---------------------------------------------------------------------
+def test_request_groups_built_chunk_by_chunk_equal_grouping_all_requests():
+    small, big = launcher(mem_gb=1), launcher(mem_gb=64)
+    requests = [
+        SubmitRequest(i, node, "payload", 3, "slurm")
+        for i, node in enumerate([small, big, dict(small), small, big, dict(big)], start=1)
+    ]
+    grouped = RequestGroups()
+    for part in chunked(requests, 2):
+        grouped.add(part)
+    assert [(g.first.exp_id, g.exp_ids) for g in grouped.groups] == [(1, [1, 3, 4]), (2, [2, 5, 6])]
+    assert [(g.first, g.exp_ids) for g in grouped.groups] == [
+        (g.first, g.exp_ids) for g in group_requests(requests)
+    ]
+    assert len(grouped) == 6
+
+
+def test_request_groups_keep_batches_and_executors_apart():
+    node = launcher()
+    grouped = RequestGroups()
+    grouped.add([SubmitRequest(1, node, "p", 1, "slurm"), SubmitRequest(2, node, "p", 2, "slurm")])
+    grouped.add([SubmitRequest(3, node, "p", 1, "local")])
+    assert [g.exp_ids for g in grouped.groups] == [[1], [2], [3]]
+
+
+# -- the composition streamed --------------------------------------------------------------------
+def test_iter_point_chunks_gives_compose_points_chunk_by_chunk():
+    loader, master, job_overrides = sweep(EXAMPLES, ["optimizer.lr=0.1,0.2,0.3", "seed=1,2"])
+    whole = compose.compose_points(loader, master, job_overrides, 5)
+    chunks = list(compose.iter_point_chunks(loader, master, job_overrides, 5, 4))
+    assert [len(c) for c in chunks] == [4, 2]
+    streamed = [p for c in chunks for p in c]
+    assert [(p.index, p.job_num, p.overrides) for p in streamed] == [
+        (p.index, p.job_num, p.overrides) for p in whole
+    ]
+    assert all(same(a.config, b.config) and same(a.hydra, b.hydra) for a, b in zip(streamed, whole))
+    assert compose.last_stats["points"] == 6
+
+
+def test_iter_point_chunks_composes_a_bad_point_only_when_its_chunk_is_asked_for():
+    loader, master, job_overrides = sweep(EXAMPLES, ["optimizer.lr=0.1,0.2", "seed=1"])
+    bad = [*job_overrides, ["optimizer.oops=1"]]
+    chunks = compose.iter_point_chunks(loader, master, bad, 0, 2)
+    assert [p.overrides for p in next(chunks)] == [list(o) for o in job_overrides]
+    with pytest.raises(ConfigCompositionException, match="oops"):
+        next(chunks)
