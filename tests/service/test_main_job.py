@@ -156,7 +156,10 @@ def test_two_launches_at_once_get_distinct_ids_and_lose_nothing(test_db, tmp_pat
     assert {d["status"] for d in docs} == {"COMPLETED"}
 
 
-def test_unreachable_mongodb_is_a_clear_error_within_10_s_and_nothing_is_submitted(slurm, tmp_path):
+def test_unreachable_mongodb_is_a_clear_error_after_5_s_and_nothing_is_submitted(slurm, tmp_path):
+    """The launcher waits 5 s for the server (``store.client.connect``'s ``timeout_s``, named in
+    the message), not pymongo's 30 s. The wall-clock bound is only a guard: on a loaded machine
+    Python's start-up alone can take seconds (speed lives in benchmarks/, not in asserts)."""
     proc = run_app(
         "train.py",
         "-m",
@@ -165,10 +168,11 @@ def test_unreachable_mongodb_is_a_clear_error_within_10_s_and_nothing_is_submitt
         "optimizer.lr=0.1,0.01",
         cwd=tmp_path,
         env={"SEML_MONGODB_URI": "mongodb://127.0.0.1:1/nothing"},
-        timeout=10,
+        timeout=120,
     )
     assert proc.returncode == 1
     assert "Cannot reach MongoDB at 127.0.0.1:1" in proc.stderr
+    assert "within 5 s" in proc.stderr
     assert "Traceback" not in proc.stderr
     queued = subprocess.run(
         ["squeue", "-h", "-o", "%k"], capture_output=True, text=True, check=True

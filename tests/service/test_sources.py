@@ -655,7 +655,7 @@ def test_a_lease_of_a_launch_that_died_expires(test_db, tmp_path):
 @pytest.mark.parametrize("operation", ["delete", "drop"])
 def test_a_real_launch_survives_a_delete_or_drop_while_it_stages(test_db, tmp_path, operation):
     """A real ``seml_local`` launch whose staging is interleaved, right before it inserts its
-    documents (``seml_hydra.launch.stage.stage``), with a delete of the experiment whose snapshot files
+    documents (``seml_hydra.launch.stage.Stager.add_chunk``), with a delete of the experiment whose snapshot files
     it reuses, or a drop of the collection (which also takes payloads no document names): its
     experiment still runs from its payload and snapshot."""
     import subprocess
@@ -672,12 +672,12 @@ def test_a_real_launch_survives_a_delete_or_drop_while_it_stages(test_db, tmp_pa
                 "from seml_hydra.manage import lifecycle as manage",
                 "from seml_hydra.store.client import connect",
                 "from seml_hydra.store.settings import resolve_db_settings",
-                "real = st.stage",
-                "def racy(*args, **kwargs):",
+                "real = st.Stager.add_chunk",
+                "def racy(self, *args, **kwargs):",
                 "    db = connect(resolve_db_settings(None))",
                 f"    {concurrently or 'pass'}",
-                "    return real(*args, **kwargs)",
-                "st.stage = racy",
+                "    return real(self, *args, **kwargs)",
+                "st.Stager.add_chunk = racy",
                 f"sys.argv = [{app!r}, '-m', 'hydra/launcher=seml_local', 'x={x}',",
                 f"            'hydra.sweep.dir={tmp_path / 'sweep'}']",
                 f"runpy.run_path({app!r}, run_name='__main__')",
