@@ -183,8 +183,10 @@ def save_update(
         otherwise a ``$set`` of the fields that differ from ``stored`` and of
         :data:`ALWAYS_SENT`, where a changed ``captured_out`` becomes, when
         :func:`output_chunk` finds the new text and the heartbeat moved on (milliseconds), an
-        update pipeline appending the chunk (values as ``$literal``), guarded by ``stored``'s
-        heartbeat. A ``captured_out`` that is not a string is sent whole.
+        update pipeline appending the chunk (values as ``$literal``); either is guarded by
+        ``stored``'s heartbeat (:func:`stored_guard`: a document that no longer holds
+        ``stored`` gets the whole entry instead). A ``captured_out`` that is not a string is
+        sent whole.
     """
     if stored is None:
         return full_update(entry), {}
@@ -193,18 +195,29 @@ def save_update(
         for key, value in entry.items()
         if key in ALWAYS_SENT or key not in stored or stored[key] != value
     }
+    guard = stored_guard(stored)
     if "captured_out" not in changed:
-        return {"$set": changed}, {}
+        return {"$set": changed}, guard
     before, after = stored.get("captured_out"), changed["captured_out"]
     moved_on = _millis(entry.get("heartbeat")) != _millis(stored.get("heartbeat"))
     chunk = None
     if append and isinstance(before, str) and isinstance(after, str) and moved_on:
         chunk = output_chunk(before, after, cap)
     if chunk is None:
-        return {"$set": changed}, {}
+        return {"$set": changed}, guard
     fields = {key: {"$literal": value} for key, value in changed.items() if key != "captured_out"}
     fields["captured_out"] = append_expression(chunk, cap)
-    return [{"$set": fields}], {"heartbeat": stored.get("heartbeat")}
+    return [{"$set": fields}], guard
+
+
+def stored_guard(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """The filter that a document still holds the save ``stored`` (pure): its ``heartbeat``,
+    which only this run's saves write; a null one (Sacred's first save) must be there as
+    null, not missing. A partial save is right only on top of ``stored``: a document rewritten
+    meanwhile (SEML 0.5.7's ``reset`` of a RUNNING experiment keeps only SEML's fields) would
+    otherwise end without ``start_time``, ``host``, ``experiment`` and the earlier output."""
+    beat = stored.get("heartbeat")
+    return {"heartbeat": {"$type": "null"} if beat is None else beat}
 
 
 def snapshot(entry: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -44,6 +44,27 @@ RUN_NAME = "__mp_main__"
 #: payload, unpickled once: ``store.payload.load_payload``) shares one module
 _LOADED: dict[str, types.ModuleType | None] = {}
 
+#: the scripts being run by :func:`load_script` now (innermost last)
+_LOADING: list[str] = []
+
+
+class LaunchedWhileLoading(RuntimeError):
+    """Raised by the launcher when the app's script, run on the node by :func:`load_script`,
+    launches a sweep at its top level (outside a main guard: hydra-zen's ``launch(...)`` or a
+    bare ``main()`` call). That launch would stage the points the job itself runs, find them
+    RUNNING and wait for them: the job would wait for itself until killed."""
+
+
+def refuse_launch_while_loading() -> None:
+    """Raise :class:`LaunchedWhileLoading` when called while :func:`load_script` runs a script
+    (the launcher calls it first): :func:`load_script` then logs it and the job runs the task
+    pickled at launch, as hydra-submitit-launcher runs it."""
+    if _LOADING:
+        raise LaunchedWhileLoading(
+            f"the app's script {_LOADING[-1]} launched a sweep at its top level while the job "
+            'loaded it (put the launch under `if __name__ == "__main__":`)'
+        )
+
 
 def script_path(seml: Mapping[str, Any]) -> str | None:
     """The script's path relative to the snapshot root (``seml.main_file``, POSIX) when the
@@ -79,6 +100,7 @@ def load_script(snapshot: Path, rel_path: str, shown_as: str) -> types.ModuleTyp
     module.__builtins__ = __builtins__  # type: ignore[attr-defined]
     lines = source.splitlines(keepends=True)
     linecache.cache[shown_as] = (len(source), None, lines, shown_as)
+    _LOADING.append(rel_path)
     try:
         with script_as_main(module):
             exec(compile(without_main_guard(source), shown_as, "exec"), module.__dict__)
@@ -91,6 +113,8 @@ def load_script(snapshot: Path, rel_path: str, shown_as: str) -> types.ModuleTyp
             error,
         )
         module = None
+    finally:
+        _LOADING.pop()
     _LOADED[rel_path] = module
     return module
 

@@ -190,7 +190,7 @@ def run_observed(
             try:
                 result = self.runs.update_one({**where, **guard}, update)
             except OperationFailure:
-                if not guard:
+                if not isinstance(update, list):
                     raise
                 self._appends, result = False, None  # no update pipelines before MongoDB 4.2
             if guard and not (result and result.matched_count):

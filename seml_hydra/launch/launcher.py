@@ -60,6 +60,9 @@ class SemlLauncher(Launcher):
         from rich.console import Console
         from rich.markup import escape
 
+        from seml_hydra.job.main_module import refuse_launch_while_loading
+
+        refuse_launch_while_loading()  # a job's own script relaunching its sweep at import
         console = Console(highlight=False, soft_wrap=True)
         self._staging_started = False  # set by _Launch.stage: from then on documents may exist
         try:

@@ -8,6 +8,7 @@ hangs on a dead job. Ctrl-C detaches: nothing is cancelled.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Mapping, Sequence
@@ -304,7 +305,25 @@ def _document_job_return() -> type:
         cfg = _lazy_field("cfg")
         hydra_cfg = _lazy_field("hydra_cfg")
 
+        def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+            # pickled as Hydra's own JobReturn with its configs built (this class is local,
+            # and a pending config holds a closure): hydra-zen's launch hands the JobReturns
+            # to the user, who may pickle them, as a plain JobReturn pickles
+            names = [f.name for f in dataclasses.fields(JobReturn)]
+            return _plain_job_return, (tuple(getattr(self, name) for name in names),)
+
     return DocumentJobReturn
+
+
+def _plain_job_return(values: tuple[Any, ...]) -> Any:
+    """Hydra's ``JobReturn`` with its dataclass fields set to ``values`` (in field order): what a
+    pickled ``DocumentJobReturn`` loads as."""
+    from hydra.core.utils import JobReturn
+
+    ret = JobReturn()
+    for field, value in zip(dataclasses.fields(JobReturn), values):
+        setattr(ret, field.name, value)
+    return ret
 
 
 def job_return_from_document(

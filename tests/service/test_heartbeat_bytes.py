@@ -95,6 +95,29 @@ def test_an_append_sent_again_after_its_answer_was_lost_matches_nothing(private_
     assert runs.find_one({"_id": 1})["captured_out"] == entry["captured_out"]
 
 
+def test_a_partial_save_on_a_document_rewritten_meanwhile_matches_nothing(private_mongod):
+    """SEML 0.5.7's ``seml <col> reset -s RUNNING`` replaces a running experiment's document
+    with SEML's fields only (no ``heartbeat``, ``start_time``, ``host``, ``captured_out``); the
+    job's next save must not match it with only the changed fields (the run would end
+    COMPLETED without start_time, host, experiment and its earlier output): it matches
+    nothing, so the observer sends the whole entry (``DocumentObserver._send``). A null
+    stored heartbeat (Sacred's first save) does not match a missing one either."""
+    import datetime
+
+    runs = private_mongod.direct()["heartbeat_test"]["reset_runs"]
+    t0 = datetime.datetime(2026, 12, 1, 12, 0, 0)
+    for beat in (t0, None):
+        stored = {"_id": 1, "status": "RUNNING", "heartbeat": beat, "captured_out": "hello\n"}
+        stored |= {"start_time": t0, "host": {"hostname": "node1"}}
+        runs.delete_many({})
+        runs.insert_one(stored)
+        runs.replace_one({"_id": 1}, {"status": "STAGED", "config": {}})  # SEML 0.5.7's reset
+        entry = {**stored, "heartbeat": t0 + datetime.timedelta(seconds=10)}
+        for new in (entry, {**entry, "captured_out": "hello\nbye\n"}):
+            update, guard = save_update(snapshot(stored), new)
+            assert runs.update_one({"_id": 1, **guard}, update).matched_count == 0
+
+
 def numbered(start: int, count: int) -> str:
     """``count`` lines of 100 characters, numbered from ``start``: order and loss show."""
     return "".join(f"line {i:09d} " + "y" * 84 + "\n" for i in range(start, start + count))

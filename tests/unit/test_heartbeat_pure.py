@@ -122,7 +122,8 @@ def test_a_beat_sends_only_changed_fields_plus_status_and_heartbeat():
     stored = snapshot(entry())
     beat = T0 + datetime.timedelta(seconds=10)
     update, guard = save_update(stored, entry(heartbeat=beat))
-    assert update == {"$set": {"status": "RUNNING", "heartbeat": beat}} and guard == {}
+    assert update == {"$set": {"status": "RUNNING", "heartbeat": beat}}
+    assert guard == {"heartbeat": T0}
     update, _ = save_update(stored, entry(heartbeat=beat, info={"metrics": [{"name": "m"}]}))
     assert update["$set"]["info"] == {"metrics": [{"name": "m"}]}
     assert "host" not in update["$set"] and "experiment" not in update["$set"]
@@ -146,14 +147,25 @@ def test_an_append_without_a_new_heartbeat_at_the_millisecond_is_sent_whole():
     stored = snapshot(entry(captured_out="abc"))
     same_ms = T0.replace(microsecond=123999)
     update, guard = save_update(stored, entry(captured_out="abcdef", heartbeat=same_ms))
-    assert guard == {} and update["$set"]["captured_out"] == "abcdef"
+    assert guard == {"heartbeat": T0} and update["$set"]["captured_out"] == "abcdef"
 
 
 def test_without_update_pipelines_new_output_is_sent_whole():
     stored = snapshot(entry(captured_out="abc"))
     beat = T0 + datetime.timedelta(seconds=10)
     update, guard = save_update(stored, entry(captured_out="abcdef", heartbeat=beat), append=False)
-    assert guard == {} and update["$set"]["captured_out"] == "abcdef"
+    assert guard == {"heartbeat": T0} and update["$set"]["captured_out"] == "abcdef"
+
+
+def test_a_partial_save_is_guarded_by_the_stored_heartbeat_a_null_one_too():
+    """A save of only the changed fields is right only on a document that still holds the
+    last save: a document rewritten meanwhile (SEML 0.5.7's reset keeps only SEML's fields)
+    must not match, else the run ends without start_time, host and its earlier output."""
+    beat = T0 + datetime.timedelta(seconds=10)
+    _, guard = save_update(snapshot(entry()), entry(heartbeat=beat, info={"a": 1}))
+    assert guard == {"heartbeat": T0}
+    _, guard = save_update(snapshot(entry(heartbeat=None)), entry(heartbeat=beat))
+    assert guard == {"heartbeat": {"$type": "null"}}  # Sacred's first save: null, not missing
 
 
 def test_a_snapshot_does_not_follow_later_changes_in_place():

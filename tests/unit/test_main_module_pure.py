@@ -160,6 +160,24 @@ def test_a_script_that_fails_to_load_gives_none(tmp_path, monkeypatch):
     assert sys.modules["__main__"] is before
 
 
+def test_a_script_launching_its_sweep_at_top_level_is_refused_while_the_job_loads_it(
+    tmp_path, monkeypatch, caplog
+):
+    """hydra-zen's ``launch(...)`` at a script's top level (no main guard) ran again when the
+    job loaded the script: it staged the job's own points, found them RUNNING and waited for
+    them forever. The launcher refuses while the script loads; the job runs the task pickled at
+    launch (``load_script`` gives None). Outside a load the launcher goes on as before."""
+    monkeypatch.setattr(main_module, "_LOADED", {})
+    (tmp_path / "app.py").write_text(
+        "from seml_hydra.launch.launcher import SemlLauncher\n"
+        "SemlLauncher(collection='c').launch([['x=1']], 0)\n"
+    )
+    with caplog.at_level("WARNING", logger=main_module.__name__):
+        assert load_script(tmp_path, "app.py", "/x/app.py") is None
+    assert "LaunchedWhileLoading" in caplog.text and "app.py launched a sweep" in caplog.text
+    main_module.refuse_launch_while_loading()  # the load is over: nothing refused
+
+
 def test_without_a_snapshot_the_payload_pickles_the_script_by_value(launch_main):
     from seml_hydra.store.payload import pickled_payload
 

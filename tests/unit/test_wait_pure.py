@@ -44,3 +44,34 @@ def test_a_job_return_builds_its_configs_only_when_read(monkeypatch):
     assert ret.return_value == 7 and ret.overrides == ["x=1"] and created == []
     assert ret.cfg.x == 1 and ret.hydra_cfg.hydra.job.id == "12_2"
     assert ret.cfg is ret.cfg and len(created) == 2  # built once each
+
+
+def test_a_job_return_from_a_document_pickles_as_hydras_own():
+    """hydra-zen's ``launch`` hands the JobReturns to the caller, who may pickle them (a plain
+    Hydra ``JobReturn`` pickles): one built from a document loads as a ``JobReturn`` with its
+    configs, status and result, a FAILED one with its ``ExperimentFailed``."""
+    import pickle
+
+    import pytest
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from seml_hydra.launch.wait import ExperimentFailed, job_return_from_document
+
+    doc = {
+        "_id": 3,
+        "status": "COMPLETED",
+        "result": 7,
+        "config": {"x": 1},
+        "hydra": {"node_diff": [], "job_id": "12_2", "overrides": ["x=1"]},
+    }
+    back = pickle.loads(pickle.dumps(job_return_from_document(doc, {"job": {"name": "a"}}, "c")))
+    assert type(back) is JobReturn and back.status == JobStatus.COMPLETED
+    assert back.return_value == 7 and back.overrides == ["x=1"] and back.cfg.x == 1
+    assert back.hydra_cfg.hydra.job.id == "12_2"
+    failed = job_return_from_document(
+        {**doc, "status": "FAILED", "fail_trace": ["boom\n"]}, {"job": {}}
+    )
+    back = pickle.loads(pickle.dumps(failed))
+    assert back.status == JobStatus.FAILED
+    with pytest.raises(ExperimentFailed, match="boom"):
+        _ = back.return_value
