@@ -14,8 +14,12 @@ from seml_hydra.core import states
 from seml_hydra.store.retry import retrying
 
 
-def record_rank_failure(collection: Any, exp_id: int, global_rank: Any, trace: str) -> None:
-    """Append this rank's failure to ``rank_failures`` (a field Sacred's observer never holds).
+def record_rank_failure(
+    collection: Any, exp_id: int, global_rank: Any, trace: str, restart: int = 0
+) -> None:
+    """Append this rank's failure in run ``restart`` (``execution.restart``: a requeued run
+    counts its own ranks' failures only) to ``rank_failures`` (a field Sacred's observer never
+    holds).
 
     The ``$push`` is made idempotent for :func:`~seml_hydra.store.retry.retrying`: the failure
     carries a random ``id`` and the filter requires it absent, so a retry of a push that reached
@@ -26,6 +30,7 @@ def record_rank_failure(collection: Any, exp_id: int, global_rank: Any, trace: s
         "rank": global_rank,
         "host": socket.gethostname(),
         "trace": trace,
+        "restart": restart,
         "id": uuid.uuid4().hex,
     }
     retrying(
@@ -42,8 +47,9 @@ def trace_lines() -> list[str]:
     return traceback.format_exc().splitlines(True)
 
 
-def fail_if_a_rank_failed(collection: Any, exp_id: int) -> None:
-    """Mark the experiment FAILED when ranks recorded failures (``rank_failures``); its
+def fail_if_a_rank_failed(collection: Any, exp_id: int, restart: int | None = None) -> None:
+    """Mark the experiment FAILED when ranks recorded failures (``rank_failures``; with
+    ``restart``, only those of that run: :func:`in_run`); its
     ``fail_trace`` gets, once per failing rank, a header naming the rank followed by its trace.
 
     ``rank_failures`` only grows (``$push``), so reading it is safe; ``fail_trace`` is extended
@@ -53,16 +59,17 @@ def fail_if_a_rank_failed(collection: Any, exp_id: int) -> None:
     unreachable (a read, then an update that appends nothing twice).
     """
     retrying(
-        lambda: _fail_if_a_rank_failed_once(collection, exp_id),
+        lambda: _fail_if_a_rank_failed_once(collection, exp_id, restart),
         f"checking the other ranks of experiment {exp_id}",
     )
 
 
-def _fail_if_a_rank_failed_once(collection: Any, exp_id: int) -> None:
+def _fail_if_a_rank_failed_once(collection: Any, exp_id: int, restart: int | None) -> None:
     doc = collection.find_one({"_id": exp_id}, {"rank_failures": 1})
     entries = [
         [rank_failure_header(failure), *str(failure.get("trace", "")).splitlines(True)]
         for failure in (doc or {}).get("rank_failures") or []
+        if restart is None or in_run(failure, restart)
     ]
     if not entries:
         return
@@ -124,10 +131,17 @@ def record_rank_end(
     )
 
 
+def in_run(failure: Mapping[str, Any], restart: int) -> bool:
+    """Whether a ``rank_failures`` entry belongs to run ``restart`` (pure): its ``restart``
+    equals it; an entry without one (recorded before runs were told apart) counts for every
+    run."""
+    return failure.get("restart", restart) == restart
+
+
 def ranks_outcome(doc: Mapping[str, Any], world_size: int, restart: int) -> tuple[list[Any], bool]:
     """``(failed ranks, every other rank ended)`` of run ``restart`` from a document's
     ``rank_failures`` and ``rank_ends`` (pure); rank 0 is the primary, which asks."""
-    failed = [f.get("rank") for f in doc.get("rank_failures") or []]
+    failed = [f.get("rank") for f in doc.get("rank_failures") or [] if in_run(f, restart)]
     ended = {e.get("rank") for e in doc.get("rank_ends") or [] if e.get("restart") == restart}
     return failed, set(range(1, world_size)) <= ended
 

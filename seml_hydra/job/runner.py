@@ -211,8 +211,9 @@ class JobRunner:
         except SourceSnapshotError:
             where = rank_label(os.environ)
             log.exception("Experiment %s could not start on rank %s", exp_id, where)
-            record_rank_failure(collection, exp_id, where, traceback.format_exc())
-            fail_if_a_rank_failed(collection, exp_id)
+            restart = int(execution.get("restart") or 0)
+            record_rank_failure(collection, exp_id, where, traceback.format_exc(), restart)
+            fail_if_a_rank_failed(collection, exp_id, restart)
             return states.FAILED
         log.info("Running experiment %s from its code snapshot in %s", exp_id, directory)
         try:
@@ -274,8 +275,9 @@ class JobRunner:
             # RUNNING for the waiter to call KILLED.
             where = plan.global_rank if plan is not None else rank_label(os.environ)
             log.exception("Experiment %s could not start on rank %s", exp_id, where)
-            record_rank_failure(collection, exp_id, where, traceback.format_exc())
-            fail_if_a_rank_failed(collection, exp_id)
+            restart = int((doc.get("execution") or {}).get("restart") or 0)
+            record_rank_failure(collection, exp_id, where, traceback.format_exc(), restart)
+            fail_if_a_rank_failed(collection, exp_id, restart)
             rank.set_current_plan(None)
             return states.FAILED
 
@@ -329,7 +331,9 @@ class JobRunner:
                     f"recording the failure of experiment {exp_id}",
                 )
             else:
-                record_rank_failure(collection, exp_id, plan.global_rank, traceback.format_exc())
+                record_rank_failure(
+                    collection, exp_id, plan.global_rank, traceback.format_exc(), restart
+                )
         finally:
             rank.set_current_plan(None)
         if plan.world_size > 1 and not plan.is_primary:  # after its failure, if any
@@ -340,7 +344,7 @@ class JobRunner:
         # status, so: the primary re-checks the other ranks' failures after its last save, and a
         # failing rank that reports after that finds COMPLETED and turns it to FAILED itself.
         if plan.world_size > 1 and (plan.is_primary or outcome == states.FAILED):
-            fail_if_a_rank_failed(collection, exp_id)
+            fail_if_a_rank_failed(collection, exp_id, restart)
         ret = holder.get("ret")
         if ret is not None and plan.is_primary:
             fields = {
