@@ -290,7 +290,8 @@ def test_a_crashed_slurmd_whose_task_lives_on_runs_the_experiment_once(
 
         def requeued_task_waits_or_runs() -> bool:
             waits = "still runs in an earlier run of this array task" in job_logs()
-            return waits or len(starts.read_text().splitlines()) > 1
+            # the first run writes its start once its task begins: maybe not yet
+            return waits or (starts.exists() and len(starts.read_text().splitlines()) > 1)
 
         # SlurmdTimeout, Slurm's delay before a requeued job may start (cred_expire)
         wait_until("the requeued task to wait (or to run)", requeued_task_waits_or_runs, 600)
