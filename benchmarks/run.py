@@ -138,9 +138,15 @@ def mongo_client(url: str):
 def seml_grid_yaml(points: int) -> str:
     side = int(round(points**0.5))
     assert side * side == points, "--points must be a square (x and y sweep the same range)"
+    return seml_experiment_yaml(SEML_APP.name, side, side)
+
+
+def seml_experiment_yaml(app_name: str, x: int, y: int) -> str:
+    """SEML 0.5.7's experiment file of the grid ``x=range(x)``, ``y=range(y)`` over ``app_name``
+    (one experiment per job, 10 minutes)."""
     return (
         "seml:\n"
-        f"  executable: {SEML_APP.name}\n"
+        f"  executable: {app_name}\n"
         "  name: bench\n"
         "  output_dir: logs\n"
         "  project_root_dir: .\n"
@@ -149,8 +155,8 @@ def seml_grid_yaml(points: int) -> str:
         "  sbatch_options:\n"
         "    time: 0-00:10\n"
         "grid:\n"
-        f"  x:\n    type: range\n    min: 0\n    max: {side}\n    step: 1\n"
-        f"  y:\n    type: range\n    min: 0\n    max: {side}\n    step: 1\n"
+        f"  x:\n    type: range\n    min: 0\n    max: {x}\n    step: 1\n"
+        f"  y:\n    type: range\n    min: 0\n    max: {y}\n    step: 1\n"
     )
 
 

@@ -49,25 +49,6 @@ def ours_cmd(python: str, app: Path) -> list[str]:
     ]
 
 
-def seml_yaml(app_name: str) -> str:
-    """SEML 0.5.7's experiment file of the same grid."""
-    x, y = SIDES
-    return (
-        "seml:\n"
-        f"  executable: {app_name}\n"
-        "  name: bench\n"
-        "  output_dir: logs\n"
-        "  project_root_dir: .\n"
-        "slurm:\n"
-        "  experiments_per_job: 1\n"
-        "  sbatch_options:\n"
-        "    time: 0-00:10\n"
-        "grid:\n"
-        f"  x:\n    type: range\n    min: 0\n    max: {x}\n    step: 1\n"
-        f"  y:\n    type: range\n    min: 0\n    max: {y}\n    step: 1\n"
-    )
-
-
 def seml_env(base: dict, work: Path, mongo: str) -> dict:
     """SEML's environment: a HOME whose ``mongodb.config`` names :data:`SEML_DB`."""
     host, _, port = mongo.removeprefix("mongodb://").split("/")[0].partition(":")
@@ -92,7 +73,7 @@ def bench(args, envs, work: Path) -> dict:
     seml_dir = work / "seml-add-stage100k"
     seml_dir.mkdir(exist_ok=True)
     shutil.copy(run.SEML_APP, seml_dir / run.SEML_APP.name)
-    (seml_dir / "grid.yaml").write_text(seml_yaml(run.SEML_APP.name))
+    (seml_dir / "grid.yaml").write_text(run.seml_experiment_yaml(run.SEML_APP.name, *SIDES))
     environment = seml_env(envs["seml"], work, args.mongo) if envs.get("seml_bin") else None
     runs: dict[str, list] = {"seml-hydra": [], "seml": []}
     try:
