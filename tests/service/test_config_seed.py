@@ -5,30 +5,22 @@ sees one, an app with one sees its own value, which is the experiment's seed."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from conftest import run_app
 
 
 def run_seed_app(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "tests/apps/seed_app.py"),
-            "-m",
-            "hydra/launcher=seml_local",
-            "hydra.launcher.poll_interval_s=0.3",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
-            *args,
-        ],
+    return run_app(
+        "../tests/apps/seed_app.py",
+        "-m",
+        "hydra/launcher=seml_local",
+        "hydra.launcher.poll_interval_s=0.3",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        *args,
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        check=True,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
 
 
 def test_an_app_without_a_seed_key_has_config_seed_stored_and_not_in_its_cfg(test_db, tmp_path):

@@ -23,6 +23,16 @@ def test_the_default_interval_notices_the_end_within_a_quarter_second():
     assert SemlLauncherConf().poll_interval_s <= 0.25
 
 
+#: a COMPLETED experiment's document, as the launcher's wait loop reads it
+COMPLETED_DOC = {
+    "_id": 3,
+    "status": "COMPLETED",
+    "result": 7,
+    "config": {"x": 1},
+    "hydra": {"node_diff": [], "job_id": "12_2", "overrides": ["x=1"]},
+}
+
+
 def test_a_job_return_builds_its_configs_only_when_read(monkeypatch):
     """The sweepers read ``status`` and ``return_value``: the launcher creates no
     ``DictConfig`` for a finished experiment until ``cfg`` or ``hydra_cfg`` is read."""
@@ -33,13 +43,7 @@ def test_a_job_return_builds_its_configs_only_when_read(monkeypatch):
     created = []
     create = OmegaConf.create
     monkeypatch.setattr(OmegaConf, "create", lambda *a, **k: created.append(a) or create(*a, **k))
-    doc = {
-        "_id": 3,
-        "status": "COMPLETED",
-        "result": 7,
-        "config": {"x": 1},
-        "hydra": {"node_diff": [], "job_id": "12_2", "overrides": ["x=1"]},
-    }
+    doc = dict(COMPLETED_DOC)
     ret = job_return_from_document(doc, {"job": {"name": "app"}}, "coll")
     assert ret.return_value == 7 and ret.overrides == ["x=1"] and created == []
     assert ret.cfg.x == 1 and ret.hydra_cfg.hydra.job.id == "12_2"
@@ -57,13 +61,7 @@ def test_a_job_return_from_a_document_pickles_as_hydras_own():
 
     from seml_hydra.launch.wait import ExperimentFailed, job_return_from_document
 
-    doc = {
-        "_id": 3,
-        "status": "COMPLETED",
-        "result": 7,
-        "config": {"x": 1},
-        "hydra": {"node_diff": [], "job_id": "12_2", "overrides": ["x=1"]},
-    }
+    doc = dict(COMPLETED_DOC)
     back = pickle.loads(pickle.dumps(job_return_from_document(doc, {"job": {"name": "a"}}, "c")))
     assert type(back) is JobReturn and back.status == JobStatus.COMPLETED
     assert back.return_value == 7 and back.overrides == ["x=1"] and back.cfg.x == 1
