@@ -383,12 +383,7 @@ class SubmittedArray:
 
 
 def submit_requests(
-    collection: Any,
-    collection_name: str,
-    requests: Sequence[SubmitRequest],
-    *,
-    db_cfg: Mapping[str, Any] | None,
-    job_env: Mapping[str, str] | None = None,
+    collection: Any, collection_name: str, requests: Sequence[SubmitRequest], **options: Any
 ) -> list[SubmittedArray]:
     """Submit STAGED experiments, one array job per group of :func:`group_requests`.
 
@@ -397,15 +392,14 @@ def submit_requests(
     payload. Slurm arrays longer than the cluster's ``MaxArraySize`` are split into several
     arrays. Raises :class:`SubmissionError` for the first group sbatch refuses (its documents
     are back to STAGED; groups submitted before it stay submitted), and before any sbatch when
-    a value that would go into a job script holds a control character. ``db_cfg`` (pickled with
-    the runner: no secret) and ``job_env`` (the jobs' environment: the secret, if any) come from
+    a value that would go into a job script holds a control character. ``options``: the
+    keyword arguments of :func:`submit_groups`, ``db_cfg`` (pickled with the runner: no secret)
+    and ``job_env`` (the jobs' environment: the secret, if any), from
     ``seml_hydra.store.job_db.job_db_config`` / ``job_db_environment``. A launcher with
     ``after`` gets the Slurm dependency on that batch's arrays (``launch.after``), resolved
     now; :class:`SubmissionError` when it can no longer be satisfied.
     """
-    return submit_groups(
-        collection, collection_name, group_requests(requests), db_cfg=db_cfg, job_env=job_env
-    )
+    return submit_groups(collection, collection_name, group_requests(requests), **options)
 
 
 def submit_groups(
