@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -138,6 +139,19 @@ def test_our_own_time_limit_requeue_is_claimed_at_once(test_db):
     assert why is None and doc["status"] == states.RUNNING
 
 
+def pause_with(monkeypatch, on_pause) -> None:
+    """Make the claim's pauses (``time.sleep`` in this test's thread) call ``on_pause(seconds)``
+    instead; the sleeps of other threads (pymongo's monitors sleep 0.5 s too) stay real."""
+    real_sleep, mine = time.sleep, threading.current_thread()
+
+    def sleep(seconds):
+        if threading.current_thread() is not mine:
+            return real_sleep(seconds)
+        return on_pause(seconds)
+
+    monkeypatch.setattr(claiming.time, "sleep", sleep)
+
+
 def test_a_requeued_run_waits_and_does_not_rerun_what_the_earlier_run_completed(
     test_db, monkeypatch, caplog
 ):
@@ -150,7 +164,7 @@ def test_a_requeued_run_waits_and_does_not_rerun_what_the_earlier_run_completed(
         pauses.append(seconds)
         coll.update_one({"_id": 1}, {"$set": {"status": states.COMPLETED, "result": 7}})
 
-    monkeypatch.setattr(claiming.time, "sleep", earlier_run_completes)
+    pause_with(monkeypatch, earlier_run_completes)
     with caplog.at_level(logging.WARNING, logger="seml_hydra.job.claim"):
         doc, why = claim_after_earlier_run(coll, 1, REQUEUED, poll_s=0.5)
     assert (doc, why) == (None, "it is COMPLETED, not PENDING")
@@ -166,7 +180,7 @@ def test_a_requeued_run_takes_over_when_the_earlier_run_dies_while_it_waits(test
     def earlier_run_dies(seconds):  # its last heartbeat ages past the bound
         coll.update_one({"_id": 1}, {"$set": {"heartbeat": sacred_time(STALE)}})
 
-    monkeypatch.setattr(claiming.time, "sleep", earlier_run_dies)
+    pause_with(monkeypatch, earlier_run_dies)
     doc, why = claim_after_earlier_run(coll, 1, REQUEUED, poll_s=0.5)
     assert why is None and doc["execution"]["restart"] == 1
 
@@ -174,7 +188,7 @@ def test_a_requeued_run_takes_over_when_the_earlier_run_dies_while_it_waits(test
 def test_the_wait_for_an_earlier_run_is_bounded(test_db, monkeypatch):
     coll = test_db["runs"]
     before = insert_running(coll, EARLIER, heartbeat=sacred_time(FRESH))
-    monkeypatch.setattr(claiming.time, "sleep", lambda s: pytest.fail("waited past the bound"))
+    pause_with(monkeypatch, lambda s: pytest.fail("waited past the bound"))
     doc, why = claim_after_earlier_run(coll, 1, REQUEUED, max_wait_s=0)
     assert doc is None and why.endswith("; gave up waiting after 0 s")
     assert coll.find_one({"_id": 1}) == before
