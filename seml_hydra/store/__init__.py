@@ -19,6 +19,8 @@ the packages above it call it. Its modules, lowest first (each imports only thos
 - ``job_db``      what the jobs resolve the database from (never a secret in a pickle).
 - ``sources``     code snapshots, login side: selecting, uploading, leases, deleting unused.
 - ``snapshot``    code snapshots, node side: writing one out, running a job inside it.
+- ``sacred_sources`` Sacred's ``experiment.sources`` of a run: GridFS copies of the snapshot's
+  files, found or stored in a few queries.
 - ``payload``     the batch payload in GridFS: pickled, stored, loaded once per process, its
   base Hydra node, deleted, orphans removed.
 - ``results``     reading results and metrics back (``get_results``, ``get_metrics``).
