@@ -95,16 +95,15 @@ def ours_venv(cache: Path) -> Path:
     return bin_dir
 
 
-def seml_home(cache: Path, mongo: str) -> Path:
-    """A HOME for SEML with ``~/.config/seml/mongodb.config`` pointing at the benchmark database
-    (the user's own SEML configuration is left alone)."""
+def seml_home(home: Path, mongo: str, database: str = SEML_DB) -> Path:
+    """``home``, made a HOME for SEML whose ``~/.config/seml/mongodb.config`` points at
+    ``database`` on ``mongo`` (the user's own SEML configuration is left alone)."""
     host, _, port = mongo.removeprefix("mongodb://").split("/")[0].partition(":")
-    home = cache / "seml-home"
     config = home / ".config" / "seml" / "mongodb.config"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(
         f"username: null\npassword: null\nhost: {host}\nport: {port or 27017}\n"
-        f"database: {SEML_DB}\n"
+        f"database: {database}\n"
     )
     return home
 
@@ -469,7 +468,9 @@ def main() -> None:
             **base_env,
             "SEML_MONGODB_URI": f"{args.mongo}/{OURS_DB}",
         },
-        "seml": {**base_env, "HOME": str(seml_home(cache, args.mongo))} if seml_bin else {},
+        "seml": {**base_env, "HOME": str(seml_home(cache / "seml-home", args.mongo))}
+        if seml_bin
+        else {},
         "hsl": dict(base_env),
         "seml_bin": seml_bin,
         "hsl_bin": hsl_bin,

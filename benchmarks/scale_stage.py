@@ -51,15 +51,9 @@ def ours_cmd(python: str, app: Path) -> list[str]:
 
 def seml_env(base: dict, work: Path, mongo: str) -> dict:
     """SEML's environment: a HOME whose ``mongodb.config`` names :data:`SEML_DB`."""
-    host, _, port = mongo.removeprefix("mongodb://").split("/")[0].partition(":")
-    home = work / "seml-home-stage100k"
-    config = home / ".config" / "seml" / "mongodb.config"
-    config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(
-        f"username: null\npassword: null\nhost: {host}\nport: {port or 27017}\n"
-        f"database: {SEML_DB}\n"
-    )
-    return {**base, "HOME": str(home)}
+    import run
+
+    return {**base, "HOME": str(run.seml_home(work / "seml-home-stage100k", mongo, SEML_DB))}
 
 
 def bench(args, envs, work: Path) -> dict:
