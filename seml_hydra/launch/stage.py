@@ -157,8 +157,8 @@ def plan_staging(
 
 @dataclass
 class StageResult:
-    """Outcome of :func:`stage`: the experiment id of every point (input order), and which ids
-    this launch must submit."""
+    """Outcome of a launch's staging (:meth:`Stager.finish`): the experiment id of every point
+    (input order), and which ids this launch must submit."""
 
     ids: list[int]
     batch_id: int
