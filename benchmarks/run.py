@@ -347,6 +347,8 @@ def median(runs: list[dict], key: str) -> float:
 
 #: --only name -> module of benchmarks/ with bench(args, envs, work) and rows(results, args)
 MODULES = {"stage100k": "scale_stage"}
+#: what ``--only issue20`` runs: every row of issue 20's targets table
+ISSUE_20 = ("stage100k", "s", "life", "heartbeat")
 
 
 def table(results: dict, args) -> list[tuple]:
@@ -426,7 +428,8 @@ def main() -> None:
     parser.add_argument(
         "--only",
         default="a,b,c",
-        help=f"which benchmarks: a,b,c,s,heartbeat,life,{','.join(MODULES)}",
+        help=f"which benchmarks: a,b,c,s,heartbeat,life,{','.join(MODULES)}; "
+        f"issue20 = {','.join(ISSUE_20)} (every row of issue 20's targets)",
     )
     parser.add_argument("--points", type=int, default=10_000, help="(a)/(c) points (a square)")
     parser.add_argument("--reps", type=int, default=3, help="(a) repetitions")
@@ -447,6 +450,8 @@ def main() -> None:
     parser.add_argument("--output", default=str(HERE / "results.json"))
     args = parser.parse_args()
     only = set(args.only.split(","))
+    if "issue20" in only:
+        only = (only - {"issue20"}) | set(ISSUE_20)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
 
