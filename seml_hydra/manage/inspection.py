@@ -15,6 +15,7 @@ from seml_hydra.manage.describe import (
     DESCRIPTION,
     description_of,
     projected,
+    status_groups,
     without_collisions,
 )
 from seml_hydra.manage.selection import ManageError, id_ranges_by_state
@@ -22,6 +23,7 @@ from seml_hydra.slurm import client as slurm
 from seml_hydra.store.collections import ensure_job_indexes
 from seml_hydra.store.snapshot import SourceSnapshotError, foreign_path_part, write_sources
 from seml_hydra.store.snapshot import foreign_files as foreign
+from seml_hydra.track import census
 from seml_hydra.track.cache import is_listed_collection, refresh_collection_cache
 from seml_hydra.track.groups import task_groups
 from seml_hydra.track.jobs import array_of, row_jobs, state_of, task_of
@@ -82,6 +84,24 @@ def pending_arrays(docs: Iterable[Mapping[str, Any]]) -> list[str]:
         if array.isdigit():
             arrays.add(array)
     return sorted(arrays)
+
+
+def status_table(
+    collection: Any, query: Mapping[str, Any], keys: Sequence[str] = ()
+) -> tuple[list[tuple[dict[str, Any], Sequence[Any]]], list[str]]:
+    """What ``status`` shows: ``(groups, arrays)``, the groups of ``manage.describe.status_groups``
+    and the :func:`pending_arrays` among them. Without a filter nor ``keys`` they come from the
+    census index alone (``track.census.state_groups``: no document read), else, or when the
+    census cannot answer, from one aggregate over the documents. Raises pymongo errors."""
+    if not query and not keys:
+        try:
+            groups, pending = census.state_groups(collection)
+        except census.Unplain:
+            pass
+        else:
+            return groups, pending_arrays(pending)
+    groups = status_groups(collection, query, keys)
+    return groups, pending_arrays(doc for doc, _ in groups)
 
 
 def stuck_messages(arrays: Sequence[str], name: str) -> list[str]:

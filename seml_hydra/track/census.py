@@ -1,0 +1,251 @@
+"""The experiments counted from an index alone: ``status`` and ``queue`` without reading a
+document (issue 20: 100,000 experiments feel like 100).
+
+``store.collections.CENSUS_INDEX`` is a compound index on ``status``, ``seml.description``, the
+positional ``slurm.0.*`` job fields, ``execution.array_id`` and ``_id``: not multikey, so
+MongoDB answers from its keys. :func:`walk` lists the distinct keys (a skip scan: one indexed
+look-up per distinct key, whatever the number of experiments); :func:`key_filter` turns a key
+back into a query; :func:`census` counts the experiments of each key and gives their ids as a
+``range`` when they are one (three indexed look-ups per key).
+
+Two rules keep the decisions those of the documents themselves:
+
+- What comes out of the index is only a candidate: the values are read back in the query
+  language (:func:`key_filter`), whose meaning does not depend on the plan. (Aggregation
+  *expressions* read ``$slurm.0.array_id`` as the index's value when the plan covers them and as
+  ``[]`` otherwise: nothing here relies on that.)
+- Only values of plain types (strings, integers, null) make a key (:func:`plain`); a multikey
+  index, a missing index or any other value makes the census answer ``None``, and the caller
+  takes the path that reads the documents (``track.groups.task_groups``).
+
+A document whose ``slurm`` is an object with a key ``"0"`` instead of a list (neither SEML nor
+this package writes one) is counted under ``slurm["0"]``'s fields, where the decisions read
+``slurm`` itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from seml_hydra.store.collections import CENSUS_FIELDS, CENSUS_INDEX
+
+#: the census index's fields (``store.collections.CENSUS_FIELDS``)
+FIELDS = CENSUS_FIELDS
+
+#: at most this many distinct keys are walked; beyond, the census gives up (``None``): a
+#: collection of that many Slurm tasks is judged by the path that reads the documents
+MAX_KEYS = 512
+
+#: BSON types of an integer ``_id`` / job field (int32, int64)
+INTEGER_TYPES = ["int", "long"]
+
+
+class Unplain(Exception):
+    """An index key holds a value :func:`plain` refuses (or the index is multikey)."""
+
+
+def plain(value: Any) -> bool:
+    """Whether a key value is one the census stands for (pure): a string, an integer (not a
+    bool) or None (null and a missing field index alike, and every decision reads them alike
+    with ``dict.get``)."""
+    return value is None or isinstance(value, str) or type(value) is int
+
+
+def key_values(doc: Mapping[str, Any], fields: Sequence[str] = CENSUS_FIELDS) -> tuple:
+    """The values at ``fields`` (dotted paths) of a document read through the index (pure):
+    MongoDB returns a covered ``slurm.0.array_id`` as ``{"slurm": {"0": {"array_id": ...}}}``;
+    a part that is missing gives None. Raises :class:`Unplain` for a value :func:`plain`
+    refuses (a list, as a fetched, not covered, document would give)."""
+    out = []
+    for field in fields:
+        node: Any = doc
+        for part in field.split("."):
+            if isinstance(node, list):
+                raise Unplain(field)
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if not plain(node):
+            raise Unplain(field)
+        out.append(node)
+    return tuple(out)
+
+
+def pin(value: Any) -> Any:
+    """The query condition that a field equals the key value ``value`` (pure): an integer also
+    by type (int32/int64: ``7`` and not ``7.0``, which str() tells apart), a string or None by
+    equality (None: null or missing). Raises :class:`Unplain` for another value."""
+    if type(value) is int:
+        return {"$eq": value, "$type": INTEGER_TYPES}
+    if value is None or isinstance(value, str):
+        return value
+    raise Unplain(repr(value))
+
+
+def key_filter(key: Sequence[Any], fields: Sequence[str] = CENSUS_FIELDS) -> dict[str, Any]:
+    """The query matching the experiments whose first ``len(key)`` census fields hold ``key``
+    (pure; :func:`pin`)."""
+    return {field: pin(value) for field, value in zip(fields, key)}
+
+
+def key_document(
+    key: Sequence[Any], fields: Sequence[str] = CENSUS_FIELDS, **extra: Any
+) -> dict[str, Any]:
+    """A document holding ``key`` at ``fields`` as a find projection of a real one would (pure):
+    ``slurm.0.x`` inside ``slurm: [{...}]``, None values left out (missing and null are read
+    alike), then ``extra`` top-level keys (``_id``)."""
+    doc: dict[str, Any] = {}
+    for field, value in zip(fields, key):
+        if value is None:
+            continue
+        parts = field.split(".")
+        node = doc
+        for i, part in enumerate(parts[:-1]):
+            if part.isdigit():
+                continue
+            if i + 1 < len(parts) - 1 and parts[i + 1].isdigit():
+                entries = node.setdefault(part, [{}])
+                node = entries[0]
+            else:
+                node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    doc.update(extra)
+    return doc
+
+
+def id_block(lo: Any, hi: Any, count: int, integers: int) -> range | None:
+    """The ids of a group as a ``range`` when they are the integers ``lo`` to ``hi`` (pure):
+    ``count`` ids in the group, ``integers`` of them int32/int64 (the group's smallest ``lo``
+    and largest ``hi`` in index order); None otherwise."""
+    if type(lo) is not int or type(hi) is not int:
+        return None
+    if count == integers == hi - lo + 1:
+        return range(lo, hi + 1)
+    return None
+
+
+def _bound(prefix: Sequence[Any], fill: Any) -> list[tuple[str, Any]]:
+    """An index bound (``cursor.min`` / ``max``): ``prefix`` then ``fill`` for the other fields
+    and ``_id``."""
+    values = list(prefix) + [fill] * (len(CENSUS_FIELDS) + 1 - len(prefix))
+    return list(zip((*CENSUS_FIELDS, "_id"), values))
+
+
+_PROJECTION = {**{f: 1 for f in CENSUS_FIELDS}, "_id": 1}
+
+
+def _first(collection: Any, lo: list, hi: list) -> dict[str, Any] | None:
+    """The first index entry in ``[lo, hi)`` (covered: no document is read), or None."""
+    cursor = collection.find({}, _PROJECTION).hint(CENSUS_INDEX).min(lo).max(hi).limit(1)
+    return next(iter(cursor), None)
+
+
+def covered(collection: Any) -> bool:
+    """Whether ``collection`` has the census index and it is not multikey (a plan reading index
+    keys only). Raises pymongo errors but the one of a missing index (False)."""
+    from bson import MaxKey, MinKey
+    from pymongo.errors import OperationFailure
+
+    try:
+        plan = (
+            collection.find({}, _PROJECTION)
+            .hint(CENSUS_INDEX)
+            .min(_bound((), MinKey()))
+            .max(_bound((), MaxKey()))
+            .limit(1)
+            .explain()
+        )
+    except OperationFailure:
+        return False
+    stage = plan.get("queryPlanner", {}).get("winningPlan", {})
+    stage = stage.get("queryPlan", stage)
+    while stage and stage.get("stage") != "IXSCAN":
+        stage = stage.get("inputStage")
+    return bool(stage) and stage.get("isMultiKey") is False
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A distinct key of the census index: the values of its first ``len(key)`` fields and the
+    ``_id`` of its first experiment in index order (its smallest)."""
+
+    key: tuple
+    first_id: Any
+
+
+def walk(collection: Any, prefixes: Iterable[Sequence[Any]], depth: int) -> list[Entry]:
+    """The distinct ``depth``-field keys of the census index under each of ``prefixes`` (tuples
+    of the first fields' values), in index order: one covered look-up per key, plus one per
+    prefix. Raises :class:`Unplain` (a value :func:`plain` refuses, more than
+    :data:`MAX_KEYS` keys) and pymongo errors."""
+    from bson import MaxKey, MinKey
+
+    out: list[Entry] = []
+    for prefix in prefixes:
+        prefix = tuple(prefix)
+        top = _bound(prefix, MaxKey())
+        start = _bound(prefix, MinKey())
+        while True:
+            doc = _first(collection, start, top)
+            if doc is None:
+                break
+            key = key_values(doc)[:depth]
+            out.append(Entry(key, doc["_id"]))
+            if len(out) > MAX_KEYS:
+                raise Unplain(f"more than {MAX_KEYS} keys")
+            start = _bound(key, MaxKey())
+    return out
+
+
+def ids_of_key(collection: Any, entry: Entry) -> tuple[int, Sequence[Any]]:
+    """``(count, ids)`` of the experiments of ``entry`` (a :func:`walk` key), read in the query
+    language (:func:`key_filter`) with index-only plans: the ids as a ``range`` when they are
+    consecutive integers (:func:`id_block`), else listed in ``_id`` order. Raises pymongo
+    errors."""
+    from seml_hydra.core.ranges import id_sort_key
+
+    query = key_filter(entry.key)
+    count = collection.count_documents(query, hint=CENSUS_INDEX)
+    if not count:
+        return 0, []
+    backwards = [(f, -1) for f in (*CENSUS_FIELDS, "_id")]
+    last = next(
+        iter(collection.find(query, {"_id": 1}).hint(CENSUS_INDEX).sort(backwards).limit(1)),
+        None,
+    )
+    hi = last["_id"] if last else None
+    if type(entry.first_id) is int and type(hi) is int and hi - entry.first_id + 1 == count:
+        integers = collection.count_documents(
+            {**query, "_id": {"$type": INTEGER_TYPES}}, hint=CENSUS_INDEX
+        )
+        block = id_block(entry.first_id, hi, count, integers)
+        if block is not None:
+            return count, block
+    ids = [d["_id"] for d in collection.find(query, {"_id": 1}).hint(CENSUS_INDEX)]
+    return len(ids), sorted(ids, key=id_sort_key)
+
+
+def statuses(collection: Any) -> list[Any]:
+    """The distinct ``status`` values of ``collection`` in index order (one look-up each).
+    Raises :class:`Unplain` and pymongo errors."""
+    return [e.key[0] for e in walk(collection, [()], 1)]
+
+
+def state_groups(collection: Any) -> tuple[list[tuple[dict[str, Any], Sequence[Any]]], list[dict]]:
+    """``status`` 's table from the census index: ``(groups, pending)``; ``groups`` as
+    ``track.query.grouped`` gives them for the fields ``status`` and ``seml.description``
+    (``[(document, ids), ...]``, ids in order, as a ``range`` when consecutive), ``pending`` one
+    document ``{"status": "PENDING", "slurm": [{"array_id": ...}]}`` per distinct
+    ``slurm[0].array_id`` of the PENDING experiments. Raises :class:`Unplain` (no usable index,
+    a value of another type) and pymongo errors."""
+    from seml_hydra.core import states
+
+    if not covered(collection):
+        raise Unplain("no census index")
+    groups = []
+    for entry in walk(collection, [()], 2):
+        count, ids = ids_of_key(collection, entry)
+        if count:
+            groups.append((key_document(entry.key), ids))
+    pending = [e.key for e in walk(collection, [(states.PENDING,)], 3)]
+    return groups, [key_document(key) for key in pending]
