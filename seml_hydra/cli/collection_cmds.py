@@ -100,8 +100,8 @@ def status(target: Target, projection: Projection = None) -> None:
     from rich.table import Table
 
     from seml_hydra.manage.describe import group_rows, projection_fields
-    from seml_hydra.manage.inspection import status_table, stuck_messages
     from seml_hydra.manage.selection import malformed_message
+    from seml_hydra.manage.status_view import status_table, stuck_messages
     from seml_hydra.track.jobs import MALFORMED
 
     query, name = target.selection.query(), target.name

@@ -71,21 +71,25 @@ def key_values(doc: Mapping[str, Any], fields: Sequence[str] = CENSUS_FIELDS) ->
     return tuple(out)
 
 
-def pin(value: Any) -> Any:
-    """The query condition that a field equals the key value ``value`` (pure): an integer also
-    by type (int32/int64: ``7`` and not ``7.0``, which str() tells apart), a string or None by
-    equality (None: null or missing). Raises :class:`Unplain` for another value."""
+def pin(value: Any, *, typed: bool = True) -> Any:
+    """The query condition that a field equals the key value ``value`` (pure): an integer, when
+    ``typed``, also by type (int32/int64: ``7`` and not ``7.0``, which ``str()`` and so the job
+    ids tell apart; MongoDB then filters the keys instead of counting them: ``typed=False`` for
+    counts), a string or None by equality (None: null or missing). Raises :class:`Unplain` for
+    another value."""
     if type(value) is int:
-        return {"$eq": value, "$type": INTEGER_TYPES}
+        return {"$eq": value, "$type": INTEGER_TYPES} if typed else value
     if value is None or isinstance(value, str):
         return value
     raise Unplain(repr(value))
 
 
-def key_filter(key: Sequence[Any], fields: Sequence[str] = CENSUS_FIELDS) -> dict[str, Any]:
+def key_filter(
+    key: Sequence[Any], fields: Sequence[str] = CENSUS_FIELDS, *, typed: bool = True
+) -> dict[str, Any]:
     """The query matching the experiments whose first ``len(key)`` census fields hold ``key``
     (pure; :func:`pin`)."""
-    return {field: pin(value) for field, value in zip(fields, key)}
+    return {field: pin(value, typed=typed) for field, value in zip(fields, key)}
 
 
 def key_document(
@@ -198,13 +202,15 @@ def walk(collection: Any, prefixes: Iterable[Sequence[Any]], depth: int) -> list
 
 
 def ids_of_key(collection: Any, entry: Entry) -> tuple[int, Sequence[Any]]:
-    """``(count, ids)`` of the experiments of ``entry`` (a :func:`walk` key), read in the query
-    language (:func:`key_filter`) with index-only plans: the ids as a ``range`` when they are
-    consecutive integers (:func:`id_block`), else listed in ``_id`` order. Raises pymongo
-    errors."""
+    """``(count, ids)`` of the experiments of ``entry`` (a :func:`walk` key): the index entries
+    of the key counted (MongoDB's COUNT_SCAN, no document read) and its last ``_id`` looked up;
+    the ids are ``range(first, last + 1)`` when that many (:func:`id_block`), else listed from
+    the index in ``_id`` order. Integer keys are counted by value (``7`` and ``7.0`` alike: a
+    document holding a job field as a float, which only a hand edit writes, is counted with
+    the integer's); the same holds for an ``_id`` stored as a float. Raises pymongo errors."""
     from seml_hydra.core.ranges import id_sort_key
 
-    query = key_filter(entry.key)
+    query = key_filter(entry.key, typed=False)
     count = collection.count_documents(query, hint=CENSUS_INDEX)
     if not count:
         return 0, []
@@ -213,14 +219,9 @@ def ids_of_key(collection: Any, entry: Entry) -> tuple[int, Sequence[Any]]:
         iter(collection.find(query, {"_id": 1}).hint(CENSUS_INDEX).sort(backwards).limit(1)),
         None,
     )
-    hi = last["_id"] if last else None
-    if type(entry.first_id) is int and type(hi) is int and hi - entry.first_id + 1 == count:
-        integers = collection.count_documents(
-            {**query, "_id": {"$type": INTEGER_TYPES}}, hint=CENSUS_INDEX
-        )
-        block = id_block(entry.first_id, hi, count, integers)
-        if block is not None:
-            return count, block
+    block = id_block(entry.first_id, last["_id"] if last else None, count, count)
+    if block is not None:
+        return count, block
     ids = [d["_id"] for d in collection.find(query, {"_id": 1}).hint(CENSUS_INDEX)]
     return len(ids), sorted(ids, key=id_sort_key)
 
@@ -249,3 +250,43 @@ def state_groups(collection: Any) -> tuple[list[tuple[dict[str, Any], Sequence[A
             groups.append((key_document(entry.key), ids))
     pending = [e.key for e in walk(collection, [(states.PENDING,)], 3)]
     return groups, [key_document(key) for key in pending]
+
+
+def array_groups(
+    collection: Any, arrays: Sequence[int]
+) -> tuple[list[tuple[dict[str, Any], Sequence[Any]]], list[dict[str, Any]]]:
+    """The experiments whose ``slurm[0].array_id`` is one of ``arrays`` (integers, or their
+    strings), from the census index: ``(groups, rest)``. ``groups`` as ``track.groups`` gives
+    them (``[(key document, ids), ...]``) for the keys without ``execution.array_id``; ``rest``
+    the :func:`key_filter` s of the others (claimed experiments: their task is in
+    ``execution``, which the index does not hold). Raises :class:`Unplain` and pymongo
+    errors."""
+    if not covered(collection):
+        raise Unplain("no census index")
+    values = [*sorted(set(arrays)), *sorted({str(a) for a in arrays})]
+    heads = walk(collection, [()], 2)
+    entries = walk(collection, [(*h.key, a) for h in heads for a in values], len(FIELDS))
+    groups, rest = [], []
+    for entry in entries:
+        if entry.key[FIELDS.index("execution.array_id")] is not None:
+            rest.append(key_filter(entry.key))
+            continue
+        count, ids = ids_of_key(collection, entry)
+        if count:
+            groups.append((key_document(entry.key), ids))
+    return groups, rest
+
+
+def unsubmitted_ids(collection: Any, arrays: Sequence[Any]) -> list[Any]:
+    """The ids of the PENDING experiments without ``slurm[0].array_id`` whose other ``slurm``
+    entries name one of ``arrays`` (SEML 0.5 submits an experiment once per ``slurm`` entry):
+    found by the census index (PENDING, no ``slurm[0]`` array), then read. Raises pymongo
+    errors."""
+    from seml_hydra.core import states
+
+    query = {
+        "status": states.PENDING,
+        "slurm.0.array_id": None,
+        "slurm.array_id": {"$in": list(arrays)},
+    }
+    return [d["_id"] for d in collection.find(query, {"_id": 1}).hint(CENSUS_INDEX)]

@@ -125,7 +125,8 @@ def test_status_and_queue_show_every_experiment_of_a_held_array_from_one_row_per
     slurm, test_db, tmp_path, watched
 ):
     from seml_hydra.manage.describe import group_rows, status_groups
-    from seml_hydra.manage.inspection import pending_arrays, queue, stuck_messages
+    from seml_hydra.manage.inspection import queue
+    from seml_hydra.manage.status_view import pending_arrays, stuck_messages
 
     coll, traffic = watched
     array = launch_held(tmp_path)
