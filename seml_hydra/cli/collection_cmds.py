@@ -74,9 +74,15 @@ def _report_detect(result: Any, name: str) -> None:
 def _detect(collection: Any, query: Any) -> Any:
     """``track.killed.detect_killed`` of the selected experiments, after putting back to STAGED
     those an interrupted submission left PENDING without a job
-    (``launch.submit.recover_interrupted_submissions``)."""
-    from seml_hydra.launch.recovery import recover_interrupted_submissions
+    (``launch.submit.recover_interrupted_submissions``). That recovery (and its import of the
+    launcher's submission code) is skipped when no selected experiment carries a submission
+    mark (``slurm.0.submitting``, a sparse index): it would find nothing to recover."""
     from seml_hydra.track.killed import detect_killed as detect
+
+    marked = and_(query or {}, {"slurm.0.submitting": {"$exists": True}})
+    if collection.find_one(marked, {"_id": 1}) is None:
+        return detect(collection, query)
+    from seml_hydra.launch.recovery import recover_interrupted_submissions
 
     return detect(collection, query, recover=recover_interrupted_submissions)
 

@@ -9,10 +9,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.launch.wait import STUCK_REASONS, stuck_message
 from seml_hydra.manage.describe import status_groups
 from seml_hydra.slurm import client as slurm
 from seml_hydra.track import census
+from seml_hydra.track.jobs import STUCK_REASONS, stuck_message
 
 
 def pending_arrays(docs: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -51,7 +51,7 @@ def status_table(
 def stuck_messages(arrays: Sequence[str], name: str) -> list[str]:
     """Why the Slurm jobs of ``arrays`` (:func:`pending_arrays`) of collection ``name`` will not
     start by themselves (a held job, a dependency that can never be satisfied...:
-    ``launch.wait.STUCK_REASONS``), one message per pending job, sorted; none when squeue
+    ``track.jobs.STUCK_REASONS``), one message per pending job, sorted; none when squeue
     fails (``status`` still shows the counts)."""
     if not arrays:
         return []
