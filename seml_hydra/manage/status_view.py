@@ -37,14 +37,14 @@ def status_table(
     and the :func:`pending_arrays` among them. Without a filter nor ``keys`` they come from the
     census index alone (``track.census.state_groups``: no document read), else, or when the
     census cannot answer, from one aggregate over the documents. Raises pymongo errors."""
+    groups = None
     if not query and not keys:
         try:
-            groups, pending = census.state_groups(collection)
+            groups = census.state_groups(collection)
         except census.Unplain:
             pass
-        else:
-            return groups, pending_arrays(pending)
-    groups = status_groups(collection, query, keys)
+    if groups is None:
+        groups = status_groups(collection, query, keys)
     return groups, pending_arrays(doc for doc, _ in groups)
 
 

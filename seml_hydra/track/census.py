@@ -185,6 +185,7 @@ def walk(collection: Any, prefixes: Iterable[Sequence[Any]], depth: int) -> list
     from bson import MaxKey, MinKey
 
     out: list[Entry] = []
+    below_null: set[tuple] = set()
     for prefix in prefixes:
         prefix = tuple(prefix)
         top = _bound(prefix, MaxKey())
@@ -197,59 +198,89 @@ def walk(collection: Any, prefixes: Iterable[Sequence[Any]], depth: int) -> list
             out.append(Entry(key, doc["_id"]))
             if len(out) > MAX_KEYS:
                 raise Unplain(f"more than {MAX_KEYS} keys")
+            for k in (k for k, value in enumerate(key) if value is None):
+                # None reads null and a missing field, but also BSON's deprecated undefined
+                # (and a MinKey value), which the index orders below null: refuse those
+                if key[:k] not in below_null:
+                    below_null.add(key[:k])
+                    low = _bound(key[:k], MinKey())
+                    if _first(collection, low, _bound((*key[:k], None), MinKey())) is not None:
+                        raise Unplain(f"a value below null in {CENSUS_FIELDS[k]}")
             start = _bound(key, MaxKey())
     return out
 
 
+def last_id(collection: Any, entry: Entry) -> Any:
+    """The largest ``_id`` (index order) of the experiments of ``entry`` (one covered look-up;
+    None when it has none any more). Raises pymongo errors."""
+    backwards = [(f, -1) for f in (*CENSUS_FIELDS, "_id")]
+    query = key_filter(entry.key, typed=False)
+    cursor = collection.find(query, {"_id": 1}).hint(CENSUS_INDEX).sort(backwards).limit(1)
+    last = next(iter(cursor), None)
+    return last["_id"] if last else None
+
+
+def tiles(spans: Sequence[tuple[Any, Any]], total: int) -> list[range] | None:
+    """The ids of each key as a ``range`` from the ``(first, last)`` ``_id`` of every key of a
+    collection (pure), when they tile: all integers, the spans disjoint and as many ids in them
+    as the collection holds (``total``), so that every integer of each span is an experiment of
+    its key. None otherwise. (A float ``_id`` filling a gap of a span, which only a hand edit
+    writes, counts as the integer it replaces.)"""
+    if not all(type(lo) is int and type(hi) is int and lo <= hi for lo, hi in spans):
+        return None
+    ordered = sorted(spans)
+    if any(a[1] >= b[0] for a, b in zip(ordered, ordered[1:])):
+        return None
+    if sum(hi - lo + 1 for lo, hi in spans) != total:
+        return None
+    return [range(lo, hi + 1) for lo, hi in spans]
+
+
 def ids_of_key(collection: Any, entry: Entry) -> tuple[int, Sequence[Any]]:
-    """``(count, ids)`` of the experiments of ``entry`` (a :func:`walk` key): the index entries
-    of the key counted (MongoDB's COUNT_SCAN, no document read) and its last ``_id`` looked up;
-    the ids are ``range(first, last + 1)`` when that many (:func:`id_block`), else listed from
-    the index in ``_id`` order. Integer keys are counted by value (``7`` and ``7.0`` alike: a
-    document holding a job field as a float, which only a hand edit writes, is counted with
-    the integer's); the same holds for an ``_id`` stored as a float. Raises pymongo errors."""
+    """``(count, ids)`` of the experiments of ``entry`` (a :func:`walk` key): its index entries
+    counted (no document read) and its last ``_id`` looked up; the ids are
+    ``range(first, last + 1)`` when that many (:func:`id_block`), else listed from the index in
+    ``_id`` order. Integer keys are counted by value (``7`` and ``7.0`` alike: a document
+    holding a job field as a float, which only a hand edit writes, is counted with the
+    integer's). Raises pymongo errors."""
     from seml_hydra.core.ranges import id_sort_key
 
     query = key_filter(entry.key, typed=False)
     count = collection.count_documents(query, hint=CENSUS_INDEX)
     if not count:
         return 0, []
-    backwards = [(f, -1) for f in (*CENSUS_FIELDS, "_id")]
-    last = next(
-        iter(collection.find(query, {"_id": 1}).hint(CENSUS_INDEX).sort(backwards).limit(1)),
-        None,
-    )
-    block = id_block(entry.first_id, last["_id"] if last else None, count, count)
+    block = id_block(entry.first_id, last_id(collection, entry), count, count)
     if block is not None:
         return count, block
     ids = [d["_id"] for d in collection.find(query, {"_id": 1}).hint(CENSUS_INDEX)]
     return len(ids), sorted(ids, key=id_sort_key)
 
 
-def statuses(collection: Any) -> list[Any]:
-    """The distinct ``status`` values of ``collection`` in index order (one look-up each).
-    Raises :class:`Unplain` and pymongo errors."""
-    return [e.key[0] for e in walk(collection, [()], 1)]
+def key_ids(collection: Any, entries: Sequence[Entry], whole: bool) -> list[Sequence[Any]]:
+    """The ids of each of ``entries`` (:func:`walk` keys), in ``_id`` order: when ``whole`` (the
+    entries are every key of the collection) and their spans :func:`tiles` the collection (one
+    count of its ``_id`` index), as ranges from two look-ups per key; else counted key by key
+    (:func:`ids_of_key`). Raises pymongo errors."""
+    if whole:
+        spans = [(e.first_id, last_id(collection, e)) for e in entries]
+        total = collection.count_documents({}, hint="_id_")
+        ranges = tiles(spans, total)
+        if ranges is not None:
+            return list(ranges)
+    return [ids_of_key(collection, e)[1] for e in entries]
 
 
-def state_groups(collection: Any) -> tuple[list[tuple[dict[str, Any], Sequence[Any]]], list[dict]]:
-    """``status`` 's table from the census index: ``(groups, pending)``; ``groups`` as
-    ``track.query.grouped`` gives them for the fields ``status`` and ``seml.description``
-    (``[(document, ids), ...]``, ids in order, as a ``range`` when consecutive), ``pending`` one
-    document ``{"status": "PENDING", "slurm": [{"array_id": ...}]}`` per distinct
-    ``slurm[0].array_id`` of the PENDING experiments. Raises :class:`Unplain` (no usable index,
-    a value of another type) and pymongo errors."""
-    from seml_hydra.core import states
-
+def state_groups(collection: Any) -> list[tuple[dict[str, Any], Sequence[Any]]]:
+    """``status`` 's table from the census index: the groups ``track.query.grouped`` gives for
+    the fields ``status``, ``seml.description`` and ``slurm[0].array_id`` (``[(document,
+    ids), ...]``; one per key of the index, several may share a document), ids in ``_id``
+    order, as ranges when consecutive (:func:`key_ids`). Raises :class:`Unplain` (no usable
+    index, a value of another type, more than :data:`MAX_KEYS` keys) and pymongo errors."""
     if not covered(collection):
         raise Unplain("no census index")
-    groups = []
-    for entry in walk(collection, [()], 2):
-        count, ids = ids_of_key(collection, entry)
-        if count:
-            groups.append((key_document(entry.key), ids))
-    pending = [e.key for e in walk(collection, [(states.PENDING,)], 3)]
-    return groups, [key_document(key) for key in pending]
+    entries = walk(collection, [()], len(FIELDS))
+    ids = key_ids(collection, entries, whole=True)
+    return [(key_document(e.key[:3]), i) for e, i in zip(entries, ids) if i]
 
 
 def array_groups(
@@ -259,21 +290,29 @@ def array_groups(
     strings), from the census index: ``(groups, rest)``. ``groups`` as ``track.groups`` gives
     them (``[(key document, ids), ...]``) for the keys without ``execution.array_id``; ``rest``
     the :func:`key_filter` s of the others (claimed experiments: their task is in
-    ``execution``, which the index does not hold). Raises :class:`Unplain` and pymongo
-    errors."""
+    ``execution``, which the index does not hold). The keys are those of the whole collection
+    when there are at most :data:`MAX_KEYS` (then :func:`key_ids` tiles), else those of the
+    arrays only. Raises :class:`Unplain` and pymongo errors."""
     if not covered(collection):
         raise Unplain("no census index")
-    values = [*sorted(set(arrays)), *sorted({str(a) for a in arrays})]
-    heads = walk(collection, [()], 2)
-    entries = walk(collection, [(*h.key, a) for h in heads for a in values], len(FIELDS))
+    values = {*arrays, *(str(a) for a in arrays)}
+    try:
+        entries, whole = walk(collection, [()], len(FIELDS)), True
+    except Unplain:  # many keys: those of the arrays only
+        heads = walk(collection, [()], 2)
+        prefixes = [(*h.key, a) for h in heads for a in sorted(values, key=str)]
+        entries, whole = walk(collection, prefixes, len(FIELDS)), False
+    array_at = FIELDS.index("slurm.0.array_id")
+    claim_at = FIELDS.index("execution.array_id")
+    ids = key_ids(collection, entries, whole)
     groups, rest = [], []
-    for entry in entries:
-        if entry.key[FIELDS.index("execution.array_id")] is not None:
-            rest.append(key_filter(entry.key))
+    for entry, entry_ids in zip(entries, ids):
+        if entry.key[array_at] not in values:
             continue
-        count, ids = ids_of_key(collection, entry)
-        if count:
-            groups.append((key_document(entry.key), ids))
+        if entry.key[claim_at] is not None:
+            rest.append(key_filter(entry.key))
+        elif entry_ids:
+            groups.append((key_document(entry.key), entry_ids))
     return groups, rest
 
 
