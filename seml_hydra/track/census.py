@@ -18,9 +18,13 @@ Two rules keep the decisions those of the documents themselves:
   index, a missing index or any other value makes the census answer ``None``, and the caller
   takes the path that reads the documents (``track.groups.task_groups``).
 
-A document whose ``slurm`` is an object with a key ``"0"`` instead of a list (neither SEML nor
-this package writes one) is counted under ``slurm["0"]``'s fields, where the decisions read
-``slurm`` itself.
+What only a hand-made document can make differ (neither SEML nor this package writes one): a
+``slurm`` that is an object with a key ``"0"`` instead of a list is counted under
+``slurm["0"]``'s fields, where the decisions read ``slurm`` itself; a job field or an ``_id``
+stored as a float or a decimal counts as the integer it equals (the index compares numbers by
+value). Such an experiment may then be listed by ``queue`` or ``status`` under that key, or
+left alone as its key's alive task is; it is never marked from a key: every experiment of a
+key the census cannot vouch for is judged from its document.
 """
 
 from __future__ import annotations
@@ -37,9 +41,6 @@ FIELDS = CENSUS_FIELDS
 #: at most this many distinct keys are walked; beyond, the census gives up (``None``): a
 #: collection of that many Slurm tasks is judged by the path that reads the documents
 MAX_KEYS = 512
-
-#: BSON types of an integer ``_id`` / job field (int32, int64)
-INTEGER_TYPES = ["int", "long"]
 
 
 class Unplain(Exception):
@@ -71,25 +72,20 @@ def key_values(doc: Mapping[str, Any], fields: Sequence[str] = CENSUS_FIELDS) ->
     return tuple(out)
 
 
-def pin(value: Any, *, typed: bool = True) -> Any:
-    """The query condition that a field equals the key value ``value`` (pure): an integer, when
-    ``typed``, also by type (int32/int64: ``7`` and not ``7.0``, which ``str()`` and so the job
-    ids tell apart; MongoDB then filters the keys instead of counting them: ``typed=False`` for
-    counts), a string or None by equality (None: null or missing). Raises :class:`Unplain` for
-    another value."""
-    if type(value) is int:
-        return {"$eq": value, "$type": INTEGER_TYPES} if typed else value
-    if value is None or isinstance(value, str):
-        return value
-    raise Unplain(repr(value))
+def pin(value: Any) -> Any:
+    """The query condition that a field equals the key value ``value`` (pure): by equality, as
+    the index compares (an integer matches ``7``, ``7.0`` and ``Int64(7)`` alike, None null and
+    a missing field). Raises :class:`Unplain` for a value :func:`plain` refuses."""
+    if not plain(value):
+        raise Unplain(repr(value))
+    return value
 
 
-def key_filter(
-    key: Sequence[Any], fields: Sequence[str] = CENSUS_FIELDS, *, typed: bool = True
-) -> dict[str, Any]:
+def key_filter(key: Sequence[Any], fields: Sequence[str] = CENSUS_FIELDS) -> dict[str, Any]:
     """The query matching the experiments whose first ``len(key)`` census fields hold ``key``
-    (pure; :func:`pin`)."""
-    return {field: pin(value, typed=typed) for field, value in zip(fields, key)}
+    (pure; :func:`pin`): every experiment of the key in the index, and maybe more (a document
+    the query reads otherwise than the index, e.g. a ``slurm`` object with a key ``"0"``)."""
+    return {field: pin(value) for field, value in zip(fields, key)}
 
 
 def key_document(
@@ -214,7 +210,7 @@ def last_id(collection: Any, entry: Entry) -> Any:
     """The largest ``_id`` (index order) of the experiments of ``entry`` (one covered look-up;
     None when it has none any more). Raises pymongo errors."""
     backwards = [(f, -1) for f in (*CENSUS_FIELDS, "_id")]
-    query = key_filter(entry.key, typed=False)
+    query = key_filter(entry.key)
     cursor = collection.find(query, {"_id": 1}).hint(CENSUS_INDEX).sort(backwards).limit(1)
     last = next(iter(cursor), None)
     return last["_id"] if last else None
@@ -245,7 +241,7 @@ def ids_of_key(collection: Any, entry: Entry) -> tuple[int, Sequence[Any]]:
     integer's). Raises pymongo errors."""
     from seml_hydra.core.ranges import id_sort_key
 
-    query = key_filter(entry.key, typed=False)
+    query = key_filter(entry.key)
     count = collection.count_documents(query, hint=CENSUS_INDEX)
     if not count:
         return 0, []
