@@ -12,7 +12,7 @@ def format_ids(ids: Iterable[Any]) -> str:
     ObjectId, even a dict) follow as their ``repr``, sorted, with ``[`` escaped for rich, so a
     message never fails on them nor carries a terminal escape sequence or rich markup."""
     ids = ids if isinstance(ids, (list, tuple, range)) else list(ids)
-    if all(type(value) is int for value in ids):  # the usual case, in C (100,000 ids: ms)
+    if set(map(type, ids)) <= {int}:  # the usual case, in C (100,000 ids: a few ms)
         return ", ".join(_runs(sorted(set(ids))))
     values: list[int] = []
     others: set[str] = set()

@@ -206,6 +206,14 @@ def walk(collection: Any, prefixes: Iterable[Sequence[Any]], depth: int) -> list
     return out
 
 
+def count(collection: Any, query: Mapping[str, Any], index: str = CENSUS_INDEX) -> int:
+    """How many experiments match ``query``, counted on ``index``: the ``count`` command
+    (MongoDB's COUNT_SCAN when the bounds allow, twice as fast as ``count_documents`` 's
+    aggregate); with a query, so never the collection's metadata. Raises pymongo errors."""
+    reply = collection.database.command("count", collection.name, query=dict(query), hint=index)
+    return int(reply["n"])
+
+
 def last_id(collection: Any, entry: Entry) -> Any:
     """The largest ``_id`` (index order) of the experiments of ``entry`` (one covered look-up;
     None when it has none any more). Raises pymongo errors."""
@@ -242,12 +250,12 @@ def ids_of_key(collection: Any, entry: Entry) -> tuple[int, Sequence[Any]]:
     from seml_hydra.core.ranges import id_sort_key
 
     query = key_filter(entry.key)
-    count = collection.count_documents(query, hint=CENSUS_INDEX)
-    if not count:
+    number = count(collection, query)
+    if not number:
         return 0, []
-    block = id_block(entry.first_id, last_id(collection, entry), count, count)
+    block = id_block(entry.first_id, last_id(collection, entry), number, number)
     if block is not None:
-        return count, block
+        return number, block
     ids = [d["_id"] for d in collection.find(query, {"_id": 1}).hint(CENSUS_INDEX)]
     return len(ids), sorted(ids, key=id_sort_key)
 
@@ -259,7 +267,9 @@ def key_ids(collection: Any, entries: Sequence[Entry], whole: bool) -> list[Sequ
     (:func:`ids_of_key`). Raises pymongo errors."""
     if whole:
         spans = [(e.first_id, last_id(collection, e)) for e in entries]
-        total = collection.count_documents({}, hint="_id_")
+        from bson import MinKey
+
+        total = count(collection, {"_id": {"$gte": MinKey()}}, "_id_")
         ranges = tiles(spans, total)
         if ranges is not None:
             return list(ranges)
