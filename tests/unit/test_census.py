@@ -94,3 +94,20 @@ def test_format_ids_of_integers_is_the_runs_whatever_the_order():
         assert format_ids(iter(ids)) == expected
     assert format_ids(range(1, 100_001)) == "1-100000"
     assert format_ids([3, True, 1, 2, "x"]) == "1-3, 'x', True"
+
+
+def test_plain_bson_refuses_undefined_and_other_types_but_not_any_id():
+    import bson
+    from bson.int64 import Int64
+    from bson.objectid import ObjectId
+
+    entry = {"status": "PENDING", "slurm": {"0": {"array_id": Int64(7), "task_id": None}}}
+    for exp_id in (1, "x", ObjectId(), 1.5, {"a": 1}):
+        assert census.plain_bson(bson.encode({**entry, "_id": exp_id}))
+    for odd in (1.5, True, [1], bson.MinKey()):
+        assert not census.plain_bson(bson.encode({**entry, "seml": {"description": odd}}))
+    # BSON undefined (0x06), which pymongo decodes as None: a document {"a": undefined}
+    undefined = b"\x08\x00\x00\x00\x06a\x00\x00"
+    assert bson.decode(undefined) == {"a": None}
+    assert not census.plain_bson(undefined)
+    assert census.plain_bson(b"\x08\x00\x00\x00\x0aa\x00\x00")  # {"a": null}
