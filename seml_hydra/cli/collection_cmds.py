@@ -74,9 +74,15 @@ def _report_detect(result: Any, name: str) -> None:
 def _detect(collection: Any, query: Any) -> Any:
     """``track.killed.detect_killed`` of the selected experiments, after putting back to STAGED
     those an interrupted submission left PENDING without a job
-    (``launch.submit.recover_interrupted_submissions``)."""
-    from seml_hydra.launch.recovery import recover_interrupted_submissions
+    (``launch.submit.recover_interrupted_submissions``). That recovery (and its import of the
+    launcher's submission code) is skipped when no selected experiment carries a submission
+    mark (``slurm.0.submitting``, a sparse index): it would find nothing to recover."""
     from seml_hydra.track.killed import detect_killed as detect
+
+    marked = and_(query or {}, {"slurm.0.submitting": {"$exists": True}})
+    if collection.find_one(marked, {"_id": 1}) is None:
+        return detect(collection, query)
+    from seml_hydra.launch.recovery import recover_interrupted_submissions
 
     return detect(collection, query, recover=recover_interrupted_submissions)
 
@@ -99,15 +105,15 @@ def status(target: Target, projection: Projection = None) -> None:
 
     from rich.table import Table
 
-    from seml_hydra.manage.describe import group_rows, projection_fields, status_groups
-    from seml_hydra.manage.inspection import pending_arrays, stuck_messages
+    from seml_hydra.manage.describe import group_rows, projection_fields
     from seml_hydra.manage.selection import malformed_message
+    from seml_hydra.manage.status_view import status_table, stuck_messages
     from seml_hydra.track.jobs import MALFORMED
 
     query, name = target.selection.query(), target.name
     keys = projection_fields(projection or ())
     _report_detect(_detect(target.collection, query), name)
-    groups = status_groups(target.collection, query, keys)  # one aggregate for all below
+    groups, arrays = status_table(target.collection, query, keys)  # index keys, else 1 aggregate
     rows = group_rows(groups, keys)
     if not rows:
         console().print(f"No experiments in {name} match.")
@@ -130,7 +136,6 @@ def status(target: Target, projection: Projection = None) -> None:
         table.add_row(*cells)
     table.add_row("[bold]total[/]", str(sum(len(r.ids) for r in rows)), "")
     console().print(table)
-    arrays = pending_arrays(doc for doc, _ in groups)
     if arrays and shutil.which("squeue"):
         for message in stuck_messages(arrays, name):
             console().print(f"[yellow]{shown(message)}[/]")

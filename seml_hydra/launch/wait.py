@@ -21,7 +21,7 @@ from seml_hydra.launch.recovery import recover_interrupted_submissions
 from seml_hydra.slurm import client as slurm
 from seml_hydra.store.results import restore_results
 from seml_hydra.store.retry import retrying, short_reason
-from seml_hydra.track.jobs import foreign_lines
+from seml_hydra.track.jobs import STUCK_REASONS, foreign_lines, stuck_message
 from seml_hydra.track.killed import detect_killed, mark_dead_jobs, recovered_message
 
 
@@ -45,20 +45,6 @@ class Submission:
     batch_id: int | None
     job_id: str | None
     status: str
-
-
-#: squeue pending reasons after which a job does not start without someone acting
-STUCK_REASONS = {
-    "PartitionNodeLimit": "it asks for more nodes than the partition allows",
-    "PartitionTimeLimit": "its time limit is above the partition's",
-    "PartitionConfig": "it does not fit the partition's configuration",
-    "BadConstraints": "its constraints cannot be met",
-    "InvalidAccount": "the account is invalid",
-    "InvalidQOS": "the QOS is invalid",
-    "DependencyNeverSatisfied": "its dependency can never be satisfied",
-    "JobHeldUser": "it is held (release it with `seml <collection> release`)",
-    "JobHeldAdmin": "an administrator holds it",
-}
 
 
 def pending_reasons(collection: Any, ids: Sequence[int]) -> dict[str, str]:
@@ -231,18 +217,6 @@ def _job_id(doc: Mapping[str, Any]) -> str | None:
     if execution.get("cluster") == "local":
         return str(execution["array_id"])
     return f"{execution['array_id']}_{execution.get('task_id', 0)}"
-
-
-def stuck_message(job: str, reason: str, name: str) -> str:
-    """Why pending job ``job`` of collection ``name`` will not start by itself (pure), for a
-    ``reason`` of :data:`STUCK_REASONS`: ``Slurm will not start job 12_0
-    (DependencyNeverSatisfied): its dependency can never be satisfied. Cancel it with `seml
-    <name> cancel` ...``."""
-    return (
-        f"Slurm will not start job {job} ({reason}): "
-        f"{STUCK_REASONS[reason].replace('<collection>', name)}. Cancel it with "
-        f"`seml {name} cancel` and change the resources"
-    )
 
 
 def stuck_jobs(collection: Any, ids: Sequence[int]) -> list[tuple[str, str]]:

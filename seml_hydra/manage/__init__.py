@@ -11,6 +11,8 @@ prints or exits (``seml_hydra.cli`` does), every problem a user can cause raises
 - :mod:`seml_hydra.manage.local`: the checks of ``start --debug`` / ``--local`` (run here).
 - :mod:`seml_hydra.manage.inspection`: ``list``, ``status``, ``queue``, outputs, fail traces,
   code snapshots.
+- :mod:`seml_hydra.manage.status_view`: ``status`` 's table (from the census index when it
+  can), its pending arrays and why their jobs do not start.
 - :mod:`seml_hydra.manage.describe`: descriptions (``description set|delete|list``), the
   ``-p`` projections and rows of ``status``, ``print-experiment``'s text.
 - :mod:`seml_hydra.manage.commands`: ``print-command`` (the command that runs an experiment

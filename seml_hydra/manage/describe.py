@@ -118,7 +118,7 @@ def status_groups(
     collection: Any, query: Mapping[str, Any], keys: Sequence[str] = ()
 ) -> list[tuple[dict[str, Any], list[Any]]]:
     """The experiments matching ``query`` grouped by their status, description, ``keys`` and
-    Slurm arrays (``slurm.array_id``, for ``manage.inspection.pending_arrays``): one aggregate
+    Slurm arrays (``slurm.array_id``, for ``manage.status_view.pending_arrays``): one aggregate
     (``track.query.grouped``), so ``status`` grows with its rows, not with the experiments."""
     fields = {"_id": 1, "status": 1, DESCRIPTION: 1, "slurm.array_id": 1, **{k: 1 for k in keys}}
     return grouped(collection, query, without_collisions(fields))

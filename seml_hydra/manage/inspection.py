@@ -1,16 +1,16 @@
-"""What the ``seml`` commands show: ``list`` (counts per collection), ``status``, ``queue``,
-``print-output``, ``print-fail-trace``, and ``restore-sources`` (the code snapshot)."""
+"""What the ``seml`` commands show: ``list`` (counts per collection), ``status`` (the ids per
+state; its table: ``manage.status_view``), ``queue``, ``print-output``, ``print-fail-trace``,
+and ``restore-sources`` (the code snapshot)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.launch.wait import STUCK_REASONS, stuck_message
 from seml_hydra.manage.describe import (
     DESCRIPTION,
     description_of,
@@ -22,6 +22,7 @@ from seml_hydra.slurm import client as slurm
 from seml_hydra.store.collections import ensure_job_indexes
 from seml_hydra.store.snapshot import SourceSnapshotError, foreign_path_part, write_sources
 from seml_hydra.store.snapshot import foreign_files as foreign
+from seml_hydra.track import census
 from seml_hydra.track.cache import is_listed_collection, refresh_collection_cache
 from seml_hydra.track.groups import task_groups
 from seml_hydra.track.jobs import array_of, row_jobs, state_of, task_of
@@ -67,40 +68,6 @@ def list_collections(db: Any, pattern: str | None = None) -> list[CollectionCoun
 def status(collection: Any, query: Mapping[str, Any] | None = None) -> dict[str, list[int]]:
     """``{state: ids}`` of the experiments matching ``query``."""
     return id_ranges_by_state(select(collection, dict(query or {}), {"_id": 1, "status": 1}))
-
-
-def pending_arrays(docs: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The Slurm arrays (``slurm[0].array_id``, whole numbers) of the PENDING documents among
-    ``docs``, sorted (pure; ``launch.wait.pending_reasons`` asks squeue about the same)."""
-    arrays = set()
-    for doc in docs:
-        entries = doc.get("slurm")
-        if doc.get("status") != states.PENDING or not isinstance(entries, list) or not entries:
-            continue
-        first = entries[0] if isinstance(entries[0], Mapping) else {}
-        array = str(first.get("array_id", ""))
-        if array.isdigit():
-            arrays.add(array)
-    return sorted(arrays)
-
-
-def stuck_messages(arrays: Sequence[str], name: str) -> list[str]:
-    """Why the Slurm jobs of ``arrays`` (:func:`pending_arrays`) of collection ``name`` will not
-    start by themselves (a held job, a dependency that can never be satisfied...:
-    ``launch.wait.STUCK_REASONS``), one message per pending job, sorted; none when squeue
-    fails (``status`` still shows the counts)."""
-    if not arrays:
-        return []
-    try:
-        rows = slurm.squeue_jobs(job_ids=list(arrays), all_users=True)
-    except slurm.SlurmError:
-        return []
-    stuck = sorted(
-        (r.job_id, r.reason)
-        for r in rows
-        if r.state == "PENDING" and r.reason and r.reason in STUCK_REASONS
-    )
-    return [f"{stuck_message(job, reason, name)}." for job, reason in stuck]
 
 
 def snapshot_of(docs: Sequence[Mapping[str, Any]]) -> list[list[Any]] | None:
@@ -295,6 +262,29 @@ def fail_traces(
     return out
 
 
+def queue_groups(collection: Any, arrays: Sequence[int]) -> list[tuple[dict[str, Any], Any]]:
+    """The experiments of the Slurm ``arrays`` (their ``slurm.array_id`` or
+    ``execution.array_id``), as ``(document, ids)`` groups that ``track.jobs.task_of`` and
+    ``array_of`` take as they take each of their experiments. Counted from the census index
+    (``track.census.array_groups``: no document read) but for the claimed experiments and those
+    recorded in a later ``slurm`` entry only (:func:`track.census.unsubmitted_ids`), grouped
+    from their documents (``track.groups.task_groups``); from the documents alone when the
+    census cannot answer. Raises pymongo errors."""
+    values = [*arrays, *(str(a) for a in arrays)]
+    query: dict[str, Any] = {
+        "$or": [{"slurm.array_id": {"$in": values}}, {"execution.array_id": {"$in": values}}]
+    }
+    try:
+        groups, rest = census.array_groups(collection, arrays)
+        unsubmitted = census.unsubmitted_ids(collection, values)
+    except census.Unplain:
+        return [(g.doc, g.ids) for g in task_groups(collection, query)]
+    rest.append({"execution.array_id": {"$in": values}})
+    if unsubmitted:
+        rest.append({"_id": {"$in": unsubmitted}})
+    return groups + [(g.doc, g.ids) for g in task_groups(collection, {"$or": rest})]
+
+
 @dataclass
 class QueueRow:
     """One row of ``seml queue``: a Slurm job (``job_id``, ``state``, pending ``reason``,
@@ -340,21 +330,14 @@ def queue(
         arrays = sorted({r.array_job_id or r.job_id_raw for r in crows})
         if not arrays:
             continue
-        values = arrays + [str(a) for a in arrays]
         ensure_job_indexes(db[name])  # the arrays' experiments are found by index
-        query = {
-            "$or": [
-                {"slurm.array_id": {"$in": values}},
-                {"execution.array_id": {"$in": values}},
-            ]
-        }
-        for group in task_groups(db[name], query):  # per Slurm task, not per experiment
-            doc, task = group.doc, task_of(group.doc)
+        for doc, ids in queue_groups(db[name], arrays):  # per Slurm task, not per experiment
+            task = task_of(doc)
             if task is not None:
-                exp_of.setdefault((name, task[1]), []).extend(group.ids)
+                exp_of.setdefault((name, task[1]), []).extend(ids)
             elif doc.get("status") == states.PENDING and array_of(doc):
                 # SEML 0.5: a pending experiment waits for any pending task of its array
-                exp_of.setdefault((name, f"{array_of(doc)}_*"), []).extend(group.ids)
+                exp_of.setdefault((name, f"{array_of(doc)}_*"), []).extend(ids)
     out = []
     for row in rows:
         known = row.comment in names

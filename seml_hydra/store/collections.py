@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLI_WORDS",
+    "CENSUS_FIELDS",
+    "CENSUS_INDEX",
     "COUNTERS_COLLECTION",
     "JOB_INDEXES",
     "METRICS_PREFIX",
@@ -211,8 +213,27 @@ JOB_INDEXES = (
 )
 
 
+#: the paths of the :data:`CENSUS_INDEX`, in its order: what ``status`` and ``queue`` count the
+#: experiments by (``track.census``). ``slurm`` is a list, so ``slurm.array_id`` would make an
+#: index multikey (never covering); the positional ``slurm.0.*`` paths keep it a plain one, whose
+#: keys MongoDB reads without fetching a document
+CENSUS_FIELDS = (
+    "status",
+    "seml.description",
+    "slurm.0.array_id",
+    "slurm.0.task_id",
+    "slurm.0.cluster",
+    "slurm.0.job_id",
+    "slurm.0.num_tasks",
+    "execution.array_id",
+)
+#: the name of the compound index on :data:`CENSUS_FIELDS` and ``_id``
+CENSUS_INDEX = "seml_hydra_census"
+
+
 def ensure_job_indexes(collection: pymongo.collection.Collection) -> bool:
-    """Create the :data:`JOB_INDEXES` of ``collection`` unless they exist (one ``createIndexes``
+    """Create the :data:`JOB_INDEXES` and the :data:`CENSUS_INDEX` of ``collection`` unless they
+    exist (one ``createIndexes``
     round trip; building them once on a large collection takes a moment, after that MongoDB
     answers at once). Returns False when MongoDB refused (e.g. a user who may only read: the
     commands then work without them), True otherwise."""
@@ -220,8 +241,10 @@ def ensure_job_indexes(collection: pymongo.collection.Collection) -> bool:
     from pymongo.errors import OperationFailure
 
     try:
+        census = [(path, 1) for path in (*CENSUS_FIELDS, "_id")]
         collection.create_indexes(
             [pymongo.IndexModel([(path, 1)], sparse=sparse) for path, sparse in JOB_INDEXES]
+            + [pymongo.IndexModel(census, name=CENSUS_INDEX)]
         )
     except OperationFailure:
         return False

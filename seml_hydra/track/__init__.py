@@ -10,6 +10,9 @@ and the ``seml`` command (``seml_hydra.manage``).
 - :mod:`seml_hydra.track.groups`: the experiments grouped by what decides their liveness (one
   aggregate, one representative document per Slurm task): what ``detect_killed``, ``cancel``,
   ``queue`` judge, so the work grows with the Slurm tasks, not the experiments.
+- :mod:`seml_hydra.track.census`: the experiments counted from a covered compound index
+  alone (``store.collections.CENSUS_INDEX``): the keys ``detect_killed`` vouches for without
+  reading a document, ``status`` 's table and ``queue`` 's experiments per job.
 - :mod:`seml_hydra.track.query`: the small MongoDB query helpers (``select``, ``grouped``,
   ``and_``).
 - :mod:`seml_hydra.track.cache`: the collection names shell completion offers.

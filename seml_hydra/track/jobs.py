@@ -332,3 +332,29 @@ def foreign_lines(foreign: Mapping[str, Sequence[int]], here: str | None) -> lis
         f"checked from cluster {here}; run `status` there to check them."
         for cluster, ids in sorted(foreign.items())
     ]
+
+
+#: squeue pending reasons after which a job does not start without someone acting
+STUCK_REASONS = {
+    "PartitionNodeLimit": "it asks for more nodes than the partition allows",
+    "PartitionTimeLimit": "its time limit is above the partition's",
+    "PartitionConfig": "it does not fit the partition's configuration",
+    "BadConstraints": "its constraints cannot be met",
+    "InvalidAccount": "the account is invalid",
+    "InvalidQOS": "the QOS is invalid",
+    "DependencyNeverSatisfied": "its dependency can never be satisfied",
+    "JobHeldUser": "it is held (release it with `seml <collection> release`)",
+    "JobHeldAdmin": "an administrator holds it",
+}
+
+
+def stuck_message(job: str, reason: str, name: str) -> str:
+    """Why pending job ``job`` of collection ``name`` will not start by itself (pure), for a
+    ``reason`` of :data:`STUCK_REASONS`: ``Slurm will not start job 12_0
+    (DependencyNeverSatisfied): its dependency can never be satisfied. Cancel it with `seml
+    <name> cancel` ...``."""
+    return (
+        f"Slurm will not start job {job} ({reason}): "
+        f"{STUCK_REASONS[reason].replace('<collection>', name)}. Cancel it with "
+        f"`seml {name} cancel` and change the resources"
+    )

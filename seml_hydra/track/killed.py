@@ -19,6 +19,7 @@ from seml_hydra.core.processes import process_alive
 from seml_hydra.core.ranges import format_ids, id_sort_key
 from seml_hydra.slurm import client as slurm
 from seml_hydra.slurm.parse import is_alive
+from seml_hydra.track import census
 from seml_hydra.track.groups import Group, docs_of, ids_of, task_groups, utc_now
 from seml_hydra.track.jobs import (
     UNNAMED_CLUSTERS,
@@ -109,13 +110,77 @@ def detect_killed(
     recovered = recover(collection, query) if recover is not None else []
     now = utc_now()
     active = and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}})
-    groups = task_groups(collection, active, now=now)
+    rest = None if query else unvouched(collection)
+    if rest is None:
+        groups = task_groups(collection, active, now=now)
+    else:  # only the experiments the census index could not vouch for
+        groups = task_groups(collection, rest, now=now) if rest["$or"] else []
     local, lost_groups = mark_lost_local_runs(collection, groups, now=now)
     if lost_groups:
         groups = [g for g in groups if g.doc["_id"] not in lost_groups]
     result = _detect_slurm(collection, groups, recovered, now)
     result.killed = sorted(local + result.killed, key=id_sort_key)
     return result
+
+
+def unvouched(collection: Any) -> dict[str, Any] | None:
+    """The active experiments of ``collection`` that :func:`detect_killed` must judge from
+    their documents, as a query, after the census index vouched for the others
+    (``track.census``); None when it cannot (no usable index, values of other types, Slurm
+    could not be asked): then all of them.
+
+    Every distinct key of the active experiments (status, the ``slurm[0]`` job fields,
+    ``execution.array_id``) is read from the index alone (:func:`seml_hydra.track.census.walk`)
+    and stands for a document (``census.key_document``) that the decisions take as they take
+    any experiment holding these values: an experiment without ``execution.array_id`` whose
+    task (``track.jobs.task_of``) is one of this cluster's and listed alive by squeue, or whose
+    SEML 0.5 array (``array_of`` of ``slurm[0]``) has a task alive, or that names no Slurm
+    task ``decide_killed`` would judge, is left alone by them whatever else its document holds
+    (its heartbeat, its output, its cancel mark are read only for a lost task). The others come
+    back as ``{"$or": [key_filter, ...]}`` (``{"$or": []}``: none), read in the query language,
+    so a key the index gave wrongly only sends more experiments to the full path. Raises
+    pymongo errors."""
+    try:
+        if not census.covered(collection):
+            return None
+        entries = census.walk(collection, [(s,) for s in sorted(states.ACTIVE)], len(census.FIELDS))
+        docs = [census.key_document(e.key, _id=i) for i, e in enumerate(entries)]
+        alive = _vouched(docs)
+    except (census.Unplain, slurm.SlurmError, ValueError):
+        return None
+    return {"$or": [census.key_filter(e.key) for i, e in enumerate(entries) if i not in alive]}
+
+
+def _vouched(docs: Sequence[Mapping[str, Any]]) -> set[int]:
+    """The ``_id`` s of the census documents (:func:`unvouched`) whose experiments the decisions
+    leave alone: one squeue call for their arrays, ``slurm.cluster_name`` when one names a
+    cluster. Raises ``SlurmError``."""
+    tasks = {d["_id"]: task_of(d) for d in docs if "execution" not in d}
+    named = [t for t in tasks.values() if is_slurm_task(t) and t[0] not in UNNAMED_CLUSTERS]
+    here = slurm.cluster_name() if named else None
+    arrays = {t[1].split("_")[0] for t in tasks.values() if is_slurm_task(t)}
+    arrays |= {a for i, t in tasks.items() if t is None and (a := array_of(docs[i]))}
+    alive: set[str] = set()
+    if arrays:
+        rows = slurm.squeue_jobs(
+            job_ids=sorted(arrays, key=int), all_users=True, expand_arrays=True
+        )
+        alive = squeue_alive(rows)
+    alive_arrays = {j.split("_")[0] for j in alive}
+    out = set()
+    for i, task in tasks.items():
+        first = docs[i].get("slurm", [{}])[0]
+        if is_slurm_task(task):
+            ours = task[0] in UNNAMED_CLUSTERS or task[0] == here  # type: ignore[index]
+            if ours and is_listed(task[1], alive):  # type: ignore[index]
+                out.add(i)
+        elif task is not None:  # the local executor's, or not a Slurm job id: never judged
+            out.add(i)
+        elif first.get("array_id") is not None:  # array_of reads slurm[0]: the census's
+            array = array_of(docs[i])
+            if array is None or array in alive_arrays:
+                out.add(i)
+    return out
 
 
 def mark_lost_local_runs(

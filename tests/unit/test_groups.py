@@ -116,7 +116,7 @@ def test_to_text_draws_rich_s_box_with_safe_cells():
 
 def test_group_rows_merge_the_groups_of_a_state_and_pending_arrays_read_slurm_0():
     from seml_hydra.manage.describe import group_rows
-    from seml_hydra.manage.inspection import pending_arrays
+    from seml_hydra.manage.status_view import pending_arrays
 
     groups = [
         ({"status": "PENDING", "slurm": [{"array_id": 12}]}, [1, 2, 3]),

@@ -1,0 +1,212 @@
+"""The census index (``track.census``) decides as the documents do, on the real MongoDB and the
+Slurm testbed (issue 20): ``status`` 's KILLED detection, its table and ``queue`` 's experiments
+per job come out the same from a collection with the index (read from its keys) as from a copy
+without it (every document read, the path before the census), on a mix of experiments: PENDING
+of live and dead tasks, RUNNING with stale and fresh heartbeats, a requeued experiment whose old
+``execution`` block names a dead job, a cancelled one, another cluster's, SEML 0.5's (an array,
+no task) and a STAGED one. And for a held array the census reads no document at all."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from datetime import datetime, timedelta, timezone
+
+import pymongo
+import pytest
+from conftest import MONGO_URL, TEST_DB, statuses, wait_until
+from conftest import squeue_tasks as squeue
+from pymongo import monitoring
+
+pytestmark = pytest.mark.slurm
+
+
+def sbatch(*args: str) -> int:
+    """A job of the testbed (``sbatch --parsable``); its id."""
+    out = subprocess.run(
+        ["sbatch", "--parsable", "-p", "debug", "-t", "5", *args, "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return int(out.strip().split(";")[0])
+
+
+@pytest.fixture
+def jobs(slurm):
+    """``(live, dead, here)``: a held array of 2 tasks, an array cancelled before it started
+    (sacct records it CANCELLED) and this cluster's name."""
+    from seml_hydra.slurm import client
+
+    live = sbatch("--hold", "--array=0-1")
+    dead = sbatch("--hold", "--array=0-1")
+    subprocess.run(["scancel", str(dead)], check=True)
+    wait_until("the cancelled array is gone from squeue", lambda: squeue(dead) == {})
+    yield live, dead, client.cluster_name()
+    subprocess.run(["scancel", str(live)], check=False)
+
+
+def ours(ids, array, task, here, **extra) -> list[dict]:
+    """Experiments of our launcher's submission: ``slurm[0]`` names the task."""
+    first = {
+        "array_id": array,
+        "task_id": task,
+        "job_id": f"{array}_{task}",
+        "num_tasks": 2,
+        "cluster": here,
+        "output_files_template": f"/nonexistent/{array}_{task}_0_log.out",
+    }
+    return [
+        {
+            "_id": i,
+            "status": "PENDING",
+            "seml": {"output_dir": "/nonexistent", "source_files": [["a.py", "x" * 64]]},
+            "slurm": [copy.deepcopy(first)],
+            **copy.deepcopy(extra),
+        }
+        for i in ids
+    ]
+
+
+def mixed(live: int, dead: int, here: str) -> list[dict]:
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    never = dead + 100_000  # a job Slurm has no record of
+    docs = ours(range(1, 7), live, 0, here) + ours(range(7, 10), live, 1, here)
+    docs += ours(range(10, 13), dead, 0, here)  # their task was cancelled: KILLED
+    docs += ours(range(13, 15), live, 1, here, seml={"description": "described"})
+    # RUNNING in a job Slurm does not know: a fresh heartbeat keeps one, a stale one is lost
+    running = {"array_id": never, "task_id": 0, "cluster": here, "hostname": "node1"}
+    docs += ours([15], never, 0, here, status="RUNNING", execution=running, heartbeat=now)
+    stale = now - timedelta(hours=1)
+    docs += ours([16], never, 0, here, status="RUNNING", execution=running, heartbeat=stale)
+    # requeued: PENDING again in the live task, but the old execution block names a dead job
+    old = {"array_id": dead, "task_id": 1, "cluster": here}
+    docs += ours([17], live, 0, here, execution=old)
+    docs += ours([18], dead, 1, here, execution={"cancel_time": now})  # cancelled: INTERRUPTED
+    docs += ours([19], dead, 0, "othercluster")  # another cluster's: not judged
+    docs += ours([20], live, 0, here, status="COMPLETED")
+    single = ours([21], live, 0, here)  # a single job's record: "<array>" names it
+    single[0]["slurm"][0].update(job_id=str(live), num_tasks=1)
+    docs += single
+    # SEML 0.5.7's own submission: an array, no task; its cluster in execution
+    for i, array in ((22, live), (23, live), (24, never)):
+        docs.append(
+            {
+                "_id": i,
+                "status": "PENDING",
+                "seml": {"output_dir": "/nonexistent"},
+                "slurm": [{"array_id": array, "num_tasks": 2, "sbatch_options": {}}],
+                "execution": {"cluster": here},
+            }
+        )
+    docs.append({"_id": 25, "status": "STAGED", "slurm": [{"sbatch_options": {}}]})
+    return docs
+
+
+def twin(test_db, docs):
+    """``(census, documents)``: two collections holding ``docs``, with the census index and
+    without it (``ensure_job_indexes`` then the census index dropped)."""
+    from seml_hydra.store.collections import CENSUS_INDEX, ensure_job_indexes
+    from seml_hydra.track import census
+
+    out = []
+    for name in ("mix", "mix_plain"):
+        test_db[name].insert_many(copy.deepcopy(docs))
+        ensure_job_indexes(test_db[name])
+        out.append(test_db[name])
+    out[1].drop_index(CENSUS_INDEX)
+    assert census.covered(out[0]) and not census.covered(out[1])
+    return out
+
+
+def stored(coll) -> list[dict]:
+    """The documents of ``coll`` by ``_id``, its name in their fail traces written ``<name>``."""
+    out = []
+    for doc in coll.find().sort("_id"):
+        trace = doc.get("fail_trace")
+        if trace:
+            doc["fail_trace"] = [line.replace(coll.name, "<name>") for line in trace]
+        out.append(doc)
+    return out
+
+
+def test_census_decides_killed_table_and_queue_as_the_documents(jobs, test_db):
+    from seml_hydra.manage.describe import group_rows
+    from seml_hydra.manage.inspection import queue_groups
+    from seml_hydra.manage.status_view import status_table
+    from seml_hydra.track.jobs import task_of
+    from seml_hydra.track.killed import detect_killed
+
+    live, dead, here = jobs
+    indexed, plain = twin(test_db, mixed(live, dead, here))
+    assert detect_killed(indexed) == detect_killed(plain)
+    assert statuses(indexed) == statuses(plain)
+    assert statuses(indexed)[12] == "KILLED" and statuses(indexed)[1] == "PENDING"
+    assert stored(indexed) == stored(plain)
+    for coll in (indexed, plain):  # the census answered for one, the documents for the other
+        table, arrays = status_table(coll, {})
+        rows = [(r.state, r.ids, r.descriptions) for r in group_rows(table)]
+        if coll is indexed:
+            expected = (rows, arrays)
+        else:
+            assert (rows, arrays) == expected
+
+    def per_task(coll):
+        out: dict = {}
+        for doc, ids in queue_groups(coll, [live, dead]):
+            out.setdefault((task_of(doc), doc.get("status")), []).extend(ids)
+        return {k: sorted(v) for k, v in out.items()}
+
+    assert per_task(indexed) == per_task(plain)
+
+
+class Reads(monitoring.CommandListener):
+    """The commands sent for collection ``mix`` and how many documents their replies carried."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.matched: list[dict] = []  # the $match of each aggregate that reads documents
+        self.returned = 0
+
+    def started(self, event) -> None:
+        if event.command.get(event.command_name) == "mix":
+            self.names.append(event.command_name)
+            stages = event.command.get("pipeline") or []
+            if any("$project" in stage for stage in stages):  # track.query.grouped
+                self.matched.append(stages[0].get("$match"))
+
+    def succeeded(self, event) -> None:
+        cursor = event.reply.get("cursor") or {}
+        self.returned += len(cursor.get("firstBatch") or cursor.get("nextBatch") or [])
+
+    def failed(self, event) -> None:
+        pass
+
+
+def test_status_of_a_held_array_reads_index_keys_only(jobs, test_db):
+    """Detection, table and queue of a live held array group no document (``track.query.grouped``
+    runs only for the claimed experiments of ``queue``: none here) and get back a few index
+    entries, not the experiments."""
+    from seml_hydra.manage.inspection import queue_groups
+    from seml_hydra.manage.status_view import status_table
+    from seml_hydra.track.killed import detect_killed
+
+    live, _, here = jobs
+    docs = ours(range(1, 201), live, 0, here) + ours(range(201, 401), live, 1, here)
+    indexed, _ = twin(test_db, docs)
+    reads = Reads()
+    client = pymongo.MongoClient(MONGO_URL, event_listeners=[reads])
+    try:
+        coll = client[TEST_DB]["mix"]
+        result = detect_killed(coll)
+        table, arrays = status_table(coll, {})
+        groups = queue_groups(coll, [live])
+    finally:
+        client.close()
+    assert (result.killed, result.interrupted, result.unsure) == ([], [], [])
+    assert sorted(i for _, ids in table for i in ids) == list(range(1, 401))
+    assert arrays == [str(live)]
+    assert sorted(i for _, ids in groups for i in ids) == list(range(1, 401))
+    claimed = {"$or": [{"execution.array_id": {"$in": [live, str(live)]}}]}
+    assert reads.matched == [claimed], reads.matched
+    assert reads.returned < 50, reads.returned  # index entries, not the 400 experiments
