@@ -13,8 +13,10 @@ import os
 import time
 from typing import Any
 
-#: seconds between two attempts while another process holds the lock
-POLL_S = 0.05
+#: seconds between two attempts while another process holds the lock: the first pause, doubled
+#: after each attempt up to the last (a snapshot is written in ~10 ms: the tasks waiting for it
+#: start soon after, without a busy loop)
+FIRST_POLL_S, POLL_S = 0.002, 0.05
 
 
 class LockTimeout(TimeoutError):
@@ -47,7 +49,8 @@ class FileLock:
 
     def acquire(self, timeout: float | None = None) -> None:
         """Take the lock, waiting at most ``timeout`` seconds (the object's ``timeout`` when
-        None; 0: one attempt; negative: forever), polling every :data:`POLL_S` seconds.
+        None; 0: one attempt; negative: forever), polling after :data:`FIRST_POLL_S` seconds,
+        then twice as long each time up to :data:`POLL_S`.
 
         Raises:
             LockTimeout: another process held it for the whole time.
@@ -57,6 +60,7 @@ class FileLock:
             raise RuntimeError(f"{self.lock_file} is already locked by this object")
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
+        pause = FIRST_POLL_S
         while True:
             fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, self._mode)
             try:
@@ -65,7 +69,8 @@ class FileLock:
                 os.close(fd)
                 if 0 <= wait and time.monotonic() >= deadline:
                     raise LockTimeout(f"{self.lock_file} stayed locked for {wait:.0f} s") from None
-                time.sleep(POLL_S)
+                time.sleep(pause)
+                pause = min(POLL_S, 2 * pause)
                 continue
             except BaseException:
                 os.close(fd)
