@@ -28,6 +28,7 @@ from typing import Any
 
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.processes import process_alive, process_start
+from seml_hydra.store.bytecode import CACHE_DIR, restore_bytecode, store_bytecode
 from seml_hydra.store.locks import FileLock, LockTimeout
 from seml_hydra.store.retry import retrying
 from seml_hydra.store.tunnel import RuntimeDirError, private_dir_problem, runtime_dir
@@ -364,8 +365,10 @@ def materialized(
     that finds no running process in the registry - removes what an earlier, killed job of the
     same key left (a requeued task, or a local job whose process id wrapped) and writes a new
     directory; the other ranks reuse the directory the registry names; the last one to leave
-    removes it. Creating a directory also removes the leftovers of this host's other killed
-    jobs (:func:`remove_stale_snapshots`).
+    removes it, keeping the bytecode Python wrote for its modules in the node's cache, which
+    gives the modules of a later directory with the same sources their compiled code
+    (``seml_hydra.store.bytecode``). Creating a directory also removes the leftovers of this
+    host's other killed jobs (:func:`remove_stale_snapshots`).
 
     Before anything is imported, the base and the snapshot directory are checked with
     ``lstat`` (this user's, not open to others, not symlinks); then the directory and its
@@ -405,6 +408,7 @@ def materialized(
                         lambda: write_sources(db, source_files, directory),
                         "writing the code snapshot",
                     )
+                    restore_bytecode(directory, base / CACHE_DIR)
                 except BaseException:
                     shutil.rmtree(directory, ignore_errors=True)
                     raise
@@ -457,6 +461,7 @@ def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any])
             if users:
                 _write_registry(registry, directory.name, users)
             else:
+                store_bytecode(directory, directory.parent / CACHE_DIR)
                 shutil.rmtree(directory, ignore_errors=True)
                 registry.unlink(missing_ok=True)
     except (LockTimeout, OSError) as error:

@@ -7,7 +7,7 @@ the Sacred run starts without reading the document back (``seml_hydra.job.observ
 from __future__ import annotations
 
 import pymongo
-from conftest import MONGO_URL, run_app
+from conftest import MONGO_URL, import_fresh, module_project, run_app
 from pymongo import monitoring
 
 from seml_hydra.job.claim import fence
@@ -77,3 +77,29 @@ def test_the_sacred_run_starts_without_reading_the_document_and_keeps_it_whole(t
     assert final["start_time"] and final["stop_time"] and final["heartbeat"]
     assert final["host"]["hostname"] and final["experiment"]["name"] == "startup"
     assert final["format"] == "MongoObserver-0.7.0" and final["captured_out"] == ""
+
+
+def test_a_later_snapshot_directory_imports_the_modules_compiled_before(
+    test_db, tmp_path, monkeypatch
+):
+    """The first directory of a snapshot compiles its modules (Python writes their bytecode);
+    when its last user leaves, that bytecode is kept in the node's cache
+    (``seml_hydra.store.bytecode``), and the next directory of the same sources - the next wave
+    of tasks on this node - imports them without compiling."""
+    from seml_hydra.store import snapshot as snapshots
+    from seml_hydra.store import sources
+
+    runtime = tmp_path / "runtime"
+    monkeypatch.setenv("SEML_HYDRA_RUNTIME_DIR", str(runtime))
+    root = module_project(tmp_path / "proj")
+    modules = [str(root / "pkg" / "__init__.py"), str(root / "pkg" / "mod.py")]
+    files, _ = sources.select_sources(modules, [], root)
+    snapshot = sources.upload_sources(test_db, "col", 1, files)
+    with snapshots.materialized(test_db, snapshot, "semltest_1") as first:
+        value, compiled = import_fresh(first, "pkg.mod")
+        assert value.startswith("41 ") and str(first / "pkg" / "mod.py") in compiled
+    assert not first.exists() and len(list((runtime / "bytecode").glob("*.pyc"))) >= 2
+    with snapshots.materialized(test_db, snapshot, "semltest_2") as second:
+        assert second != first
+        value, compiled = import_fresh(second, "pkg.mod")
+        assert value == f"41 {second / 'pkg' / 'mod.py'}" and compiled == []
