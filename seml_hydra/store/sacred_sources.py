@@ -26,9 +26,10 @@ def sacred_source_copies(db: Any, source_files: Sequence[Sequence[Any]]) -> list
 
     Two queries when every copy exists (the snapshot files' ``metadata.content_hash``, the
     MD5 ``seml_hydra.store.sources`` records at staging; then the copies of those paths and
-    hashes, one per path and hash however many there are), plus two to read the files without a copy (``store.snapshot.gridfs_contents``) and
-    one insert per new copy: a job of a 70-file snapshot no longer makes ~200 round trips
-    (``fs.get`` and ``find_one`` per file) before its task starts.
+    hashes, one per path and hash however many there are), plus two to read the files without
+    a copy (``store.snapshot.gridfs_contents``) and one insert per new copy: a job of a
+    70-file snapshot no longer makes ~200 round trips (``fs.get`` and ``find_one`` per file)
+    before its task starts.
     """
     files = db["fs.files"]
     ids = list(dict.fromkeys(file_id for _, file_id in source_files))
