@@ -13,6 +13,11 @@ once with ``hydra/launcher=submitit_slurm``, the order swapped every round. Per 
   "Job completed successfully" comes after the result pickle and, for ours, Sacred's final
   save): the task's start to its exit, at file-time resolution;
 - ``sacct_s``: per task, sacct's ``ElapsedRaw`` (whole seconds; Slurm's own view of the task);
+- ``cpu_s``: per task, the task process' user + system CPU time at the task function's first
+  line (``getrusage`` in the app: ``BENCH_CPU_LOG``); on the 2-CPU testbed the 8 tasks start
+  at once, so this, not the wall time of one task, is what the tasks' start costs;
+- ``sacct_cpu_s``: per task, sacct's ``TotalCPU`` of the array task (every step and process of
+  it, start to exit: srun, the batch shell, Python; not Slurm's daemons);
 - ``detect_s``: the command's exit minus the last task's last output: how long the launcher
   takes to notice the end and return;
 - ``until_start_s``: the command's start to the first task's start (composition, staging,
@@ -67,21 +72,43 @@ def _last_output(run_dir: Path, job: str) -> float:
     return max(p.stat().st_mtime for p in files)
 
 
-def _sacct_elapsed(jobs: list[str]) -> list[float]:
-    """sacct's ``ElapsedRaw`` (s) of the array tasks ``jobs``, polled until each has ended."""
+def _cpu_seconds(text: str) -> float:
+    """sacct's ``TotalCPU`` (``[[D-]HH:]MM:SS[.mmm]``) in seconds."""
+    days, _, clock = text.rpartition("-")
+    seconds = 0.0
+    for part in clock.split(":"):
+        seconds = seconds * 60 + float(part)
+    return seconds + 86400 * int(days or 0)
+
+
+def _cpus(path: Path) -> list[float]:
+    """The CPU seconds at entry of each task from the CPU log (none when it is missing)."""
+    if not path.exists():
+        return []
+    return [float(line.split()[1]) for line in path.read_text().split("\n") if line.strip()]
+
+
+def _sacct_elapsed(jobs: list[str]) -> tuple[list[float], list[float]]:
+    """sacct's ``ElapsedRaw`` and ``TotalCPU`` (s) of the array tasks ``jobs``, polled until
+    each has ended."""
     arrays = sorted({j.split("_")[0] for j in jobs})
     deadline = time.monotonic() + 30
     while True:
         out = subprocess.run(
-            ["sacct", "-n", "-P", "-X", "-j", ",".join(arrays), "-o", "JobID,State,ElapsedRaw"],
+            [
+                # no -X: the allocation's line then sums its steps' TotalCPU (with -X it is 0)
+                *("sacct", "-n", "-P", "-j", ",".join(arrays)),
+                *("-o", "JobID,State,ElapsedRaw,TotalCPU"),
+            ],
             capture_output=True,
             text=True,
             check=True,
         ).stdout
         rows = [line.split("|") for line in out.split("\n") if line.strip()]
-        done = {r[0]: float(r[2]) for r in rows if r[0] in jobs and r[1] == "COMPLETED"}
+        done = {r[0]: r for r in rows if r[0] in jobs and r[1] == "COMPLETED"}
         if len(done) == len(jobs) or time.monotonic() > deadline:
-            return [done[j] for j in jobs if j in done]
+            ended = [done[j] for j in jobs if j in done]
+            return [float(r[2]) for r in ended], [_cpu_seconds(r[3]) for r in ended]
         time.sleep(0.5)
 
 
@@ -90,18 +117,20 @@ def run_once(name: str, envs: dict, work: Path, label: str, points: int) -> dict
     run_dir.mkdir()
     log = run_dir / "entries.txt"
     env_name = "ours" if name == "seml-hydra" else "hsl"
-    env = {**envs[env_name], "BENCH_ENTRY_LOG": str(log)}
+    cpu_log = run_dir / "cpu.txt"
+    env = {**envs[env_name], "BENCH_ENTRY_LOG": str(log), "BENCH_CPU_LOG": str(cpu_log)}
     started = time.time()
     result = measure(_command(name, envs, points), env=env, cwd=run_dir, label=name)
     ended = time.time()
     t0 = _t0s(log)
     last = {job: _last_output(run_dir, job) for job in t0}
     result["entry_s"] = read_entries(log)
+    result["cpu_s"] = _cpus(cpu_log)
     result["life_s"] = [last[j] - t0[j] for j in t0]
     result["detect_s"] = ended - max(last.values())
     result["until_start_s"] = min(t0.values()) - started
     result["span_s"] = max(last.values()) - min(t0.values())
-    result["sacct_s"] = _sacct_elapsed(sorted(t0))
+    result["sacct_s"], result["sacct_cpu_s"] = _sacct_elapsed(sorted(t0))
     return result
 
 
@@ -118,7 +147,8 @@ def bench(args, envs, work: Path) -> dict:
             runs[name].append(r)
             say(
                 f"  (life) {name:23s} round {rnd}: total {r['wall_s']:.2f} s, entry "
-                f"{statistics.median(r['entry_s']):.3f} s, life "
+                f"{statistics.median(r['entry_s']):.3f} s, CPU at entry "
+                f"{statistics.median(r['cpu_s']) if r['cpu_s'] else float('nan'):.3f} s, life "
                 f"{statistics.median(r['life_s']):.3f} s, sacct "
                 f"{statistics.median(r['sacct_s']) if r['sacct_s'] else float('nan'):.0f} s, "
                 f"end seen after {r['detect_s']:.2f} s, first task after "
@@ -148,6 +178,8 @@ def rows(results: dict, args) -> list[tuple]:
     for key, label, target in (
         ("entry_s", "(life) task start -> task entry, s", 1.0),
         ("wall_s", f"(life) {n} no-op exps, command -> results, s", 1.0),
+        ("cpu_s", "(life) task process CPU until task entry, s", None),
+        ("sacct_cpu_s", "(life) task CPU start -> exit (sacct TotalCPU), s", None),
         ("life_s", "(life) task start -> task exit (last output), s", None),
         ("sacct_s", "(life) task elapsed in sacct, s", None),
         ("detect_s", "(life) last task exit -> command exit, s", None),

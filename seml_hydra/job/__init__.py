@@ -4,6 +4,6 @@ this rank (``rank``: ranks, seed, log level), runs the Hydra task from the batch
 (``seml_hydra.store.payload``) under a Sacred run (``observed``, ``sacred_compat``; what each of
 its saves sends: ``heartbeat``), records
 failing ranks (``failures``), requeues on timeout (``requeue``), logs metrics (``metrics``) and stores each run's resource
-use (``stats``). ``worker`` runs experiments in this process instead (``seml start --debug``,
+use (``stats``); Python's garbage collector is paused while the job starts (``collector``). ``worker`` runs experiments in this process instead (``seml start --debug``,
 ``--local``), claiming STAGED ones.
 Imports ``core`` and ``store``; nothing here imports ``launch``, ``manage`` or ``cli``."""

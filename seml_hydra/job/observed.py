@@ -234,14 +234,14 @@ def run_observed(
                         "the next heartbeat sends them" if resend else "these values are lost",
                     )
 
-    def make_observer() -> DocumentObserver:  # reads the document (Sacred's overwrite)
+    def make_observer() -> DocumentObserver:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            return DocumentObserver(
-                client=db.client, db_name=db.name, collection=collection_name, overwrite=doc["_id"]
-            )
+            return DocumentObserver(client=db.client, db_name=db.name, collection=collection_name)
 
     observer = retrying(make_observer, f"starting the Sacred run of experiment {doc['_id']}")
+    # Sacred's overwrite of this document, without the read of it Sacred's ``overwrite=<id>``
+    # makes (its entry would start from the whole document: see the docstring above)
     observer.overwrite = {"_id": doc["_id"]}
     observer.frozen = False
     # the collection's own metrics collection: Sacred's default, the one shared ``metrics``

@@ -26,6 +26,7 @@ from seml_hydra.core.documents import apply_diff, storable_result, task_config
 from seml_hydra.core.hydra_node import job_config
 from seml_hydra.job import rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
+from seml_hydra.job.collector import StartUpCollector
 from seml_hydra.job.devices import local_gpu_environment
 from seml_hydra.job.failures import (
     await_other_ranks,
@@ -122,7 +123,19 @@ class JobRunner:
 
         Returns one outcome per experiment (``"COMPLETED"``, ``"FAILED"`` or ``"SKIPPED: why"``).
         Raises :class:`RankExperimentsFailed` after the last one when any failed on this rank.
+
+        Python's cyclic garbage collector is off from here until the first task starts, when
+        the start-up's objects are frozen (``seml_hydra.job.collector``).
         """
+        collector = self._collector = StartUpCollector()
+        collector.pause()
+        try:
+            return self._run_all(exp_ids)
+        finally:
+            collector.resume()  # a start-up that failed before any task
+
+    def _run_all(self, exp_ids: list[int]) -> list[str]:
+        """:meth:`__call__` once the collector is paused."""
         os.environ.update(local_gpu_environment(os.environ))  # seml_local: this rank's GPUs
         db = connect(resolve_db_settings(self.db_cfg, start_embedded=False), retry=True)
         collection = db[self.collection]
@@ -143,8 +156,8 @@ class JobRunner:
         return outcomes
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickle the settings only, not the runtime handles (``_collection``, ``_current``):
-        submitit pickles this object again to requeue it."""
+        """Pickle the settings only, not the runtime handles (``_collection``, ``_current``,
+        ``_collector``): submitit pickles this object again to requeue it."""
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
     def checkpoint(self, exp_ids: list[int]) -> Any:
@@ -285,6 +298,9 @@ class JobRunner:
         restart = int((doc.get("execution") or {}).get("restart") or 0)
 
         def task() -> Any:
+            collector = getattr(self, "_collector", None)
+            if collector is not None:  # the job's first task: the start-up is over
+                collector.resume()
             requeue._enter_task()
             ret = _run_hydra_job(payload, cfg)
             holder["ret"] = ret

@@ -2,6 +2,7 @@
 the packages above it call it. Its modules, lowest first (each imports only those before it):
 
 - ``errors``      DatabaseError, InvalidCollectionName (the store's user errors).
+- ``locks``       an exclusive lock on a file between a node's processes (``fcntl.flock``).
 - ``masking``     a URI's password: finding, masking, scrubbing secrets from messages (pure).
 - ``gitinfo``     the ``git`` block of a document (``git`` commands).
 - ``retry``       riding out MongoDB outages (``retrying``, ``is_connection_error``).
@@ -18,6 +19,7 @@ the packages above it call it. Its modules, lowest first (each imports only thos
   tunnel if needed.
 - ``job_db``      what the jobs resolve the database from (never a secret in a pickle).
 - ``sources``     code snapshots, login side: selecting, uploading, leases, deleting unused.
+- ``bytecode``    the node's cache of snapshot modules' compiled code, by content.
 - ``snapshot``    code snapshots, node side: writing one out, running a job inside it.
 - ``sacred_sources`` Sacred's ``experiment.sources`` of a run: GridFS copies of the snapshot's
   files, found or stored in a few queries.

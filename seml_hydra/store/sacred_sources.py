@@ -24,11 +24,12 @@ def sacred_source_copies(db: Any, source_files: Sequence[Sequence[Any]]) -> list
     experiments of its batch still run from, and restore, the snapshot. A snapshot file gone
     from GridFS is left out. Raises pymongo errors.
 
-    Three queries when every copy exists (the snapshot files' ``metadata.content_hash``, the
+    Two queries when every copy exists (the snapshot files' ``metadata.content_hash``, the
     MD5 ``seml_hydra.store.sources`` records at staging; then the copies of those paths and
-    hashes), plus two to read the files without a copy (``store.snapshot.gridfs_contents``) and
-    one insert per new copy: a job of a 70-file snapshot no longer makes ~200 round trips
-    (``fs.get`` and ``find_one`` per file) before its task starts.
+    hashes, one per path and hash however many there are), plus two to read the files without
+    a copy (``store.snapshot.gridfs_contents``) and one insert per new copy: a job of a
+    70-file snapshot no longer makes ~200 round trips (``fs.get`` and ``find_one`` per file)
+    before its task starts.
     """
     files = db["fs.files"]
     ids = list(dict.fromkeys(file_id for _, file_id in source_files))
@@ -58,20 +59,26 @@ def sacred_source_copies(db: Any, source_files: Sequence[Sequence[Any]]) -> list
 
 def _existing_copies(files: Any, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Any]:
     """``{(path, md5): GridFS id}`` of the stored copies (:data:`SACRED_SOURCE_KIND`) among
-    ``keys``, the first one found of each: one query."""
+    ``keys``, the oldest (smallest id) of each: one aggregate answering one document per
+    ``(path, md5)``, however many copies the runs of a wave starting at the same time stored
+    (a ``find`` returned them all, in batches of 101: a round trip per batch)."""
     if not keys:
         return {}
-    query = {
+    match = {
         "metadata.kind": SACRED_SOURCE_KIND,
         "filename": {"$in": sorted({path for path, _ in keys})},
         "metadata.content_hash": {"$in": sorted({digest for _, digest in keys})},
     }
+    group = {"_id": {"f": "$filename", "h": "$metadata.content_hash"}, "id": {"$min": "$_id"}}
     wanted = set(keys)
     out: dict[tuple[str, str], Any] = {}
-    for f in files.find(query, {"filename": 1, "metadata.content_hash": 1}):
-        key = (f["filename"], f["metadata"]["content_hash"])
+    # the answer's first batch holds every group (a group is ~100 bytes of the 16 MB a batch
+    # may hold)
+    batch = max(101, 4 * len(keys))
+    for g in files.aggregate([{"$match": match}, {"$group": group}], batchSize=batch):
+        key = (g["_id"]["f"], g["_id"]["h"])
         if key in wanted:
-            out.setdefault(key, f["_id"])
+            out[key] = g["id"]
     return out
 
 

@@ -47,7 +47,8 @@ def test_a_snapshot_of_many_files_finds_its_existing_copies_in_two_queries(test_
         first = sacred_source_copies(db, source_files)  # stores the copies (GridFS puts)
         commands.names.clear()
         again = sacred_source_copies(db, source_files)
-        assert commands.names == ["find", "find"]  # every copy exists: nothing read or stored
+        # every copy exists: nothing read or stored
+        assert commands.names == ["find", "aggregate"]
     finally:
         client.close()
     assert again == first
@@ -66,3 +67,25 @@ def test_a_snapshot_file_without_a_recorded_hash_or_gone_from_gridfs(test_db, tm
     # the one without a hash is read and matched to its existing copy; the gone one is left out
     assert sacred_source_copies(test_db, source_files) == copies[:2]
     assert test_db["fs.files"].count_documents({"metadata.kind": SACRED_SOURCE_KIND}) == 3
+
+
+def test_many_copies_of_each_file_are_found_in_one_answer_the_oldest_each(test_db, tmp_path):
+    """Runs of a wave that start at the same time may each store the copies (here four of
+    each of 60 files, 240 in all): the lookup still takes two queries (no getMore for the
+    copies beyond the first 101) and every run names the oldest copy of each file."""
+    source_files = snapshot(test_db, tmp_path, 60)
+    first = sacred_source_copies(test_db, source_files)
+    fs = gridfs.GridFS(test_db)
+    for rel, copy_id in first:
+        copy = test_db["fs.files"].find_one({"_id": copy_id})
+        for _ in range(3):
+            fs.put(fs.get(copy_id).read(), filename=rel, metadata=copy["metadata"])
+    assert test_db["fs.files"].count_documents({"metadata.kind": SACRED_SOURCE_KIND}) == 240
+    commands = Commands()
+    client = pymongo.MongoClient(MONGO_URL, event_listeners=[commands])
+    try:
+        again = sacred_source_copies(client[test_db.name], source_files)
+        assert commands.names == ["find", "aggregate"]
+    finally:
+        client.close()
+    assert again == first  # the oldest: the ones stored first

@@ -61,3 +61,53 @@ def test_experiment_takes_its_callers_globals_and_discovers_nothing():
         """
     )
     assert out.split() == ["bench", "None", "0", "0", "True", "True"]
+
+
+def test_sacred_import_defers_what_a_run_does_not_use_and_starts_no_process():
+    out = run_fresh(
+        """
+        import mimetypes, sys
+        spawned = []
+        sys.addaudithook(lambda event, args: spawned.append(args[0]) if event == "subprocess.Popen" else None)
+        from seml_hydra.job.sacred_compat import LAZY_MODULES, import_sacred
+        import_sacred()
+        print(sorted(name for name in LAZY_MODULES if name in sys.modules) or "none-imported")
+        print("mime-files-read" if mimetypes.inited else "mime-files-unread")
+        print(spawned or "no-process")
+        """
+    )
+    assert out.split() == ["none-imported", "mime-files-unread", "no-process"]
+
+
+def test_what_sacred_defers_is_a_stand_in_that_works_when_used():
+    out = run_fresh(
+        """
+        import sys
+        from seml_hydra.job.sacred_compat import import_sacred
+        import_sacred()
+        import sacred.commands, sacred.host_info, sacred.optional
+        from sacred.observers import mongo
+        print(type(sacred.host_info.cpuinfo).__name__, type(mongo.mimetype_detector).__name__)
+        print(sacred.host_info.ElementTree.fromstring("<gpus><gpu/></gpus>")[0].tag)
+        print(callable(sacred.host_info.cpuinfo.get_cpu_info), callable(sacred.commands.pydoc.pager))
+        print(type(sys.modules["pydoc"]).__name__, type(sys.modules["cpuinfo"]).__name__)
+        print(mongo.mimetype_detector.guess_type("table.csv")[0])
+        print(sacred.optional.libc.fflush(None))
+        import ctypes.util, mimetypes
+        print(mimetypes.MimeTypes.__module__, ctypes.util.find_library.__module__)
+        """
+    )
+    assert out.split() == [
+        *(
+            "LazyModule",
+            "LazyMimeTypes",
+            "gpu",
+            "True",
+            "True",
+            "module",
+            "module",
+            "text/csv",
+            "0",
+        ),
+        *("mimetypes", "ctypes.util"),
+    ]
