@@ -2,7 +2,6 @@
 the packages above it call it. Its modules, lowest first (each imports only those before it):
 
 - ``errors``      DatabaseError, InvalidCollectionName (the store's user errors).
-- ``locks``       an exclusive lock on a file between a node's processes (``fcntl.flock``).
 - ``masking``     a URI's password: finding, masking, scrubbing secrets from messages (pure).
 - ``gitinfo``     the ``git`` block of a document (``git`` commands).
 - ``retry``       riding out MongoDB outages (``retrying``, ``is_connection_error``).

@@ -29,7 +29,6 @@ from typing import Any
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.processes import process_alive, process_start
 from seml_hydra.store.bytecode import CACHE_DIR, restore_bytecode, store_bytecode
-from seml_hydra.store.locks import FileLock, LockTimeout
 from seml_hydra.store.retry import retrying
 from seml_hydra.store.tunnel import RuntimeDirError, private_dir_problem, runtime_dir
 
@@ -291,6 +290,8 @@ def remove_stale_snapshots(base: Path, host: str, *, skip: str = "") -> list[str
     directories the registry does not name (a rank killed while writing one). ``skip`` is left
     alone (the caller's own). Names of other hosts are never touched (their processes cannot
     be checked from here). Returns the names cleaned."""
+    from filelock import FileLock, Timeout
+
     suffix = f"-{_safe_name(host)}"
     stems = set()
     for path in base.glob(f"{SNAPSHOT_PREFIX}*"):
@@ -307,7 +308,7 @@ def remove_stale_snapshots(base: Path, host: str, *, skip: str = "") -> list[str
         lock = FileLock(str(lock_path))
         try:
             lock.acquire(timeout=0)
-        except (LockTimeout, OSError):  # a rank of that job is at work on it now
+        except (Timeout, OSError):  # a rank of that job is at work on it now
             continue
         try:
             state = _read_registry(base / f"{stem}.json", stem)
@@ -382,6 +383,8 @@ def materialized(
     Raises :class:`SourceSnapshotError` when the node has no private place for it, the lock is
     not free within :data:`LOCK_TIMEOUT_S`, or the directory cannot be created or filled.
     """
+    from filelock import FileLock, Timeout
+
     base = snapshot_base()
     host = socket.gethostname()
     stem = f"{SNAPSHOT_PREFIX}{_safe_name(job_key)}-{_safe_name(host)}"
@@ -414,7 +417,7 @@ def materialized(
                     raise
                 users = [me]
             _write_registry(registry, directory.name, users)
-    except LockTimeout:
+    except Timeout:
         raise SourceSnapshotError(
             f"the code snapshot lock {lock.lock_file} on node {os.uname().nodename} stayed "
             f"held for {LOCK_TIMEOUT_S:.0f} s: another rank of this job is stuck writing the "
@@ -449,6 +452,8 @@ def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any])
     """Take this rank out of the registry; the last rank removes the directory. A lock that
     stays held only leaves the directory behind (removed by a later job,
     :func:`remove_stale_snapshots`)."""
+    from filelock import Timeout
+
     try:
         with lock:
             state = _read_registry(registry, stem)
@@ -464,7 +469,7 @@ def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any])
                 store_bytecode(directory, directory.parent / CACHE_DIR)
                 shutil.rmtree(directory, ignore_errors=True)
                 registry.unlink(missing_ok=True)
-    except (LockTimeout, OSError) as error:
+    except (Timeout, OSError) as error:
         log.warning(
             "Could not remove the code snapshot %s (%s); a later job removes it.",
             directory,
