@@ -19,7 +19,7 @@ import enum
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from datetime import date, datetime, time
 from pathlib import PurePath
 from typing import Any, TypedDict
@@ -254,24 +254,100 @@ def dict_diff(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[dict[st
 
     Lists are leaves. A key of ``base`` missing from ``other`` gives ``{"path": ..., "delete":
     True}``. ``apply_diff(base, dict_diff(base, other)) == other`` for JSON-like dicts. Paths are
-    lists (not dotted strings) so keys with dots survive MongoDB.
+    lists (not dotted strings) so keys with dots survive MongoDB. Sub-dicts ``other`` shares
+    with ``base`` (the same object: compose's fast path) are skipped unread.
     """
     out: list[dict[str, Any]] = []
-
-    def walk(a: Mapping[str, Any], b: Mapping[str, Any], path: list[str]) -> None:
-        for key, value in b.items():
-            if key in a and a[key] is value:  # shared by the points (compose's fast path)
-                continue
-            if key in a and isinstance(a[key], Mapping) and isinstance(value, Mapping):
-                walk(a[key], value, [*path, key])
-            elif key not in a or not same(a[key], value):
-                out.append({"path": [*path, key], "value": value})
-        for key in a:
-            if key not in b:
-                out.append({"path": [*path, key], "delete": True})
-
-    walk(base, other, [])
+    _diff_walk(base, other, [], out)
     return out
+
+
+def _diff_walk(
+    a: Mapping[str, Any], b: Mapping[str, Any], path: list[Any], out: list[dict[str, Any]]
+) -> None:
+    """:func:`dict_diff` below ``path``, appended to ``out`` (a module function, not a closure
+    that calls itself: such a closure is a reference cycle, left for the garbage collector
+    with its ``out`` list on every call)."""
+    for key, value in b.items():
+        if key in a and a[key] is value:  # shared by the points (compose's fast path)
+            continue
+        if key in a and isinstance(a[key], Mapping) and isinstance(value, Mapping):
+            _diff_walk(a[key], value, [*path, key], out)
+        elif key not in a or not same(a[key], value):
+            out.append({"path": [*path, key], "value": value})
+    for key in a:
+        if key not in b:
+            out.append({"path": [*path, key], "delete": True})
+
+
+#: a :func:`patch_tree`: ``((key, subtree or None), ...)`` in the order of the dict's keys
+PatchTree = tuple[tuple[Any, Any], ...]
+
+
+def patch_tree(base: Mapping[str, Any], paths: Iterable[Sequence[Any]]) -> PatchTree | None:
+    """The keys of ``base`` on the way to ``paths``, as nested ``(key, subtree)`` pairs in the
+    order of ``base``'s own keys (pure): ``subtree`` is ``None`` where a path ends, or where
+    ``base`` holds no dict there (a list is a leaf for :func:`dict_diff`). ``None`` when a path
+    names a key ``base`` does not have. What :func:`diff_along` walks."""
+    children: dict[Any, list[Sequence[Any]] | None] = {}
+    for path in paths:
+        if not path:
+            continue
+        key, rest = path[0], path[1:]
+        if key not in base:
+            return None
+        if children.get(key, []) is None:
+            continue  # a shorter path ends here: the whole value is compared
+        if not rest or not isinstance(base[key], Mapping):
+            children[key] = None
+        else:
+            children.setdefault(key, []).append(rest)  # type: ignore[union-attr]
+    out = []
+    for key in base:  # base's own order: dict_diff's order
+        if key not in children:
+            continue
+        rest = children[key]
+        if rest is None:
+            out.append((key, None))
+            continue
+        sub = patch_tree(base[key], rest)
+        if sub is None:
+            return None
+        out.append((key, sub))
+    return tuple(out)
+
+
+def diff_along(
+    base: Mapping[str, Any], other: Mapping[str, Any], tree: PatchTree
+) -> list[dict[str, Any]]:
+    """:func:`dict_diff` of two dicts that differ only along the paths of ``tree``
+    (:func:`patch_tree` of the dict both were copied from, copying only the dicts on those
+    paths and setting keys it has: ``compose_fast``'s points), reading only those paths: the
+    same entries in the same order, without visiting the keys they share. Pure; raises
+    ``KeyError`` when a key of ``tree`` is missing from either (not such a pair)."""
+    out: list[dict[str, Any]] = []
+    _diff_along(base, other, tree, [], out)
+    return out
+
+
+def _diff_along(
+    a: Mapping[str, Any],
+    b: Mapping[str, Any],
+    tree: PatchTree,
+    path: list[Any],
+    out: list[dict[str, Any]],
+) -> None:
+    for key, sub in tree:
+        old, new = a[key], b[key]
+        if old is new:
+            continue
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            if sub is None:
+                _diff_walk(old, new, [*path, key], out)
+            else:
+                _diff_along(old, new, sub, [*path, key], out)
+        elif not same(old, new):
+            out.append({"path": [*path, key], "value": new})
 
 
 def same(a: Any, b: Any) -> bool:

@@ -44,6 +44,23 @@ _KEY = re.compile(r"^(\.*)([A-Za-z0-9_\-/]+(?:\.[A-Za-z0-9_\-/]+)*)?$")
 _CONSTANT_RESOLVERS = ("now", "oc.env")
 
 
+@dataclass(frozen=True, eq=False)
+class PatchOrigin:
+    """Where a fast point's ``hydra`` node comes from: ``base`` (its combination's resolved
+    ``hydra`` node) copied along ``paths`` only (keys below ``hydra``), with new values set
+    there; everything else is ``base``'s own objects. Two nodes of one ``base`` differ only
+    along the union of their paths (``core.documents.diff_along``). Compared by identity:
+    the points of one plan share one."""
+
+    base: dict[str, Any]
+    paths: frozenset[tuple[Any, ...]]
+
+    def with_paths(self, paths: Sequence[tuple[Any, ...]]) -> PatchOrigin:
+        """This origin with ``paths`` copied too (a node changed after composition, e.g. a
+        masked password)."""
+        return PatchOrigin(self.base, self.paths.union(paths))
+
+
 @dataclass
 class Split:
     """A point's overrides, sorted for the fast path (``None`` group key: full composition)."""
@@ -76,6 +93,8 @@ class Combination:
         _find_interpolations(cfg, (), self.interps)
         self.plans: dict[tuple[tuple[str, ...], ...], _Plan] = {}
         self.located: dict[tuple[str, ...], tuple[Any, str, Any]] = {}
+        #: hydra paths a point patched -> their PatchOrigin (shared by the points of a plan)
+        self.origins: dict[tuple[tuple[Any, ...], ...], PatchOrigin] = {}
         # the base container: resolved with this job number and its output dir
         HydraConfig.instance().cfg = view
         self._write_inputs(job_num, None, None)
@@ -111,9 +130,11 @@ class Combination:
             plan = self.plans[value_paths] = _Plan.make(self, value_paths)
         return plan
 
-    def point(self, job_num: int, split: Split) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The point's ``(app config, hydra node)``; raises for anything not provably equal
-        to Hydra's composition (the caller then composes it in full)."""
+    def point(
+        self, job_num: int, split: Split
+    ) -> tuple[dict[str, Any], dict[str, Any], PatchOrigin]:
+        """The point's ``(app config, hydra node, its PatchOrigin)``; raises for anything not
+        provably equal to Hydra's composition (the caller then composes it in full)."""
         from hydra._internal.config_loader_impl import get_overrides_dirname
         from hydra.core.hydra_config import HydraConfig
 
@@ -172,7 +193,12 @@ class Combination:
                 parent.__dict__["_content"][key] = node
         container = _patched(self.base, patches)
         hydra_node = container.pop("hydra")
-        return container, hydra_node
+        hydra_paths = tuple(path[1:] for path in patches if path[0] == "hydra")
+        origin = self.origins.get(hydra_paths)
+        if origin is None:
+            origin = PatchOrigin(self.base["hydra"], frozenset(hydra_paths))
+            self.origins[hydra_paths] = origin
+        return container, hydra_node, origin
 
     def _evaluate(self, path: tuple[Any, ...], patches: dict[tuple[Any, ...], Any]) -> Any:
         """An interpolation's value for this point: computed here when it is a plain string
