@@ -262,6 +262,17 @@ def dict_diff(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[dict[st
     return out
 
 
+#: exact types that are not mappings (tested before the slower ``Mapping`` ABC check)
+_NOT_MAPPINGS = frozenset({str, int, float, bool, list, tuple, type(None)})
+
+
+def _is_mapping(value: Any) -> bool:
+    kind = type(value)
+    if kind is dict:
+        return True
+    return kind not in _NOT_MAPPINGS and isinstance(value, Mapping)
+
+
 def _diff_walk(
     a: Mapping[str, Any], b: Mapping[str, Any], path: list[Any], out: list[dict[str, Any]]
 ) -> None:
@@ -271,7 +282,7 @@ def _diff_walk(
     for key, value in b.items():
         if key in a and a[key] is value:  # shared by the points (compose's fast path)
             continue
-        if key in a and isinstance(a[key], Mapping) and isinstance(value, Mapping):
+        if key in a and _is_mapping(a[key]) and _is_mapping(value):
             _diff_walk(a[key], value, [*path, key], out)
         elif key not in a or not same(a[key], value):
             out.append({"path": [*path, key], "value": value})
@@ -341,7 +352,7 @@ def _diff_along(
         old, new = a[key], b[key]
         if old is new:
             continue
-        if isinstance(old, Mapping) and isinstance(new, Mapping):
+        if _is_mapping(old) and _is_mapping(new):
             if sub is None:
                 _diff_walk(old, new, [*path, key], out)
             else:
@@ -354,8 +365,11 @@ def same(a: Any, b: Any) -> bool:
     """Equal with equal types all the way down (``1``, ``1.0`` and ``True`` differ): how
     :func:`dict_diff` tells a changed leaf, and how the launcher's fast composition is checked
     against Hydra's own (``seml_hydra.launch.compose``)."""
-    if type(a) is not type(b):
+    kind = type(a)
+    if kind is not type(b):
         return False
+    if kind is str or kind is int or kind is float or kind is bool or a is None:
+        return bool(a == b)  # the leaves, tested by exact type first (the ABC check is slow)
     if isinstance(a, Mapping):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
