@@ -291,15 +291,16 @@ def _diff_walk(
             out.append({"path": [*path, key], "delete": True})
 
 
-#: a :func:`patch_tree`: ``((key, subtree or None), ...)`` in the order of the dict's keys
-PatchTree = tuple[tuple[Any, Any], ...]
+#: a :func:`patch_tree`: the key paths of its leaves, in :func:`dict_diff`'s order
+PatchTree = tuple[tuple[Any, ...], ...]
 
 
 def patch_tree(base: Mapping[str, Any], paths: Iterable[Sequence[Any]]) -> PatchTree | None:
-    """The keys of ``base`` on the way to ``paths``, as nested ``(key, subtree)`` pairs in the
-    order of ``base``'s own keys (pure): ``subtree`` is ``None`` where a path ends, or where
-    ``base`` holds no dict there (a list is a leaf for :func:`dict_diff`). ``None`` when a path
-    names a key ``base`` does not have. What :func:`diff_along` walks."""
+    """The leaves of ``base`` on the way to ``paths``, as key paths in the order
+    :func:`dict_diff` visits them (depth first, in ``base``'s own key order), for
+    :func:`diff_along` (pure). A path ends at the first level where ``base`` holds no dict (a
+    list is a leaf for :func:`dict_diff`), and a path below another one is covered by it.
+    ``None`` when a path names a key ``base`` does not have."""
     children: dict[Any, list[Sequence[Any]] | None] = {}
     for path in paths:
         if not path:
@@ -313,18 +314,18 @@ def patch_tree(base: Mapping[str, Any], paths: Iterable[Sequence[Any]]) -> Patch
             children[key] = None
         else:
             children.setdefault(key, []).append(rest)  # type: ignore[union-attr]
-    out = []
+    out: list[tuple[Any, ...]] = []
     for key in base:  # base's own order: dict_diff's order
         if key not in children:
             continue
         rest = children[key]
         if rest is None:
-            out.append((key, None))
+            out.append((key,))
             continue
-        sub = patch_tree(base[key], rest)
-        if sub is None:
+        below = patch_tree(base[key], rest)
+        if below is None:
             return None
-        out.append((key, sub))
+        out.extend((key, *leaf) for leaf in below)
     return tuple(out)
 
 
@@ -334,31 +335,22 @@ def diff_along(
     """:func:`dict_diff` of two dicts that differ only along the paths of ``tree``
     (:func:`patch_tree` of the dict both were copied from, copying only the dicts on those
     paths and setting keys it has: ``compose_fast``'s points), reading only those paths: the
-    same entries in the same order, without visiting the keys they share. Pure; raises
-    ``KeyError`` when a key of ``tree`` is missing from either (not such a pair)."""
+    same entries in the same order, without visiting the keys they share (a level both share,
+    the same object, is not read below). Pure; raises ``KeyError`` when a key of ``tree`` is
+    missing from either (not such a pair)."""
     out: list[dict[str, Any]] = []
-    _diff_along(base, other, tree, [], out)
+    for leaf in tree:
+        old, new = base, other
+        for key in leaf:
+            old, new = old[key], new[key]
+            if old is new:
+                break
+        else:
+            if _is_mapping(old) and _is_mapping(new):
+                _diff_walk(old, new, list(leaf), out)
+            elif not same(old, new):
+                out.append({"path": list(leaf), "value": new})
     return out
-
-
-def _diff_along(
-    a: Mapping[str, Any],
-    b: Mapping[str, Any],
-    tree: PatchTree,
-    path: list[Any],
-    out: list[dict[str, Any]],
-) -> None:
-    for key, sub in tree:
-        old, new = a[key], b[key]
-        if old is new:
-            continue
-        if _is_mapping(old) and _is_mapping(new):
-            if sub is None:
-                _diff_walk(old, new, [*path, key], out)
-            else:
-                _diff_along(old, new, sub, [*path, key], out)
-        elif not same(old, new):
-            out.append({"path": [*path, key], "value": new})
 
 
 def same(a: Any, b: Any) -> bool:

@@ -601,7 +601,7 @@ def test_diff_along_the_patched_paths_equals_dict_diff(mine, theirs):
 
 def test_patch_tree_follows_the_base_key_order_and_stops_at_lists():
     tree = documents.patch_tree(DIFF_BASE, [("xs", 0), ("runtime", "output_dir"), ("a",)])
-    assert tree == (("a", None), ("runtime", (("output_dir", None),)), ("xs", None))
+    assert tree == (("a",), ("runtime", "output_dir"), ("xs",))
     assert documents.patch_tree(DIFF_BASE, [("job", "nope")]) is None
 
 
