@@ -6,7 +6,8 @@ RESCHEDULED/COMPLETED ones are awaited or returned, FAILED/KILLED/INTERRUPTED on
 STAGED and run again (their metrics deleted). ``force`` stages a new copy anyway. ``_id`` and ``batch_id`` come from atomic
 counters (``collections.next_ids``), never from ``max + 1``. A launch is staged in chunks
 (:class:`Stager`, :data:`STAGE_CHUNK` points at a time): the launcher never holds all of its
-points or documents at once.
+points or documents at once, and each chunk's insert runs in a worker thread while the next chunk
+is composed (:func:`fewer_collections` keeps the garbage collector to what staging allocates).
 """
 
 from __future__ import annotations
