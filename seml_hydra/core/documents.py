@@ -19,7 +19,7 @@ import enum
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from datetime import date, datetime, time
 from pathlib import PurePath
 from typing import Any, TypedDict
@@ -254,23 +254,102 @@ def dict_diff(base: Mapping[str, Any], other: Mapping[str, Any]) -> list[dict[st
 
     Lists are leaves. A key of ``base`` missing from ``other`` gives ``{"path": ..., "delete":
     True}``. ``apply_diff(base, dict_diff(base, other)) == other`` for JSON-like dicts. Paths are
-    lists (not dotted strings) so keys with dots survive MongoDB.
+    lists (not dotted strings) so keys with dots survive MongoDB. Sub-dicts ``other`` shares
+    with ``base`` (the same object: compose's fast path) are skipped unread.
     """
     out: list[dict[str, Any]] = []
+    _diff_walk(base, other, [], out)
+    return out
 
-    def walk(a: Mapping[str, Any], b: Mapping[str, Any], path: list[str]) -> None:
-        for key, value in b.items():
-            if key in a and a[key] is value:  # shared by the points (compose's fast path)
-                continue
-            if key in a and isinstance(a[key], Mapping) and isinstance(value, Mapping):
-                walk(a[key], value, [*path, key])
-            elif key not in a or not same(a[key], value):
-                out.append({"path": [*path, key], "value": value})
-        for key in a:
-            if key not in b:
-                out.append({"path": [*path, key], "delete": True})
 
-    walk(base, other, [])
+#: exact types that are not mappings (tested before the slower ``Mapping`` ABC check)
+_NOT_MAPPINGS = frozenset({str, int, float, bool, list, tuple, type(None)})
+
+
+def _is_mapping(value: Any) -> bool:
+    kind = type(value)
+    if kind is dict:
+        return True
+    return kind not in _NOT_MAPPINGS and isinstance(value, Mapping)
+
+
+def _diff_walk(
+    a: Mapping[str, Any], b: Mapping[str, Any], path: list[Any], out: list[dict[str, Any]]
+) -> None:
+    """:func:`dict_diff` below ``path``, appended to ``out`` (a module function, not a closure
+    that calls itself: such a closure is a reference cycle, left for the garbage collector
+    with its ``out`` list on every call)."""
+    for key, value in b.items():
+        if key in a and a[key] is value:  # shared by the points (compose's fast path)
+            continue
+        if key in a and _is_mapping(a[key]) and _is_mapping(value):
+            _diff_walk(a[key], value, [*path, key], out)
+        elif key not in a or not same(a[key], value):
+            out.append({"path": [*path, key], "value": value})
+    for key in a:
+        if key not in b:
+            out.append({"path": [*path, key], "delete": True})
+
+
+#: a :func:`patch_tree`: the key paths of its leaves, in :func:`dict_diff`'s order
+PatchTree = tuple[tuple[Any, ...], ...]
+
+
+def patch_tree(base: Mapping[str, Any], paths: Iterable[Sequence[Any]]) -> PatchTree | None:
+    """The leaves of ``base`` on the way to ``paths``, as key paths in the order
+    :func:`dict_diff` visits them (depth first, in ``base``'s own key order), for
+    :func:`diff_along` (pure). A path ends at the first level where ``base`` holds no dict (a
+    list is a leaf for :func:`dict_diff`), and a path below another one is covered by it.
+    ``None`` when a path names a key ``base`` does not have."""
+    children: dict[Any, list[Sequence[Any]] | None] = {}
+    for path in paths:
+        if not path:
+            continue
+        key, rest = path[0], path[1:]
+        if key not in base:
+            return None
+        if children.get(key, []) is None:
+            continue  # a shorter path ends here: the whole value is compared
+        if not rest or not isinstance(base[key], Mapping):
+            children[key] = None
+        else:
+            children.setdefault(key, []).append(rest)  # type: ignore[union-attr]
+    out: list[tuple[Any, ...]] = []
+    for key in base:  # base's own order: dict_diff's order
+        if key not in children:
+            continue
+        rest = children[key]
+        if rest is None:
+            out.append((key,))
+            continue
+        below = patch_tree(base[key], rest)
+        if below is None:
+            return None
+        out.extend((key, *leaf) for leaf in below)
+    return tuple(out)
+
+
+def diff_along(
+    base: Mapping[str, Any], other: Mapping[str, Any], tree: PatchTree
+) -> list[dict[str, Any]]:
+    """:func:`dict_diff` of two dicts that differ only along the paths of ``tree``
+    (:func:`patch_tree` of the dict both were copied from, copying only the dicts on those
+    paths and setting keys it has: ``compose_fast``'s points), reading only those paths: the
+    same entries in the same order, without visiting the keys they share (a level both share,
+    the same object, is not read below). Pure; raises ``KeyError`` when a key of ``tree`` is
+    missing from either (not such a pair)."""
+    out: list[dict[str, Any]] = []
+    for leaf in tree:
+        old, new = base, other
+        for key in leaf:
+            old, new = old[key], new[key]
+            if old is new:
+                break
+        else:
+            if _is_mapping(old) and _is_mapping(new):
+                _diff_walk(old, new, list(leaf), out)
+            elif not same(old, new):
+                out.append({"path": list(leaf), "value": new})
     return out
 
 
@@ -278,8 +357,11 @@ def same(a: Any, b: Any) -> bool:
     """Equal with equal types all the way down (``1``, ``1.0`` and ``True`` differ): how
     :func:`dict_diff` tells a changed leaf, and how the launcher's fast composition is checked
     against Hydra's own (``seml_hydra.launch.compose``)."""
-    if type(a) is not type(b):
+    kind = type(a)
+    if kind is not type(b):
         return False
+    if kind is str or kind is int or kind is float or kind is bool or a is None:
+        return bool(a == b)  # the leaves, tested by exact type first (the ABC check is slow)
     if isinstance(a, Mapping):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):

@@ -30,6 +30,20 @@ def parse_override(text: str) -> Any:
     return parsed
 
 
+#: override string -> its :func:`_nested_entry`, for scalar values (a grid repeats them)
+_NESTED: dict[str, tuple[list[str], str, Any]] = {}
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _nested_entry(override: Any) -> tuple[list[str], str, Any]:
+    """``(parent keys, leaf key, value)`` of one parsed override in ``config_unresolved``."""
+    value = None if override.is_delete() else override.value()
+    if not isinstance(value, (str, int, float, bool, list, dict, type(None))):
+        value = str(value)
+    *parents, leaf = override.key_or_group.split(".")
+    return parents, leaf, value
+
+
 def overrides_to_nested(overrides: Sequence[str]) -> dict[str, Any]:
     """Turn Hydra override strings into the nested ``config_unresolved`` dict.
 
@@ -42,12 +56,14 @@ def overrides_to_nested(overrides: Sequence[str]) -> dict[str, Any]:
     rejected those before a launcher runs).
     """
     nested: dict[str, Any] = {}
-    for override in (parse_override(text) for text in overrides):
-        value = None if override.is_delete() else override.value()
-        if not isinstance(value, (str, int, float, bool, list, dict, type(None))):
-            value = str(value)
+    for text in overrides:
+        known = _NESTED.get(text)
+        if known is None:
+            known = _nested_entry(parse_override(text))
+            if len(_NESTED) < 200_000 and type(known[2]) in _SCALARS:
+                _NESTED[text] = known  # a scalar can be shared by the documents
+        parents, leaf, value = known
         node = nested
-        *parents, leaf = override.key_or_group.split(".")
         for key in parents:
             node = node.setdefault(key, {})
             if not isinstance(node, dict):  # "a=1 a.b=2": keep the first, stringly

@@ -32,7 +32,7 @@ from typing import Any
 
 from seml_hydra.core.documents import same
 from seml_hydra.core.overrides import parse_override
-from seml_hydra.launch.compose_fast import Combination, Split
+from seml_hydra.launch.compose_fast import Combination, PatchOrigin, Split
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,9 @@ class SweepPoint:
         overrides: the point's task overrides as given by the sweeper.
         config: the resolved app config, plain containers, without the ``hydra`` key.
         hydra: the resolved ``hydra`` node, plain containers.
+        origin: for a point of the fast path, how ``hydra`` was made from its combination's
+            node (``compose_fast.PatchOrigin``: the diff against the batch's base node need
+            only read those paths); ``None`` for a full composition.
 
     Points of one launch share the sub-dicts that do not differ between them (the fast path
     copies only what changes): read them, never modify them in place.
@@ -61,6 +64,7 @@ class SweepPoint:
     overrides: list[str]
     config: dict[str, Any]
     hydra: dict[str, Any]
+    origin: PatchOrigin | None = None
 
     @property
     def launcher(self) -> dict[str, Any]:
@@ -292,14 +296,16 @@ class _Composer:
                 overrides = job_overrides[index]
                 s = self.split(overrides)
                 job_num = initial + index
-                result = None
+                result: tuple[dict[str, Any], dict[str, Any]] | None = None
+                origin: PatchOrigin | None = None
                 if s.group_key is not None and sizes[s.group_key] > 1:
                     if s.group_key not in combinations:
                         combinations[s.group_key] = self._combination(s.group_key, job_num)
                     combination = combinations[s.group_key]
                     if combination is not None:
                         try:
-                            result = combination.point(job_num, s)
+                            config, hydra_node, origin = combination.point(job_num, s)
+                            result = (config, hydra_node)
                         except Exception as error:  # Hydra gives the error (or result) below
                             log.debug("point %d: full composition (%s)", index, error)
                     if result is not None and s.group_key not in verified:
@@ -313,12 +319,14 @@ class _Composer:
                                 list(overrides),
                             )
                             combinations[s.group_key] = None
-                            result = full
+                            result, origin = full, None
                 if result is None:
                     result = compose_full(self.config_loader, self.master, overrides, job_num)
                 else:
                     fast_count += 1
-                points.append(SweepPoint(index, job_num, list(overrides), result[0], result[1]))
+                points.append(
+                    SweepPoint(index, job_num, list(overrides), result[0], result[1], origin)
+                )
             count += len(points)
             last_stats.clear()
             last_stats.update(

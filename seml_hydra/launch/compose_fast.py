@@ -44,6 +44,23 @@ _KEY = re.compile(r"^(\.*)([A-Za-z0-9_\-/]+(?:\.[A-Za-z0-9_\-/]+)*)?$")
 _CONSTANT_RESOLVERS = ("now", "oc.env")
 
 
+@dataclass(frozen=True, eq=False)
+class PatchOrigin:
+    """Where a fast point's ``hydra`` node comes from: ``base`` (its combination's resolved
+    ``hydra`` node) copied along ``paths`` only (keys below ``hydra``), with new values set
+    there; everything else is ``base``'s own objects. Two nodes of one ``base`` differ only
+    along the union of their paths (``core.documents.diff_along``). Compared by identity:
+    the points of one plan share one."""
+
+    base: dict[str, Any]
+    paths: frozenset[tuple[Any, ...]]
+
+    def with_paths(self, paths: Sequence[tuple[Any, ...]]) -> PatchOrigin:
+        """This origin with ``paths`` copied too (a node changed after composition, e.g. a
+        masked password)."""
+        return PatchOrigin(self.base, self.paths.union(paths))
+
+
 @dataclass
 class Split:
     """A point's overrides, sorted for the fast path (``None`` group key: full composition)."""
@@ -76,6 +93,12 @@ class Combination:
         _find_interpolations(cfg, (), self.interps)
         self.plans: dict[tuple[tuple[str, ...], ...], _Plan] = {}
         self.located: dict[tuple[str, ...], tuple[Any, str, Any]] = {}
+        #: (plan id, interpolation path) -> its :meth:`_steps`
+        self.steps: dict[tuple[int, tuple[Any, ...]], Any] = {}
+        #: a point's patched paths -> their :func:`_patch_tree`
+        self.patch_trees: dict[tuple[tuple[Any, ...], ...], Any] = {}
+        #: hydra paths a point patched -> their PatchOrigin (shared by the points of a plan)
+        self.origins: dict[tuple[tuple[Any, ...], ...], PatchOrigin] = {}
         # the base container: resolved with this job number and its output dir
         HydraConfig.instance().cfg = view
         self._write_inputs(job_num, None, None)
@@ -111,9 +134,11 @@ class Combination:
             plan = self.plans[value_paths] = _Plan.make(self, value_paths)
         return plan
 
-    def point(self, job_num: int, split: Split) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The point's ``(app config, hydra node)``; raises for anything not provably equal
-        to Hydra's composition (the caller then composes it in full)."""
+    def point(
+        self, job_num: int, split: Split
+    ) -> tuple[dict[str, Any], dict[str, Any], PatchOrigin]:
+        """The point's ``(app config, hydra node, its PatchOrigin)``; raises for anything not
+        provably equal to Hydra's composition (the caller then composes it in full)."""
         from hydra._internal.config_loader_impl import get_overrides_dirname
         from hydra.core.hydra_config import HydraConfig
 
@@ -155,38 +180,57 @@ class Combination:
                 )
             sweep_dir = self.sweep_dir
             if SWEEP_DIR in plan.early:
-                sweep_dir = os.path.abspath(str(self._evaluate(SWEEP_DIR, patches)))
+                sweep_dir = os.path.abspath(str(self._evaluate(SWEEP_DIR, patches, plan)))
                 patches[SWEEP_DIR] = sweep_dir
             if SWEEP_SUBDIR in plan.early:
-                subdir = patches[SWEEP_SUBDIR] = self._evaluate(SWEEP_SUBDIR, patches)
+                subdir = patches[SWEEP_SUBDIR] = self._evaluate(SWEEP_SUBDIR, patches, plan)
             else:
                 subdir = self.base["hydra"]["sweep"]["subdir"]
             output_dir = patches[OUTPUT_DIR] = os.path.abspath(os.path.join(sweep_dir, str(subdir)))
             if plan.omegaconf:
                 self._write_output_dir(output_dir)
             for path in plan.order:
-                patches[path] = self._evaluate(path, patches)
+                patches[path] = self._evaluate(path, patches, plan)
         finally:
             for parent, key, node, value in reversed(saved):
                 node._val = value
                 parent.__dict__["_content"][key] = node
-        container = _patched(self.base, patches)
+        keys = tuple(patches)
+        tree = self.patch_trees.get(keys, _UNKNOWN)
+        if tree is _UNKNOWN:
+            tree = self.patch_trees[keys] = _patch_tree(keys)
+        if tree is None:
+            container = _patched(self.base, patches)
+        else:
+            container = _apply_patches(self.base, tree, list(patches.values()))
         hydra_node = container.pop("hydra")
-        return container, hydra_node
+        hydra_paths = tuple(path[1:] for path in patches if path[0] == "hydra")
+        origin = self.origins.get(hydra_paths)
+        if origin is None:
+            origin = PatchOrigin(self.base["hydra"], frozenset(hydra_paths))
+            self.origins[hydra_paths] = origin
+        return container, hydra_node, origin
 
-    def _evaluate(self, path: tuple[Any, ...], patches: dict[tuple[Any, ...], Any]) -> Any:
+    def _evaluate(
+        self, path: tuple[Any, ...], patches: dict[tuple[Any, ...], Any], plan: _Plan
+    ) -> Any:
         """An interpolation's value for this point: computed here when it is a plain string
-        template over keys (``${a.b}/${hydra:job.num}``), else resolved by OmegaConf."""
-        interp = self.interps.get(path)
-        if interp is not None and interp.pieces is not None:
+        template over keys (``${a.b}/${hydra:job.num}``), else resolved by OmegaConf. Where
+        each referenced key is read from (a patch of this point, or the combination's base,
+        whose value is then the same for every point) is decided once per plan and path
+        (:meth:`_steps`): the points of one plan patch the same keys in the same order."""
+        key = (id(plan), path)
+        steps = self.steps.get(key, _UNKNOWN)
+        if steps is _UNKNOWN:
+            steps = self.steps[key] = self._steps(path, patches)
+        if steps is not None:
+            interp = self.interps[path]
             values = []
-            for piece in interp.pieces:
-                if isinstance(piece, str):
-                    values.append(piece)
-                    continue
-                value = _lookup(self.base, patches, piece)
-                if value is _UNKNOWN:
-                    break
+            for patched, value, rest in steps:
+                if patched:
+                    value = _lookup_in(patches[value], rest)
+                    if value is _UNKNOWN:
+                        break
                 values.append(value)
             else:
                 if not interp.single:
@@ -197,21 +241,39 @@ class Combination:
                     return str(values[0])
         return _resolved(self.cfg, path)
 
+    def _steps(
+        self, path: tuple[Any, ...], patches: dict[tuple[Any, ...], Any]
+    ) -> list[tuple[bool, Any, tuple[str, ...]]] | None:
+        """The pieces of the interpolation at ``path`` for :meth:`_evaluate`: ``(False,
+        literal or the base's value, ())`` or ``(True, the patch's path, the rest of the
+        reference below it)``; ``None`` when OmegaConf resolves it (not a template, or a
+        reference the base holds no primitive at)."""
+        interp = self.interps.get(path)
+        if interp is None or interp.pieces is None:
+            return None
+        steps: list[tuple[bool, Any, tuple[str, ...]]] = []
+        for piece in interp.pieces:
+            if isinstance(piece, str):
+                steps.append((False, piece, ()))
+                continue
+            for i in range(len(piece), 0, -1):
+                if piece[:i] in patches:
+                    steps.append((True, piece[:i], piece[i:]))
+                    break
+            else:
+                value = _lookup_in(self.base, piece)
+                if value is _UNKNOWN:
+                    return None
+                steps.append((False, value, ()))
+        return steps
+
 
 _UNKNOWN = object()
 
 
-def _lookup(base: dict[str, Any], patches: dict[tuple[Any, ...], Any], ref: tuple[str, ...]) -> Any:
-    """The point's resolved primitive value at ``ref`` (``_UNKNOWN`` if not a plain primitive
-    reachable through dicts, or missing)."""
-    value: Any = _UNKNOWN
-    rest: tuple[str, ...] = ()
-    for i in range(len(ref), 0, -1):
-        if ref[:i] in patches:
-            value, rest = patches[ref[:i]], ref[i:]
-            break
-    if value is _UNKNOWN:
-        value, rest = base, ref
+def _lookup_in(value: Any, rest: tuple[str, ...]) -> Any:
+    """The resolved primitive value at ``rest`` below ``value`` (``_UNKNOWN`` if not a plain
+    primitive reachable through dicts, or missing)."""
     for key in rest:
         if not isinstance(value, dict) or key not in value:
             return _UNKNOWN
@@ -460,6 +522,41 @@ def _resolved(cfg: Any, path: tuple[Any, ...]) -> Any:
     if isinstance(value, Enum):
         return value.name
     return value
+
+
+def _patch_tree(paths: Sequence[tuple[Any, ...]]) -> tuple[tuple[Any, Any], ...] | None:
+    """``paths`` (a point's patched paths, in order) as nested ``(key, subtree or index into
+    paths)`` pairs for :func:`_apply_patches`, keys in first-seen order; ``None`` when a path
+    is a prefix of another (:func:`_patched` handles that)."""
+    root: dict[Any, Any] = {}
+    for index, path in enumerate(paths):
+        node = root
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                return None
+        if path[-1] in node:
+            return None
+        node[path[-1]] = index
+
+    def freeze(node: dict[Any, Any]) -> tuple[tuple[Any, Any], ...]:
+        return tuple((k, v if isinstance(v, int) else freeze(v)) for k, v in node.items())
+
+    return freeze(root)
+
+
+def _apply_patches(
+    base: dict[str, Any], tree: tuple[tuple[Any, Any], ...], values: list[Any]
+) -> dict[str, Any]:
+    """:func:`_patched` along a :func:`_patch_tree` (``values`` in the paths' order): the same
+    copy of ``base``, without looking up every prefix of every path."""
+    root = dict(base) if isinstance(base, dict) else list(base)
+    for key, sub in tree:
+        if type(sub) is int:
+            root[key] = values[sub]
+        else:
+            root[key] = _apply_patches(root[key], sub, values)
+    return root  # type: ignore[return-value]
 
 
 def _patched(base: dict[str, Any], patches: dict[tuple[Any, ...], Any]) -> dict[str, Any]:

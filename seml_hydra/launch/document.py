@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,8 @@ from seml_hydra.core.documents import (
     adds_seed,
     build_document,
     dict_diff,
+    diff_along,
+    patch_tree,
     pick_seed,
     to_bson_safe,
 )
@@ -41,6 +43,10 @@ class LaunchDocs:
         seml: the ``seml`` block (:func:`seml_doc`, plus ``source_files`` of the snapshot).
         git: ``{path, commit, dirty}`` of the app's working dir, or None outside git.
         add_time: staging time (UTC), the same for all documents of the launch.
+        base_origin: the base point's ``SweepPoint.origin`` (fast path), or None.
+        memo: what the documents share, computed once per launch (:func:`hydra_doc`'s
+            diff trees and converted blocks, :func:`make_document`'s sbatch options); filled
+            as the documents are built.
     """
 
     collection_name: str
@@ -48,25 +54,86 @@ class LaunchDocs:
     seml: Mapping[str, Any]
     git: GitDoc | None
     add_time: datetime
+    base_origin: Any = None
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
-def hydra_doc(point: SweepPoint, base_hydra: Mapping[str, Any]) -> HydraDoc:
+#: at most this many results in a ``LaunchDocs.memo``
+MEMO_ENTRIES = 1000
+
+
+def _memo(memo: dict[Any, Any] | None, tag: str, obj: Any, make: Any) -> Any:
+    """``make(obj)``, once per object ``obj`` (and ``tag``) in ``memo`` (no memo: each time);
+    the points of a launch share most sub-objects, and so their documents share the results.
+    ``obj`` is kept in ``memo``, so its ``id`` is not reused meanwhile; past
+    :data:`MEMO_ENTRIES` (points that share nothing: full compositions) nothing more is kept."""
+    if memo is None:
+        return make(obj)
+    key = (tag, id(obj))
+    hit = memo.get(key)
+    if hit is None:
+        hit = (obj, make(obj))
+        if len(memo) < MEMO_ENTRIES:
+            memo[key] = hit
+    return hit[1]
+
+
+def node_diff(
+    point: SweepPoint,
+    base_hydra: Mapping[str, Any],
+    base_origin: Any = None,
+    memo: dict[Any, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """``core.documents.dict_diff(base_hydra, point.hydra)``: when the point and the base
+    point come from one fast-path combination (``SweepPoint.origin``, ``base_origin``), read
+    only the paths either of them patched (``core.documents.diff_along``, its tree built
+    once per pair of origins in ``memo``): the same entries, in the same order."""
+    origin = point.origin
+    if origin is None or base_origin is None or origin.base is not base_origin.base:
+        return dict_diff(base_hydra, point.hydra)
+    key = ("tree", id(origin), id(base_origin))
+    hit = memo.get(key) if memo is not None else None
+    if hit is None:
+        hit = (origin, base_origin, patch_tree(origin.base, origin.paths | base_origin.paths))
+        if memo is not None and len(memo) < MEMO_ENTRIES:
+            memo[key] = hit  # the origins are kept: their ids are not reused meanwhile
+    tree = hit[2]
+    if tree is None:
+        return dict_diff(base_hydra, point.hydra)
+    return diff_along(base_hydra, point.hydra, tree)
+
+
+def hydra_doc(
+    point: SweepPoint,
+    base_hydra: Mapping[str, Any],
+    base_origin: Any = None,
+    memo: dict[Any, Any] | None = None,
+) -> HydraDoc:
     """The document's ``hydra`` block of ``point`` (see ``core.documents.HydraDoc``), BSON-safe
     (``core.documents.to_bson_safe``); its Hydra node is stored as the diff against
-    ``base_hydra`` (``core.documents.dict_diff``). Only the values are made safe: the diff's
-    paths are lists of the node's keys (strings)."""
+    ``base_hydra`` (:func:`node_diff`, ``core.documents.dict_diff``). Only the values are made
+    safe: the diff's paths are lists of the node's keys (strings). With a ``memo``
+    (``LaunchDocs.memo``) the blocks the points share (``choices``, the sweep dir) are
+    converted once and shared by the documents."""
     hydra = point.hydra
+    diff = []
+    for entry in node_diff(point, base_hydra, base_origin, memo):
+        if "value" in entry:
+            value = entry["value"]
+            safe = to_bson_safe(value)
+            if safe is not value:
+                entry = {**entry, "value": safe}
+        diff.append(entry)
     return {
         "overrides": to_bson_safe(point.overrides),
         "job_num": point.job_num,
         "job_name": to_bson_safe(hydra["job"]["name"]),
-        "sweep_dir": os.path.abspath(str(hydra["sweep"]["dir"])),
+        "sweep_dir": _memo(
+            memo, "abspath", hydra["sweep"]["dir"], lambda d: os.path.abspath(str(d))
+        ),
         "output_dir": to_bson_safe(hydra["runtime"]["output_dir"]),
-        "choices": to_bson_safe(hydra["runtime"].get("choices", {})),
-        "node_diff": [
-            {**entry, "value": to_bson_safe(entry["value"])} if "value" in entry else entry
-            for entry in dict_diff(base_hydra, hydra)
-        ],
+        "choices": _memo(memo, "safe", hydra["runtime"].get("choices", {}), to_bson_safe),
+        "node_diff": diff,
         **({"added_seed": True} if adds_seed(point.config) else {}),
     }
 
@@ -103,6 +170,23 @@ def draw_seed(config: Mapping[str, Any], rng: random.Random) -> int:
     return pick_seed(config, rng.randrange(2**31))
 
 
+#: bytes drawn per seed by :func:`draw_seeds` (SystemRandom's ``randrange(2**31)`` reads 4 too)
+SEED_BYTES = 4
+
+
+def draw_seeds(
+    configs: Sequence[Mapping[str, Any]], random_bytes: Callable[[int], bytes] = os.urandom
+) -> list[int]:
+    """The seeds of many experiments at once: :func:`draw_seed` per config, the drawn numbers
+    from ONE ``random_bytes(4 * len(configs))`` call (``os.urandom``; the launcher draws a
+    staging chunk's seeds together). Each drawn seed is 4 bytes with one bit dropped, a uniform
+    number in ``[0, 2**31)``: what ``random.SystemRandom().randrange(2**31)`` returns from its
+    own ``os.urandom(4)``. Pure but for ``random_bytes``."""
+    raw = random_bytes(SEED_BYTES * len(configs))
+    drawn = memoryview(raw).cast("I")  # 4-byte unsigned ints (any byte order: still uniform)
+    return [pick_seed(config, value >> 1) for config, value in zip(configs, drawn)]
+
+
 def point_seml(docs: LaunchDocs, point: SweepPoint) -> dict[str, Any]:
     """The ``seml`` block of ``point``: the launch's, plus ``description`` (SEML's
     ``seml.description``) when the point's ``hydra.launcher.description`` is a non-empty
@@ -134,7 +218,7 @@ def make_document(
         docs: the launch's shared blocks.
         point: the composed point.
         exp_id, batch_id: from the collection's atomic counters.
-        seed: from :func:`draw_seed`.
+        seed: from :func:`draw_seed` / :func:`draw_seeds`.
         safe_config, config_hash: the point's BSON-safe config and its ``experiment_hash``
             when the caller has them already (the launcher hashes each point once, to look
             for duplicates), else computed here.
@@ -144,13 +228,18 @@ def make_document(
         batch_id=batch_id,
         config=point.config,
         overrides=point.overrides,
-        hydra=hydra_doc(point, docs.base_hydra),
+        hydra=hydra_doc(point, docs.base_hydra, docs.base_origin, docs.memo),
         seed=seed,
         seml=point_seml(docs, point),
-        sbatch_options=sbatch_options(
+        sbatch_options=_memo(
+            docs.memo,
+            f"sbatch_options {batch_id}",
             point.launcher,
-            comment=docs.collection_name,
-            name=job_name(docs.collection_name, batch_id, point.launcher.get("name")),
+            lambda launcher: sbatch_options(
+                launcher,
+                comment=docs.collection_name,
+                name=job_name(docs.collection_name, batch_id, launcher.get("name")),
+            ),
         ),
         experiments_per_job=point.launcher["experiments_per_job"],
         git=docs.git,
@@ -168,7 +257,7 @@ def refreshed_fields(docs: LaunchDocs, point: SweepPoint, batch_id: int) -> dict
     re-run joins this batch: it names this batch's source files, which SEML's delete removes
     with the last document of the batch (``store.sources.upload_sources``)."""
     return {
-        "hydra": hydra_doc(point, docs.base_hydra),
+        "hydra": hydra_doc(point, docs.base_hydra, docs.base_origin, docs.memo),
         "seml": point_seml(docs, point),
         "batch_id": batch_id,
     }

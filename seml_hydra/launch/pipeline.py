@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import shutil
 import sys
 from collections.abc import Iterator, Sequence
@@ -31,6 +30,7 @@ from seml_hydra.launch.stage import (
     DELETE_CHUNK,
     Stager,
     chunked,
+    fewer_collections,
     next_batch_id,
     stage_chunk_size,
 )
@@ -144,6 +144,7 @@ def checked_chunk(points: list[Any], executor: str) -> list[Any]:
     checked (``sbatch.validate_launcher``, once per node object: points share their nodes;
     ``visible_gpus`` only for ``executor`` ``"local"``). Raises ``LaunchError``."""
     clean: dict[tuple[int, int], tuple[Any, Any]] = {}  # ids -> the nodes (kept alive)
+    widened: dict[int, tuple[Any, Any]] = {}  # id -> (origin, with MASKED_PATHS)
     for point in points:
         # points share their launcher.db and overrides.hydra: one without a password to mask
         # tells the others
@@ -155,6 +156,14 @@ def checked_chunk(points: list[Any], executor: str) -> list[Any]:
         masked = masked_hydra_node(point.hydra)
         if masked is point.hydra:
             clean[key] = (db, given)
+        elif point.origin is not None:  # copied along the masked paths too
+            known = widened.get(id(point.origin))
+            if known is None:
+                known = widened[id(point.origin)] = (
+                    point.origin,
+                    point.origin.with_paths(MASKED_PATHS),
+                )
+            point.origin = known[1]
         point.hydra = masked
     checked: dict[int, Any] = {}  # id -> node (kept alive while its id is a key)
     for point in points:
@@ -228,6 +237,10 @@ def pickled_batch_payload(launcher: Any, hydra_base: dict[str, Any]) -> bytes:
     return pickled_payload(launcher.task_function, launcher.hydra_context, typed, by_name)
 
 
+#: the paths of a ``hydra`` node :func:`masked_hydra_node` may change
+MASKED_PATHS = (("launcher", "db", "url"), ("overrides", "hydra"))
+
+
 def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
     """A resolved ``hydra`` node (plain containers, a ``compose.SweepPoint.hydra``) with the
     password of MongoDB URLs masked (``masking.mask_credentials``) in ``launcher.db.url`` and
@@ -292,7 +305,6 @@ class _Launch:
         self.console = console
         self.requests = RequestGroups()
         self.recovered: list[int] = []
-        self._rng = random.SystemRandom()
         #: re-run / re-submitted experiment id -> its launcher node, while staging
         self._launcher_of: dict[int, Any] = {}
 
@@ -368,6 +380,7 @@ class _Launch:
             seml=seml,
             git=git_info(seml["working_dir"]),
             add_time=datetime.now(timezone.utc),
+            base_origin=self.base.origin,
         )
         stager = Stager(
             self.db, self.collection_name, batch_id, bool(self.params.get("force")), self._recover
@@ -411,17 +424,15 @@ class _Launch:
         re-runs or re-submits is kept until :meth:`stage` knows which were."""
         safe = [to_bson_safe(p.config) for p in points]
         hashes = [experiment_hash(c, p.launcher) for c, p in zip(safe, points)]
-        rng = self._rng
+        seeds = document.draw_seeds([p.config for p in points])
 
         def make_document(offset: int, exp_id: int) -> dict[str, Any]:
-            point = points[offset]
-            seed = document.draw_seed(point.config, rng)
             return document.make_document(
                 docs,
-                point,
+                points[offset],
                 exp_id=exp_id,
                 batch_id=stager.batch_id,
-                seed=seed,
+                seed=seeds[offset],
                 safe_config=safe[offset],
                 config_hash=hashes[offset],
             )
@@ -528,35 +539,43 @@ class _Launch:
                 out[d["_id"]] = names.setdefault(status, status)
         return out
 
+    def _submissions(
+        self, job_overrides: Sequence[Sequence[str]], result: Any, jobs: dict[str, Any]
+    ) -> list[JobReturn]:
+        """The returns of a launch that does not wait: one ``Submission`` handle per point."""
+        ids = result.ids
+        job_of = {i: job_id for job_id, (_, group) in jobs.items() for i in group}
+        status_of = self._statuses(ids)
+        returns = []
+        for overrides, exp_id in zip(job_overrides, ids):
+            # no DictConfig per point (~1 ms each): the basic sweepers read return values only
+            ret = JobReturn(
+                overrides=overrides if isinstance(overrides, list) else list(overrides),
+                cfg=None,
+            )
+            ret.status = JobStatus.COMPLETED
+            ret._return_value = Submission(
+                self.collection_name,
+                exp_id,
+                result.batch_id,
+                job_of.get(exp_id),
+                status_of.get(exp_id, "UNKNOWN"),
+            )
+            returns.append(ret)
+        self.console.print(
+            f"Not waiting (wait=false). Follow with `seml {self.collection_name} status`."
+        )
+        return returns
+
     def run(self, job_overrides: Sequence[Sequence[str]]) -> list[JobReturn]:
         """Stage, submit and wait (or not); one ``JobReturn`` per point of ``job_overrides``
         (the sweeper's list: each return carries its point's overrides)."""
-        result = self.stage()
-        jobs = self.submit()
+        with fewer_collections():
+            result = self.stage()
+            jobs = self.submit()
+            if not self.params["wait"]:
+                return self._submissions(job_overrides, result, jobs)
         ids = result.ids
-        if not self.params["wait"]:
-            job_of = {i: job_id for job_id, (_, group) in jobs.items() for i in group}
-            status_of = self._statuses(ids)
-            returns = []
-            for overrides, exp_id in zip(job_overrides, ids):
-                # no DictConfig per point (~1 ms each): the basic sweepers read return values only
-                ret = JobReturn(
-                    overrides=overrides if isinstance(overrides, list) else list(overrides),
-                    cfg=None,
-                )
-                ret.status = JobStatus.COMPLETED
-                ret._return_value = Submission(
-                    self.collection_name,
-                    exp_id,
-                    result.batch_id,
-                    job_of.get(exp_id),
-                    status_of.get(exp_id, "UNKNOWN"),
-                )
-                returns.append(ret)
-            self.console.print(
-                f"Not waiting (wait=false). Follow with `seml {self.collection_name} status`."
-            )
-            return returns
         wait_for(
             self.collection,
             ids,

@@ -182,6 +182,15 @@ def finish_despite_interrupt(write: Any) -> None:
         raise interrupted
 
 
+def moved_all(update: Any, ids: Sequence[int]) -> bool:
+    """Whether the ``update_many`` result ``update`` (pymongo's ``UpdateResult``) of
+    :func:`submit_group`'s move to PENDING modified every one of ``ids`` (pure): its filter
+    matches each id at most once and the move changes every document it matches (STAGED ->
+    PENDING), so a ``modified_count`` equal to the number of distinct ids means all of them.
+    False for an unacknowledged write (no count)."""
+    return bool(update.acknowledged) and update.modified_count == len(set(ids))
+
+
 def submit_group(
     collection: Any,
     *,
@@ -221,7 +230,7 @@ def submit_group(
     # the old job of a re-run experiment must not be taken for its new one meanwhile
     stale = ("array_id", "task_id", "job_id", "num_tasks", "output_files_template")
     mark = submission_mark(folder)
-    collection.update_many(
+    update = collection.update_many(
         {"_id": {"$in": all_ids}, "status": states.STAGED},
         {
             "$set": {"status": states.PENDING, "slurm.0.submitting": mark},
@@ -231,11 +240,12 @@ def submit_group(
     # only what this update moved: a concurrent launch or `seml start` may have moved (and
     # submitted) some of them first; every later write is filtered on this submission's mark
     ours = {"slurm.0.submitting.token": mark["token"]}
-    moved = {d["_id"] for d in collection.find({"_id": {"$in": all_ids}, **ours}, {"_id": 1})}
-    id_groups = [g for g in ([i for i in group if i in moved] for group in id_groups) if g]
-    if not id_groups:
-        return [], []
-    all_ids = [i for group in id_groups for i in group]
+    if not moved_all(update, all_ids):  # read back which (else: all of them, no read)
+        moved = {d["_id"] for d in collection.find({"_id": {"$in": all_ids}, **ours}, {"_id": 1})}
+        id_groups = [g for g in ([i for i in group if i in moved] for group in id_groups) if g]
+        if not id_groups:
+            return [], []
+        all_ids = [i for group in id_groups for i in group]
     try:
         # submitit's own limit on timeout requeues stays above ours (JobRunner.max_requeues)
         executor = submitit.AutoExecutor(

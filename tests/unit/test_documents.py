@@ -557,3 +557,64 @@ def test_masked_hydra_node_masks_the_db_url_and_hydra_overrides_and_copies_only_
     assert masked["job"] is shared and "pw" in hydra["launcher"]["db"]["url"]  # a copy
     plain = {"launcher": {"db": {"url": "mongodb://h/db"}}, "overrides": {"hydra": []}}
     assert masked_hydra_node(plain) is plain
+
+
+# -- dict_diff along known patches (diff_along / patch_tree) -------------------------------------
+def _copied_along(base, patches):
+    """``base`` copied along ``patches``' paths only, with their values set (compose's fast
+    path makes its points so)."""
+    out = dict(base)
+    for path, value in patches.items():
+        node = out
+        for key in path[:-1]:
+            node[key] = dict(node[key]) if isinstance(node[key], dict) else list(node[key])
+            node = node[key]
+        node[path[-1]] = value
+    return out
+
+
+DIFF_BASE = {
+    "a": 1,
+    "job": {"num": 0, "name": "app", "dirname": ""},
+    "runtime": {"output_dir": "/o/0", "choices": {"g": "x"}},
+    "xs": [1, 2],
+    "nested": {"deep": {"v": 1, "w": 2}},
+}
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs"),
+    [
+        ({("job", "num"): 1, ("runtime", "output_dir"): "/o/1"}, {("job", "num"): 2}),
+        ({("xs",): [1, 3]}, {}),  # a list is a leaf
+        ({("xs", 1): 9}, {("a",): 1}),  # a path into a list: the whole list differs
+        ({("nested",): {"deep": {"v": 2, "w": 2}}}, {}),  # a dict value: walked below
+        ({("job", "num"): 0, ("a",): 1.0}, {("a",): True}),  # equal / type changes
+        ({("nested", "deep", "w"): 3, ("job", "dirname"): "x=1"}, {("job", "name"): "b"}),
+    ],
+)
+def test_diff_along_the_patched_paths_equals_dict_diff(mine, theirs):
+    point, base_point = _copied_along(DIFF_BASE, mine), _copied_along(DIFF_BASE, theirs)
+    tree = documents.patch_tree(DIFF_BASE, [*mine, *theirs])
+    assert documents.diff_along(base_point, point, tree) == dict_diff(base_point, point)
+
+
+def test_patch_tree_follows_the_base_key_order_and_stops_at_lists():
+    tree = documents.patch_tree(DIFF_BASE, [("xs", 0), ("runtime", "output_dir"), ("a",)])
+    assert tree == (("a",), ("runtime", "output_dir"), ("xs",))
+    assert documents.patch_tree(DIFF_BASE, [("job", "nope")]) is None
+
+
+def test_dict_diff_leaves_no_garbage_cycle():
+    import gc
+
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(10):
+            dict_diff({"a": {"b": 1}}, {"a": {"b": 2}})
+        assert gc.collect() == 0
+    finally:
+        if enabled:
+            gc.enable()

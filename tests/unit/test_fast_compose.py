@@ -19,8 +19,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 
-from seml_hydra.core.documents import same
+from seml_hydra.core.documents import dict_diff, same
 from seml_hydra.launch import compose
+from seml_hydra.launch.document import node_diff
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ROOT / "tests" / "apps"
@@ -71,10 +72,15 @@ def assert_same_as_full(config_dir: Path, args: list[str], fast: str = "all") ->
         }
         assert not diff, (overrides, diff)
         assert point.job_num == 3 + point.index
+        # the node diff read along the fast path's patches is dict_diff's, entry for entry
+        base = points[0]
+        entries = node_diff(point, base.hydra, base.origin, {})
+        assert entries == dict_diff(base.hydra, point.hydra), overrides
     stats = compose.last_stats
     assert stats["points"] == len(points)
     if fast == "all":
         assert stats["fast"] == len(points), stats
+        assert all(p.origin is not None for p in points)
     elif fast == "none":
         assert stats["fast"] == 0, stats
     return points
@@ -217,3 +223,33 @@ def test_large_grid_is_fast_and_equal_on_samples():
         assert same(points[index].config, config)
         assert same(points[index].hydra, hydra_node)
     assert os.path.isabs(points[0].hydra["sweep"]["dir"])
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [
+        [("a",), ("b", "c"), ("b", "d", "e")],
+        [("b", "d", "e"), ("a",), ("b", "c")],
+        [("l", 1), ("a",)],  # into a list
+        [("new",), ("b", "new")],  # keys the base lacks, added in this order
+    ],
+)
+def test_patches_along_a_planned_tree_equal_the_prefix_walk(paths):
+    from seml_hydra.launch.compose_fast import _apply_patches, _patch_tree, _patched
+
+    base = {"a": 1, "b": {"c": 2, "d": {"e": 3, "f": [4]}, "g": {"h": 5}}, "l": [0, 1, 2]}
+    patches = {path: f"v{i}" for i, path in enumerate(paths)}
+    tree = _patch_tree(list(patches))
+    out = _apply_patches(base, tree, list(patches.values()))
+    expected = _patched(base, patches)
+    assert out == expected and list(out) == list(expected)
+    assert list(out["b"]) == list(expected["b"])  # key order too
+    assert out["b"]["g"] is base["b"]["g"]  # unpatched sub-dicts stay shared
+    assert base["a"] == 1 and base["l"] == [0, 1, 2]  # the base is not changed
+
+
+def test_a_patch_below_another_is_left_to_the_prefix_walk():
+    from seml_hydra.launch.compose_fast import _patch_tree
+
+    assert _patch_tree([("a",), ("a", "b")]) is None
+    assert _patch_tree([("a", "b"), ("a",)]) is None

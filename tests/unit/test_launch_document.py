@@ -18,6 +18,7 @@ from seml_hydra.launch.compose import SweepPoint
 from seml_hydra.launch.document import (
     LaunchDocs,
     draw_seed,
+    draw_seeds,
     hydra_doc,
     make_document,
     refreshed_fields,
@@ -134,3 +135,22 @@ def test_the_points_description_is_stored_as_seml_description_and_the_config_has
     assert len({d["config_hash"] for d in made}) == 1  # the same experiment, described or not
     assert refreshed_fields(launch, points[0], 2)["seml"]["description"] == "lr 0.1"
     assert "description" not in launch.seml  # the launch's shared block is not changed
+
+
+def test_draw_seeds_reads_4_bytes_a_point_in_one_call_and_keeps_the_apps_seed():
+    calls = []
+
+    def random_bytes(n):
+        calls.append(n)
+        return bytes([0xFF] * 4 + [0x00] * 4 + [0x02, 0, 0, 0])
+
+    seeds = draw_seeds([{}, {}, {"seed": 7}], random_bytes)
+    assert calls == [12]
+    assert seeds == [2**31 - 1, 0, 7]  # 31 bits of each 4 bytes; the app's own seed stays
+
+
+def test_draw_seeds_are_uniform_31_bit_numbers():
+    seeds = draw_seeds([{}] * 20_000)
+    assert all(0 <= s < 2**31 for s in seeds)
+    assert len(set(seeds)) > 19_900
+    assert abs(sum(seeds) / len(seeds) / 2**30 - 1) < 0.02

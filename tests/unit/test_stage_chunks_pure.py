@@ -174,3 +174,37 @@ def test_iter_point_chunks_composes_a_bad_point_only_when_its_chunk_is_asked_for
     assert [p.overrides for p in next(chunks)] == [list(o) for o in job_overrides]
     with pytest.raises(ConfigCompositionException, match="oops"):
         next(chunks)
+
+
+def test_a_full_move_to_pending_needs_no_read_back():
+    from types import SimpleNamespace
+
+    from seml_hydra.launch.submit import moved_all
+
+    def result(modified, acknowledged=True):
+        return SimpleNamespace(acknowledged=acknowledged, modified_count=modified)
+
+    assert moved_all(result(3), [1, 2, 3])
+    assert not moved_all(result(2), [1, 2, 3])  # a concurrent submission took one
+    assert moved_all(result(2), [1, 2, 2])  # ids counted once
+    assert not moved_all(result(3, acknowledged=False), [1, 2, 3])
+
+
+def test_fewer_collections_freezes_what_lives_and_still_collects_new_cycles():
+    import gc
+
+    from seml_hydra.launch.stage import STAGE_GC_THRESHOLD, fewer_collections
+
+    before = gc.get_threshold()
+    gc.collect()
+    with fewer_collections():
+        assert gc.get_threshold()[0] == max(before[0], STAGE_GC_THRESHOLD)
+        assert gc.get_freeze_count() > 0
+        for _ in range(3 * STAGE_GC_THRESHOLD):  # cycles made inside are collected
+            cycle: list = []
+            cycle.append(cycle)
+        assert len([o for o in gc.get_objects() if type(o) is list and o and o[0] is o]) < (
+            2 * STAGE_GC_THRESHOLD
+        )
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
