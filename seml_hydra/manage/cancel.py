@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.core.ranges import id_filter
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.slurm import client as slurm
 from seml_hydra.track.groups import Group, docs_of, ids_of, task_groups
@@ -167,8 +168,8 @@ def cancel(
     ids = ids_of(groups)
     mark = {"status": states.INTERRUPTED, CANCEL_MARK: datetime.now(timezone.utc)}
     active = {"status": {"$in": sorted(states.ACTIVE)}}
-    if ids:
-        collection.update_many({"_id": {"$in": ids}, **active}, {"$set": mark})
+    if ids:  # by id ranges (``core.ranges.id_filter``), not a list of every id
+        collection.update_many(and_(id_filter(ids), active), {"$set": mark})
     cancelled = docs + docs_of(unfinished)
     arrays = sorted({t[1].split("_")[0] for t in map(task_of, cancelled) if is_slurm_task(t)})
     others: list[dict] = []
@@ -178,7 +179,7 @@ def cancel(
             task_groups(
                 collection,
                 {
-                    "_id": {"$nin": [*ids, *ids_of(unfinished)]},
+                    "$nor": [id_filter([*ids, *ids_of(unfinished)])],
                     **active,
                     "$or": [
                         {"slurm.array_id": {"$in": values}},
@@ -216,7 +217,7 @@ def cancel(
                 "cancel them."
             ) from None
     collection.update_many(
-        {"_id": {"$in": ids}, "status": {"$in": [*sorted(states.ACTIVE), states.KILLED]}},
+        and_(id_filter(ids), {"status": {"$in": [*sorted(states.ACTIVE), states.KILLED]}}),
         {"$set": {"status": states.INTERRUPTED}},
     )
     return result
