@@ -214,10 +214,17 @@ def test_cancel_of_part_of_a_task_names_the_ids_as_ranges_and_spares_the_shared_
     """A cancel of experiments 1-4 of task 0 (which also holds 5-6) marks just them, by one
     ``_id`` range (not a list of their ids), and leaves both tasks alone; the next cancel of
     the rest finds the others by ranges too and cancels both tasks."""
-    from seml_hydra.manage.cancel import cancel
-
     coll, traffic = watched
     array = launch_held(tmp_path)
+    try:
+        _cancel_part_then_the_rest(coll, traffic, test_db, array)
+    finally:  # a failed assertion leaves no held array behind
+        subprocess.run(["scancel", str(array)], check=False)
+
+
+def _cancel_part_then_the_rest(coll, traffic, test_db, array: int) -> None:
+    from seml_hydra.manage.cancel import cancel
+
     result = cancel(coll, {"_id": {"$in": [1, 2, 3, 4]}})
     assert result.interrupted == [1, 2, 3, 4]
     assert result.cancelled_tasks == []  # 5 and 6 still wait for task 0
