@@ -312,3 +312,23 @@ def test_seml_files_pipeline_groups_the_pairs_straight_after_the_match():
             }
         },
     ]
+
+
+def test_held_task_rows_are_the_pending_tasks_whose_reason_is_a_hold():
+    """``delete`` skips the INTERRUPTED mark only for tasks Slurm will not start: pending with
+    a hold (user or admin), not pending for a begin time, resources or a dependency."""
+    from seml_hydra.manage.cancel import held_task_rows
+    from seml_hydra.slurm.records import SqueueRow
+
+    def row(job_id, raw, array, task, state, reason):
+        return SqueueRow(job_id, raw, array, task, state, reason, None, 0.0, "u", "n", "c")
+
+    rows = [
+        row("10_[0-2%3]", 10, 10, "0-2%3", "PENDING", "JobHeldUser"),
+        row("11_[0-1]", 11, 11, "0-1", "PENDING", "JobHeldAdmin"),
+        row("12_[0-1]", 12, 12, "0-1", "PENDING", "BeginTime"),
+        row("13_0", 14, 13, "0", "RUNNING", None),
+        row("15", 15, None, None, "PENDING", "JobHeldUser"),
+        row("16", 16, None, None, "PENDING", "Resources"),
+    ]
+    assert held_task_rows(rows) == {"10_0", "10_1", "10_2", "11_0", "11_1", "15"}
