@@ -76,6 +76,10 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     """Delete the matching experiments (cancelling the active ones first unless
     ``cancel_first`` is False) and the GridFS payloads no experiment refers to any more.
 
+    The cancel (``manage.cancel.cancel`` with ``mark_held=False``) marks INTERRUPTED only the
+    experiments whose Slurm task is not held: those of a held task cannot be claimed before its
+    ``scancel``, and a ``delete`` killed half-way leaves them PENDING for the next one.
+
     The experiments are selected once, then cancelled and deleted by id: cancelling changes
     their status (INTERRUPTED), so a selection by state (``delete -s RUNNING``) made again
     after the cancel would match none of them. The ids go to MongoDB as ranges
