@@ -200,6 +200,10 @@ def cancel(
         if which:  # by id ranges (``core.ranges.id_filter``), not a list of every id
             collection.update_many(and_(id_filter(which), active), {"$set": mark})
 
+    def mark_the_rest() -> None:  # on a Slurm failure: every experiment, as with mark_held
+        done = set(marked)
+        mark_ids([i for i in ids if i not in done])
+
     marked = ids if mark_held else []
     mark_ids(marked)
     cancelled = docs + docs_of(unfinished)
@@ -230,7 +234,7 @@ def cancel(
             collection, {a for a in map(array_of, docs) if a}, strangers
         )
     except slurm.SlurmError:
-        mark_ids([i for i in ids if i not in set(marked)])  # as with mark_held
+        mark_the_rest()
         raise
     result = CancelResult(
         strangers=strangers,
@@ -256,7 +260,7 @@ def cancel(
                 slurm.scancel(result.cancelled_tasks)
                 result.still_alive = _wait_gone(result.cancelled_tasks, wait_s, collection.name)
     except slurm.SlurmError as error:
-        mark_ids([i for i in ids if i not in set(marked)])  # all INTERRUPTED, as with mark_held
+        mark_the_rest()
         ids = [*ids, *result.finished]
         raise ManageError(
             f"Experiment(s) {', '.join(map(str, ids))} are INTERRUPTED, but Slurm could not "

@@ -295,3 +295,33 @@ def test_delete_removes_both_snapshots_of_a_batch_whose_sources_were_reloaded_fo
     )
     assert delete(coll, {}).ids == [1, 2, 3]
     assert test_db["fs.files"].count_documents({}) == 0
+
+
+def test_a_delete_whose_squeue_fails_leaves_every_experiment_interrupted_as_before(
+    slurm, test_db, tmp_path, watched, monkeypatch
+):
+    """``delete`` marks the experiments of held tasks only when Slurm fails: its squeue (which
+    tells held tasks) failing, every experiment is INTERRUPTED, none deleted, and the error
+    says so, as when every experiment was marked before asking Slurm."""
+    import os
+    import shutil
+
+    from seml_hydra.manage.lifecycle import delete
+    from seml_hydra.manage.selection import ManageError
+
+    coll, _ = watched
+    array = launch_held(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    squeue_bin = bin_dir / "squeue"
+    squeue_bin.write_text("#!/bin/sh\necho 'squeue: error: slurmctld is down' >&2\nexit 1\n")
+    squeue_bin.chmod(0o755)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+            assert shutil.which("squeue") == str(squeue_bin)
+            with pytest.raises(ManageError, match="are INTERRUPTED, but Slurm could not cancel"):
+                delete(coll, {})
+        assert statuses(test_db["gate"]) == {i: "INTERRUPTED" for i in range(1, 13)}
+    finally:
+        subprocess.run(["scancel", str(array)], check=False)
