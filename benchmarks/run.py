@@ -438,6 +438,9 @@ def main() -> None:
     parser.add_argument("--cli-reps", type=int, default=5, help="(c)/(s) repetitions")
     parser.add_argument("--scale-points", type=int, default=100_000, help="(s) experiments")
     parser.add_argument("--scale-base", default=None, help="(s) also a commit's status/queue")
+    parser.add_argument(
+        "--scale-rows", default=None, help=f"(s) only these steps: {','.join(scale_cli.ROWS)}"
+    )
     parser.add_argument("--heartbeat-seconds", default="60,120", help="(h) run lengths, s")
     parser.add_argument("--heartbeat-kb-per-s", default="10", help="(h) KB printed per second")
     parser.add_argument("--life-rounds", type=int, default=5, help="(life) alternated rounds")

@@ -22,6 +22,10 @@ no-op app with ``+hydra.launcher.additional_parameters.hold=true`` and
    ``status`` (``--cli-reps`` times) and ``delete -y`` (once). SEML's documents are STAGED, so its
    ``status`` judges no Slurm job: its figure is a lower bound of what it would take on our case.
 
+``--scale-rows cancel,delete,killed,seml`` measures only those steps (3, 4 and SEML's ``add`` /
+``delete``; default: all of ``status,queue,cancel,delete,killed,results,seml``), staging only
+the collections they use up.
+
 With ``--scale-base COMMIT`` the ``status`` of step 1 and the ``queue`` of step 2 also run (once)
 from a virtualenv of that commit (``git archive``, installed like this checkout), side by side.
 """
@@ -36,6 +40,11 @@ from pathlib import Path
 
 #: the collections of our database and SEML's
 STATUS, QUEUE_1, QUEUE_2, SEML_COLLECTION = "scale_status", "scale_q1", "scale_q2", "bench_scale"
+#: the steps ``--scale-rows`` may name (default: all)
+ROWS = ("status", "queue", "cancel", "delete", "killed", "results", "seml")
+#: the collection each step needs staged (SEML's is its own)
+NEEDS = {"status": STATUS, "queue": None, "cancel": QUEUE_2, "delete": QUEUE_1, "killed": STATUS}
+
 #: databases of their own (dropped at the end): another benchmark run drops ``run.OURS_DB``
 OURS_DB, SEML_DB = "seml_hydra_bench_scale", "seml_hydra_bench_scale_seml"
 
@@ -150,7 +159,10 @@ def _bench(run, args, envs: dict, work: Path, client, n: int, reps: int) -> dict
         run.say(f"  (s) {label:28s}: {result['wall_s']:.2f} s, {result['peak_rss_mib']:.0f} MiB")
         return result
 
-    for name in (STATUS, QUEUE_1, QUEUE_2):
+    wanted = set((getattr(args, "scale_rows", None) or ",".join(ROWS)).split(","))
+    needed = {STATUS, QUEUE_1, QUEUE_2} if wanted & {"queue", "results"} else set()
+    needed |= {NEEDS[row] for row in wanted if NEEDS.get(row)}
+    for name in [c for c in (STATUS, QUEUE_1, QUEUE_2) if c in needed]:
         db.drop_collection(name)
         staged = run.measure(
             stage_cmd(str(ours / "python"), n, name),
@@ -164,23 +176,33 @@ def _bench(run, args, envs: dict, work: Path, client, n: int, reps: int) -> dict
     base = getattr(args, "scale_base", None)
     base_bin = base_venv(Path(args.cache), base, run) if base else None
     try:
-        out["status"] = [seml_ours(f"status-{r}", STATUS, "status") for r in range(reps)]
-        out["queue"] = [seml_ours(f"queue-{r}", "queue") for r in range(reps)]
-        if base_bin is not None:
+        if "status" in wanted:
+            out["status"] = [seml_ours(f"status-{r}", STATUS, "status") for r in range(reps)]
+        if "queue" in wanted:
+            out["queue"] = [seml_ours(f"queue-{r}", "queue") for r in range(reps)]
+        elif needed:  # unmeasured: creates the job indexes of the queued collections, as above
+            seml_ours("queue-for-indexes", "queue")
+        if base_bin is not None and {"status", "queue"} <= wanted:
             out["base"] = base
             out["status_base"] = [seml_ours("status-base", STATUS, "status", bin_dir=base_bin)]
             out["queue_base"] = [seml_ours("queue-base", "queue", bin_dir=base_bin)]
             out["status"].append(seml_ours(f"status-{reps}", STATUS, "status"))
-        out["cancel"] = [seml_ours("cancel", QUEUE_2, "cancel", "-y")]
-        assert db[QUEUE_2].count_documents({"status": "INTERRUPTED"}) == n
-        out["delete"] = [seml_ours("delete", QUEUE_1, "delete", "-y")]
-        assert db[QUEUE_1].count_documents({}) == 0
+        if "cancel" in wanted:
+            out["cancel"] = [seml_ours("cancel", QUEUE_2, "cancel", "-y")]
+            assert db[QUEUE_2].count_documents({"status": "INTERRUPTED"}) == n
+        if "delete" in wanted:
+            out["delete"] = [seml_ours("delete", QUEUE_1, "delete", "-y")]
+            assert db[QUEUE_1].count_documents({}) == 0
+        if not wanted & {"killed", "results"}:
+            return _seml(run, args, envs, work, seml_db, n, reps, out, wanted)
         arrays = arrays_of(db[STATUS])
         subprocess.run(["scancel", *arrays], check=True)
         wait_gone(arrays)
         out["killed"] = [seml_ours("status-marks-killed", STATUS, "status")]
         killed = db[STATUS].count_documents({"status": "KILLED"})
         assert killed == n, f"{killed} KILLED of {n}"
+        if "results" not in wanted:
+            return _seml(run, args, envs, work, seml_db, n, reps, out, wanted)
         db[STATUS].update_many(
             {},
             [
@@ -197,7 +219,14 @@ def _bench(run, args, envs: dict, work: Path, client, n: int, reps: int) -> dict
     finally:
         for name in (STATUS, QUEUE_1, QUEUE_2):
             run.cancel_arrays(db[name])
-    # SEML 0.5.7 on a collection of its own format
+    return _seml(run, args, envs, work, seml_db, n, reps, out, wanted)
+
+
+def _seml(run, args, envs, work, seml_db, n: int, reps: int, out: dict, wanted: set) -> dict:
+    """SEML 0.5.7 on a collection of its own format (``seml`` in ``wanted``): ``add``, then
+    ``status`` (when ``status`` is wanted too) and ``delete -y``; adds to ``out``."""
+    if "seml" not in wanted:
+        return out
     seml_dir = work / "scale-seml"
     seml_dir.mkdir()
     (seml_dir / "seml_noop.py").write_text(run.SEML_APP.read_text())
@@ -215,9 +244,10 @@ def _bench(run, args, envs: dict, work: Path, client, n: int, reps: int) -> dict
 
     seml_theirs("add", SEML_COLLECTION, "add", "grid.yaml")
     assert seml_db[SEML_COLLECTION].count_documents({"status": "STAGED"}) == n
-    out["seml_status"] = [
-        seml_theirs(f"status-{r}", SEML_COLLECTION, "status") for r in range(reps)
-    ]
+    if "status" in wanted:
+        out["seml_status"] = [
+            seml_theirs(f"status-{r}", SEML_COLLECTION, "status") for r in range(reps)
+        ]
     out["seml_delete"] = [seml_theirs("delete", SEML_COLLECTION, "delete", "-y")]
     assert seml_db[SEML_COLLECTION].count_documents({}) == 0
     return out
@@ -237,6 +267,8 @@ def rows(results: dict, args) -> list[tuple]:
     out = []
 
     def row(label: str, key: str, theirs_key: str | None, wall: float | None, mib: float | None):
+        if key not in r:  # not measured (--scale-rows)
+            return
         metrics = (
             ("wall_s", wall, "wall s"),
             ("cpu_s", None, "CPU s"),

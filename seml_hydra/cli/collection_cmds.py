@@ -338,7 +338,7 @@ def cancel(target: Target, yes: Yes = False) -> None:
 
     sel, coll = target.selection, target.collection
     query = sel.query(allowed=[s for s in states.ALL if s in states.ACTIVE])
-    confirm_if_many("Cancel", coll.count_documents(query), yes)
+    confirm_if_many("Cancel", lambda: coll.count_documents(query), yes)
     # without -s: the whole selection, so experiments an unfinished cancel left INTERRUPTED
     # with live tasks are found too (manage.cancel acts on active ones and those only)
     result = do_cancel(coll, query if sel.filter_states else sel.query())
@@ -413,7 +413,7 @@ def delete(
 
     coll = target.collection
     query = target.selection.query()
-    confirm_if_many("Delete", coll.count_documents(query), yes)
+    confirm_if_many("Delete", lambda: coll.count_documents(query), yes)
     result = do_delete(coll, query, cancel_first=cancel_first)
     if result.cancel:
         _report_foreign(result.cancel.foreign, result.cancel.cluster, "cancelled (only deleted)")

@@ -10,7 +10,7 @@ root commands and cached collection names in the first position.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import typer
@@ -182,9 +182,14 @@ def err_console() -> Any:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def confirm_if_many(what: str, count: int, yes: bool) -> None:
-    """Ask before acting on more than ``CONFIRM_THRESHOLD`` experiments (unless ``--yes``)."""
-    if count > CONFIRM_THRESHOLD and not yes:
+def confirm_if_many(what: str, count: int | Callable[[], int], yes: bool) -> None:
+    """Ask before acting on more than ``CONFIRM_THRESHOLD`` experiments (unless ``--yes``).
+    ``count``: their number, or a function counting them, called only without ``--yes`` (a
+    count of 100,000 experiments is a pass over their documents that ``-y`` does not need)."""
+    if yes:
+        return
+    count = count() if callable(count) else count
+    if count > CONFIRM_THRESHOLD:
         typer.confirm(f"{what} {count} experiments?", abort=True)
 
 

@@ -1,4 +1,6 @@
-"""Compact id lists for messages and tables: ``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
+"""Compact id lists: for messages and tables (``[1, 2, 3, 7]`` -> ``"1-3, 7"``, :func:`format_ids`)
+and for MongoDB (:func:`id_filter`: the same ids as ``_id`` ranges, so a command on 100,000
+experiments does not carry, nor make the server search, a list of 100,000 ids)."""
 
 from __future__ import annotations
 
@@ -11,45 +13,77 @@ def format_ids(ids: Iterable[Any]) -> str:
     Ids that are not integers (the ``_id`` of a forged or foreign document: a string, an
     ObjectId, even a dict) follow as their ``repr``, sorted, with ``[`` escaped for rich, so a
     message never fails on them nor carries a terminal escape sequence or rich markup."""
+    runs, others = id_runs(ids)
+    parts = [str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in runs]
+    # repr: escapes control characters (no terminal escape sequence gets through)
+    return ", ".join([*parts, *sorted({_markup_safe(repr(value)) for value in others})])
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def id_runs(ids: Iterable[Any]) -> tuple[list[tuple[int, int]], list[Any]]:
+    """``(runs, others)`` of ``ids`` (pure): the distinct integer ids as sorted runs of
+    consecutive integers ``(first, last)`` (``[1, 2, 3, 7]`` -> ``[(1, 3), (7, 7)]``), and the
+    ids that are not integers (a bool is not one), in their order, as they are."""
     ids = ids if isinstance(ids, (list, tuple, range)) else list(ids)
     if set(map(type, ids)) <= {int}:  # the usual case, in C (100,000 ids: a few ms)
-        return ", ".join(_runs(sorted(set(ids))))
-    values: list[int] = []
-    others: set[str] = set()
-    for value in ids:
-        if isinstance(value, int) and not isinstance(value, bool):
-            values.append(value)
-        else:  # repr: escapes control characters (no terminal escape sequence gets through)
-            others.add(_markup_safe(repr(value)))
-    values = sorted(set(values))
-    parts: list[str] = []
-    start = prev = None
-    for value in values:
-        if prev is not None and value == prev + 1:
-            prev = value
-            continue
-        if start is not None:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = value
-    if start is not None:
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-    return ", ".join([*parts, *sorted(others)])
+        return _runs(sorted(set(ids))), []
+    values = sorted({value for value in ids if _is_int(value)})
+    others = [value for value in ids if not _is_int(value)]
+    return _runs(values), others
 
 
-def _runs(values: list[int]) -> list[str]:
-    """``"a-b"`` / ``"a"`` of each run of consecutive integers of sorted, distinct ``values``
+#: at most this many ``_id`` ranges in one :func:`id_filter` (more ``$or`` branches cost the
+#: server's planner more than the ``$in`` they replace); the shorter runs go to the ``$in``
+MAX_ID_RANGES = 64
+
+#: a run of consecutive ids shorter than this goes to the ``$in`` of :func:`id_filter`
+MIN_RANGE_LENGTH = 3
+
+
+def id_filter(ids: Iterable[Any]) -> dict[str, Any]:
+    """A MongoDB filter matching exactly the documents whose ``_id`` is one of ``ids`` (pure),
+    compact: each run of at least :data:`MIN_RANGE_LENGTH` consecutive integer ids (the
+    longest :data:`MAX_ID_RANGES` of them) as one ``_id`` range, the other ids in one ``$in``.
+
+    ``{"_id": {"$in": ids}}`` with 100,000 ids is a 0.8 MB command that the server turns into
+    100,000 index seeks (issue 20: ``delete`` of 100,000 experiments spent more time on that
+    than on deleting); the ranges of one ``seml`` selection are a few. A range requires an
+    integer ``_id`` (``$type`` int or long): MongoDB compares numbers by value, so without it
+    a forged document with ``_id: 2.5`` would match ``1-3``. Ids an experiment collection
+    gives are integers (``store.collections.next_ids``); other ids (strings, ObjectIds) go to
+    the ``$in`` as they are. No ids: a filter matching nothing (``{"_id": {"$in": []}}``).
+    """
+    runs, others = id_runs(ids)
+    ranged = sorted(
+        (r for r in runs if r[1] - r[0] + 1 >= MIN_RANGE_LENGTH),
+        key=lambda r: r[0] - r[1],  # longest first
+    )[:MAX_ID_RANGES]
+    kept = set(ranged)
+    singles = [v for lo, hi in runs if (lo, hi) not in kept for v in range(lo, hi + 1)]
+    parts: list[dict[str, Any]] = [
+        {"_id": {"$gte": lo, "$lte": hi, "$type": ["int", "long"]}} for lo, hi in sorted(ranged)
+    ]
+    if singles or others or not parts:
+        parts.append({"_id": {"$in": [*singles, *others]}})
+    return parts[0] if len(parts) == 1 else {"$or": parts}
+
+
+def _runs(values: list[int]) -> list[tuple[int, int]]:
+    """``(first, last)`` of each run of consecutive integers of sorted, distinct ``values``
     (pure): ``values[i] - i`` does not decrease, and is constant along a run, so each run's
     end is found by bisection (a run of 100,000 ids costs ~17 steps, not 100,000)."""
     from bisect import bisect_right
 
-    parts: list[str] = []
+    runs: list[tuple[int, int]] = []
     i = 0
     while i < len(values):
         j = bisect_right(range(len(values)), values[i] - i, lo=i, key=lambda k: values[k] - k)
-        start, end = values[i], values[j - 1]
-        parts.append(str(start) if start == end else f"{start}-{end}")
+        runs.append((values[i], values[j - 1]))
         i = j
-    return parts
+    return runs
 
 
 def id_sort_key(value: Any) -> tuple[int, Any]:

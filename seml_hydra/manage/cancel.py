@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.core.ranges import id_filter
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.slurm import client as slurm
 from seml_hydra.track.groups import Group, docs_of, ids_of, task_groups
@@ -135,8 +136,24 @@ class CancelResult:
     strangers: dict[str, str | None] = field(default_factory=dict)
 
 
+def held_task_rows(rows: Iterable[Any]) -> set[str]:
+    """The job ids (``"<array>_<task>"``) of the squeue ``rows`` that are pending and held
+    (pure): their reason names a hold (``JobHeldUser``, ``JobHeldAdmin``), so Slurm starts
+    them only once someone releases them (``seml release``, ``scontrol release``)."""
+    return {
+        job
+        for row in rows
+        if row.state == "PENDING" and "held" in (row.reason or "").lower()
+        for job in row_jobs(row)
+    }
+
+
 def cancel(
-    collection: Any, query: Mapping[str, Any], *, wait_s: float = CANCEL_WAIT_S
+    collection: Any,
+    query: Mapping[str, Any],
+    *,
+    wait_s: float = CANCEL_WAIT_S,
+    mark_held: bool = True,
 ) -> CancelResult:
     """Interrupt the matching active experiments: INTERRUPTED (with ``execution.cancel_time``),
     ``scancel`` of exactly their array tasks, wait (at most ``wait_s``) until Slurm no longer
@@ -151,7 +168,18 @@ def cancel(
     of the matching experiments a cancel marked INTERRUPTED (:func:`_unfinished_cancels`).
 
     Only jobs whose sbatch comment is the collection are cancelled (:func:`rows_of_collection`:
-    a document may name any job id); the others are reported in ``strangers``."""
+    a document may name any job id); the others are reported in ``strangers``.
+
+    ``mark_held=False`` (``lifecycle.delete``, which deletes the experiments right after): the
+    experiments whose Slurm task squeue lists as held (:func:`held_task_rows`) are not marked
+    INTERRUPTED, their tasks are only cancelled; the others are marked after the squeue that
+    finds the tasks alive (before it otherwise), still before the ``scancel``. A held task
+    cannot start and claim an experiment before the ``scancel`` (one released meanwhile runs
+    until then, and its experiment is deleted with the others), and a ``delete`` killed before
+    its ``scancel`` leaves them PENDING with their task held, where the next ``delete`` finds
+    them: the mark's write of every document (2-6 s for 100,000, issue 20) would be deleted a
+    moment later. They are not in ``interrupted``. When Slurm fails, every experiment is marked
+    before the error, as with ``mark_held``."""
 
     groups = task_groups(collection, and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
     try:  # job ids are per cluster: another cluster's experiments are not touched from here
@@ -167,8 +195,17 @@ def cancel(
     ids = ids_of(groups)
     mark = {"status": states.INTERRUPTED, CANCEL_MARK: datetime.now(timezone.utc)}
     active = {"status": {"$in": sorted(states.ACTIVE)}}
-    if ids:
-        collection.update_many({"_id": {"$in": ids}, **active}, {"$set": mark})
+
+    def mark_ids(which: list[Any]) -> None:
+        if which:  # by id ranges (``core.ranges.id_filter``), not a list of every id
+            collection.update_many(and_(id_filter(which), active), {"$set": mark})
+
+    def mark_the_rest() -> None:  # on a Slurm failure: every experiment, as with mark_held
+        done = set(marked)
+        mark_ids([i for i in ids if i not in done])
+
+    marked = ids if mark_held else []
+    mark_ids(marked)
     cancelled = docs + docs_of(unfinished)
     arrays = sorted({t[1].split("_")[0] for t in map(task_of, cancelled) if is_slurm_task(t)})
     others: list[dict] = []
@@ -178,7 +215,7 @@ def cancel(
             task_groups(
                 collection,
                 {
-                    "_id": {"$nin": [*ids, *ids_of(unfinished)]},
+                    "$nor": [id_filter([*ids, *ids_of(unfinished)])],
                     **active,
                     "$or": [
                         {"slurm.array_id": {"$in": values}},
@@ -192,33 +229,50 @@ def cancel(
             others = [d for d in others if d["_id"] not in skipped]
     tasks = tasks_to_cancel(cancelled, others)
     strangers: dict[str, str | None] = {}
-    tasks += _orphaned_pending_tasks(collection, {a for a in map(array_of, docs) if a}, strangers)
+    try:
+        tasks += _orphaned_pending_tasks(
+            collection, {a for a in map(array_of, docs) if a}, strangers
+        )
+    except slurm.SlurmError:
+        mark_the_rest()
+        raise
     result = CancelResult(
         strangers=strangers,
         foreign=foreign,
         cluster=here,
-        interrupted=ids,
+        interrupted=marked,
         local_ids=[i for g in groups if (task_of(g.doc) or ("",))[0] == "local" for i in g.ids],
         finished=[i for g in unfinished if task_of(g.doc)[1] in tasks for i in g.ids],  # type: ignore[index]
     )
-    ids = [*ids, *result.finished]
-    if tasks:
-        try:
+    try:
+        rows = _squeue_of(tasks, collection.name, strangers) if tasks else []
+        if not mark_held:
+            held = held_task_rows(rows)
+            marked = [
+                i for g in groups if (task_of(g.doc) or ("", ""))[1] not in held for i in g.ids
+            ]
+            mark_ids(marked)
+            result.interrupted = marked
+        if tasks:
             # only tasks squeue still lists are cancelled (and reported): the others are gone
-            result.cancelled_tasks = _alive_tasks(tasks, collection.name, strangers)
+            result.cancelled_tasks = _alive_in(tasks, rows)
             if result.cancelled_tasks:
                 slurm.scancel(result.cancelled_tasks)
                 result.still_alive = _wait_gone(result.cancelled_tasks, wait_s, collection.name)
-        except slurm.SlurmError as error:
-            raise ManageError(
-                f"Experiment(s) {', '.join(map(str, ids))} are INTERRUPTED, but Slurm could not "
-                f"cancel their task(s) {', '.join(tasks)}: {error}. Run the command again to "
-                "cancel them."
-            ) from None
-    collection.update_many(
-        {"_id": {"$in": ids}, "status": {"$in": [*sorted(states.ACTIVE), states.KILLED]}},
-        {"$set": {"status": states.INTERRUPTED}},
-    )
+    except slurm.SlurmError as error:
+        mark_the_rest()
+        ids = [*ids, *result.finished]
+        raise ManageError(
+            f"Experiment(s) {', '.join(map(str, ids))} are INTERRUPTED, but Slurm could not "
+            f"cancel their task(s) {', '.join(tasks)}: {error}. Run the command again to "
+            "cancel them."
+        ) from None
+    again = [*marked, *result.finished]
+    if again:
+        collection.update_many(
+            and_(id_filter(again), {"status": {"$in": [*sorted(states.ACTIVE), states.KILLED]}}),
+            {"$set": {"status": states.INTERRUPTED}},
+        )
     return result
 
 
@@ -284,8 +338,21 @@ def _alive_tasks(
 ) -> list[str]:
     """The ``tasks`` squeue lists alive whose job's comment is ``collection_name``; the jobs of
     another comment are added to ``strangers`` (when given). Raises ``SlurmError``."""
+    return _alive_in(tasks, _squeue_of(tasks, collection_name, strangers))
+
+
+def _squeue_of(
+    tasks: Sequence[str], collection_name: str, strangers: dict[str, str | None] | None
+) -> list[Any]:
+    """squeue rows of the arrays of ``tasks`` whose comment is the collection (the others'
+    jobs added to ``strangers``, when given). Raises ``SlurmError``."""
     arrays = sorted({t.split("_")[0] for t in tasks}, key=int)
-    alive = squeue_alive(our_squeue_rows(arrays, collection_name, strangers))
+    return our_squeue_rows(arrays, collection_name, strangers)
+
+
+def _alive_in(tasks: Sequence[str], rows: Sequence[Any]) -> list[str]:
+    """The ``tasks`` squeue ``rows`` list alive (pure)."""
+    alive = squeue_alive(rows)
     return [t for t in tasks if is_listed(t, alive)]
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.processes import process_alive
-from seml_hydra.core.ranges import format_ids, id_sort_key
+from seml_hydra.core.ranges import format_ids, id_filter, id_sort_key
 from seml_hydra.slurm import client as slurm
 from seml_hydra.slurm.parse import is_alive
 from seml_hydra.track import census
@@ -219,16 +219,17 @@ def mark_lost_local_runs(
         return [], set(lost)
     marked = [
         d["_id"]
-        for d in collection.find({"_id": {"$in": ids}, "status": states.KILLED}, {"_id": 1})
+        for d in collection.find(and_(id_filter(ids), {"status": states.KILLED}), {"_id": 1})
     ]
     return marked, set(lost)
 
 
 def _mark(collection: Any, group: Group, changes: Mapping[str, Any]) -> None:
     """``$set`` ``changes`` on the experiments of ``group`` still in the state read (one
-    ``update_many``: a result written meanwhile wins)."""
+    ``update_many``: a result written meanwhile wins), found by their id ranges
+    (``core.ranges.id_filter``: a few ``_id`` ranges, not a list of every id)."""
     collection.update_many(
-        {"_id": {"$in": group.ids}, "status": group.doc["status"]}, {"$set": dict(changes)}
+        and_(id_filter(group.ids), {"status": group.doc["status"]}), {"$set": dict(changes)}
     )
 
 

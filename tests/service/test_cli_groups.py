@@ -114,6 +114,8 @@ def test_killed_detection_reads_one_row_per_task_and_marks_each_task_with_one_up
     assert result.killed == list(range(1, 13))
     updates = traffic.updates()
     assert len(updates) == 2 and all(u.get("multi") for u in updates), updates
+    # each task's experiments named by one _id range, not a list of their ids
+    assert [ids for u in updates for ids in _id_lists(u["q"])] == [], updates
     assert traffic.returned <= 2
     for doc in test_db["gate"].find():
         assert doc["status"] == "KILLED"
@@ -189,3 +191,140 @@ def test_delete_reads_the_experiments_only_for_their_ids_and_removes_what_they_l
     read = [doc for name, doc in traffic.docs if name == "find" and set(doc) != {"_id"}]
     assert read == [], read[:2]
     assert sum(name == "aggregate" for name, _ in traffic.docs) <= 3
+    # the tasks are held (they cannot start before the scancel): the experiments are not
+    # marked INTERRUPTED first, the one write is the delete, naming them by one _id range
+    writes = [
+        (c.get("update") and "update", s["q"])
+        for c in traffic.commands
+        for s in c.get("updates", c.get("deletes", []))
+    ]
+    assert [w for w in writes if w[0] == "update"] == [], writes
+    assert len(writes) == 1 and _id_lists(writes[0][1]) == [], writes
+
+
+def _id_lists(query) -> list[list]:
+    """Every ``{"_id": {"$in": [...]}}`` list in a filter (walked through its ``$and``/``$or``/
+    ``$nor`` lists)."""
+    found = []
+    if isinstance(query, dict):
+        for key, value in query.items():
+            if key == "_id" and isinstance(value, dict) and "$in" in value:
+                found.append(value["$in"])
+            found += _id_lists(value)
+    elif isinstance(query, list):
+        for item in query:
+            found += _id_lists(item)
+    return found
+
+
+def test_cancel_of_part_of_a_task_names_the_ids_as_ranges_and_spares_the_shared_task(
+    slurm, test_db, tmp_path, watched
+):
+    """A cancel of experiments 1-4 of task 0 (which also holds 5-6) marks just them, by one
+    ``_id`` range (not a list of their ids), and leaves both tasks alone; the next cancel of
+    the rest finds the others by ranges too and cancels both tasks."""
+    coll, traffic = watched
+    array = launch_held(tmp_path)
+    try:
+        _cancel_part_then_the_rest(coll, traffic, test_db, array)
+    finally:  # a failed assertion leaves no held array behind
+        subprocess.run(["scancel", str(array)], check=False)
+
+
+def _cancel_part_then_the_rest(coll, traffic, test_db, array: int) -> None:
+    from seml_hydra.manage.cancel import cancel
+
+    result = cancel(coll, {"_id": {"$in": [1, 2, 3, 4]}})
+    assert result.interrupted == [1, 2, 3, 4]
+    assert result.cancelled_tasks == []  # 5 and 6 still wait for task 0
+    assert sorted(squeue(array)) == [f"{array}_0", f"{array}_1"]
+    assert statuses(test_db["gate"]) == {
+        **{i: "INTERRUPTED" for i in range(1, 5)},
+        **{i: "PENDING" for i in range(5, 13)},
+    }
+    # the writes, and the look for active experiments sharing their tasks (all but the ids
+    # cancelled), name the cancelled ids by range (the selection itself is the caller's)
+    matches = [c["pipeline"][0]["$match"] for c in traffic.commands if "pipeline" in c]
+    sent = [m for m in matches if "$nor" in m] + [u["q"] for u in traffic.updates()]
+    assert len(sent) == 3 and [ids for q in sent for ids in _id_lists(q)] == [], sent
+    traffic.reset()
+    result = cancel(coll, {})
+    assert result.interrupted == list(range(5, 13))
+    assert result.cancelled_tasks == [f"{array}_0", f"{array}_1"]
+    assert set(statuses(test_db["gate"]).values()) == {"INTERRUPTED"}
+    assert [ids for u in traffic.updates() for ids in _id_lists(u["q"]) if len(ids) > 2] == []
+
+
+def test_delete_by_id_ranges_leaves_a_forged_id_between_them_and_other_types_alone(test_db):
+    """The ids of a ``delete`` go to MongoDB as ``_id`` ranges; MongoDB compares numbers by
+    value, so each range also requires an integer ``_id``: a forged document ``_id: 2.5``
+    (between 1 and 5) and a string ``"3"`` are not deleted with 1-5."""
+    from seml_hydra.manage.lifecycle import delete
+
+    coll = test_db["forged"]
+    coll.insert_many(
+        [{"_id": i, "status": "COMPLETED"} for i in range(1, 6)]
+        + [{"_id": 2.5, "status": "COMPLETED"}, {"_id": "3", "status": "COMPLETED"}]
+    )
+    assert delete(coll, {"_id": {"$in": [1, 2, 3, 4, 5]}}).ids == [1, 2, 3, 4, 5]
+    assert sorted(map(repr, coll.distinct("_id"))) == ["'3'", "2.5"]
+
+
+def test_delete_removes_both_snapshots_of_a_batch_whose_sources_were_reloaded_for_some(test_db):
+    """Experiments of one batch and payload may name different snapshots (``reload-sources``
+    of a selection): the payload/snapshot read groups by the whole pair, so a delete of the
+    batch removes the files of both snapshots (a read of one snapshot per batch would leave
+    the other's files behind)."""
+    import gridfs
+
+    from seml_hydra.manage.lifecycle import delete
+
+    fs = gridfs.GridFS(test_db)
+
+    def put(kind: dict) -> str:
+        return str(fs.put(b"x", metadata={"collection_name": "reloaded", **kind}))
+
+    payload = put({"collection": "reloaded", "kind": "seml_hydra_payload"})
+    old, new = (put({"type": "source_file", "batch_id": 1}) for _ in range(2))
+    coll = test_db["reloaded"]
+    coll.insert_many(
+        {
+            "_id": i,
+            "batch_id": 1,
+            "status": "STAGED",
+            "seml": {"payload_file": payload, "source_files": [["app.py", ObjectId(source)]]},
+        }
+        for i, source in ((1, old), (2, new), (3, old))
+    )
+    assert delete(coll, {}).ids == [1, 2, 3]
+    assert test_db["fs.files"].count_documents({}) == 0
+
+
+def test_a_delete_whose_squeue_fails_leaves_every_experiment_interrupted_as_before(
+    slurm, test_db, tmp_path, watched, monkeypatch
+):
+    """``delete`` marks the experiments of held tasks only when Slurm fails: its squeue (which
+    tells held tasks) failing, every experiment is INTERRUPTED, none deleted, and the error
+    says so, as when every experiment was marked before asking Slurm."""
+    import os
+    import shutil
+
+    from seml_hydra.manage.lifecycle import delete
+    from seml_hydra.manage.selection import ManageError
+
+    coll, _ = watched
+    array = launch_held(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    squeue_bin = bin_dir / "squeue"
+    squeue_bin.write_text("#!/bin/sh\necho 'squeue: error: slurmctld is down' >&2\nexit 1\n")
+    squeue_bin.chmod(0o755)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+            assert shutil.which("squeue") == str(squeue_bin)
+            with pytest.raises(ManageError, match="are INTERRUPTED, but Slurm could not cancel"):
+                delete(coll, {})
+        assert statuses(test_db["gate"]) == {i: "INTERRUPTED" for i in range(1, 13)}
+    finally:
+        subprocess.run(["scancel", str(array)], check=False)

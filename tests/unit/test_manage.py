@@ -291,3 +291,44 @@ def test_a_plain_id_is_listed_through_its_tasks_and_takes_their_sacct_states():
     assert not is_listed("354_1", {"354_0"}) and not is_listed("35", {"354_0"})
     rows = [sacct_row("354_0", "COMPLETED")]
     assert sacct_states_by_task(rows, ["354"])["354"] == ["COMPLETED"]
+
+
+def test_seml_files_pipeline_groups_the_pairs_straight_after_the_match():
+    """``delete`` reads the payload and snapshot of its experiments with one ``$group`` by the
+    ``{payload_file, source_files}`` pair right after the ``$match``: no ``$project`` or
+    ``$sort`` of every document's snapshot (72 ``[path, id]`` pairs each in the benchmark's
+    launch: 3 s of mongod's time for 100,000 experiments), no id lists (issue 20)."""
+    from seml_hydra.manage.lifecycle import seml_files_pipeline
+
+    query = {"_id": {"$gte": 1, "$lte": 9}}
+    assert seml_files_pipeline(query) == [
+        {"$match": query},
+        {
+            "$group": {
+                "_id": {
+                    "payload_file": "$seml.payload_file",
+                    "source_files": "$seml.source_files",
+                }
+            }
+        },
+    ]
+
+
+def test_held_task_rows_are_the_pending_tasks_whose_reason_is_a_hold():
+    """``delete`` skips the INTERRUPTED mark only for tasks Slurm will not start: pending with
+    a hold (user or admin), not pending for a begin time, resources or a dependency."""
+    from seml_hydra.manage.cancel import held_task_rows
+    from seml_hydra.slurm.records import SqueueRow
+
+    def row(job_id, raw, array, task, state, reason):
+        return SqueueRow(job_id, raw, array, task, state, reason, None, 0.0, "u", "n", "c")
+
+    rows = [
+        row("10_[0-2%3]", 10, 10, "0-2%3", "PENDING", "JobHeldUser"),
+        row("11_[0-1]", 11, 11, "0-1", "PENDING", "JobHeldAdmin"),
+        row("12_[0-1]", 12, 12, "0-1", "PENDING", "BeginTime"),
+        row("13_0", 14, 13, "0", "RUNNING", None),
+        row("15", 15, None, None, "PENDING", "JobHeldUser"),
+        row("16", 16, None, None, "PENDING", "Resources"),
+    ]
+    assert held_task_rows(rows) == {"10_0", "10_1", "10_2", "11_0", "11_1", "15"}
