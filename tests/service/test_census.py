@@ -210,3 +210,25 @@ def test_status_of_a_held_array_reads_index_keys_only(jobs, test_db):
     claimed = {"$or": [{"execution.array_id": {"$in": [live, str(live)]}}]}
     assert reads.matched == [claimed], reads.matched
     assert reads.returned < 50, reads.returned  # index entries, not the 400 experiments
+
+
+@pytest.mark.parametrize("first", ["a string", None, 7, []])
+def test_an_experiment_whose_slurm_entry_is_not_a_document_is_judged(jobs, test_db, first):
+    # a hand edit leaves slurm[0] a string (a number, null, []): the index holds null slurm.0.*
+    # keys for it, which a covered read matches and a read of the document does not; the
+    # experiment claimed by a dead task must be marked KILLED by the census too
+    live, dead, here = jobs
+    execution = {"array_id": dead, "task_id": 0, "cluster": here, "hostname": "node1"}
+    doc = {"_id": 1, "status": "RUNNING", "seml": {"output_dir": "/nonexistent"}}
+    docs = [{**doc, "slurm": [first], "execution": execution}]
+    docs += ours([2], live, 0, here)  # alive: vouched for by the census
+    indexed, plain = twin(test_db, docs)
+    assert detect_killed_ids(plain) == [1]
+    assert detect_killed_ids(indexed) == [1]
+    assert statuses(indexed) == statuses(plain) == {1: "KILLED", 2: "PENDING"}
+
+
+def detect_killed_ids(coll) -> list:
+    from seml_hydra.track.killed import detect_killed
+
+    return detect_killed(coll).killed
