@@ -43,6 +43,11 @@ FIELDS = CENSUS_FIELDS
 #: at most this many distinct keys are walked; beyond, the census gives up (``None``): a
 #: collection of that many Slurm tasks is judged by the path that reads the documents
 MAX_KEYS = 512
+#: ``(database, collection)`` names whose walk went past :data:`MAX_KEYS` in this process, with
+#: the smallest depth it did at: a walk of all their keys at that depth or deeper gives up at
+#: once (it would walk as many keys again: ``status`` asks twice, its detection then its
+#: table, ~0.4 s per walk at 600 tasks)
+_OVERFULL: dict[tuple[str, str], int] = {}
 
 
 class Unplain(Exception):
@@ -228,9 +233,15 @@ def walk(collection: Any, prefixes: Iterable[Sequence[Any]], depth: int) -> list
     """The distinct ``depth``-field keys of the census index under each of ``prefixes`` (tuples
     of the first fields' values), in index order: one covered look-up per key, plus one per
     prefix. Raises :class:`Unplain` (a value :func:`plain` refuses, more than
-    :data:`MAX_KEYS` keys) and pymongo errors."""
+    :data:`MAX_KEYS` keys; at once for the single prefix ``()`` of a collection that had more
+    than that at this depth or less in an earlier walk of this process, :data:`_OVERFULL`) and
+    pymongo errors."""
     from bson import MaxKey, MinKey
 
+    prefixes = [tuple(p) for p in prefixes]
+    name = (collection.database.name, collection.name)
+    if prefixes == [()] and depth >= _OVERFULL.get(name, depth + 1):  # more than some had
+        raise Unplain(f"more than {MAX_KEYS} keys")
     out: list[Entry] = []
     for prefix in prefixes:
         prefix = tuple(prefix)
@@ -243,6 +254,7 @@ def walk(collection: Any, prefixes: Iterable[Sequence[Any]], depth: int) -> list
             key = key_values(doc)[:depth]
             out.append(Entry(key, doc["_id"]))
             if len(out) > MAX_KEYS:
+                _OVERFULL[name] = min(depth, _OVERFULL.get(name, depth))
                 raise Unplain(f"more than {MAX_KEYS} keys")
             start = _bound(key, MaxKey())
     return out

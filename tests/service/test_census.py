@@ -169,7 +169,7 @@ class Reads(monitoring.CommandListener):
         self.returned = 0
 
     def started(self, event) -> None:
-        if event.command.get(event.command_name) == "mix":
+        if event.command.get(event.command_name) in ("mix", "many"):
             self.names.append(event.command_name)
             stages = event.command.get("pipeline") or []
             if any("$project" in stage for stage in stages):  # track.query.grouped
@@ -232,3 +232,32 @@ def detect_killed_ids(coll) -> list:
     from seml_hydra.track.killed import detect_killed
 
     return detect_killed(coll).killed
+
+
+def test_a_collection_of_too_many_keys_is_walked_once_per_command(test_db):
+    # 600 Slurm tasks: more keys than census.MAX_KEYS. status's detection walks the active
+    # keys and gives up; its table must not walk the same keys again before giving up too,
+    # while queue's shorter walk of the first two fields still answers
+    from seml_hydra.core import states
+    from seml_hydra.store.collections import ensure_job_indexes
+    from seml_hydra.track import census
+
+    test_db["many"].insert_many(
+        {"_id": i, "status": "PENDING", "slurm": [{"array_id": 7, "task_id": i}]}
+        for i in range(1, census.MAX_KEYS + 90)
+    )
+    ensure_job_indexes(test_db["many"])
+    reads = Reads()
+    client = pymongo.MongoClient(MONGO_URL, event_listeners=[reads])
+    try:
+        coll = client[TEST_DB]["many"]
+        active = [(s,) for s in sorted(states.ACTIVE)]
+        with pytest.raises(census.Unplain):
+            census.walk(coll, active, len(census.FIELDS))
+        reads.names.clear()
+        with pytest.raises(census.Unplain):
+            census.state_groups(coll)
+        assert reads.names.count("find") <= 1, reads.names  # the index's explain at most
+        assert [e.key for e in census.walk(coll, [()], 2)] == [("PENDING", None)]
+    finally:
+        client.close()
