@@ -291,9 +291,18 @@ class Stager:
 
     def _insert(self, docs: list[dict[str, Any]], ids: list[int]) -> None:
         """Insert one chunk's documents; on an error (Ctrl-C included) the ones written are
-        removed again before it is raised: no half-staged chunk."""
+        removed again before it is raised: no half-staged chunk. A write error (a duplicate
+        ``_id``: SEML 0.5's ``seml add`` numbers ``max + 1`` and may take an id reserved here
+        before this insert) stopped the ordered insert at that document, which is not ours:
+        only the ones before it are removed."""
+        from pymongo.errors import BulkWriteError
+
         try:
             self.collection.insert_many(docs, ordered=True)
+        except BulkWriteError as error:
+            inserted = ids[: int(error.details.get("nInserted", len(ids)))]
+            self.collection.delete_many({"_id": {"$in": inserted}, "status": states.STAGED})
+            raise
         except BaseException:
             self.collection.delete_many({"_id": {"$in": ids}, "status": states.STAGED})
             raise

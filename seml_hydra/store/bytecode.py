@@ -51,8 +51,14 @@ def checked_hash_pyc(
 
 
 def _entry(cache: Path, source: bytes) -> Path:
+    """The cache entry of ``source``: by its SHA-1, the interpreter's cache tag and its
+    optimization level (``-O``/``-OO``, ``PYTHONOPTIMIZE``: code compiled without asserts or
+    docstrings is not given to an interpreter that runs them, as ``cache_from_source``'s
+    ``.opt-N`` names keep them apart)."""
     tag = sys.implementation.cache_tag or "none"
-    return cache / f"{hashlib.sha1(source).hexdigest()}.{tag}.pyc"
+    level = sys.flags.optimize
+    opt = f".opt-{level}" if level else ""
+    return cache / f"{hashlib.sha1(source).hexdigest()}.{tag}{opt}.pyc"
 
 
 def _modules(directory: Path) -> list[Path]:

@@ -24,7 +24,9 @@ What only a hand-made document can make differ (neither SEML nor this package wr
 stored as a float or a decimal counts as the integer it equals (the index compares numbers by
 value). Such an experiment may then be listed by ``queue`` or ``status`` under that key, or
 left alone as its key's alive task is; it is never marked from a key: every experiment of a
-key the census cannot vouch for is judged from its document.
+key the census cannot vouch for is judged from its document. A ``slurm[0]`` that is not a document (a
+string, null, a number) is indexed with null keys that a covered read matches and a read of the
+document does not: :func:`read_back` sends such a collection to the documents' path.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ FIELDS = CENSUS_FIELDS
 #: at most this many distinct keys are walked; beyond, the census gives up (``None``): a
 #: collection of that many Slurm tasks is judged by the path that reads the documents
 MAX_KEYS = 512
+#: ``(database, collection)`` names whose walk went past :data:`MAX_KEYS` in this process, with
+#: the smallest depth it did at: a walk of all their keys at that depth or deeper gives up at
+#: once (it would walk as many keys again: ``status`` asks twice, its detection then its
+#: table, ~0.4 s per walk at 600 tasks)
+_OVERFULL: dict[tuple[str, str], int] = {}
 
 
 class Unplain(Exception):
@@ -226,9 +233,15 @@ def walk(collection: Any, prefixes: Iterable[Sequence[Any]], depth: int) -> list
     """The distinct ``depth``-field keys of the census index under each of ``prefixes`` (tuples
     of the first fields' values), in index order: one covered look-up per key, plus one per
     prefix. Raises :class:`Unplain` (a value :func:`plain` refuses, more than
-    :data:`MAX_KEYS` keys) and pymongo errors."""
+    :data:`MAX_KEYS` keys; at once for the single prefix ``()`` of a collection that had more
+    than that at this depth or less in an earlier walk of this process, :data:`_OVERFULL`) and
+    pymongo errors."""
     from bson import MaxKey, MinKey
 
+    prefixes = [tuple(p) for p in prefixes]
+    name = (collection.database.name, collection.name)
+    if prefixes == [()] and depth >= _OVERFULL.get(name, depth + 1):  # more than some had
+        raise Unplain(f"more than {MAX_KEYS} keys")
     out: list[Entry] = []
     for prefix in prefixes:
         prefix = tuple(prefix)
@@ -241,6 +254,7 @@ def walk(collection: Any, prefixes: Iterable[Sequence[Any]], depth: int) -> list
             key = key_values(doc)[:depth]
             out.append(Entry(key, doc["_id"]))
             if len(out) > MAX_KEYS:
+                _OVERFULL[name] = min(depth, _OVERFULL.get(name, depth))
                 raise Unplain(f"more than {MAX_KEYS} keys")
             start = _bound(key, MaxKey())
     return out
@@ -262,6 +276,29 @@ def last_id(collection: Any, entry: Entry) -> Any:
     cursor = collection.find(query, {"_id": 1}).hint(CENSUS_INDEX).sort(backwards).limit(1)
     last = next(iter(cursor), None)
     return last["_id"] if last else None
+
+
+#: the census fields on positional ``slurm.0`` paths
+_POSITIONAL = tuple(i for i, f in enumerate(CENSUS_FIELDS) if f.startswith("slurm.0."))
+
+
+def read_back(collection: Any, entries: Sequence[Entry]) -> None:
+    """Check that the documents of each key whose ``slurm.0`` fields are all null match its
+    query (:func:`key_filter`) when MongoDB reads them, as it does from the index. A
+    ``slurm[0]`` that is not a document (a string, a number, null, an empty list: a hand edit)
+    is indexed with null ``slurm.0.*`` keys, which a covered read of ``{"slurm.0.array_id":
+    null}`` matches but a read of the document does not: such an experiment, counted here,
+    would be missed by a caller that reads the documents of the key (``track.killed``'s full
+    path). The documents of these keys are read (the caller reads them anyway: their
+    experiments name no task to vouch for). Raises :class:`Unplain` when the counts differ (the
+    caller then reads all documents) and pymongo errors."""
+    for entry in entries:
+        if any(entry.key[i] is not None for i in _POSITIONAL if i < len(entry.key)):
+            continue
+        query = key_filter(entry.key)
+        fetched = collection.find(query, {"slurm": 1}).hint(CENSUS_INDEX)
+        if sum(1 for _ in fetched) != count(collection, query):
+            raise Unplain("an experiment whose slurm[0] is not a document")
 
 
 def tiles(spans: Sequence[tuple[Any, Any]], total: int) -> list[range] | None:

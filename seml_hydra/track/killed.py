@@ -144,6 +144,7 @@ def unvouched(collection: Any) -> dict[str, Any] | None:
         if not census.covered(collection):
             return None
         entries = census.walk(collection, [(s,) for s in sorted(states.ACTIVE)], len(census.FIELDS))
+        census.read_back(collection, entries)
         docs = [census.key_document(e.key, _id=i) for i, e in enumerate(entries)]
         alive = _vouched(docs)
     except (census.Unplain, slurm.SlurmError, ValueError):

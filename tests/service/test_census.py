@@ -169,7 +169,7 @@ class Reads(monitoring.CommandListener):
         self.returned = 0
 
     def started(self, event) -> None:
-        if event.command.get(event.command_name) == "mix":
+        if event.command.get(event.command_name) in ("mix", "many"):
             self.names.append(event.command_name)
             stages = event.command.get("pipeline") or []
             if any("$project" in stage for stage in stages):  # track.query.grouped
@@ -210,3 +210,54 @@ def test_status_of_a_held_array_reads_index_keys_only(jobs, test_db):
     claimed = {"$or": [{"execution.array_id": {"$in": [live, str(live)]}}]}
     assert reads.matched == [claimed], reads.matched
     assert reads.returned < 50, reads.returned  # index entries, not the 400 experiments
+
+
+@pytest.mark.parametrize("first", ["a string", None, 7, []])
+def test_an_experiment_whose_slurm_entry_is_not_a_document_is_judged(jobs, test_db, first):
+    # a hand edit leaves slurm[0] a string (a number, null, []): the index holds null slurm.0.*
+    # keys for it, which a covered read matches and a read of the document does not; the
+    # experiment claimed by a dead task must be marked KILLED by the census too
+    live, dead, here = jobs
+    execution = {"array_id": dead, "task_id": 0, "cluster": here, "hostname": "node1"}
+    doc = {"_id": 1, "status": "RUNNING", "seml": {"output_dir": "/nonexistent"}}
+    docs = [{**doc, "slurm": [first], "execution": execution}]
+    docs += ours([2], live, 0, here)  # alive: vouched for by the census
+    indexed, plain = twin(test_db, docs)
+    assert detect_killed_ids(plain) == [1]
+    assert detect_killed_ids(indexed) == [1]
+    assert statuses(indexed) == statuses(plain) == {1: "KILLED", 2: "PENDING"}
+
+
+def detect_killed_ids(coll) -> list:
+    from seml_hydra.track.killed import detect_killed
+
+    return detect_killed(coll).killed
+
+
+def test_a_collection_of_too_many_keys_is_walked_once_per_command(test_db):
+    # 600 Slurm tasks: more keys than census.MAX_KEYS. status's detection walks the active
+    # keys and gives up; its table must not walk the same keys again before giving up too,
+    # while queue's shorter walk of the first two fields still answers
+    from seml_hydra.core import states
+    from seml_hydra.store.collections import ensure_job_indexes
+    from seml_hydra.track import census
+
+    test_db["many"].insert_many(
+        {"_id": i, "status": "PENDING", "slurm": [{"array_id": 7, "task_id": i}]}
+        for i in range(1, census.MAX_KEYS + 90)
+    )
+    ensure_job_indexes(test_db["many"])
+    reads = Reads()
+    client = pymongo.MongoClient(MONGO_URL, event_listeners=[reads])
+    try:
+        coll = client[TEST_DB]["many"]
+        active = [(s,) for s in sorted(states.ACTIVE)]
+        with pytest.raises(census.Unplain):
+            census.walk(coll, active, len(census.FIELDS))
+        reads.names.clear()
+        with pytest.raises(census.Unplain):
+            census.state_groups(coll)
+        assert reads.names.count("find") <= 1, reads.names  # the index's explain at most
+        assert [e.key for e in census.walk(coll, [()], 2)] == [("PENDING", None)]
+    finally:
+        client.close()

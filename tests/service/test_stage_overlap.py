@@ -132,3 +132,26 @@ def test_finish_waits_for_the_last_insert(gated, test_db):
     result = stager.finish()
     assert result.new_ids == [1, 2, 3] and result.ids == [1, 2, 3]
     assert [d["_id"] for d in test_db[COLLECTION].find().sort("$natural", 1)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_an_insert_that_hits_another_launchs_id_leaves_that_experiment(db_url, test_db, overlap):
+    # SEML 0.5's `seml add` numbers its experiments max(_id) + 1: between our reservation of ids
+    # (the counter) and our insert, it may take one of them. Our insert then stops at that id
+    # (duplicate key), and only what we inserted is removed: SEML's STAGED experiment stays.
+    from pymongo.errors import BulkWriteError
+
+    from seml_hydra.store.collections import COUNTERS_COLLECTION
+
+    test_db[COUNTERS_COLLECTION].insert_one({"_id": f"{COLLECTION}._id", "value": 0})
+    theirs = {"_id": 2, "status": "STAGED", "config_hash": "theirs", "batch_id": 1}
+    test_db[COLLECTION].insert_one(dict(theirs))
+    stager = Stager(test_db, COLLECTION, batch_id=1, force=False, overlap=overlap)
+    with pytest.raises(BulkWriteError):
+        try:
+            stager.add_chunk(["a", "b", "c"], document(), no_refresh)
+            stager.finish()
+        except BaseException:
+            stager.undo()
+            raise
+    assert list(test_db[COLLECTION].find()) == [theirs]

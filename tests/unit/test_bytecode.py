@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import py_compile
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import MODULE_SOURCE, import_fresh, module_project
@@ -69,3 +71,35 @@ def test_entries_unused_for_long_are_removed_when_storing(tmp_path):
     os.utime(entries[0], (old, old))
     store_bytecode(tmp_path / "nothing", cache)
     assert sorted(cache.glob("*.pyc")) == entries[1:]
+
+
+def _run(directory: Path, code: str, *flags: str) -> str:
+    """``code`` run by a fresh interpreter (``flags`` first) that writes bytecode, with
+    ``directory`` first on ``sys.path``; its output, stripped."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONOPTIMIZE")
+    }
+    script = f"import sys; sys.path.insert(0, {str(directory)!r})\n{code}"
+    return subprocess.run(
+        [sys.executable, *flags, "-c", script], capture_output=True, text=True, env=env, check=True
+    ).stdout.strip()
+
+
+def test_bytecode_of_an_optimizing_interpreter_is_not_given_to_another(tmp_path):
+    # a job run by `python -O` (hydra.launcher.python, PYTHONOPTIMIZE) compiles its modules
+    # without their asserts: a later job run without -O must not load that code
+    cache = tmp_path / "cache"
+    source = "DEBUG = __debug__\n"
+    first, second = tmp_path / "first", tmp_path / "second"
+    for directory in (first, second):
+        directory.mkdir()
+        (directory / "m.py").write_text(source)
+    store = (
+        "import m, pathlib\nfrom seml_hydra.store.bytecode import store_bytecode\n"
+        f"print(m.DEBUG, store_bytecode(pathlib.Path({str(first)!r}), pathlib.Path({str(cache)!r})))"
+    )
+    assert _run(first, store, "-O") == "False 1"
+    restore_bytecode(second, cache)  # by an interpreter without -O
+    assert _run(second, "import m; print(m.DEBUG)") == "True"
