@@ -20,6 +20,22 @@ from seml_hydra.store.masking import mask_credentials
 from seml_hydra.store.retry import is_connection_error, short_reason
 
 
+def connection_lost_message(collection: Any, reason: str, staging_started: bool) -> str:
+    """What a launch that lost MongoDB tells the user (pure): ``reason`` (a short, secret-free
+    description of the error) and what is left: nothing before staging started; else the
+    experiments already stored stay as they are (those submitted run, the rest stay STAGED) and
+    how to go on once the database is back (``seml <collection> status`` / ``start``)."""
+    head = f"lost the connection to MongoDB ({reason})."
+    if not staging_started:
+        return f"{head} Nothing was stored or submitted: launch the sweep again later."
+    return (
+        f"{head} The experiments already stored stay as they are: those submitted keep "
+        "running, the others stay STAGED. Once the database is back, check them with "
+        f"`seml {collection} status` and submit the STAGED ones with `seml {collection} start` "
+        "(or launch the sweep again)."
+    )
+
+
 class SemlLauncher(Launcher):
     """Hydra ``Launcher`` storing every sweep point as a SEML experiment and running it through
     submitit. ``executor`` is ``"slurm"`` or ``"local"`` (set by the subclasses).
@@ -75,10 +91,11 @@ class SemlLauncher(Launcher):
         except Exception as error:
             if not is_connection_error(error):
                 raise
+            message = connection_lost_message(
+                self.params.get("collection"), short_reason(error), self._staging_started
+            )
             Console(stderr=True, highlight=False, soft_wrap=True).print(
-                f"[bold red]Error:[/] lost the connection to MongoDB ({short_reason(error)}). "
-                "What was already submitted keeps running; check it with "
-                f"`seml {self.params.get('collection')} status` once the database is back."
+                f"[bold red]Error:[/] {escape(message)}"
             )
             raise SystemExit(1) from None
         except KeyboardInterrupt:
