@@ -195,6 +195,9 @@ def test_fewer_collections_freezes_what_lives_and_still_collects_new_cycles():
 
     from seml_hydra.launch.stage import STAGE_GC_THRESHOLD, fewer_collections
 
+    # a job's start-up run in this worker earlier (job.collector) leaves objects frozen for
+    # good, as it does in a job process; this test starts from an unfrozen collector
+    gc.unfreeze()
     before = gc.get_threshold()
     gc.collect()
     with fewer_collections():
@@ -208,3 +211,18 @@ def test_fewer_collections_freezes_what_lives_and_still_collects_new_cycles():
         )
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+def test_fewer_collections_leaves_a_frozen_collector_alone():
+    import gc
+
+    from seml_hydra.launch.stage import fewer_collections
+
+    gc.freeze()
+    try:
+        before, frozen = gc.get_threshold(), gc.get_freeze_count()
+        with fewer_collections():
+            assert gc.get_threshold() == before
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
