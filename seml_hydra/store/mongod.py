@@ -104,8 +104,16 @@ def free_ports() -> Iterator[int]:
             yield sock.getsockname()[1]
 
 
+#: messages of mongod's crash report (a backtrace: one line per stack frame), left out of
+#: :func:`log_tail` so that the error before them stays in view
+BACKTRACE_MESSAGES = ("Frame", "BACKTRACE")
+
+
 def log_tail(log: Path, start: int, lines: int = 8) -> str:
-    """Last ``lines`` messages mongod logged after byte offset ``start`` (JSON log lines)."""
+    """Last ``lines`` messages mongod logged after byte offset ``start`` (JSON log lines), its
+    backtrace left out (:data:`BACKTRACE_MESSAGES`: a listener that found its port taken
+    aborts with ~30 frames after the "Address already in use" that
+    :func:`start_on_free_port` looks for)."""
     try:
         with open(log, "rb") as fh:
             fh.seek(start)
@@ -113,15 +121,17 @@ def log_tail(log: Path, start: int, lines: int = 8) -> str:
     except OSError:
         return ""
     out = []
-    for line in raw[-lines:]:
+    for line in raw:
         try:
             entry = json.loads(line)
             msg = entry.get("msg", "")
             attr = entry.get("attr")
+            if msg in BACKTRACE_MESSAGES:
+                continue
             out.append(f"{msg} {json.dumps(attr)}" if attr else msg)
         except ValueError:
             out.append(line)
-    return "\n  ".join(out)
+    return "\n  ".join(out[-lines:])
 
 
 def run_mongod(
