@@ -40,7 +40,7 @@ from seml_hydra.launch.sbatch import (
     sbatch_options,
     split_array,
 )
-from seml_hydra.slurm.client import SlurmError, cluster_name, max_array_size, release
+from seml_hydra.slurm.client import SlurmError, cluster_name, max_array_size
 from seml_hydra.store.retry import retrying
 
 log = logging.getLogger(__name__)
@@ -254,8 +254,7 @@ def submit_group(
             slurm_max_num_timeout=getattr(runner, "max_requeues", 3) + 1,
             **dict(executor_args or {}),
         )
-        submitted_params, release_after = held_submission(params, cluster)
-        executor.update_parameters(**submitted_params)
+        executor.update_parameters(**params)
         stderr = io.StringIO()
         with clean_environment(job_env), contextlib.redirect_stderr(stderr):
             if per_job_env is None:
@@ -308,42 +307,7 @@ def submit_group(
             f"recording the submitted job(s) {', '.join(str(j.job_id) for j in jobs)}",
         )
     )
-    if release_after:
-        release_submitted(sorted({str(job.job_id).split("_")[0] for job in jobs}))
     return jobs, [list(g) for g in id_groups]
-
-
-def held_submission(params: Mapping[str, Any], cluster: str) -> tuple[dict[str, Any], bool]:
-    """The submitit parameters a Slurm array is submitted with, and whether it must be released
-    afterwards (pure): held (``--hold``) unless the user holds it already.
-
-    submitit creates each task's folder (``.submitit/%A_%a``, where ``--output`` points) only
-    after sbatch returns; on an idle cluster a task can start within milliseconds, before its
-    folder exists, and Slurm before 23.02 fails it without output ("Could not open stdout
-    file": hydra-ecosystem/hydra#2100). Submitted held and released once submitit wrote the
-    folders and the documents name their jobs (:func:`release_submitted`), no task starts
-    early. The local executor (``cluster`` not ``"slurm"``) is submitted as it is."""
-    params = dict(params)
-    extra = dict(params.get("slurm_additional_parameters") or {})
-    if cluster != "slurm" or extra.get("hold"):
-        return params, False
-    params["slurm_additional_parameters"] = {**extra, "hold": True}
-    return params, True
-
-
-def release_submitted(array_ids: Sequence[str]) -> None:
-    """Release the arrays :func:`held_submission` held (``scontrol release``). A failure leaves
-    them held, with a warning that says how to release them (the launcher's wait reports a
-    held job as stuck too): the experiments are submitted and recorded either way."""
-    try:
-        release(array_ids)
-    except (SlurmError, ValueError) as error:
-        log.warning(
-            "submitted job(s) %s held, but releasing them failed (%s): release them with "
-            "`seml <collection> release`",
-            ", ".join(array_ids),
-            error,
-        )
 
 
 def local_gpus(launcher: Mapping[str, Any], first_job: int) -> Callable[[int], dict[str, str]]:
