@@ -206,14 +206,22 @@ def fault_slurm(monkeypatch):
 
 
 def run_up_sh() -> None:
-    """Run tools/testbed/up.sh (it starts what is not running, e.g. a slurmd a test killed)
-    without its srun smoke test; raises ``CalledProcessError`` when it fails."""
-    subprocess.run(
+    """Bring the fault cluster back (:func:`fault_slurm`): run tools/testbed/up.sh, which
+    starts what is not running (a slurmd or slurmctld a test killed) and waits for its nodes,
+    for the fault cluster only (``MAIN_CLUSTER=0 WITH_MONGO=0``: the shared cluster's nodes,
+    busy with the other tests' jobs, are neither touched nor waited for) and without its srun
+    smoke test. Fails the test with up.sh's last 40 lines of output (its ``ERROR:`` line and,
+    for nodes that did not come back, ``sinfo -N -l``) when it fails."""
+    done = subprocess.run(
         ["bash", str(ROOT / "tools/testbed/up.sh")],
-        capture_output=True,
-        check=True,
-        env={**os.environ, "SMOKE_TEST": "0"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "SMOKE_TEST": "0", "MAIN_CLUSTER": "0", "WITH_MONGO": "0"},
     )
+    if done.returncode != 0:
+        tail = "\n".join(done.stdout.splitlines()[-40:])
+        pytest.fail(f"tools/testbed/up.sh exited with {done.returncode}:\n{tail}")
 
 
 #: the password of the MongoDB configurations the tests write (must never show up in output)

@@ -40,7 +40,7 @@ from seml_hydra.launch.sbatch import (
     sbatch_options,
     split_array,
 )
-from seml_hydra.slurm.client import SlurmError, cluster_name, max_array_size
+from seml_hydra.slurm.client import SlurmError, cluster_name, max_array_size, start_now
 from seml_hydra.store.retry import retrying
 
 log = logging.getLogger(__name__)
@@ -254,7 +254,8 @@ def submit_group(
             slurm_max_num_timeout=getattr(runner, "max_requeues", 3) + 1,
             **dict(executor_args or {}),
         )
-        executor.update_parameters(**params)
+        submitted_params, deferred = deferred_start(params, cluster)
+        executor.update_parameters(**submitted_params)
         stderr = io.StringIO()
         with clean_environment(job_env), contextlib.redirect_stderr(stderr):
             if per_job_env is None:
@@ -307,7 +308,54 @@ def submit_group(
             f"recording the submitted job(s) {', '.join(str(j.job_id) for j in jobs)}",
         )
     )
+    if deferred:
+        start_submitted(sorted({str(job.job_id).split("_")[0] for job in jobs}))
     return jobs, [list(g) for g in id_groups]
+
+
+#: how long a Slurm array waits to start after sbatch unless :func:`start_submitted` lets it
+#: start earlier (seconds): a launcher that dies in between delays its jobs by at most this
+DEFERRED_START_S = 60
+
+
+def deferred_start(params: Mapping[str, Any], cluster: str) -> tuple[dict[str, Any], bool]:
+    """The submitit parameters a Slurm array is submitted with, and whether its start must be
+    brought forward afterwards (pure): ``--begin=now+60`` (:data:`DEFERRED_START_S`) unless
+    the user chose a ``begin`` or a ``hold`` (both then stay theirs, and nothing is changed).
+
+    submitit creates each task's folder (``.submitit/%A_%a``, where ``--output`` points) only
+    after sbatch returns; on an idle cluster a task can start within milliseconds, before its
+    folder exists, and Slurm before 23.02 fails it without output ("Could not open stdout
+    file": hydra-ecosystem/hydra#2100). A ``--begin`` in the future keeps every task waiting
+    until :func:`start_submitted` moves it to now, once the folders exist and the documents
+    name their jobs. Unlike ``--hold`` (which sbatch accepts even for a request no node can
+    meet, leaving it pending with ``BadConstraints``), sbatch still refuses an impossible
+    ``--begin`` request at once with its own message (checked on Slurm 22.05), and a
+    launcher that dies before bringing the start forward leaves jobs that start by themselves
+    a minute later, not held for ever. The local executor (``cluster`` not ``"slurm"``) is
+    submitted as it is."""
+    params = dict(params)
+    extra = dict(params.get("slurm_additional_parameters") or {})
+    if cluster != "slurm" or "begin" in extra or extra.get("hold"):
+        return params, False
+    params["slurm_additional_parameters"] = {**extra, "begin": f"now+{DEFERRED_START_S}"}
+    return params, True
+
+
+def start_submitted(array_ids: Sequence[str]) -> None:
+    """Let the arrays :func:`deferred_start` deferred start now (``slurm.client.start_now``).
+    A failure is a warning only: the arrays are submitted and recorded, and start by
+    themselves at their ``--begin`` time, within :data:`DEFERRED_START_S` seconds."""
+    try:
+        start_now(array_ids)
+    except (SlurmError, ValueError) as error:
+        log.warning(
+            "submitted job(s) %s wait for their start time (in %d s at most): bringing it "
+            "forward failed (%s)",
+            ", ".join(array_ids),
+            DEFERRED_START_S,
+            error,
+        )
 
 
 def local_gpus(launcher: Mapping[str, Any], first_job: int) -> Callable[[int], dict[str, str]]:

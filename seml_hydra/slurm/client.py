@@ -376,3 +376,17 @@ def _scontrol_job_action(action: str, what: str) -> Callable[..., None]:
 hold = _scontrol_job_action("hold", "Hold pending jobs")
 #: release held jobs (``scontrol release``)
 release = _scontrol_job_action("release", "Release held jobs")
+
+
+def start_now(job_ids: Sequence[str], *, timeout_s: float = 30) -> None:
+    """Let pending jobs start at once: ``scontrol update JobId=id,id... StartTime=now`` (their
+    ``--begin`` time moved to now; a user may do this to their own jobs, and Slurm 22.05 takes
+    ids of jobs that already started or ended silently). An empty sequence does nothing.
+
+    Raises:
+        ValueError: a malformed id.
+        SlurmError: scontrol failed, with Slurm's message.
+    """
+    ids = validated_ids(job_ids)
+    if ids:
+        run_slurm(["scontrol", "update", f"JobId={','.join(ids)}", "StartTime=now"], timeout_s)
