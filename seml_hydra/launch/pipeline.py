@@ -25,7 +25,7 @@ from seml_hydra.launch import document
 from seml_hydra.launch.after import batch_dependency
 from seml_hydra.launch.compose import iter_point_chunks
 from seml_hydra.launch.recovery import recover_interrupted_submissions
-from seml_hydra.launch.sbatch import validate_launcher
+from seml_hydra.launch.sbatch import sbatch_text_problem, validate_launcher
 from seml_hydra.launch.stage import (
     DELETE_CHUNK,
     Stager,
@@ -111,6 +111,13 @@ def launch_points(
             "sweeper."
         )
     collection_name = validate_collection_name(str(params["collection"]))
+    problem = sbatch_text_problem(collection_name) if launcher.executor == "slurm" else None
+    if problem is not None:
+        raise LaunchError(
+            f"hydra.launcher.collection={collection_name!r} {problem} (the collection is the "
+            "jobs' --comment, by which seml queue and cancel find them): choose another name. "
+            "Nothing was staged."
+        )
     chunks = iter_point_chunks(
         launcher.hydra_context.config_loader,
         launcher.config,

@@ -63,6 +63,25 @@ def control_character(text: str) -> str | None:
     return next((c for c in text if ord(c) < 0x20 or ord(c) == 0x7F), None)
 
 
+#: script values of :func:`script_values` that are not ``#SBATCH`` lines (shell lines, the srun
+#: line, the command), by field name or ``<field>[`` prefix: shlex quoting holds there
+NON_SBATCH_FIELDS = ("python", "gpu_bind", "setup[", "srun_args[")
+
+
+def sbatch_text_problem(text: str) -> str | None:
+    """What breaks ``text`` as the value of an ``#SBATCH --<key>=<value>`` line, or None
+    (pure): a control character (:func:`control_character`: a newline ends the block and runs
+    the rest as a shell command) or a backslash, which sbatch drops from ``#SBATCH`` lines even
+    inside quotes (Slurm 22.05: ``--comment='a\\b'`` gives the comment ``ab``, so ``seml
+    queue`` and ``cancel`` would not find the collection's jobs)."""
+    char = control_character(text)
+    if char is not None:
+        return f"contains the control character {char!r}"
+    if "\\" in text:
+        return "contains a backslash, which sbatch drops from #SBATCH lines"
+    return None
+
+
 def script_values(launcher: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(field, text)`` of every launcher value that reaches the sbatch script (pure):
     :data:`SCRIPT_TEXT_FIELDS`, ``submitit_folder`` (the ``--output`` path), ``name`` (the job
@@ -103,15 +122,19 @@ def check_script_values(launcher: Mapping[str, Any], *, job_name: str | None = N
     if job_name is not None:
         values.append(("job name ([<name>_]<collection>_<batch_id>)", job_name))
     for name, text in values:
-        char = control_character(text)
-        if char is not None:
+        if name.startswith(NON_SBATCH_FIELDS):
+            char = control_character(text)
+            problem = None if char is None else f"contains the control character {char!r}"
+        else:
+            problem = sbatch_text_problem(text)
+        if problem is not None:
             what = name if name.startswith("job name") else f"hydra.launcher.{name}"
             hint = (
                 " (setup is a list: one shell line per entry)" if name.startswith("setup") else ""
             )
             raise ValueError(
-                f"{what}={text!r} contains the control character {char!r}: values written "
-                f"into the Slurm job script must be a single line of printable text{hint}."
+                f"{what}={text!r} {problem}: values written into the Slurm job script must be "
+                f"a single line of printable text{hint}."
             )
 
 
@@ -146,6 +169,13 @@ def validate_launcher(launcher: Mapping[str, Any]) -> None:
     check_visible_gpus(launcher)
     if launcher.get("after") is not None:
         parse_after(launcher["after"], "")
+        if "dependency" in (launcher.get("additional_parameters") or {}):
+            raise ValueError(
+                "hydra.launcher.after and hydra.launcher.additional_parameters.dependency both "
+                "set the array's Slurm --dependency (sbatch would keep only one): use after "
+                "(and after_kind) for a batch of this collection, or write the whole "
+                "dependency in additional_parameters.dependency."
+            )
     exclusive = launcher.get("exclusive")
     if exclusive is not None and not isinstance(exclusive, (bool, str)):
         raise ValueError(

@@ -228,6 +228,32 @@ def test_a_control_character_in_a_job_script_value_is_refused_before_staging(
     assert not [c for c in comments if c.startswith(collection)]
 
 
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ("hydra.launcher.collection={collection}\\x", "hydra.launcher.collection="),
+        ("hydra.launcher.partition=de\\bug", "hydra.launcher.partition="),
+    ],
+)
+def test_a_backslash_in_an_sbatch_line_is_refused_before_staging(
+    slurm, test_db, tmp_path, override, named
+):
+    """sbatch drops a backslash from an ``#SBATCH`` line even inside quotes: a collection
+    ``a\\b`` became the comment ``ab``, so ``seml queue`` did not list its jobs and ``cancel``
+    left them alone as another collection's. Refused naming the field, nothing staged."""
+    collection = f"slash_{tmp_path.name}"[-60:]
+    proc = run_test_app(
+        "gate.py",
+        "hydra/launcher=seml",
+        f"hydra.launcher.collection={collection}",
+        override.format(collection=collection),
+        cwd=tmp_path,
+    )
+    assert_clean_error(proc, named, "contains a backslash")
+    assert test_db.list_collection_names() == []
+    assert not list(tmp_path.rglob("*.sh"))
+
+
 def test_start_refuses_a_stored_launcher_with_a_control_character_before_any_sbatch(
     test_db, tmp_path
 ):

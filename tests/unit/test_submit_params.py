@@ -129,6 +129,37 @@ def test_validate_launcher_rejects_control_characters_naming_the_field(changes, 
     assert "contains the control character" in message and field in message
 
 
+#: (launcher changes, the field the error must name): sbatch drops a backslash from an
+#: ``#SBATCH`` line (``--comment='a\\b'`` is the comment ``ab``)
+BACKSLASH_CASES = [
+    ({"partition": "de\\bug"}, "hydra.launcher.partition="),
+    ({"name": "run\\1"}, "hydra.launcher.name="),
+    ({"submitit_folder": "/tmp/a\\b/%j"}, "hydra.launcher.submitit_folder="),
+    ({"additional_parameters": {"mail-user": "a\\b@x.org"}}, "additional_parameters.mail-user="),
+]
+
+
+@pytest.mark.parametrize("changes, field", BACKSLASH_CASES)
+def test_validate_launcher_rejects_a_backslash_in_an_sbatch_line_naming_the_field(changes, field):
+    message = refusal(**changes)
+    assert "contains a backslash" in message and field in message
+
+
+def test_a_backslash_in_a_shell_line_or_the_job_name_is_told_apart():
+    """setup lines, srun_args and python are shell text (quoted by shlex: a backslash holds);
+    the job name (``--job-name``, with the collection) is an #SBATCH line."""
+    validate_launcher(launcher(setup=["echo a\\ b"], srun_args=["--x=a\\b"]))
+    with pytest.raises(ValueError, match="contains a backslash"):
+        check_script_values(launcher(), job_name="a\\b_1")
+
+
+def test_after_and_a_dependency_of_ones_own_are_refused_together():
+    message = refusal(after=1, additional_parameters={"dependency": "singleton"})
+    assert "hydra.launcher.after and hydra.launcher.additional_parameters.dependency" in message
+    validate_launcher(launcher(additional_parameters={"dependency": "singleton"}))
+    validate_launcher(launcher(after=1))
+
+
 @pytest.mark.parametrize(
     "changes",
     [
