@@ -321,7 +321,9 @@ DEFERRED_START_S = 60
 def deferred_start(params: Mapping[str, Any], cluster: str) -> tuple[dict[str, Any], bool]:
     """The submitit parameters a Slurm array is submitted with, and whether its start must be
     brought forward afterwards (pure): ``--begin=now+60`` (:data:`DEFERRED_START_S`) unless
-    the user chose a ``begin`` or a ``hold`` (both then stay theirs, and nothing is changed).
+    the user chose a ``begin`` or a ``hold`` (both then stay theirs, and nothing is changed)
+    or a ``deadline`` (sbatch refuses a deadline sooner than the begin time plus the time
+    limit, which the user's request alone would meet: such an array goes out undeferred).
 
     submitit creates each task's folder (``.submitit/%A_%a``, where ``--output`` points) only
     after sbatch returns; on an idle cluster a task can start within milliseconds, before its
@@ -336,7 +338,7 @@ def deferred_start(params: Mapping[str, Any], cluster: str) -> tuple[dict[str, A
     submitted as it is."""
     params = dict(params)
     extra = dict(params.get("slurm_additional_parameters") or {})
-    if cluster != "slurm" or "begin" in extra or extra.get("hold"):
+    if cluster != "slurm" or "begin" in extra or "deadline" in extra or extra.get("hold"):
         return params, False
     params["slurm_additional_parameters"] = {**extra, "begin": f"now+{DEFERRED_START_S}"}
     return params, True

@@ -18,8 +18,10 @@ def test_a_slurm_array_is_deferred_and_its_start_brought_forward_after():
     }
 
 
-def test_a_users_begin_or_hold_stays_theirs_and_nothing_is_brought_forward():
-    for extra in ({"begin": "16:00"}, {"hold": True}):
+def test_a_users_begin_hold_or_deadline_stays_theirs_and_nothing_is_brought_forward():
+    """A deadline too: sbatch refuses ``--deadline=now+40 -t 1`` with ``--begin=now+60``
+    ("Incompatible begin and deadline time specification"), and accepts it alone."""
+    for extra in ({"begin": "16:00"}, {"hold": True}, {"deadline": "now+40"}):
         params = {"slurm_additional_parameters": extra}
         assert deferred_start(params, "slurm") == (params, False)
 
