@@ -360,6 +360,28 @@ def start_submitted(array_ids: Sequence[str]) -> None:
         )
 
 
+def after_previous_array(params: Mapping[str, Any], previous: str) -> dict[str, Any]:
+    """The submitit parameters of an array cut from a longer one (``sbatch.split_array``,
+    Slurm's ``MaxArraySize``) with ``array_parallelism`` set: it starts once the array before
+    it, ``previous``, has ended (``afterany``: however its tasks ended), joined to the
+    dependency the array has already (``after``'s, or the user's own
+    ``additional_parameters.dependency``, which sbatch takes over submitit's) with ``,`` (all
+    of them). Pure. So ``array_parallelism=k`` holds for the whole sweep, not ``k`` per array
+    (Slurm's ``%k`` only throttles within one array). A user's dependency of alternatives
+    (``?``) cannot be joined with ``,``: the array is left as it is (``k`` per array)."""
+    params = dict(params)
+    extra = dict(params.get("slurm_additional_parameters") or {})
+    own = extra.get("dependency", params.get("slurm_dependency"))
+    if own is not None and "?" in str(own):
+        return params
+    dependency = f"{own},afterany:{previous}" if own else f"afterany:{previous}"
+    if "dependency" in extra:
+        params["slurm_additional_parameters"] = {**extra, "dependency": dependency}
+    else:
+        params["slurm_dependency"] = dependency
+    return params
+
+
 def local_gpus(launcher: Mapping[str, Any], first_job: int) -> Callable[[int], dict[str, str]]:
     """``per_job_env`` of :func:`submit_group` for ``seml_local``: job ``i`` of the group is the
     submission's job ``first_job + i`` and gets its share of ``visible_gpus``
@@ -516,9 +538,12 @@ def submit_groups(
                 except SlurmError as error:
                     raise SubmissionError(str(error)) from None
             limit = max_array
+        previous: str | None = None  # the array submitted last for this group
         for part in split_array(id_groups, limit):
             # submitit always throttles arrays (%256 by default): unset means no limit here
             part_params = {"slurm_array_parallelism": len(part), **params}
+            if previous is not None and launcher.get("array_parallelism"):
+                part_params = after_previous_array(part_params, previous)
             jobs, part = submit_group(
                 collection,
                 cluster=first.cluster,
@@ -536,6 +561,7 @@ def submit_groups(
                 local_jobs += len(jobs)
             if not jobs:  # a concurrent submission took all of them: nothing submitted here
                 continue
+            previous = str(jobs[0].job_id).split("_")[0]
             arrays.append(
                 SubmittedArray(
                     array_id=str(jobs[0].job_id).split("_")[0],

@@ -91,6 +91,32 @@ def test_sweep_larger_than_max_array_size_is_split_and_all_points_run(slurm, tes
     assert test_db["fail"].count_documents({"status": "COMPLETED"}) == 10
 
 
+def test_array_parallelism_holds_for_the_whole_sweep_when_it_is_split(slurm, test_db, tmp_path):
+    """``array_parallelism=1`` over 10 points (arrays of 8 and 2): Slurm's ``%1`` throttles
+    within one array only, so the second array ran beside the first; now it waits for it
+    (``afterany``), and no task of it starts before the first array's last task ended."""
+    from seml_hydra.slurm.client import sacct_jobs
+
+    values = ",".join(str(i) for i in range(10))
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml",
+        "fail_on=-1",
+        f"x={values}",
+        "hydra.launcher.array_parallelism=1",
+        *FAST,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert test_db["fail"].count_documents({"status": "COMPLETED"}) == 10
+    arrays = arrays_of(test_db["fail"])
+    first, second = sorted(arrays, key=lambda a: len(arrays[a]), reverse=True)  # 8, then 2
+    ended = max(row.end for row in sacct_jobs([str(first)]))
+    started = min(row.start for row in sacct_jobs([str(second)]))
+    assert started >= ended, (started, ended)
+
+
 def test_reserved_sbatch_option_is_refused_before_staging(test_db, tmp_path):
     proc = run_app(
         "fail.py",
