@@ -16,7 +16,9 @@ import typer
 from seml_hydra.cli.core import collection_name
 
 
-def optional_option(kind: Any, *names: str, help: str, metavar: str | None = None) -> Any:
+def optional_option(
+    kind: Any, *names: str, help: str, metavar: str | None = None, **option: Any
+) -> Any:
     """An option that is unset (``None``) unless given, its default not shown in help: the
     shape every selector and ``-p`` share, declared here once.
 
@@ -26,17 +28,24 @@ def optional_option(kind: Any, *names: str, help: str, metavar: str | None = Non
         *names: the option's names, e.g. ``"-b", "--batch-id"``.
         help: its help line.
         metavar: the value's name in help (typer's default: the type's).
+        **option: further ``typer.Option`` keywords (``min``, ``max``: a range checked when
+            the command line is read).
 
     Returns:
         An ``Annotated[kind | None, typer.Option(...)]`` alias for the command's parameter.
     """
-    option = typer.Option(*names, help=help, metavar=metavar, show_default=False)
+    option = typer.Option(*names, help=help, metavar=metavar, show_default=False, **option)
     return Annotated[kind | None, option]
 
 
-SacredId = optional_option(int, "-id", "--sacred-id", help="Only the experiment with this _id.")
+#: the integers MongoDB stores (BSON int64): a larger ``-id`` or ``-b`` is a usage error naming
+#: the range, not pymongo's OverflowError traceback
+INT64 = {"min": -(2**63), "max": 2**63 - 1}
+SacredId = optional_option(
+    int, "-id", "--sacred-id", help="Only the experiment with this _id.", **INT64
+)
 BatchId = optional_option(
-    int, "-b", "--batch-id", help="Only experiments of this batch (staged by one launch)."
+    int, "-b", "--batch-id", help="Only experiments of this batch (staged by one launch).", **INT64
 )
 States = optional_option(
     list[str],

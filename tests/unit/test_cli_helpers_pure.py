@@ -62,3 +62,17 @@ def test_num_experiments_option_takes_short_and_long_names_with_a_default_of_all
 def test_num_experiments_option_passes_further_option_keywords():
     result = CliRunner().invoke(not_negative_app, ["-n", "-1"])
     assert result.exit_code == 2
+
+
+def test_an_id_or_batch_beyond_mongodbs_integers_is_a_usage_error_not_a_traceback():
+    """``-b 99999999999999999999999`` reached pymongo, whose OverflowError ("MongoDB can only
+    handle up to 8-byte ints") came out as a traceback; the range is now checked when the
+    command line is read, before any connection."""
+    from seml_hydra.cli import app
+
+    for option in ("-b", "-id"):
+        result = CliRunner().invoke(app, ["train", "status", option, str(2**63)])
+        assert result.exit_code == 2, result.output
+        said = " ".join(result.output.replace("│", " ").split())  # rich's error panel
+        assert "less than or equal to 9223372036854775807" in said, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
