@@ -130,10 +130,15 @@ def restore_sources(collection: Any, files: Sequence[Sequence[Any]], target: Pat
     later ``download-sources``); returns the files written: files already there with the
     snapshot's content are kept (``sources.write_sources``). The target is checked with
     :func:`check_restore_target` before and after its directories are created. Raises
-    :class:`ManageError`."""
+    :class:`ManageError`, also when the directory cannot be made (the system's reason)."""
 
     check_restore_target(target)
-    target.mkdir(parents=True, exist_ok=True)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a file on the path, /proc, no permission, a full disk
+        raise ManageError(
+            f"cannot write the sources into {target}: {error.strerror or error}"
+        ) from None
     check_restore_target(target)  # another user may have created a missing part meanwhile
     try:
         return write_sources(collection.database, files, target)
@@ -144,13 +149,18 @@ def restore_sources(collection: Any, files: Sequence[Sequence[Any]], target: Pat
 def foreign_files(collection: Any, files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
     """The files in ``target`` that are not the snapshot's (``sources.foreign_files``): a
     restore there mixes with or overwrites them. Raises :class:`ManageError`, also for a
-    target :func:`check_restore_target` refuses."""
+    target :func:`check_restore_target` refuses or one whose files cannot be read."""
 
     check_restore_target(target)
     try:
         return foreign(collection.database, files, target)
     except SourceSnapshotError as error:
         raise ManageError(str(error)) from None
+    except OSError as error:  # e.g. /proc/self: files that cannot be read (nor written)
+        raise ManageError(
+            f"cannot write the sources into {target}: reading what is there failed: "
+            f"{error.strerror or error}"
+        ) from None
 
 
 @dataclass

@@ -133,7 +133,7 @@ def foreign_path_part(path: Path) -> str | None:
         for prefix in [*reversed(candidate.parents), candidate]:
             try:
                 st = os.lstat(prefix)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):  # not there (under a file, too)
                 break
             if st.st_uid not in (me, 0):
                 kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "a directory"

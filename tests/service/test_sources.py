@@ -530,6 +530,31 @@ def test_restore_sources_into_a_path_through_a_symlink_asks_instead_of_a_traceba
     assert (tmp_path / "real" / "out" / "train.py").read_text() == "import mypkg\n"
 
 
+@pytest.mark.parametrize("where", ["proc", "under_a_file"])
+def test_restore_sources_into_a_place_that_cannot_be_written_is_a_clear_error(
+    test_db, tmp_path, where
+):
+    """``restore-sources /proc/self`` (a directory nobody can create files in) and a target
+    under a regular file: the system's reason and the directory, not an OSError traceback."""
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    root = make_project(tmp_path)
+    files, _ = sources.select_sources([str(root / "train.py")], [root / "conf"], root)
+    snapshot = sources.upload_sources(test_db, "exps", 1, files)
+    test_db["exps"].insert_one(
+        {"_id": 1, "batch_id": 1, "status": "COMPLETED", "seml": {"source_files": snapshot}}
+    )
+    (tmp_path / "plain").write_text("a file\n")
+    target = "/proc/self" if where == "proc" else str(tmp_path / "plain" / "out")
+    for yes in ([], ["-y"]):  # without -y, the look for files not the snapshot's comes first
+        result = CliRunner().invoke(app, ["exps", "restore-sources", target, *yes])
+        assert result.exit_code == 1, (result.output, result.exception)
+        assert result.output.startswith("Error: cannot write "), result.output
+        assert not isinstance(result.exception, OSError)
+
+
 def test_a_snapshot_is_read_in_two_queries_whatever_its_number_of_files(test_db, tmp_path):
     """Jobs read the snapshot at start: one query for the files, one for their chunks (not two
     per file). An empty file and a file of several chunks come back byte for byte."""
