@@ -24,15 +24,19 @@ def connection_lost_message(collection: Any, reason: str, staging_started: bool)
     """What a launch that lost MongoDB tells the user (pure): ``reason`` (a short, secret-free
     description of the error) and what is left: nothing before staging started; else the
     experiments already stored stay as they are (those submitted run, the rest stay STAGED) and
-    how to go on once the database is back (``seml <collection> status`` / ``start``)."""
+    how to go on once the database is back: the same launch again, which stages the points not
+    stored yet and submits the STAGED ones without duplicates; ``seml <collection> start``
+    would submit only the points stored so far, part of the sweep, so it is named as that."""
     head = f"lost the connection to MongoDB ({reason})."
     if not staging_started:
         return f"{head} Nothing was stored or submitted: launch the sweep again later."
     return (
         f"{head} The experiments already stored stay as they are: those submitted keep "
-        "running, the others stay STAGED. Once the database is back, check them with "
-        f"`seml {collection} status` and submit the STAGED ones with `seml {collection} start` "
-        "(or launch the sweep again)."
+        "running, the others stay STAGED, and the sweep's later points may not be stored. "
+        "Once the database is back, launch the same sweep again: it stores the missing points "
+        "and submits the STAGED ones, without duplicates (check with "
+        f"`seml {collection} status`; `seml {collection} start` would submit only the points "
+        "stored so far)."
     )
 
 

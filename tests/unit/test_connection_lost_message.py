@@ -12,6 +12,11 @@ def test_before_staging_nothing_was_stored():
 
 
 def test_after_staging_started_the_staged_ones_and_how_to_submit_them():
+    """A relaunch stages the points not stored yet and submits all without duplicates; `seml
+    start` alone would run part of the sweep (attacker finding, session 7: 30,000 of 100,000
+    points were stored and the message advised `seml start`)."""
     text = connection_lost_message("col", "timed out", staging_started=True)
     assert "stay STAGED" in text
-    assert "`seml col status`" in text and "`seml col start`" in text
+    assert "launch the same sweep again" in text
+    assert "`seml col status`" in text
+    assert "`seml col start` would submit only the points stored so far" in text
