@@ -51,3 +51,46 @@ def test_tasks_started_before_their_output_folder_exists_still_run(test_db, tmp_
     ]
     # the documents record the options the user gave, not the submission's own start time
     assert "begin" not in test_db["early"].find_one()["slurm"][0]["sbatch_options"]
+
+
+def test_an_array_created_by_an_interrupted_submission_is_cancelled(test_db, tmp_path):
+    """Ctrl-C after sbatch created the array but before submitit handed the job back (here:
+    while submitit moves the first job file): the experiments go back to STAGED, and the array,
+    which no document records, is cancelled, instead of starting at its deferred begin time and
+    failing on experiments no longer PENDING (attacker finding, session 7)."""
+    import subprocess
+
+    wrapper = tmp_path / "interrupted.py"
+    wrapper.write_text(
+        textwrap.dedent(
+            """
+            import runpy, sys
+            from submitit.core import utils
+
+            def interrupted(self, *args, **kwargs):  # sbatch has returned: the array exists
+                raise KeyboardInterrupt
+
+            utils.JobPaths.move_temporary_file = interrupted
+            app = sys.argv[1]
+            sys.argv = sys.argv[1:]
+            runpy.run_path(app, run_name="__main__")
+            """
+        )
+    )
+    collection = f"interrupted_{tmp_path.name}"[-60:]
+    proc = run_python(
+        str(wrapper),
+        str(ROOT / "examples" / "fail.py"),
+        "-m",
+        "hydra/launcher=seml",
+        f"hydra.launcher.collection={collection}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "x=1,3",
+        cwd=tmp_path,
+    )
+    assert proc.returncode != 0
+    assert sorted(d["status"] for d in test_db[collection].find()) == ["STAGED", "STAGED"]
+    queued = subprocess.run(
+        ["squeue", "-h", "-a", "-o", "%i %k %T"], capture_output=True, text=True, check=True
+    ).stdout
+    assert collection not in queued, queued
