@@ -1,8 +1,9 @@
-"""A task that Slurm starts before submitit has created its output folder (hydra-ecosystem/hydra
-#2100; seen in CI: an idle node started both tasks 10 ms after sbatch, Slurm 22.05 failed them
-with "Could not open stdout file"). Arrays are submitted with a start time a minute ahead,
-brought forward once the folders exist (``launch.submit.deferred_start``): here submitit is
-made to create them 5 s late."""
+"""Around sbatch: a task that Slurm starts before submitit has created its output folder
+(hydra-ecosystem/hydra#2100; seen in CI: an idle node started both tasks 10 ms after sbatch,
+Slurm 22.05 failed them with "Could not open stdout file"), and an array whose submission is
+interrupted after sbatch created it. Arrays are submitted with a start time a minute ahead,
+brought forward once the folders exist (``launch.submit.deferred_start``); an interrupted
+submission cancels its array (``launch.submit.cancel_unrecorded_array``)."""
 
 import textwrap
 
