@@ -343,18 +343,22 @@ STUCK_REASONS = {
     "InvalidAccount": "the account is invalid",
     "InvalidQOS": "the QOS is invalid",
     "DependencyNeverSatisfied": "its dependency can never be satisfied",
-    "JobHeldUser": "it is held (release it with `seml <collection> release`)",
-    "JobHeldAdmin": "an administrator holds it",
+    "JobHeldUser": "it is held",
+    "JobHeldAdmin": "it is held by an administrator (or by `seml hold` run as root)",
 }
+#: the :data:`STUCK_REASONS` a release ends: nothing to cancel or change
+HELD_REASONS = ("JobHeldUser", "JobHeldAdmin")
 
 
 def stuck_message(job: str, reason: str, name: str) -> str:
-    """Why pending job ``job`` of collection ``name`` will not start by itself (pure), for a
-    ``reason`` of :data:`STUCK_REASONS`: ``Slurm will not start job 12_0
+    """Why pending job ``job`` of collection ``name`` will not start by itself, and what to do
+    (pure), for a ``reason`` of :data:`STUCK_REASONS`: ``Slurm will not start job 12_0
     (DependencyNeverSatisfied): its dependency can never be satisfied. Cancel it with `seml
-    <name> cancel` ...``."""
-    return (
-        f"Slurm will not start job {job} ({reason}): "
-        f"{STUCK_REASONS[reason].replace('<collection>', name)}. Cancel it with "
-        f"`seml {name} cancel` and change the resources"
-    )
+    <name> cancel` ...``; a held job (:data:`HELD_REASONS`) starts once released (``seml
+    <name> release``; an administrator's hold, as root or by the administrator)."""
+    head = f"Slurm will not start job {job} ({reason}): {STUCK_REASONS[reason]}"
+    if reason == "JobHeldUser":
+        return f"{head}. Release it with `seml {name} release`"
+    if reason == "JobHeldAdmin":
+        return f"{head}. It starts once released: `seml {name} release` as root, or ask them"
+    return f"{head}. Cancel it with `seml {name} cancel` and change the resources"

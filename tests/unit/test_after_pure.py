@@ -118,3 +118,13 @@ def test_the_stuck_message_of_a_dependency_that_failed():
     message = stuck_message("20_0", "DependencyNeverSatisfied", "coll")
     assert message.startswith("Slurm will not start job 20_0 (DependencyNeverSatisfied): its")
     assert "`seml coll cancel`" in message
+
+
+def test_the_stuck_message_of_a_held_job_says_release_not_cancel():
+    """A held job only needs a release (attacker finding, session 7: the message said both
+    "release it" and "Cancel it ... and change the resources")."""
+    held = stuck_message("20_0", "JobHeldUser", "coll")
+    assert held.endswith("it is held. Release it with `seml coll release`")
+    admin = stuck_message("20_0", "JobHeldAdmin", "coll")
+    assert "`seml coll release` as root" in admin
+    assert all("cancel" not in m and "resources" not in m for m in (held, admin))
