@@ -83,6 +83,50 @@ class LaunchError(UserError):
     """A user mistake or an environment problem, reported as one clear message (no traceback)."""
 
 
+#: what sbatch prints when it could not reach slurmctld (Slurm 22.05's messages): nothing about
+#: the request is wrong, it is to be submitted again once Slurm answers
+SLURM_UNREACHABLE = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Slurm command 'sbatch' not found",
+)
+
+
+def submission_failed_message(reason: str, collection: str) -> str:
+    """The launcher's message when sbatch failed with ``reason`` (pure): Slurm could not be
+    reached (:data:`SLURM_UNREACHABLE`: launch again once it answers), or it refused the
+    request (change the resources it refused, then launch again, which submits the STAGED
+    experiments with the new options; ``seml <collection> start`` would reuse the old ones)."""
+    if any(text in reason for text in SLURM_UNREACHABLE):
+        return (
+            f"Slurm could not be reached: {reason}\nThe experiment(s) not submitted stay STAGED "
+            f"in collection {collection}; launch the sweep again once Slurm answers (`sinfo`), "
+            f"or submit them with `seml {collection} start`."
+        )
+    return (
+        f"sbatch refused the job: {reason}\nThe experiment(s) not submitted stay STAGED in "
+        f"collection {collection}. Change the resources sbatch refused "
+        "(hydra.launcher.partition, mem_gb, gres, additional_parameters... or the slurm "
+        "preset) and launch the sweep again: it submits the staged experiments with the "
+        f"new options (`seml {collection} start` would reuse the old ones)."
+    )
+
+
+def submitted_note(arrays: Sequence[Any], collection: str) -> str:
+    """The end of a failed submission's message when arrays were submitted before the failure
+    (``SubmissionError.submitted``; pure): they run, and `seml <collection> status` follows
+    them; empty when none was."""
+    if not arrays:
+        return ""
+    ids = ", ".join(str(a.array_id) for a in arrays)
+    count = sum(len(ids_) for a in arrays for _, ids_ in a.jobs.values())
+    return (
+        f"\nThe {count} experiment(s) submitted before it (job(s) {ids}) run; this launch does "
+        f"not wait for them: follow them with `seml {collection} status`."
+    )
+
+
 def launch_points(
     launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, console: Any
 ) -> list[JobReturn]:
@@ -513,18 +557,22 @@ class _Launch:
                 job_env=job_db_environment(self.settings, self.params.get("db")),
             )
         except JobFilesError as error:
+            self._report(error.submitted)
             raise LaunchError(
                 f"{error}\nThe experiment(s) not submitted stay STAGED in collection "
                 f"{self.collection_name}; launch the sweep again once the folder can be written."
+                + submitted_note(error.submitted, self.collection_name)
             ) from None
         except SubmissionError as error:
+            self._report(error.submitted)
             raise LaunchError(
-                f"sbatch refused the job: {error}\nThe experiment(s) not submitted stay STAGED "
-                f"in collection {self.collection_name}. Change the resources sbatch refused "
-                "(hydra.launcher.partition, mem_gb, gres, additional_parameters... or the slurm "
-                "preset) and launch the sweep again: it submits the staged experiments with the "
-                f"new options (`seml {self.collection_name} start` would reuse the old ones)."
+                submission_failed_message(str(error), self.collection_name)
+                + submitted_note(error.submitted, self.collection_name)
             ) from None
+        return self._report(arrays)
+
+    def _report(self, arrays: Sequence[Any]) -> dict[str, tuple[Any, list[int]]]:
+        """Print one line per submitted array; returns their ``{job id: (job, ids)}``."""
         jobs: dict[str, tuple[Any, list[int]]] = {}
         for array in arrays:
             jobs.update(array.jobs)

@@ -68,7 +68,11 @@ LEAKY_ENV_NAMES = (
 
 
 class SubmissionError(UserError):
-    """sbatch (or the local executor) refused the submission; the message is for the user."""
+    """sbatch (or the local executor) refused the submission; the message is for the user.
+    ``submitted``: the arrays :func:`submit_groups` submitted before the one refused (they run;
+    empty when nothing was submitted)."""
+
+    submitted: list[SubmittedArray] = []  # noqa: RUF012 (set per error by submit_groups)
 
 
 class JobFilesError(SubmissionError):
@@ -523,70 +527,76 @@ def submit_groups(
     local_jobs = 0  # seml_local jobs so far: job i gets the i-th slice of visible_gpus
     max_array: int | None = None
     name_of_cluster: str | None = None
-    for group in groups:
-        first = group.first
-        launcher = first.launcher
-        name = job_name(collection_name, first.batch_id, launcher.get("name"))
-        id_groups = chunk(sorted(group.exp_ids), launcher["experiments_per_job"])
-        runner = JobRunner(
-            db_cfg=dict(db_cfg) if db_cfg else None,
-            collection=collection_name,
-            payload_id=first.payload_id,
-            primary_log_level=str(launcher.get("primary_log_level", "INFO")),
-            other_log_level=str(launcher.get("other_log_level", "ERROR")),
-            max_requeues=int(launcher.get("max_requeues", 3)),
-        )
-        folder = os.path.abspath(str(launcher["submitit_folder"]))
-        params = executor_parameters(launcher, comment=collection_name, name=name)
-        options = sbatch_options(launcher, comment=collection_name, name=name)
-        try:
-            dependency = batch_dependency(collection.database, collection_name, launcher)
-        except ValueError as error:
-            raise SubmissionError(
-                str(error).replace("nothing was staged", "nothing was submitted")
-            ) from None
-        if dependency is not None:
-            params["slurm_dependency"] = options["dependency"] = dependency
-        limit = len(id_groups)
-        if first.cluster == "slurm":
-            if max_array is None:
-                try:
-                    max_array = max_array_size()
-                    name_of_cluster = cluster_name()
-                except SlurmError as error:
-                    raise SubmissionError(str(error)) from None
-            limit = max_array
-        previous: str | None = None  # the array submitted last for this group
-        for part in split_array(id_groups, limit):
-            # submitit always throttles arrays (%256 by default): unset means no limit here
-            part_params = {"slurm_array_parallelism": len(part), **params}
-            if previous is not None and launcher.get("array_parallelism"):
-                part_params = after_previous_array(part_params, previous)
-            jobs, part = submit_group(
-                collection,
-                cluster=first.cluster,
-                folder=folder,
-                params=part_params,
-                runner=runner,
-                id_groups=part,
-                options=options,
-                job_env=job_env,
-                cluster_name=name_of_cluster if first.cluster == "slurm" else None,
-                executor_args=executor_arguments(launcher, first.cluster),
-                per_job_env=local_gpus(launcher, local_jobs) if first.cluster == "local" else None,
+    try:
+        for group in groups:
+            first = group.first
+            launcher = first.launcher
+            name = job_name(collection_name, first.batch_id, launcher.get("name"))
+            id_groups = chunk(sorted(group.exp_ids), launcher["experiments_per_job"])
+            runner = JobRunner(
+                db_cfg=dict(db_cfg) if db_cfg else None,
+                collection=collection_name,
+                payload_id=first.payload_id,
+                primary_log_level=str(launcher.get("primary_log_level", "INFO")),
+                other_log_level=str(launcher.get("other_log_level", "ERROR")),
+                max_requeues=int(launcher.get("max_requeues", 3)),
             )
-            if first.cluster == "local":
-                local_jobs += len(jobs)
-            if not jobs:  # a concurrent submission took all of them: nothing submitted here
-                continue
-            previous = str(jobs[0].job_id).split("_")[0]
-            arrays.append(
-                SubmittedArray(
-                    array_id=str(jobs[0].job_id).split("_")[0],
-                    name=name,
-                    folder=folder,
+            folder = os.path.abspath(str(launcher["submitit_folder"]))
+            params = executor_parameters(launcher, comment=collection_name, name=name)
+            options = sbatch_options(launcher, comment=collection_name, name=name)
+            try:
+                dependency = batch_dependency(collection.database, collection_name, launcher)
+            except ValueError as error:
+                raise SubmissionError(
+                    str(error).replace("nothing was staged", "nothing was submitted")
+                ) from None
+            if dependency is not None:
+                params["slurm_dependency"] = options["dependency"] = dependency
+            limit = len(id_groups)
+            if first.cluster == "slurm":
+                if max_array is None:
+                    try:
+                        max_array = max_array_size()
+                        name_of_cluster = cluster_name()
+                    except SlurmError as error:
+                        raise SubmissionError(str(error)) from None
+                limit = max_array
+            previous: str | None = None  # the array submitted last for this group
+            for part in split_array(id_groups, limit):
+                # submitit always throttles arrays (%256 by default): unset means no limit here
+                part_params = {"slurm_array_parallelism": len(part), **params}
+                if previous is not None and launcher.get("array_parallelism"):
+                    part_params = after_previous_array(part_params, previous)
+                jobs, part = submit_group(
+                    collection,
                     cluster=first.cluster,
-                    jobs={str(j.job_id): (j, list(g)) for j, g in zip(jobs, part)},
+                    folder=folder,
+                    params=part_params,
+                    runner=runner,
+                    id_groups=part,
+                    options=options,
+                    job_env=job_env,
+                    cluster_name=name_of_cluster if first.cluster == "slurm" else None,
+                    executor_args=executor_arguments(launcher, first.cluster),
+                    per_job_env=local_gpus(launcher, local_jobs)
+                    if first.cluster == "local"
+                    else None,
                 )
-            )
+                if first.cluster == "local":
+                    local_jobs += len(jobs)
+                if not jobs:  # a concurrent submission took all of them: nothing submitted here
+                    continue
+                previous = str(jobs[0].job_id).split("_")[0]
+                arrays.append(
+                    SubmittedArray(
+                        array_id=str(jobs[0].job_id).split("_")[0],
+                        name=name,
+                        folder=folder,
+                        cluster=first.cluster,
+                        jobs={str(j.job_id): (j, list(g)) for j, g in zip(jobs, part)},
+                    )
+                )
+    except SubmissionError as error:  # the arrays before it were submitted and run
+        error.submitted = arrays
+        raise
     return arrays

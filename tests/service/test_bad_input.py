@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -40,6 +41,51 @@ def test_memory_above_every_node_is_refused_by_sbatch_and_documents_stay_staged(
     proc = run_app("fail.py", "-m", "hydra/launcher=seml", "hydra.launcher.mem_gb=64", cwd=tmp_path)
     assert_clean_error(proc, "Memory specification can not be satisfied", "stay STAGED")
     assert [d["status"] for d in test_db["fail"].find()] == ["STAGED"]
+
+
+def test_arrays_submitted_before_sbatch_refused_a_later_one_are_reported(slurm, test_db, tmp_path):
+    """10 points are 2 arrays (MaxArraySize 8); sbatch accepts the first and refuses the
+    second (a submit limit reached midway, here an sbatch in front of the real one that
+    refuses from its second call): the launch names the array that was submitted and runs,
+    not only the refusal (attacker finding, session 7: the 8 running experiments were not
+    mentioned)."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    fake = bin_dir / "sbatch"
+    fake.write_text(
+        "#!/bin/bash\n"
+        f"echo x >> {calls}\n"
+        f"if (( $(wc -l < {calls}) > 1 )); then\n"
+        '  echo "sbatch: error: Batch job submission failed: Job violates accounting/QOS '
+        "policy (job submit limit, user's size and/or time limits)\" >&2; exit 1\n"
+        "fi\n"
+        f'exec {shutil.which("sbatch")} "$@"\n'
+    )
+    fake.chmod(0o755)
+    values = ",".join(str(i) for i in range(10))
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml",
+        "fail_on=-1",
+        f"x={values}",
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        cwd=tmp_path,
+    )
+    try:
+        assert_clean_error(proc, "Job violates accounting/QOS policy", "stay STAGED")
+        docs = list(test_db["fail"].find({}, {"status": 1, "slurm": 1}))
+        arrays = {d["slurm"][0]["array_id"] for d in docs if d["status"] != "STAGED"}
+        assert len(arrays) == 1 and sum(d["status"] == "STAGED" for d in docs) == 2, docs
+        (array,) = arrays
+        assert f"Submitted 8 job(s) as slurm job {array}" in proc.stdout, proc.stdout
+        assert f"The 8 experiment(s) submitted before it (job(s) {array}) run" in proc.stderr
+    finally:
+        for doc in test_db["fail"].find({"slurm.0.array_id": {"$exists": True}}):
+            subprocess.run(["scancel", str(doc["slurm"][0]["array_id"])], check=False)
 
 
 def test_unknown_sbatch_option_is_refused_and_documents_stay_staged(slurm, test_db, tmp_path):
