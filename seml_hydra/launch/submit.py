@@ -360,10 +360,18 @@ def deferred_start(params: Mapping[str, Any], cluster: str) -> tuple[dict[str, A
     submitted as it is."""
     params = dict(params)
     extra = dict(params.get("slurm_additional_parameters") or {})
-    if cluster != "slurm" or "begin" in extra or "deadline" in extra or extra.get("hold"):
+    own = {name for name in ("begin", "deadline", "hold") if sets_option(extra, name)}
+    if cluster != "slurm" or own - {"hold"} or ("hold" in own and extra.get("hold") is not False):
         return params, False
     params["slurm_additional_parameters"] = {**extra, "begin": f"now+{DEFERRED_START_S}"}
     return params, True
+
+
+def sets_option(extra: Mapping[str, Any], option: str) -> bool:
+    """Whether the raw sbatch options ``extra`` (``additional_parameters``) set ``option``,
+    also by an abbreviation sbatch takes as it (getopt's unique prefixes, at least two
+    letters: ``begi`` is ``--begin``), with ``_`` for ``-`` as submitit writes them. Pure."""
+    return any(len(key) >= 2 and option.startswith(str(key).replace("_", "-")) for key in extra)
 
 
 def start_submitted(array_ids: Sequence[str]) -> None:

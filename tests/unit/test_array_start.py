@@ -22,8 +22,10 @@ def test_a_slurm_array_is_deferred_and_its_start_brought_forward_after():
 
 def test_a_users_begin_hold_or_deadline_stays_theirs_and_nothing_is_brought_forward():
     """A deadline too: sbatch refuses ``--deadline=now+40 -t 1`` with ``--begin=now+60``
-    ("Incompatible begin and deadline time specification"), and accepts it alone."""
-    for extra in ({"begin": "16:00"}, {"hold": True}, {"deadline": "now+40"}):
+    ("Incompatible begin and deadline time specification"), and accepts it alone. An
+    abbreviation sbatch takes for the option counts (``begi``: attacker finding, session 7,
+    the deferred begin and its StartTime=now overrode it); ``hold: false`` holds nothing."""
+    for extra in ({"begin": "16:00"}, {"hold": True}, {"deadline": "now+40"}, {"begi": "16:00"}):
         params = {"slurm_additional_parameters": extra}
         assert deferred_start(params, "slurm") == (params, False)
 
@@ -48,3 +50,8 @@ def test_an_array_cut_from_a_throttled_sweep_waits_for_the_one_before():
     assert own["slurm_additional_parameters"]["dependency"] == "singleton"  # not changed
     either = {"slurm_additional_parameters": {"dependency": "afterok:1?afterok:2"}}
     assert after_previous_array(either, "41") == either
+
+
+def test_a_hold_set_false_is_deferred_as_without_it():
+    submitted, deferred = deferred_start({"slurm_additional_parameters": {"hold": False}}, "slurm")
+    assert deferred is True and submitted["slurm_additional_parameters"]["begin"]
