@@ -2,6 +2,7 @@
 
 ``compose`` (sweep point -> resolved config; its fast path in ``compose_fast``) -> ``document``
 (point -> experiment document, pure) -> ``stage`` (insert into MongoDB) -> ``submit`` (submitit
-array jobs; the sbatch mapping, pure, in ``sbatch``; undoing a dead submission in ``recovery``)
+array jobs; the sbatch mapping, pure, in ``sbatch``; the mark of a submission under way in
+``marks``; undoing a dead submission in ``recovery``)
 -> ``wait`` (poll until done, hand Hydra its ``JobReturn``s); ``launcher`` orchestrates them.
 Imports ``core``, ``slurm``, ``store`` and ``job`` (the runner it pickles for submitit)."""

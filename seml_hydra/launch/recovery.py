@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.launch.marks import submitter_gone
 from seml_hydra.launch.sbatch import is_batch_job_name
-from seml_hydra.launch.submit import submitter_gone
 from seml_hydra.slurm import client as slurm
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ def recover_interrupted_submissions(
     the process submitting it waits for sbatch: ``submit.submit_group`` marks it with
     ``slurm[0].submitting`` (that process's host, pid, start time, and the time) and replaces
     the mark with the job's ids. Once the marking process is gone (SIGKILL, a closed terminal,
-    a crash: see ``submit.submitter_gone``) an experiment still marked, and claimed by no job (no
+    a crash: see ``marks.submitter_gone``) an experiment still marked, and claimed by no job (no
     ``execution``), would stay PENDING forever: a launch of its sweep and ``seml start`` call
     this first, and submit it again. No experiment runs twice: a job the dead process's sbatch
     still created mostly cannot start a task (submitit moves its pickles into place only after

@@ -18,18 +18,18 @@ import errno
 import io
 import logging
 import os
-import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
-from seml_hydra.core.processes import process_alive, process_start
 from seml_hydra.core.scoped import temporarily
 from seml_hydra.job.devices import GPUS_PER_TASK_VAR, LOCAL_GPUS_VAR, local_job_environment
 from seml_hydra.job.runner import JobRunner
 from seml_hydra.launch.after import batch_dependency
+from seml_hydra.launch.marks import submission_mark
+from seml_hydra.launch.recovery import cancel_orphan_arrays
 from seml_hydra.launch.sbatch import (
     check_script_values,
     chunk,
@@ -127,51 +127,6 @@ def clean_environment(extra: Mapping[str, str] | None = None) -> Iterator[None]:
         os.environ.update(saved)
 
 
-#: a submission mark of a process on another machine (which cannot be checked from here) counts
-#: as a dead submission after this many seconds; sbatch answers or fails well within it
-SUBMIT_TIMEOUT_S = 600.0
-
-
-def submission_mark(folder: str | None = None) -> dict[str, Any]:
-    """``slurm[0].submitting`` of the experiments this process is about to submit: host, pid,
-    process start, time, a random ``token`` unique to this submission, and the submitit
-    ``folder`` it writes the job files into (which tells its array in Slurm: the job's
-    ``Command``, see ``seml_hydra.launch.recovery.cancel_orphan_arrays``)."""
-    import uuid
-    from datetime import datetime, timezone
-
-    pid = os.getpid()
-    return {
-        "host": socket.gethostname(),
-        "pid": pid,
-        "started": process_start(pid),
-        "time": datetime.now(timezone.utc),
-        # tells this submission's documents from those another one marked meanwhile
-        "token": uuid.uuid4().hex,
-        "folder": folder,
-    }
-
-
-def submitter_gone(mark: Mapping[str, Any]) -> bool:
-    """Whether the process of a ``slurm[0].submitting`` mark no longer runs: on this host, no
-    process with its pid and start time; on another host, marked over :data:`SUBMIT_TIMEOUT_S`
-    ago."""
-    from datetime import datetime, timezone
-
-    if mark.get("host") == socket.gethostname():
-        try:
-            started = mark.get("started")
-            return started is None or not process_alive(int(mark["pid"]), started)
-        except (KeyError, TypeError, ValueError):
-            return True
-    since = mark.get("time")
-    if not isinstance(since, datetime):
-        return True
-    if since.tzinfo is None:  # pymongo returns naive UTC datetimes by default
-        since = since.replace(tzinfo=timezone.utc)
-    return (datetime.now(timezone.utc) - since).total_seconds() > SUBMIT_TIMEOUT_S
-
-
 def finish_despite_interrupt(write: Any) -> None:
     """Call ``write()`` until it completes, even when Ctrl-C (``KeyboardInterrupt``) arrives
     meanwhile, then re-raise that interrupt. ``write`` must be safe to repeat (``$set``s)."""
@@ -194,8 +149,6 @@ def cancel_unrecorded_array(collection: Any, ids: Sequence[int], folder: str) ->
     start at its deferred begin time and fail on experiments no longer PENDING. Best effort:
     an error here is logged, never raised over the submission's own."""
     try:
-        from seml_hydra.launch.recovery import cancel_orphan_arrays
-
         batches = set(collection.distinct("batch_id", {"_id": {"$in": list(ids)}}))
         cancel_orphan_arrays(collection, batches, {folder})
     except Exception as error:  # noqa: BLE001 (the submission's error is the one to report)

@@ -486,8 +486,8 @@ def test_only_experiments_whose_submitting_process_is_gone_are_recovered(test_db
     """The rule of ``recover_interrupted_submissions`` on every kind of mark, without Slurm."""
     from datetime import timedelta
 
+    from seml_hydra.launch.marks import SUBMIT_TIMEOUT_S, submission_mark
     from seml_hydra.launch.recovery import recover_interrupted_submissions
-    from seml_hydra.launch.submit import SUBMIT_TIMEOUT_S, submission_mark
 
     ended = subprocess.Popen(["true"])
     ended.wait()
@@ -533,7 +533,7 @@ def test_status_puts_experiments_of_a_dead_submission_back_to_staged_and_says_ho
     from typer.testing import CliRunner
 
     from seml_hydra.cli import app
-    from seml_hydra.launch.submit import submission_mark
+    from seml_hydra.launch.marks import submission_mark
 
     ended = subprocess.Popen(["true"])
     ended.wait()
