@@ -268,6 +268,16 @@ def run_app(
     return run_python(app_path, *args, cwd=cwd, env=env, timeout=timeout, check=check)
 
 
+def run_points(n: int, *args: str, cwd: Path, env: dict | None = None):
+    """``examples/fail.py`` swept over ``x=0..n-1`` on Slurm (``hydra/launcher=seml``), no point
+    failing (``fail_on=-1``), ``args`` added (:func:`run_app`): more points than the testbed's
+    MaxArraySize (8) make several arrays."""
+    values = ",".join(str(i) for i in range(n))
+    return run_app(
+        "fail.py", "-m", "hydra/launcher=seml", "fail_on=-1", f"x={values}", *args, cwd=cwd, env=env
+    )
+
+
 def run_python(
     *argv: str, cwd: Path, env: dict | None = None, timeout: float = 300, check: bool = False
 ):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import MONGO_URL, ROOT, run_app, start_app
+from conftest import MONGO_URL, ROOT, run_app, run_points, start_app
 
 from seml_hydra.core.documents import storable_result
 
@@ -65,16 +65,7 @@ def test_arrays_submitted_before_sbatch_refused_a_later_one_are_reported(slurm, 
         f'exec {shutil.which("sbatch")} "$@"\n'
     )
     fake.chmod(0o755)
-    values = ",".join(str(i) for i in range(10))
-    proc = run_app(
-        "fail.py",
-        "-m",
-        "hydra/launcher=seml",
-        "fail_on=-1",
-        f"x={values}",
-        env={"PATH": f"{bin_dir}:{os.environ['PATH']}"},
-        cwd=tmp_path,
-    )
+    proc = run_points(10, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"}, cwd=tmp_path)
     try:
         assert_clean_error(proc, "Job violates accounting/QOS policy", "stay STAGED")
         docs = list(test_db["fail"].find({}, {"status": 1, "slurm": 1}))
@@ -242,21 +233,25 @@ def test_a_task_that_prints_more_than_a_document_holds_completes_with_its_result
 
 
 @pytest.mark.parametrize(
-    "override, named",
+    "override, named, problem",
     [
-        ("hydra.launcher.partition='debug\nhostname'", "hydra.launcher.partition="),
-        ("hydra.launcher.account='acct\rid'", "hydra.launcher.account="),
-        ("+hydra.launcher.additional_parameters.mail-type='END\nid'", "mail-type="),
-        ("hydra.launcher.setup=['module list','echo a\necho b']", "hydra.launcher.setup[1]="),
-        ("hydra.launcher.collection='{collection}\nhostname'", "Invalid collection name"),
+        ("hydra.launcher.partition='debug\nhostname'", "hydra.launcher.partition=", "control"),
+        ("hydra.launcher.account='acct\rid'", "hydra.launcher.account=", "control"),
+        ("+hydra.launcher.additional_parameters.mail-type='END\nid'", "mail-type=", "control"),
+        ("hydra.launcher.setup=['module list','echo a\necho b']", "setup[1]=", "control"),
+        ("hydra.launcher.collection='{collection}\nhostname'", "Invalid collection", "control"),
+        ("hydra.launcher.collection={collection}\\x", "hydra.launcher.collection=", "backslash"),
+        ("hydra.launcher.partition=de\\bug", "hydra.launcher.partition=", "backslash"),
     ],
 )
-def test_a_control_character_in_a_job_script_value_is_refused_before_staging(
-    slurm, test_db, tmp_path, override, named
+def test_a_value_that_would_break_the_job_script_is_refused_before_staging(
+    slurm, test_db, tmp_path, override, named, problem
 ):
     """A newline in a value the sbatch script gets would end its ``#SBATCH`` block and run the
-    rest as a shell line: refused naming the field, nothing staged, no job script written and
-    no job submitted."""
+    rest as a shell line; sbatch drops a backslash from an ``#SBATCH`` line even inside quotes
+    (a collection ``a\\b`` became the comment ``ab``: ``seml queue`` did not list its jobs,
+    ``cancel`` left them alone as another collection's). Refused naming the field, nothing
+    staged, no job script written and no job submitted."""
     collection = f"inject_{tmp_path.name}"[-60:]
     proc = run_test_app(
         "gate.py",
@@ -265,39 +260,14 @@ def test_a_control_character_in_a_job_script_value_is_refused_before_staging(
         override.format(collection=collection),
         cwd=tmp_path,
     )
-    assert_clean_error(proc, named, "contains the control character")
+    phrase = "contains the control character" if problem == "control" else "contains a backslash"
+    assert_clean_error(proc, named, phrase)
     assert test_db.list_collection_names() == []
     assert not list(tmp_path.rglob(".submitit")) and not list(tmp_path.rglob("*.sh"))
     comments = subprocess.run(
         ["squeue", "-h", "-a", "-o", "%k"], capture_output=True, text=True, check=True
     ).stdout.split()
     assert not [c for c in comments if c.startswith(collection)]
-
-
-@pytest.mark.parametrize(
-    "override, named",
-    [
-        ("hydra.launcher.collection={collection}\\x", "hydra.launcher.collection="),
-        ("hydra.launcher.partition=de\\bug", "hydra.launcher.partition="),
-    ],
-)
-def test_a_backslash_in_an_sbatch_line_is_refused_before_staging(
-    slurm, test_db, tmp_path, override, named
-):
-    """sbatch drops a backslash from an ``#SBATCH`` line even inside quotes: a collection
-    ``a\\b`` became the comment ``ab``, so ``seml queue`` did not list its jobs and ``cancel``
-    left them alone as another collection's. Refused naming the field, nothing staged."""
-    collection = f"slash_{tmp_path.name}"[-60:]
-    proc = run_test_app(
-        "gate.py",
-        "hydra/launcher=seml",
-        f"hydra.launcher.collection={collection}",
-        override.format(collection=collection),
-        cwd=tmp_path,
-    )
-    assert_clean_error(proc, named, "contains a backslash")
-    assert test_db.list_collection_names() == []
-    assert not list(tmp_path.rglob("*.sh"))
 
 
 def test_start_refuses_a_stored_launcher_with_a_control_character_before_any_sbatch(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from conftest import run_app
+from conftest import run_app, run_points
 
 from seml_hydra.slurm.client import max_array_size, scontrol_show_job
 
@@ -81,10 +81,7 @@ def test_tasks_per_node_per_point_gives_one_array_with_one_task_and_one_with_two
 def test_sweep_larger_than_max_array_size_is_split_and_all_points_run(slurm, test_db, tmp_path):
     limit = max_array_size()
     assert limit == 8, "the testbed sets MaxArraySize=8 (tools/testbed/slurm.conf)"
-    values = ",".join(str(i) for i in range(10))
-    proc = run_app(
-        "fail.py", "-m", "hydra/launcher=seml", "fail_on=-1", f"x={values}", *FAST, cwd=tmp_path
-    )
+    proc = run_points(10, *FAST, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     arrays = arrays_of(test_db["fail"])
     assert sorted(len(docs) for docs in arrays.values()) == [2, 8]
@@ -97,17 +94,7 @@ def test_array_parallelism_holds_for_the_whole_sweep_when_it_is_split(slurm, tes
     (``afterany``), and no task of it starts before the first array's last task ended."""
     from seml_hydra.slurm.client import sacct_jobs
 
-    values = ",".join(str(i) for i in range(10))
-    proc = run_app(
-        "fail.py",
-        "-m",
-        "hydra/launcher=seml",
-        "fail_on=-1",
-        f"x={values}",
-        "hydra.launcher.array_parallelism=1",
-        *FAST,
-        cwd=tmp_path,
-    )
+    proc = run_points(10, "hydra.launcher.array_parallelism=1", *FAST, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert test_db["fail"].count_documents({"status": "COMPLETED"}) == 10
     arrays = arrays_of(test_db["fail"])
