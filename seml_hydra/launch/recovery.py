@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from seml_hydra.core import states
@@ -51,10 +52,13 @@ def recover_interrupted_submissions(
     lost_marks = {d["_id"]: d for d in docs if submitter_gone(d["slurm"][0]["submitting"])}
     lost = list(lost_marks)
     if lost:
+        marks = [d["slurm"][0]["submitting"] for d in lost_marks.values()]
+        times = [m["time"] for m in marks if isinstance(m.get("time"), datetime)]
         cancel_orphan_arrays(
             collection,
             {d.get("batch_id") for d in lost_marks.values()},
-            {d["slurm"][0]["submitting"].get("folder") for d in lost_marks.values()},
+            {m.get("folder") for m in marks},
+            since=min(times) if times else None,
         )
         collection.update_many(
             {"_id": {"$in": lost}, **lost_filter},
@@ -77,6 +81,25 @@ def orphan_arrays(rows: Sequence[Any], collection_name: str, batch_ids: set[Any]
     return sorted(arrays, key=int)
 
 
+#: seconds an array's ``SubmitTime`` (slurmctld's clock, whole seconds) may precede the mark of
+#: the submission that made it (the submitting machine's clock, written before sbatch ran)
+CLOCK_SLACK_S = 5.0
+
+
+def submitted_since(record: Mapping[str, Any], since: datetime) -> bool:
+    """Whether a job's ``scontrol show job`` record (``SubmitTime``, local time as scontrol
+    prints it) says it was submitted at or after ``since`` (an aware or UTC-naive datetime),
+    less :data:`CLOCK_SLACK_S` (pure but for the local time zone). False when the record has
+    no readable ``SubmitTime``: not proved to be the submission's, so never cancelled."""
+    try:
+        submitted = datetime.fromisoformat(str(record.get("SubmitTime"))).astimezone()
+    except ValueError:
+        return False
+    if since.tzinfo is None:  # pymongo returns naive UTC datetimes
+        since = since.replace(tzinfo=timezone.utc)
+    return submitted >= since - timedelta(seconds=CLOCK_SLACK_S)
+
+
 def made_in(command: str | None, folders: set[Any]) -> bool:
     """Whether a job's ``Command`` (``scontrol show job``: the sbatch script submitit wrote) lies
     in one of the submitit ``folders`` (pure): under the folder's first part that holds no job
@@ -94,13 +117,28 @@ def made_in(command: str | None, folders: set[Any]) -> bool:
     return False
 
 
-def cancel_orphan_arrays(collection: Any, batch_ids: set[Any], folders: set[Any]) -> list[str]:
+#: :func:`cancel_orphan_arrays`' default account of the arrays it cancels
+DIED = (
+    "submitted by a process that died before recording them; their experiments are submitted again"
+)
+
+
+def cancel_orphan_arrays(
+    collection: Any,
+    batch_ids: set[Any],
+    folders: set[Any],
+    *,
+    since: datetime | None = None,
+    why: str = DIED,
+) -> list[str]:
     """Cancel the Slurm arrays of batches ``batch_ids`` of ``collection`` that no document
-    records (:func:`orphan_arrays`) and whose job script lies in one of the submitit
-    ``folders`` of the dead submissions' marks (:func:`made_in`: a launch of a collection of
-    the same name in another database is not ours): made by a submitter that died between
-    ``sbatch`` and the write of the job's ids. Returns their ids (each is logged as a
-    warning).
+    records (:func:`orphan_arrays`), whose job script lies in one of the submitit
+    ``folders`` of the dead submissions' marks (:func:`made_in`) and, with ``since`` (the
+    earliest of those marks' times), that were submitted since then (:func:`submitted_since`):
+    made by a submitter that died between ``sbatch`` and the write of the job's ids. A
+    collection of the same name in another database numbers its batches from 1 too and may
+    share the folder: its running array was submitted before the mark, so it is left alone.
+    Returns their ids (each is logged as a warning, with ``why``).
 
     Only the user's own jobs are asked for (squeue), then the documents: a batch one of whose
     experiments still carries the mark of a live submitter is left out (its array may be
@@ -146,7 +184,10 @@ def cancel_orphan_arrays(collection: Any, batch_ids: set[Any], folders: set[Any]
             a
             for a in candidates
             if a not in recorded
-            and any(made_in(r.get("Command"), folders) for r in slurm.scontrol_show_job(a))
+            and any(
+                made_in(r.get("Command"), folders) and (since is None or submitted_since(r, since))
+                for r in slurm.scontrol_show_job(a)
+            )
         ]
         if not orphans:
             return []
@@ -155,9 +196,6 @@ def cancel_orphan_arrays(collection: Any, batch_ids: set[Any], folders: set[Any]
         log.warning("Could not cancel orphan Slurm array(s) %s: %s", ", ".join(orphans), error)
         return []
     log.warning(
-        "Cancelled Slurm array(s) %s of collection %s: submitted by a process that died before "
-        "recording them; their experiments are submitted again",
-        ", ".join(orphans),
-        collection.name,
+        "Cancelled Slurm array(s) %s of collection %s: %s", ", ".join(orphans), collection.name, why
     )
     return orphans

@@ -141,18 +141,28 @@ def finish_despite_interrupt(write: Any) -> None:
         raise interrupted
 
 
-def cancel_unrecorded_array(collection: Any, ids: Sequence[int], folder: str) -> None:
-    """After a submission of ``ids`` failed or was interrupted (Ctrl-C) and they are STAGED
-    again: cancel the array its sbatch may have created all the same (Ctrl-C after sbatch
-    returned, before submitit handed the job back), which no document records
-    (``recovery.cancel_orphan_arrays`` for their batches and ``folder``). Left alone it would
-    start at its deferred begin time and fail on experiments no longer PENDING. Best effort:
-    an error here is logged, never raised over the submission's own."""
+def cancel_unrecorded_array(
+    collection: Any, ids: Sequence[int], folder: str, *, since: Any
+) -> None:
+    """After a submission of ``ids`` was interrupted (Ctrl-C) and they are STAGED again: cancel
+    the array its sbatch may have created all the same (Ctrl-C after sbatch returned, before
+    submitit handed the job back), which no document records: ``recovery.cancel_orphan_arrays``
+    for their batches and ``folder``, submitted since ``since`` (this submission's mark time).
+    Left alone it would start at its deferred begin time and fail on experiments no longer
+    PENDING. Not for an sbatch that failed (it made no array). Best effort: an error here is
+    logged, never raised over the interrupt."""
     try:
         batches = set(collection.distinct("batch_id", {"_id": {"$in": list(ids)}}))
-        cancel_orphan_arrays(collection, batches, {folder})
-    except Exception as error:  # noqa: BLE001 (the submission's error is the one to report)
-        log.warning("Could not look for an array of the failed submission: %s", error)
+        cancel_orphan_arrays(
+            collection,
+            batches,
+            {folder},
+            since=since,
+            why="created by a submission interrupted before recording it; its experiments are "
+            "STAGED again",
+        )
+    except Exception as error:  # noqa: BLE001 (the interrupt is the one to report)
+        log.warning("Could not look for an array of the interrupted submission: %s", error)
 
 
 def moved_all(update: Any, ids: Sequence[int]) -> bool:
@@ -243,8 +253,8 @@ def submit_group(
             {"_id": {"$in": all_ids}, "status": states.PENDING, **ours},
             {"$set": {"status": states.STAGED}, "$unset": {"slurm.0.submitting": ""}},
         )
-        if cluster == "slurm":
-            cancel_unrecorded_array(collection, all_ids, folder)
+        if cluster == "slurm" and not isinstance(error, Exception):  # Ctrl-C: maybe after sbatch
+            cancel_unrecorded_array(collection, all_ids, folder, since=mark["time"])
         if not isinstance(error, Exception):
             raise
         if is_job_files_error(error):

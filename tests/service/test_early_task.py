@@ -95,3 +95,49 @@ def test_an_array_created_by_an_interrupted_submission_is_cancelled(test_db, tmp
         ["squeue", "-h", "-a", "-o", "%i %k %T"], capture_output=True, text=True, check=True
     ).stdout
     assert collection not in queued, queued
+
+
+def test_a_refused_submission_leaves_another_databases_array_of_the_same_name_alone(
+    test_db, tmp_path
+):
+    """The same collection, batch 1 and submitit folder in two databases (a debug and a real
+    one): a launch in the second that sbatch refuses (an unknown partition) made no array, and
+    must not cancel the first one's, which is running or waiting (attacker finding, session 7:
+    it was cancelled as "submitted by a process that died")."""
+    import subprocess
+
+    from conftest import MONGO_URL
+
+    folder = str(tmp_path / "shared" / "%j")
+    other = f"{test_db.name}_other"
+    common = ["-m", "hydra/launcher=seml", "hydra.launcher.collection=twin"]
+    common += [f"hydra.launcher.submitit_folder={folder}", "x=1"]
+    first = run_python(
+        str(ROOT / "examples" / "fail.py"),
+        *common,
+        "hydra.launcher.wait=false",
+        "+hydra.launcher.additional_parameters.hold=true",
+        env={"SEML_MONGODB_URI": f"{MONGO_URL}/{other}"},
+        cwd=tmp_path,
+    )
+    client = test_db.client
+    try:
+        assert first.returncode == 0, first.stderr
+        array = str(client[other]["twin"].find_one()["slurm"][0]["array_id"])
+        refused = run_python(
+            str(ROOT / "examples" / "fail.py"),
+            *common,
+            "hydra.launcher.partition=nosuchpart",
+            cwd=tmp_path,
+        )
+        assert refused.returncode == 1 and "invalid partition" in refused.stderr
+        assert "Cancelled Slurm array" not in refused.stderr + refused.stdout
+        queued = subprocess.run(
+            ["squeue", "-h", "-j", array, "-o", "%T"], capture_output=True, text=True
+        ).stdout
+        assert "PENDING" in queued, queued
+    finally:
+        for doc in client[other]["twin"].find({"slurm.0.array_id": {"$exists": True}}):
+            subprocess.run(["scancel", str(doc["slurm"][0]["array_id"])], check=False)
+        client.drop_database(other)
+
