@@ -68,6 +68,18 @@ def control_character(text: str) -> str | None:
 NON_SBATCH_FIELDS = ("python", "gpu_bind", "setup[", "srun_args[")
 
 
+def option_key(extra: Mapping[str, Any], option: str) -> str | None:
+    """The key of the raw sbatch options ``extra`` (``additional_parameters``) that sets
+    ``option``, also by an abbreviation sbatch takes as it (getopt's unique prefixes, at least
+    two letters: ``begi`` is ``--begin``, ``depend`` is ``--dependency``), with ``_`` for ``-``
+    as submitit writes them; None when none does. Pure."""
+    for key in extra:
+        name = str(key).replace("_", "-")
+        if len(name) >= 2 and option.startswith(name):
+            return str(key)
+    return None
+
+
 def sbatch_text_problem(text: str) -> str | None:
     """What breaks ``text`` as the value of an ``#SBATCH --<key>=<value>`` line, or None
     (pure): a control character (:func:`control_character`: a newline ends the block and runs
@@ -169,7 +181,7 @@ def validate_launcher(launcher: Mapping[str, Any]) -> None:
     check_visible_gpus(launcher)
     if launcher.get("after") is not None:
         parse_after(launcher["after"], "")
-        if "dependency" in (launcher.get("additional_parameters") or {}):
+        if option_key(launcher.get("additional_parameters") or {}, "dependency"):
             raise ValueError(
                 "hydra.launcher.after and hydra.launcher.additional_parameters.dependency both "
                 "set the array's Slurm --dependency (sbatch would keep only one): use after "

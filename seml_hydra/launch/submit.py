@@ -36,6 +36,7 @@ from seml_hydra.launch.sbatch import (
     executor_arguments,
     executor_parameters,
     job_name,
+    option_key,
     resource_key,
     sbatch_options,
     split_array,
@@ -323,18 +324,11 @@ def deferred_start(params: Mapping[str, Any], cluster: str) -> tuple[dict[str, A
     submitted as it is."""
     params = dict(params)
     extra = dict(params.get("slurm_additional_parameters") or {})
-    own = {name for name in ("begin", "deadline", "hold") if sets_option(extra, name)}
+    own = {name for name in ("begin", "deadline", "hold") if option_key(extra, name)}
     if cluster != "slurm" or own - {"hold"} or ("hold" in own and extra.get("hold") is not False):
         return params, False
     params["slurm_additional_parameters"] = {**extra, "begin": f"now+{DEFERRED_START_S}"}
     return params, True
-
-
-def sets_option(extra: Mapping[str, Any], option: str) -> bool:
-    """Whether the raw sbatch options ``extra`` (``additional_parameters``) set ``option``,
-    also by an abbreviation sbatch takes as it (getopt's unique prefixes, at least two
-    letters: ``begi`` is ``--begin``), with ``_`` for ``-`` as submitit writes them. Pure."""
-    return any(len(key) >= 2 and option.startswith(str(key).replace("_", "-")) for key in extra)
 
 
 def start_submitted(array_ids: Sequence[str]) -> None:
@@ -354,22 +348,24 @@ def start_submitted(array_ids: Sequence[str]) -> None:
 
 
 def after_previous_array(params: Mapping[str, Any], previous: str) -> dict[str, Any]:
-    """The submitit parameters of an array cut from a longer one (``sbatch.split_array``,
-    Slurm's ``MaxArraySize``) with ``array_parallelism`` set: it starts once the array before
-    it, ``previous``, has ended (``afterany``: however its tasks ended), joined to the
+    """The submitit parameters of a launch's array after its first, with ``array_parallelism``
+    set (an array cut from a longer one at Slurm's ``MaxArraySize``, ``sbatch.split_array``, or
+    another resource group's): it starts once the array before it, ``previous``, has ended (``afterany``: however its tasks ended), joined to the
     dependency the array has already (``after``'s, or the user's own
     ``additional_parameters.dependency``, which sbatch takes over submitit's) with ``,`` (all
     of them). Pure. So ``array_parallelism=k`` holds for the whole sweep, not ``k`` per array
-    (Slurm's ``%k`` only throttles within one array). A user's dependency of alternatives
+    (Slurm's ``%k`` only throttles within one array): the arrays of a launch, of every resource
+    group, run one after another. A user's dependency of alternatives
     (``?``) cannot be joined with ``,``: the array is left as it is (``k`` per array)."""
     params = dict(params)
     extra = dict(params.get("slurm_additional_parameters") or {})
-    own = extra.get("dependency", params.get("slurm_dependency"))
+    key = option_key(extra, "dependency")  # the user's own, maybe abbreviated (--depend)
+    own = extra[key] if key is not None else params.get("slurm_dependency")
     if own is not None and "?" in str(own):
         return params
     dependency = f"{own},afterany:{previous}" if own else f"afterany:{previous}"
-    if "dependency" in extra:
-        params["slurm_additional_parameters"] = {**extra, "dependency": dependency}
+    if key is not None:
+        params["slurm_additional_parameters"] = {**extra, key: dependency}
     else:
         params["slurm_dependency"] = dependency
     return params
@@ -498,6 +494,7 @@ def submit_groups(
     local_jobs = 0  # seml_local jobs so far: job i gets the i-th slice of visible_gpus
     max_array: int | None = None
     name_of_cluster: str | None = None
+    previous: str | None = None  # the array submitted last, of any resource group
     try:
         for group in groups:
             first = group.first
@@ -532,12 +529,20 @@ def submit_groups(
                     except SlurmError as error:
                         raise SubmissionError(str(error)) from None
                 limit = max_array
-            previous: str | None = None  # the array submitted last for this group
             for part in split_array(id_groups, limit):
                 # submitit always throttles arrays (%256 by default): unset means no limit here
                 part_params = {"slurm_array_parallelism": len(part), **params}
                 if previous is not None and launcher.get("array_parallelism"):
-                    part_params = after_previous_array(part_params, previous)
+                    chained = after_previous_array(part_params, previous)
+                    if chained == part_params:
+                        log.warning(
+                            "array_parallelism=%s holds per array from job %s on: its "
+                            "dependency has alternatives (?), which cannot be joined with the "
+                            "wait for the array before",
+                            launcher.get("array_parallelism"),
+                            previous,
+                        )
+                    part_params = chained
                 jobs, part = submit_group(
                     collection,
                     cluster=first.cluster,

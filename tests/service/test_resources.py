@@ -92,16 +92,42 @@ def test_array_parallelism_holds_for_the_whole_sweep_when_it_is_split(slurm, tes
     """``array_parallelism=1`` over 10 points (arrays of 8 and 2): Slurm's ``%1`` throttles
     within one array only, so the second array ran beside the first; now it waits for it
     (``afterany``), and no task of it starts before the first array's last task ended."""
-    from seml_hydra.slurm.client import sacct_jobs
-
     proc = run_points(10, "hydra.launcher.array_parallelism=1", *FAST, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert test_db["fail"].count_documents({"status": "COMPLETED"}) == 10
     arrays = arrays_of(test_db["fail"])
     first, second = sorted(arrays, key=lambda a: len(arrays[a]), reverse=True)  # 8, then 2
+    assert_one_after_another(first, second)
+
+
+def assert_one_after_another(first: int, second: int) -> None:
+    """No task of array ``second`` started before the last task of array ``first`` ended
+    (sacct, whole seconds)."""
+    from seml_hydra.slurm.client import sacct_jobs
+
     ended = max(row.end for row in sacct_jobs([str(first)]))
     started = min(row.start for row in sacct_jobs([str(second)]))
     assert started >= ended, (started, ended)
+
+
+def test_array_parallelism_holds_across_resource_groups(slurm, test_db, tmp_path):
+    """``ntasks=1,2`` are two resource groups, two arrays; with ``array_parallelism=1`` the
+    second waits for the first as a split array does (second attacker, session 7: each group
+    had its own limit, and a task of each ran at once)."""
+    from conftest import ROOT, run_python
+
+    proc = run_python(
+        str(ROOT / "tests/apps/tasks_app.py"),
+        "-m",
+        "hydra/launcher=seml",
+        "ntasks=1,2",
+        "hydra.launcher.array_parallelism=1",
+        *FAST,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    first, second = sorted(arrays_of(test_db["tasks_app"]))  # in submission order
+    assert_one_after_another(first, second)
 
 
 def test_reserved_sbatch_option_is_refused_before_staging(test_db, tmp_path):

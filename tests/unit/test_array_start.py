@@ -55,3 +55,16 @@ def test_an_array_cut_from_a_throttled_sweep_waits_for_the_one_before():
 def test_a_hold_set_false_is_deferred_as_without_it():
     submitted, deferred = deferred_start({"slurm_additional_parameters": {"hold": False}}, "slurm")
     assert deferred is True and submitted["slurm_additional_parameters"]["begin"]
+
+
+def test_a_users_dependency_under_an_abbreviation_is_joined_too():
+    """sbatch takes ``--depend`` for ``--dependency``; submitit writes both lines sorted and
+    sbatch keeps the last, the launcher's: the user's own was dropped (second attacker,
+    session 7)."""
+    from seml_hydra.launch.submit import after_previous_array
+
+    own = {"slurm_additional_parameters": {"depend": "singleton"}}
+    assert after_previous_array(own, "41") == {
+        "slurm_additional_parameters": {"depend": "singleton,afterany:41"}
+    }
+

@@ -154,8 +154,9 @@ def test_a_backslash_in_a_shell_line_or_the_job_name_is_told_apart():
 
 
 def test_after_and_a_dependency_of_ones_own_are_refused_together():
-    message = refusal(after=1, additional_parameters={"dependency": "singleton"})
-    assert "hydra.launcher.after and hydra.launcher.additional_parameters.dependency" in message
+    for key in ("dependency", "depend"):  # sbatch takes --depend for --dependency
+        message = refusal(after=1, additional_parameters={key: "singleton"})
+        assert "hydra.launcher.after and hydra.launcher.additional_parameters.dependency" in message
     validate_launcher(launcher(additional_parameters={"dependency": "singleton"}))
     validate_launcher(launcher(after=1))
 
