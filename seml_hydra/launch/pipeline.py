@@ -37,6 +37,7 @@ from seml_hydra.launch.stage import (
 from seml_hydra.launch.submit import (
     JobFilesError,
     RequestGroups,
+    ScriptValueError,
     SubmissionError,
     SubmitRequest,
     submit_groups,
@@ -223,7 +224,7 @@ def checked_chunk(points: list[Any], executor: str) -> list[Any]:
             continue
         checked[id(node)] = node
         try:
-            validate_launcher(node)
+            validate_launcher(node, executor)
         except ValueError as error:
             raise LaunchError(str(error)) from None
         if executor == "slurm" and node.get("visible_gpus"):
@@ -562,6 +563,10 @@ class _Launch:
                 f"{error}\nThe experiment(s) not submitted stay STAGED in collection "
                 f"{self.collection_name}; launch the sweep again once the folder can be written."
                 + submitted_note(error.submitted, self.collection_name)
+            ) from None
+        except ScriptValueError as error:
+            raise LaunchError(
+                f"{error}\nThe experiment(s) stay STAGED in collection {self.collection_name}."
             ) from None
         except SubmissionError as error:
             self._report(error.submitted)

@@ -116,7 +116,9 @@ def script_values(launcher: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def check_script_values(launcher: Mapping[str, Any], *, job_name: str | None = None) -> None:
+def check_script_values(
+    launcher: Mapping[str, Any], *, job_name: str | None = None, sbatch: bool = True
+) -> None:
     """Refuse a launcher whose values would break the sbatch script.
 
     submitit writes each option as one ``#SBATCH --<key>=<value>`` line and each ``setup``
@@ -124,7 +126,9 @@ def check_script_values(launcher: Mapping[str, Any], *, job_name: str | None = N
     every ``#SBATCH`` line after a command) and runs the rest as a shell command. So no value
     of :func:`script_values` (nor ``job_name``, the ``--job-name``) may hold a control
     character (:func:`control_character`); ``setup`` is a list of lines by design, but each
-    entry must be one line.
+    entry must be one line. With ``sbatch`` (a Slurm submission; False for the local
+    executor, which writes no ``#SBATCH`` line) the values that become ``#SBATCH`` lines may
+    not hold a backslash either (:func:`sbatch_text_problem`).
 
     Raises:
         ValueError: naming the field and the character, e.g. ``hydra.launcher.partition=
@@ -134,7 +138,7 @@ def check_script_values(launcher: Mapping[str, Any], *, job_name: str | None = N
     if job_name is not None:
         values.append(("job name ([<name>_]<collection>_<batch_id>)", job_name))
     for name, text in values:
-        if name.startswith(NON_SBATCH_FIELDS):
+        if name.startswith(NON_SBATCH_FIELDS) or not sbatch:
             char = control_character(text)
             problem = None if char is None else f"contains the control character {char!r}"
         else:
@@ -150,7 +154,7 @@ def check_script_values(launcher: Mapping[str, Any], *, job_name: str | None = N
             )
 
 
-def validate_launcher(launcher: Mapping[str, Any]) -> None:
+def validate_launcher(launcher: Mapping[str, Any], executor: str = "slurm") -> None:
     """Reject launcher values that cannot work, before anything is staged.
 
     Raises ``ValueError`` with the field and what to do: unknown fields (a typo added with
@@ -222,7 +226,7 @@ def validate_launcher(launcher: Mapping[str, Any]) -> None:
             "experiments per job and multi-task jobs are mutually exclusive. Set "
             "experiments_per_job=1 or nodes=1 tasks_per_node=1."
         )
-    check_script_values(launcher)
+    check_script_values(launcher, sbatch=executor == "slurm")
 
 
 def job_name(collection_name: str, batch_id: int, prefix: str | None = None) -> str:

@@ -76,6 +76,11 @@ class SubmissionError(UserError):
     submitted: list[SubmittedArray] = []  # noqa: RUF012 (set per error by submit_groups)
 
 
+class ScriptValueError(SubmissionError):
+    """A value stored with the experiments (``seml start`` rebuilds the launcher from them)
+    would break the job script: refused before any sbatch (``sbatch.check_script_values``)."""
+
+
 class JobFilesError(SubmissionError):
     """The job files (submitit's pickles and sbatch script) could not be written into the
     submitit folder (a full disk, a read-only or unwritable folder): no sbatch ran. The message
@@ -487,9 +492,9 @@ def submit_groups(
         try:
             first = group.first
             name = job_name(collection_name, first.batch_id, first.launcher.get("name"))
-            check_script_values(first.launcher, job_name=name)
+            check_script_values(first.launcher, job_name=name, sbatch=first.cluster == "slurm")
         except ValueError as error:
-            raise SubmissionError(f"{error} Nothing was submitted.") from None
+            raise ScriptValueError(f"{error} Nothing was submitted.") from None
     arrays = []
     local_jobs = 0  # seml_local jobs so far: job i gets the i-th slice of visible_gpus
     max_array: int | None = None

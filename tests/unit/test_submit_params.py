@@ -714,3 +714,16 @@ def test_sbatch_options_and_resource_key_of_a_full_config_are_unchanged():
         **dict.fromkeys(unset),
         "after_kind": "ok",
     }
+
+
+def test_the_local_executor_takes_a_backslash_it_writes_no_sbatch_line_for():
+    """seml_local writes no ``#SBATCH`` line: a backslash in its name, folder or job name is
+    fine there (second attacker, session 7: refused since the backslash check, and a collection
+    with one was staged and then left STAGED by a refusal blaming sbatch)."""
+    local = launcher(name="run\\1", submitit_folder="/tmp/a\\b/%j")
+    validate_launcher(local, "local")
+    check_script_values(local, job_name="a\\b_1", sbatch=False)
+    with pytest.raises(ValueError, match="contains a backslash"):
+        validate_launcher(local, "slurm")
+    with pytest.raises(ValueError, match="control character"):
+        check_script_values(local, job_name="a\nb_1", sbatch=False)
