@@ -84,24 +84,29 @@ class LaunchError(UserError):
     """A user mistake or an environment problem, reported as one clear message (no traceback)."""
 
 
-#: what sbatch prints when it could not reach slurmctld (Slurm 22.05's messages): nothing about
-#: the request is wrong, it is to be submitted again once Slurm answers
-SLURM_UNREACHABLE = (
+#: what Slurm's commands print when they could not reach slurmctld or it could not authenticate
+#: them (munge down: Slurm 22.05's messages): nothing about the request is wrong, it is to be
+#: submitted again once Slurm answers
+SLURM_UNAVAILABLE = (
     "Unable to contact slurm controller",
     "Socket timed out",
     "Connection refused",
-    "Slurm command 'sbatch' not found",
+    "not found: is Slurm installed",
+    "Protocol authentication error",
+    "Munge encode failed",
+    "Invalid user credential",
 )
 
 
 def submission_failed_message(reason: str, collection: str) -> str:
     """The launcher's message when sbatch failed with ``reason`` (pure): Slurm could not be
-    reached (:data:`SLURM_UNREACHABLE`: launch again once it answers), or it refused the
+    reached or used (:data:`SLURM_UNAVAILABLE`: launch again once it answers), or it refused the
     request (change the resources it refused, then launch again, which submits the STAGED
     experiments with the new options; ``seml <collection> start`` would reuse the old ones)."""
-    if any(text in reason for text in SLURM_UNREACHABLE):
+    if any(text in reason for text in SLURM_UNAVAILABLE):
         return (
-            f"Slurm could not be reached: {reason}\nThe experiment(s) not submitted stay STAGED "
+            f"Slurm could not be used from here: {reason}\nThe experiment(s) not submitted stay "
+            "STAGED "
             f"in collection {collection}; launch the sweep again once Slurm answers (`sinfo`), "
             f"or submit them with `seml {collection} start`."
         )

@@ -140,4 +140,3 @@ def test_a_refused_submission_leaves_another_databases_array_of_the_same_name_al
         for doc in client[other]["twin"].find({"slurm.0.array_id": {"$exists": True}}):
             subprocess.run(["scancel", str(doc["slurm"][0]["array_id"])], check=False)
         client.drop_database(other)
-

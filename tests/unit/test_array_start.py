@@ -67,4 +67,3 @@ def test_a_users_dependency_under_an_abbreviation_is_joined_too():
     assert after_previous_array(own, "41") == {
         "slurm_additional_parameters": {"depend": "singleton,afterany:41"}
     }
-

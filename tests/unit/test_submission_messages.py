@@ -14,8 +14,21 @@ def test_an_unreachable_slurm_is_not_a_request_to_change():
         "(connect failure)",
         "col",
     )
-    assert text.startswith("Slurm could not be reached: ")
+    assert text.startswith("Slurm could not be used from here: ")
     assert "launch the sweep again once Slurm answers" in text and "`seml col start`" in text
+    assert "Change the resources" not in text
+
+
+def test_munge_down_is_not_a_request_to_change_either():
+    """munged stopped: `scontrol show config` (MaxArraySize, before any sbatch) fails on
+    authentication (second attacker, session 7: told as a refused request)."""
+    text = submission_failed_message(
+        "`scontrol show config` failed with exit status 1: scontrol: error: Munge encode "
+        'failed: Failed to access "/run/munge/munge.socket.2" ... Protocol authentication '
+        "error",
+        "col",
+    )
+    assert text.startswith("Slurm could not be used from here: ")
     assert "Change the resources" not in text
 
 
