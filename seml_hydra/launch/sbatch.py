@@ -292,7 +292,8 @@ def executor_parameters(launcher: Mapping[str, Any], *, comment: str, name: str)
 
     :data:`GENERIC_KEYS` go as they are, :data:`SLURM_KEYS` as ``slurm_<key>`` (as
     hydra-submitit-launcher prefixes what is not in ``BaseQueueConf``); ``None`` is never sent,
-    nor an empty ``additional_parameters`` (a mapping is sent as a copy). Plus ``name`` (the job
+    nor an empty ``additional_parameters`` (a copy, without the options set to None or False:
+    :func:`sent_options`). Plus ``name`` (the job
     name), ``slurm_comment`` (``comment``: the collection) and ``slurm_srun_args``: the srun step
     always gets the task count explicitly (``--ntasks``, ``--ntasks-per-node``), never a bare
     srun that lets Slurm guess it (SEML multi-task change). A single-task job without
@@ -308,7 +309,7 @@ def executor_parameters(launcher: Mapping[str, Any], *, comment: str, name: str)
     for key in SLURM_KEYS:
         value = launcher.get(key)
         if isinstance(value, Mapping):  # additional_parameters: a copy, and not sent when empty
-            value = dict(value) or None
+            value = sent_options(value) or None
         if value is not None:
             params[f"slurm_{key}"] = value
     params["slurm_comment"] = comment
@@ -362,8 +363,15 @@ def sbatch_options(launcher: Mapping[str, Any], *, comment: str, name: str) -> d
     out["ntasks"] = launcher["nodes"] * launcher["tasks_per_node"]
     out["comment"] = comment
     out["job-name"] = name
-    out.update(launcher.get("additional_parameters") or {})
+    out.update(sent_options(launcher.get("additional_parameters") or {}))
     return out
+
+
+def sent_options(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The raw sbatch options of ``additional_parameters`` that go to sbatch (pure): all but
+    those set to ``None`` or ``False``, which mean "not set" (submitit would write
+    ``--hold=False``, which sbatch refuses: "option '--hold' doesn't allow an argument")."""
+    return {k: v for k, v in extra.items() if v is not None and v is not False}
 
 
 def mem_option(mem_gb: float) -> str:

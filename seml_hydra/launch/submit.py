@@ -329,8 +329,7 @@ def deferred_start(params: Mapping[str, Any], cluster: str) -> tuple[dict[str, A
     submitted as it is."""
     params = dict(params)
     extra = dict(params.get("slurm_additional_parameters") or {})
-    own = {name for name in ("begin", "deadline", "hold") if option_key(extra, name)}
-    if cluster != "slurm" or own - {"hold"} or ("hold" in own and extra.get("hold") is not False):
+    if cluster != "slurm" or any(option_key(extra, o) for o in ("begin", "deadline", "hold")):
         return params, False
     params["slurm_additional_parameters"] = {**extra, "begin": f"now+{DEFERRED_START_S}"}
     return params, True

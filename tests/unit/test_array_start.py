@@ -52,8 +52,17 @@ def test_an_array_cut_from_a_throttled_sweep_waits_for_the_one_before():
     assert after_previous_array(either, "41") == either
 
 
-def test_a_hold_set_false_is_deferred_as_without_it():
-    submitted, deferred = deferred_start({"slurm_additional_parameters": {"hold": False}}, "slurm")
+def test_a_hold_set_false_is_not_sent_and_the_array_is_deferred_as_without_it():
+    """``hold: false`` went to sbatch as ``--hold=False``, which it refuses (second attacker,
+    session 7): an option set to false is not sent (``sbatch.sent_options``)."""
+    from seml_hydra.launch.sbatch import executor_parameters, sbatch_options
+
+    node = {"nodes": 1, "tasks_per_node": 1, "additional_parameters": {"hold": False, "x": 1}}
+    params = executor_parameters(node, comment="c", name="c_1")
+    assert params["slurm_additional_parameters"]["x"] == 1
+    assert "hold" not in params["slurm_additional_parameters"]
+    assert "hold" not in sbatch_options(node, comment="c", name="c_1")
+    submitted, deferred = deferred_start(params, "slurm")
     assert deferred is True and submitted["slurm_additional_parameters"]["begin"]
 
 
