@@ -82,14 +82,19 @@ def count_states(collection: Any, ids: Sequence[int]) -> dict[str, int]:
 #: the waiter spends at most about 1/this of its time in the state count: the pause between two
 #: polls is at least this many times the last count's duration (:func:`poll_pause`)
 QUERY_SHARE = 20
+#: the longest pause :func:`poll_pause` stretches to (seconds): a count slowed by a passing
+#: cause must not leave the waiter asleep long after the experiments finished
+MAX_STRETCHED_PAUSE_S = 10.0
 
 
 def poll_pause(poll_interval_s: float, query_s: float) -> float:
     """Seconds to sleep before the next poll (pure): ``poll_interval_s``, stretched to
-    :data:`QUERY_SHARE` x ``query_s`` (the last count's duration, s) when counting is slow (a
-    launch of 100,000 experiments, a loaded server), so that a short poll interval costs the
-    database little whatever the launch's size."""
-    return max(float(poll_interval_s), QUERY_SHARE * max(0.0, query_s))
+    :data:`QUERY_SHARE` x ``query_s`` (the last count's own duration, s: not the time spent
+    waiting for an unreachable MongoDB) when counting is slow (a launch of 100,000 experiments,
+    a loaded server), at most to :data:`MAX_STRETCHED_PAUSE_S`, so that a short poll interval
+    costs the database little whatever the launch's size."""
+    stretched = min(MAX_STRETCHED_PAUSE_S, QUERY_SHARE * max(0.0, query_s))
+    return max(float(poll_interval_s), stretched)
 
 
 def wait_for(
@@ -147,6 +152,16 @@ def wait_for(
             console.print("MongoDB is reachable again; waiting for the experiments.")
         return value
 
+    last_count_s = [0.0]
+
+    def timed_count() -> dict[str, int]:
+        """The state counts; the duration of this attempt alone in ``last_count_s`` (an outage
+        ridden out by ``db`` is no slow count: its minute stretched the pause to 20 minutes)."""
+        began = time.monotonic()
+        counts = count_states(collection, unique)
+        last_count_s[0] = time.monotonic() - began
+        return counts
+
     def render(counts: Mapping[str, int]) -> Text:
         done = sum(counts.get(s, 0) for s in states.TERMINAL)
         parts = [f"{s.lower()}: {counts[s]}" for s in states.ALL if counts.get(s)]
@@ -158,9 +173,8 @@ def wait_for(
     try:
         with Live(render({}), console=console, transient=False, auto_refresh=False) as live:
             while True:
-                began = time.monotonic()
-                counts = db(lambda: count_states(collection, unique), "counting states")
-                query_s = time.monotonic() - began
+                counts = db(timed_count, "counting states")
+                query_s = last_count_s[0]
                 live.update(render(counts), refresh=True)
                 finished = sum(counts.get(s, 0) for s in states.TERMINAL)
                 if finished + (len(unique) - sum(counts.values())) >= len(unique):

@@ -18,6 +18,46 @@ def test_a_slow_count_stretches_the_pause_so_counting_stays_a_small_share():
     assert poll_pause(0.25, 0.2) >= 0.2 * 19  # the count takes at most ~5% of the waiting
 
 
+def test_the_stretched_pause_has_a_ceiling():
+    from seml_hydra.launch.wait import MAX_STRETCHED_PAUSE_S
+
+    assert poll_pause(0.25, 61.0) == MAX_STRETCHED_PAUSE_S
+    assert poll_pause(30.0, 61.0) == 30.0  # the user's own interval stays
+
+
+def test_waiting_for_an_unreachable_database_is_no_slow_count(monkeypatch):
+    """The state count rides out an outage (``retrying``); the time spent waiting for the
+    server is not the count's duration. It was: a 61 s outage stretched the next pause to
+    20 x 61 s, and the launcher slept ~20 minutes after its experiments had finished (CI,
+    session 7: test_db_outage timed out)."""
+    import io
+    import time
+    from types import SimpleNamespace
+
+    from pymongo.errors import AutoReconnect
+    from rich.console import Console
+
+    from seml_hydra.launch import wait
+
+    answers = iter([AutoReconnect("down"), {"RUNNING": 1}, {"COMPLETED": 1}])
+
+    def count_states(collection, ids):
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer  # retrying pauses 0.5 s, then asks again
+        return answer
+
+    pauses = []
+    monkeypatch.setattr(wait, "count_states", count_states)
+    monkeypatch.setattr(
+        wait, "time", SimpleNamespace(monotonic=time.monotonic, sleep=pauses.append)
+    )
+    console = Console(file=io.StringIO())
+    wait.wait_for(None, [1], poll_interval_s=0.25, jobs={}, console=console, collection_name="c")
+    assert pauses == [0.25]
+    assert "reachable again" in console.file.getvalue()
+
+
 def test_the_default_interval_notices_the_end_within_a_quarter_second():
     """hydra-submitit-launcher's ``Job.result`` checks for the result pickle every second."""
     assert SemlLauncherConf().poll_interval_s <= 0.25
