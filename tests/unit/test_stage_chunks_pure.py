@@ -214,6 +214,9 @@ def test_fewer_collections_freezes_what_lives_and_still_collects_new_cycles():
 
 
 def test_fewer_collections_leaves_a_frozen_collector_alone():
+    """Neither frozen again (more objects frozen) nor unfrozen (none): frozen objects that
+    die meanwhile (another thread of the worker drops its last reference) leave the count
+    lower, which is no change of the collector (a CI run saw 166535 of 166537)."""
     import gc
 
     from seml_hydra.launch.stage import fewer_collections
@@ -223,6 +226,6 @@ def test_fewer_collections_leaves_a_frozen_collector_alone():
         before, frozen = gc.get_threshold(), gc.get_freeze_count()
         with fewer_collections():
             assert gc.get_threshold() == before
-        assert gc.get_freeze_count() == frozen
+        assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
