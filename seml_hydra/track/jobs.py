@@ -346,16 +346,14 @@ STUCK_REASONS = {
     "JobHeldUser": "it is held",
     "JobHeldAdmin": "it is held by an administrator (or by `seml hold` run as root)",
 }
-#: the :data:`STUCK_REASONS` a release ends: nothing to cancel or change
-HELD_REASONS = ("JobHeldUser", "JobHeldAdmin")
 
 
 def stuck_message(job: str, reason: str, name: str) -> str:
     """Why pending job ``job`` of collection ``name`` will not start by itself, and what to do
     (pure), for a ``reason`` of :data:`STUCK_REASONS`: ``Slurm will not start job 12_0
     (DependencyNeverSatisfied): its dependency can never be satisfied. Cancel it with `seml
-    <name> cancel` ...``; a held job (:data:`HELD_REASONS`) starts once released (``seml
-    <name> release``; an administrator's hold, as root or by the administrator)."""
+    <name> cancel` ...``; a held job (``JobHeldUser``, ``JobHeldAdmin``) starts once released
+    (``seml <name> release``; an administrator's hold, as root or by the administrator)."""
     head = f"Slurm will not start job {job} ({reason}): {STUCK_REASONS[reason]}"
     if reason == "JobHeldUser":
         return f"{head}. Release it with `seml {name} release`"
