@@ -25,7 +25,7 @@ from seml_hydra.launch import document
 from seml_hydra.launch.after import batch_dependency
 from seml_hydra.launch.compose import iter_point_chunks
 from seml_hydra.launch.recovery import recover_interrupted_submissions
-from seml_hydra.launch.sbatch import sbatch_text_problem, validate_launcher
+from seml_hydra.launch.sbatch import script_text_problem, validate_launcher
 from seml_hydra.launch.stage import (
     DELETE_CHUNK,
     Stager,
@@ -161,7 +161,7 @@ def launch_points(
             "sweeper."
         )
     collection_name = validate_collection_name(str(params["collection"]))
-    problem = sbatch_text_problem(collection_name) if launcher.executor == "slurm" else None
+    problem = script_text_problem(collection_name, sbatch_line=launcher.executor == "slurm")
     if problem is not None:
         raise LaunchError(
             f"hydra.launcher.collection={collection_name!r} {problem} (the collection is the "

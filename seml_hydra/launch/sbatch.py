@@ -80,16 +80,17 @@ def option_key(extra: Mapping[str, Any], option: str) -> str | None:
     return None
 
 
-def sbatch_text_problem(text: str) -> str | None:
-    """What breaks ``text`` as the value of an ``#SBATCH --<key>=<value>`` line, or None
-    (pure): a control character (:func:`control_character`: a newline ends the block and runs
-    the rest as a shell command) or a backslash, which sbatch drops from ``#SBATCH`` lines even
-    inside quotes (Slurm 22.05: ``--comment='a\\b'`` gives the comment ``ab``, so ``seml
-    queue`` and ``cancel`` would not find the collection's jobs)."""
+def script_text_problem(text: str, *, sbatch_line: bool = True) -> str | None:
+    """What breaks ``text`` in the job script, or None (pure): a control character anywhere
+    (:func:`control_character`: a newline ends the ``#SBATCH`` block or a shell line and runs
+    the rest as a shell command) and, as the value of an ``#SBATCH --<key>=<value>`` line
+    (``sbatch_line``), a backslash, which sbatch drops there even inside quotes (Slurm 22.05:
+    ``--comment='a\\b'`` gives the comment ``ab``, so ``seml queue`` and ``cancel`` would not
+    find the collection's jobs)."""
     char = control_character(text)
     if char is not None:
         return f"contains the control character {char!r}"
-    if "\\" in text:
+    if sbatch_line and "\\" in text:
         return "contains a backslash, which sbatch drops from #SBATCH lines"
     return None
 
@@ -128,7 +129,7 @@ def check_script_values(
     character (:func:`control_character`); ``setup`` is a list of lines by design, but each
     entry must be one line. With ``sbatch`` (a Slurm submission; False for the local
     executor, which writes no ``#SBATCH`` line) the values that become ``#SBATCH`` lines may
-    not hold a backslash either (:func:`sbatch_text_problem`).
+    not hold a backslash either (:func:`script_text_problem`).
 
     Raises:
         ValueError: naming the field and the character, e.g. ``hydra.launcher.partition=
@@ -138,11 +139,8 @@ def check_script_values(
     if job_name is not None:
         values.append(("job name ([<name>_]<collection>_<batch_id>)", job_name))
     for name, text in values:
-        if name.startswith(NON_SBATCH_FIELDS) or not sbatch:
-            char = control_character(text)
-            problem = None if char is None else f"contains the control character {char!r}"
-        else:
-            problem = sbatch_text_problem(text)
+        sbatch_line = sbatch and not name.startswith(NON_SBATCH_FIELDS)
+        problem = script_text_problem(text, sbatch_line=sbatch_line)
         if problem is not None:
             what = name if name.startswith("job name") else f"hydra.launcher.{name}"
             hint = (
