@@ -259,9 +259,9 @@ def submit_group(
             {"_id": {"$in": all_ids}, "status": states.PENDING, **ours},
             {"$set": {"status": states.STAGED}, "$unset": {"slurm.0.submitting": ""}},
         )
-        if cluster == "slurm" and not isinstance(error, Exception):  # Ctrl-C: maybe after sbatch
-            cancel_unrecorded_array(collection, all_ids, folder, since=mark["time"])
-        if not isinstance(error, Exception):
+        if not isinstance(error, Exception):  # Ctrl-C: maybe after sbatch made the array
+            if cluster == "slurm":
+                cancel_unrecorded_array(collection, all_ids, folder, since=mark["time"])
             raise
         if is_job_files_error(error):
             raise JobFilesError(job_files_message(folder, error)) from None  # type: ignore[arg-type]
@@ -354,13 +354,14 @@ def start_submitted(array_ids: Sequence[str]) -> None:
 def after_previous_array(params: Mapping[str, Any], previous: str) -> dict[str, Any]:
     """The submitit parameters of a launch's array after its first, with ``array_parallelism``
     set (an array cut from a longer one at Slurm's ``MaxArraySize``, ``sbatch.split_array``, or
-    another resource group's): it starts once the array before it, ``previous``, has ended (``afterany``: however its tasks ended), joined to the
-    dependency the array has already (``after``'s, or the user's own
-    ``additional_parameters.dependency``, which sbatch takes over submitit's) with ``,`` (all
-    of them). Pure. So ``array_parallelism=k`` holds for the whole sweep, not ``k`` per array
-    (Slurm's ``%k`` only throttles within one array): the arrays of a launch, of every resource
-    group, run one after another. A user's dependency of alternatives
-    (``?``) cannot be joined with ``,``: the array is left as it is (``k`` per array)."""
+    another resource group's): it starts once the array before it, ``previous``, has ended
+    (``afterany``: however its tasks ended), joined to the dependency the array has already
+    (``after``'s, or the user's own ``additional_parameters.dependency``, which sbatch takes
+    over submitit's) with ``,`` (all of them). Pure. So ``array_parallelism=k`` holds for the
+    whole sweep, not ``k`` per array (Slurm's ``%k`` only throttles within one array): the
+    arrays of a launch, of every resource group, run one after another. A user's dependency of
+    alternatives (``?``) cannot be joined with ``,``: the array is left as it is (``k`` per
+    array)."""
     params = dict(params)
     extra = dict(params.get("slurm_additional_parameters") or {})
     key = option_key(extra, "dependency")  # the user's own, maybe abbreviated (--depend)
@@ -494,89 +495,97 @@ def submit_groups(
             check_script_values(first.launcher, job_name=name, sbatch=first.cluster == "slurm")
         except ValueError as error:
             raise ScriptValueError(f"{error} Nothing was submitted.") from None
-    arrays = []
-    local_jobs = 0  # seml_local jobs so far: job i gets the i-th slice of visible_gpus
-    max_array: int | None = None
-    name_of_cluster: str | None = None
-    previous: str | None = None  # the array submitted last, of any resource group
+    arrays: list[SubmittedArray] = []
     try:
-        for group in groups:
-            first = group.first
-            launcher = first.launcher
-            name = job_name(collection_name, first.batch_id, launcher.get("name"))
-            id_groups = chunk(sorted(group.exp_ids), launcher["experiments_per_job"])
-            runner = JobRunner(
-                db_cfg=dict(db_cfg) if db_cfg else None,
-                collection=collection_name,
-                payload_id=first.payload_id,
-                primary_log_level=str(launcher.get("primary_log_level", "INFO")),
-                other_log_level=str(launcher.get("other_log_level", "ERROR")),
-                max_requeues=int(launcher.get("max_requeues", 3)),
-            )
-            folder = os.path.abspath(str(launcher["submitit_folder"]))
-            params = executor_parameters(launcher, comment=collection_name, name=name)
-            options = sbatch_options(launcher, comment=collection_name, name=name)
-            try:
-                dependency = batch_dependency(collection.database, collection_name, launcher)
-            except ValueError as error:
-                raise SubmissionError(
-                    str(error).replace("nothing was staged", "nothing was submitted")
-                ) from None
-            if dependency is not None:
-                params["slurm_dependency"] = options["dependency"] = dependency
-            limit = len(id_groups)
-            if first.cluster == "slurm":
-                if max_array is None:
-                    try:
-                        max_array = max_array_size()
-                        name_of_cluster = cluster_name()
-                    except SlurmError as error:
-                        raise SubmissionError(str(error)) from None
-                limit = max_array
-            for part in split_array(id_groups, limit):
-                # submitit always throttles arrays (%256 by default): unset means no limit here
-                part_params = {"slurm_array_parallelism": len(part), **params}
-                if previous is not None and launcher.get("array_parallelism"):
-                    chained = after_previous_array(part_params, previous)
-                    if chained == part_params:
-                        log.warning(
-                            "array_parallelism=%s holds per array from job %s on: its "
-                            "dependency has alternatives (?), which cannot be joined with the "
-                            "wait for the array before",
-                            launcher.get("array_parallelism"),
-                            previous,
-                        )
-                    part_params = chained
-                jobs, part = submit_group(
-                    collection,
-                    cluster=first.cluster,
-                    folder=folder,
-                    params=part_params,
-                    runner=runner,
-                    id_groups=part,
-                    options=options,
-                    job_env=job_env,
-                    cluster_name=name_of_cluster if first.cluster == "slurm" else None,
-                    executor_args=executor_arguments(launcher, first.cluster),
-                    per_job_env=local_gpus(launcher, local_jobs)
-                    if first.cluster == "local"
-                    else None,
-                )
-                if first.cluster == "local":
-                    local_jobs += len(jobs)
-                if not jobs:  # a concurrent submission took all of them: nothing submitted here
-                    continue
-                previous = str(jobs[0].job_id).split("_")[0]
-                arrays.append(
-                    SubmittedArray(
-                        array_id=str(jobs[0].job_id).split("_")[0],
-                        name=name,
-                        folder=folder,
-                        cluster=first.cluster,
-                        jobs={str(j.job_id): (j, list(g)) for j, g in zip(jobs, part)},
-                    )
-                )
+        arrays.extend(_submit_arrays(collection, collection_name, groups, db_cfg, job_env))
     except SubmissionError as error:  # the arrays before it were submitted and run
         error.submitted = arrays
         raise
     return arrays
+
+
+def _submit_arrays(
+    collection: Any,
+    collection_name: str,
+    groups: Sequence[RequestGroup],
+    db_cfg: Mapping[str, Any] | None,
+    job_env: Mapping[str, str] | None,
+) -> Iterator[SubmittedArray]:
+    """The arrays of :func:`submit_groups`, each yielded once submitted (the ones before an
+    error are submitted and run)."""
+    local_jobs = 0  # seml_local jobs so far: job i gets the i-th slice of visible_gpus
+    max_array: int | None = None
+    name_of_cluster: str | None = None
+    previous: str | None = None  # the array submitted last, of any resource group
+    for group in groups:
+        first = group.first
+        launcher = first.launcher
+        name = job_name(collection_name, first.batch_id, launcher.get("name"))
+        id_groups = chunk(sorted(group.exp_ids), launcher["experiments_per_job"])
+        runner = JobRunner(
+            db_cfg=dict(db_cfg) if db_cfg else None,
+            collection=collection_name,
+            payload_id=first.payload_id,
+            primary_log_level=str(launcher.get("primary_log_level", "INFO")),
+            other_log_level=str(launcher.get("other_log_level", "ERROR")),
+            max_requeues=int(launcher.get("max_requeues", 3)),
+        )
+        folder = os.path.abspath(str(launcher["submitit_folder"]))
+        params = executor_parameters(launcher, comment=collection_name, name=name)
+        options = sbatch_options(launcher, comment=collection_name, name=name)
+        try:
+            dependency = batch_dependency(collection.database, collection_name, launcher)
+        except ValueError as error:
+            raise SubmissionError(
+                str(error).replace("nothing was staged", "nothing was submitted")
+            ) from None
+        if dependency is not None:
+            params["slurm_dependency"] = options["dependency"] = dependency
+        limit = len(id_groups)
+        if first.cluster == "slurm":
+            if max_array is None:
+                try:
+                    max_array = max_array_size()
+                    name_of_cluster = cluster_name()
+                except SlurmError as error:
+                    raise SubmissionError(str(error)) from None
+            limit = max_array
+        for part in split_array(id_groups, limit):
+            # submitit always throttles arrays (%256 by default): unset means no limit here
+            part_params = {"slurm_array_parallelism": len(part), **params}
+            if previous is not None and launcher.get("array_parallelism"):
+                chained = after_previous_array(part_params, previous)
+                if chained == part_params:
+                    log.warning(
+                        "array_parallelism=%s holds per array from job %s on: its "
+                        "dependency has alternatives (?), which cannot be joined with the "
+                        "wait for the array before",
+                        launcher.get("array_parallelism"),
+                        previous,
+                    )
+                part_params = chained
+            jobs, part = submit_group(
+                collection,
+                cluster=first.cluster,
+                folder=folder,
+                params=part_params,
+                runner=runner,
+                id_groups=part,
+                options=options,
+                job_env=job_env,
+                cluster_name=name_of_cluster if first.cluster == "slurm" else None,
+                executor_args=executor_arguments(launcher, first.cluster),
+                per_job_env=local_gpus(launcher, local_jobs) if first.cluster == "local" else None,
+            )
+            if first.cluster == "local":
+                local_jobs += len(jobs)
+            if not jobs:  # a concurrent submission took all of them: nothing submitted here
+                continue
+            previous = str(jobs[0].job_id).split("_")[0]
+            yield SubmittedArray(
+                array_id=previous,
+                name=name,
+                folder=folder,
+                cluster=first.cluster,
+                jobs={str(j.job_id): (j, list(g)) for j, g in zip(jobs, part)},
+            )
