@@ -126,7 +126,7 @@ def submitted_note(arrays: Sequence[Any], collection: str) -> str:
     if not arrays:
         return ""
     ids = ", ".join(str(a.array_id) for a in arrays)
-    count = sum(len(ids_) for a in arrays for _, ids_ in a.jobs.values())
+    count = sum(len(exp_ids) for a in arrays for _, exp_ids in a.jobs.values())
     return (
         f"\nThe {count} experiment(s) submitted before it (job(s) {ids}) run; this launch does "
         f"not wait for them: follow them with `seml {collection} status`."
