@@ -24,6 +24,7 @@ from typing import Any
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff, storable_result, task_config
 from seml_hydra.core.hydra_node import job_config
+from seml_hydra.core.paths import UnsafePathError, job_dir_problem
 from seml_hydra.job import rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
 from seml_hydra.job.collector import StartUpCollector
@@ -282,6 +283,12 @@ class JobRunner:
                 typed_base=pickle.loads(typed) if typed else None,
                 base_node=base,
             )
+            # Hydra's run_job writes .hydra/ and the app its outputs there: not into a
+            # directory another user could redirect (checked at launch too; it may change)
+            sweep = cfg.hydra.sweep
+            problem = job_dir_problem("hydra.sweep.dir", os.path.join(sweep.dir, sweep.subdir))
+            if problem is not None:
+                raise UnsafePathError(problem)
         except Exception:
             # Claimed but cannot start (malformed rank variables, a payload gone, a library
             # that fails to import while seeding...): FAILED with this rank's trace, never left

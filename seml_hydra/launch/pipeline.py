@@ -11,7 +11,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from seml_hydra.core.documents import experiment_hash, to_bson_safe
 from seml_hydra.core.errors import UserError
+from seml_hydra.core.paths import job_dir_problem
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.launch import document
 from seml_hydra.launch.after import batch_dependency
@@ -223,7 +224,9 @@ def checked_chunk(points: list[Any], executor: str) -> list[Any]:
             point.origin = known[1]
         point.hydra = masked
     checked: dict[int, Any] = {}  # id -> node (kept alive while its id is a key)
+    judged: set[str] = set()
     for point in points:
+        check_job_dirs(point.hydra, judged)
         node = point.launcher
         if id(node) in checked:
             continue
@@ -238,6 +241,28 @@ def checked_chunk(points: list[Any], executor: str) -> list[Any]:
                 "on Slurm, Slurm assigns them (gpus_per_task, gpus_per_node); nothing was staged"
             )
     return points
+
+
+def check_job_dirs(hydra: Mapping[str, Any], judged: set[str]) -> None:
+    """Refuse a point whose sweep dir (``hydra.sweep.dir``, where its job writes ``.hydra/``
+    and its outputs) or submitit folder (the pickles its job unpickles) another local user
+    could redirect (``core.paths.unsafe_path_part``: another user's directory or link on
+    the path, or a directory others can write without the sticky bit): they could swap a
+    pickle before the job starts and run their code as you, with your database credentials.
+    ``judged``: the paths found safe so far (each is judged once per launch), updated.
+    Raises ``LaunchError`` naming the field, the path and the part."""
+    launcher = hydra.get("launcher") or {}
+    fields = (
+        ("hydra.sweep.dir", (hydra.get("sweep") or {}).get("dir")),
+        ("hydra.launcher.submitit_folder", launcher.get("submitit_folder")),
+    )
+    for field, value in fields:
+        if value is None or str(value) in judged:
+            continue
+        problem = job_dir_problem(field, str(value))
+        if problem is not None:
+            raise LaunchError(f"{problem}; nothing was staged")
+        judged.add(str(value))
 
 
 class DependencyCheck:

@@ -24,6 +24,7 @@ from typing import Any
 from seml_hydra import config
 from seml_hydra.config import SemlLauncherConf
 from seml_hydra.job.devices import check_visible_gpus
+from seml_hydra.job.entry import guarded_python
 from seml_hydra.launch.after import dependency_type, parse_after
 
 _FIELDS = dataclasses.fields(SemlLauncherConf)
@@ -264,11 +265,16 @@ def executor_arguments(
     launching interpreter quoted; ``sys.executable`` when None): the batch shell becomes the
     task's Python, so the signal Slurm sends the batch shell before the time limit
     (``--signal=B:...``, :func:`executor_parameters`) reaches submitit's handler.
+
+    Every job's Python runs ``seml_hydra.job.entry`` first (``<cluster>_python`` =
+    ``job.entry.guarded_python(python)``), which refuses a pickle another user could have
+    written before submitit unpickles it.
     """
     out = {f"{cluster}_{k}": launcher[k] for k in EXECUTOR_KEYS if launcher.get(k) is not None}
+    python = launcher.get("python") or default_python or shlex.quote(sys.executable)
     if cluster == "slurm" and runs_without_srun(launcher):
-        python = launcher.get("python") or default_python or shlex.quote(sys.executable)
-        out["slurm_python"] = f"exec {python}"
+        python = f"exec {python}"
+    out[f"{cluster}_python"] = guarded_python(python)
     return out
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
+from seml_hydra.core.paths import job_dir_problem
 from seml_hydra.core.scoped import temporarily
 from seml_hydra.job.devices import GPUS_PER_TASK_VAR, LOCAL_GPUS_VAR, local_job_environment
 from seml_hydra.job.runner import JobRunner
@@ -531,6 +532,9 @@ def _submit_arrays(
             max_requeues=int(launcher.get("max_requeues", 3)),
         )
         folder = os.path.abspath(str(launcher["submitit_folder"]))
+        problem = job_dir_problem("hydra.launcher.submitit_folder", folder)
+        if problem is not None:  # checked at staging too; seml start and a changed tree here
+            raise SubmissionError(f"{problem}; nothing was submitted")
         params = executor_parameters(launcher, comment=collection_name, name=name)
         options = sbatch_options(launcher, comment=collection_name, name=name)
         try:

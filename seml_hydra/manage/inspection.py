@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.core.paths import unsafe_path_part
 from seml_hydra.manage.describe import (
     DESCRIPTION,
     description_of,
@@ -20,7 +21,7 @@ from seml_hydra.manage.describe import (
 from seml_hydra.manage.selection import ManageError, id_ranges_by_state
 from seml_hydra.slurm import client as slurm
 from seml_hydra.store.collections import ensure_job_indexes
-from seml_hydra.store.snapshot import SourceSnapshotError, foreign_path_part, write_sources
+from seml_hydra.store.snapshot import SourceSnapshotError, write_sources
 from seml_hydra.store.snapshot import foreign_files as foreign
 from seml_hydra.track import census
 from seml_hydra.track.cache import is_listed_collection, refresh_collection_cache
@@ -114,10 +115,11 @@ def snapshot_for(collection: Any, query: Mapping[str, Any]) -> list[list[Any]]:
 
 def check_restore_target(target: Path) -> None:
     """Refuse a ``restore-sources`` target that another user could redirect: a symbolic link
-    or a directory of another user (not root) on its path (``store.snapshot.foreign_path_part``;
-    e.g. ``/tmp/restore`` planted as a link to your project, whose files the restore would
-    overwrite). Raises :class:`ManageError` saying which part."""
-    problem = foreign_path_part(target)
+    or a directory of another user (not root) on its path, or a directory others can write
+    without the sticky bit (``core.paths.unsafe_path_part``; e.g. ``/tmp/restore`` planted as
+    a link to your project, whose files the restore would overwrite). Raises
+    :class:`ManageError` saying which part."""
+    problem = unsafe_path_part(target)
     if problem is not None:
         raise ManageError(
             f"Not writing the sources into {target}: {problem}, who could redirect the files "

@@ -118,29 +118,6 @@ def write_sources(db: Any, source_files: Sequence[Sequence[Any]], target: Path) 
     return written
 
 
-def foreign_path_part(path: Path) -> str | None:
-    """Why another user could redirect what is written under ``path``, or None: the first
-    part of it that exists and is a symbolic link or a directory owned by a user other than
-    this one (effective uid) and root, looked for along ``path`` as given (``lstat``, so a
-    link planted at ``/tmp/restore`` counts) and along its resolved form (a link of yours
-    into another user's directory). Such a user can point the link, or swap an entry of
-    their directory, at a directory of yours at any moment, so writing there may write
-    elsewhere (``restore-sources`` refuses it). Parts that do not exist yet are not judged.
-    """
-    me = os.geteuid()
-    literal = Path(os.path.abspath(path))
-    for candidate in (literal, Path(os.path.realpath(literal))):
-        for prefix in [*reversed(candidate.parents), candidate]:
-            try:
-                st = os.lstat(prefix)
-            except (FileNotFoundError, NotADirectoryError):  # not there (under a file, too)
-                break
-            if st.st_uid not in (me, 0):
-                kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "a directory"
-                return f"{prefix} is {kind} of another user (uid {st.st_uid})"
-    return None
-
-
 def _write_under(root: Path, parts: Sequence[str], data: bytes) -> bool:
     """Write ``data`` to ``root/<parts>`` unless it is already there; returns whether it wrote.
 

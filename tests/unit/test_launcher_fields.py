@@ -102,21 +102,26 @@ def test_srun_args_must_be_a_list_of_strings():
         validate_launcher(launcher(srun_args="--cpu-bind=cores"))
 
 
-def test_python_is_the_command_the_job_runs(tmp_path):
+GUARD = ["-u", "-m", "seml_hydra.job.entry", "-u", "-m", "submitit.core._submit"]
+
+
+def test_python_is_the_command_the_job_runs_through_the_pickle_check(tmp_path):
     python = f"/usr/bin/env PYTHONNOUSERSITE=1 {sys.executable}"
     srun = srun_line(script(tmp_path, python=python, nodes=2))
     at = srun.index("-u")
-    assert srun[at - 3 : at + 3] == [*shlex.split(python), "-u", "-m", "submitit.core._submit"]
+    assert srun[at - 3 : at + 6] == [*shlex.split(python), *GUARD]
     default = srun_line(script(tmp_path / "unset", nodes=2))
-    assert default[default.index("-u") - 1] == sys.executable
+    assert default[default.index("-u") - 1 :][:7] == [sys.executable, *GUARD]
     single = command_line(script(tmp_path / "single", python=python))
-    assert single[:6] == ["exec", *shlex.split(python), "-u", "-m"]
+    assert single[:10] == ["exec", *shlex.split(python), *GUARD]
 
 
 def test_python_reaches_the_local_executor_too():
-    assert executor_arguments(launcher(python="py3"), "local") == {"local_python": "py3"}
-    assert executor_arguments(launcher(nodes=2), "slurm") == {}
-    assert executor_arguments(launcher(), "local") == {}
+    entry = "-u -m seml_hydra.job.entry"
+    quoted = shlex.quote(sys.executable)
+    assert executor_arguments(launcher(python="py3"), "local") == {"local_python": f"py3 {entry}"}
+    assert executor_arguments(launcher(nodes=2), "slurm") == {"slurm_python": f"{quoted} {entry}"}
+    assert executor_arguments(launcher(), "local") == {"local_python": f"{quoted} {entry}"}
 
 
 def test_stderr_to_stdout_drops_the_error_file(tmp_path):

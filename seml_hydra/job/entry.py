@@ -1,0 +1,73 @@
+"""What every job runs first: check the submitit folder and the pickle the job is about to
+unpickle, then hand over to submitit (``submitit.core.submission.process_job``).
+
+submitit's job command is ``<python> -u -m submitit.core._submit <folder>``; the launcher
+sets ``python`` to ``<python> -u -m seml_hydra.job.entry`` (``launch.sbatch.executor_arguments``),
+so a job runs ``<python> -u -m seml_hydra.job.entry -u -m submitit.core._submit <folder>``.
+Unpickling runs code: a ``*_submitted.pkl`` another user could write or swap (their file, a
+link, a folder they own or can write) would run their code as the job's user, with the
+user's database credentials. Such a pickle is refused with one line on stderr and exit code 1;
+nothing is loaded (``core.paths.unsafe_file``). hydra-submitit-launcher and SEML load it
+unchecked.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+from seml_hydra.core.paths import unsafe_file
+
+__all__ = ["SUBMITIT_ARGS", "guarded_python", "main"]
+
+#: what submitit puts between ``python`` and the folder (``SlurmExecutor._submitit_command_str``)
+SUBMITIT_ARGS = ["-u", "-m", "submitit.core._submit"]
+#: how long a job waits for its pickle to appear (submitit's own wait, ``process_job``)
+PICKLE_WAIT_S = 60
+
+
+def guarded_python(python: str) -> str:
+    """The submitit ``python`` setting that runs this module before submitit: ``python``
+    (a shell word or words, e.g. ``exec /opt/venv/bin/python`` or ``singularity exec img
+    python``) followed by ``-u -m seml_hydra.job.entry``. Pure."""
+    return f"{python} -u -m seml_hydra.job.entry"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check the job's pickle, then run it as submitit does. ``argv``: the arguments after the
+    module (default ``sys.argv[1:]``): :data:`SUBMITIT_ARGS` and the folder.
+
+    Returns 1 (after one line on stderr) when the arguments are not submitit's or the pickle
+    fails :func:`seml_hydra.core.paths.unsafe_file`; otherwise what submitit's
+    ``process_job`` does (it raises the task's error, which exits non-zero)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != len(SUBMITIT_ARGS) + 1 or args[:-1] != SUBMITIT_ARGS:
+        print(f"seml-hydra: unexpected job command arguments {args!r}", file=sys.stderr)
+        return 1
+    folder = args[-1]
+    os.environ["SUBMITIT_FOLDER"] = folder
+    from submitit.core.job_environment import JobEnvironment
+
+    pickle = JobEnvironment().paths.submitted_pickle
+    deadline = time.monotonic() + PICKLE_WAIT_S
+    while not pickle.exists() and time.monotonic() < deadline:
+        time.sleep(1)  # submitit waits as long for a pickle written after the job started
+    problem = unsafe_file(pickle)
+    if problem is not None:
+        print(
+            f"seml-hydra: not loading the job's pickle {pickle}: {problem}, so another user "
+            "could have put their code there; nothing was run. Launch again with a sweep dir "
+            "and submitit folder of yours.",
+            file=sys.stderr,
+        )
+        return 1
+    from submitit.core.submission import process_job
+
+    process_job(folder)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Another local user cannot run code as you through the sweep dir or the submitit folder: the
+launcher refuses, before staging, a sweep dir or submitit folder another user could redirect,
+and a job refuses a pickle that another user could have written (real mongod, Slurm testbed,
+a second local user)."""
+
+from __future__ import annotations
+
+import pickle
+import secrets
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import launch_gate, squeue_tasks, statuses, wait_until
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def shared_tmp():
+    """A fresh directory right under /tmp (where other users can reach it), removed after."""
+    path = Path("/tmp") / f"seml-hydra-shared-{secrets.token_hex(4)}"
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("owner", ["other", "me"])
+def test_a_sweep_dir_another_user_can_change_is_refused_before_staging(
+    slurm, test_db, tmp_path, shared_tmp, other_user, owner
+):
+    if owner == "other":  # /tmp/multirun made first by another user (mode 0755)
+        other_user.run("mkdir", "-m", "0755", str(shared_tmp), check=True)
+        why = f"{shared_tmp} is a directory of another user (uid {other_user.uid})"
+    else:  # a directory of yours that every user can write (mode 0777, no sticky bit)
+        shared_tmp.mkdir()
+        shared_tmp.chmod(0o777)
+        why = f"{shared_tmp} is a directory every user can write (mode 0777, no sticky bit)"
+    proc = launch_gate(
+        tmp_path, "x=1,2", f"hydra.sweep.dir={shared_tmp}/multirun", "gate=", check=False
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert why in proc.stderr and "hydra.sweep.dir=" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert test_db["gate"].count_documents({}) == 0  # nothing staged, nothing submitted
+
+
+def test_a_submitit_folder_another_user_can_change_is_refused_before_staging(
+    slurm, test_db, tmp_path, shared_tmp
+):
+    shared_tmp.mkdir()
+    shared_tmp.chmod(0o777)
+    proc = launch_gate(
+        tmp_path, "x=1", f"hydra.launcher.submitit_folder={shared_tmp}/%j", "gate=", check=False
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (
+        "hydra.launcher.submitit_folder=" in proc.stderr and "every user can write" in proc.stderr
+    )
+    assert test_db["gate"].count_documents({}) == 0
+
+
+class _Forged:
+    """What another user's pickle does when loaded: writes the file ``marker``."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (Path(self.marker), "ran as the job's user"))
+
+
+def test_a_job_refuses_a_pickle_another_user_could_have_written(
+    slurm, test_db, tmp_path, other_user
+):
+    # launched held, so the pickle can be swapped before the job starts, as the attacker did
+    launch_gate(tmp_path, "x=1", "gate=", "+hydra.launcher.additional_parameters.hold=true")
+    coll = test_db["gate"]
+    array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
+    [submitted] = list(tmp_path.glob("multirun/**/.submitit/**/*_submitted.pkl"))
+    marker = tmp_path / "forged-code-ran"
+    submitted.write_bytes(pickle.dumps(_Forged(str(marker))))
+    # the other user's file (they could write it through a folder of theirs)
+    subprocess.run(["chown", str(other_user.uid), str(submitted)], check=True)
+    subprocess.run(["scontrol", "release", str(array)], check=True)
+    wait_until("the job ends", lambda: squeue_tasks(array) == {})
+    assert not marker.exists()  # the forged pickle was never loaded
+    logs = "".join(p.read_text() for p in submitted.parent.glob("*_log.*"))
+    assert f"not loading the job's pickle {submitted}" in logs
+    assert f"belongs to another user (uid {other_user.uid})" in logs
+    assert statuses(coll)[1] != "COMPLETED"
+
+
+def test_a_job_does_not_write_into_a_sweep_dir_others_can_write_since_the_launch(
+    slurm, test_db, tmp_path
+):
+    jobs = tmp_path / "jobs"
+    launch_gate(
+        tmp_path,
+        "x=1",
+        "gate=",
+        f"hydra.launcher.submitit_folder={jobs}/%j",
+        "+hydra.launcher.additional_parameters.hold=true",
+    )
+    coll = test_db["gate"]
+    array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
+    sweep_dir = tmp_path / "multirun"
+    [day] = list(sweep_dir.iterdir())
+    day.chmod(0o777)  # made writable by every user after the launch checked it
+    subprocess.run(["scontrol", "release", str(array)], check=True)
+    wait_until("experiment 1 ends", lambda: statuses(coll)[1] in ("COMPLETED", "FAILED"))
+    assert statuses(coll)[1] == "FAILED"
+    trace = "".join(coll.find_one({"_id": 1})["fail_trace"])
+    assert f"{day} is a directory every user can write (mode 0777, no sticky bit)" in trace
+    assert not list(day.rglob(".hydra"))  # Hydra wrote nothing there

@@ -1,0 +1,146 @@
+"""The path-safety rule (``core.paths``) and the job's pickle check (``job.entry``): what
+another local user could redirect is told, what only you (or root) can change passes."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+from seml_hydra.core.paths import job_dir_problem, unsafe_file, unsafe_path_part
+from seml_hydra.job import entry
+
+OTHER_UID = 54321  # no such user needed: ownership is a number
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root (CI runs as root)")
+
+
+def private(path: Path) -> Path:
+    path.mkdir(mode=0o700, parents=True)
+    return path
+
+
+def test_a_private_tree_and_a_sticky_shared_one_are_safe(tmp_path):
+    assert unsafe_path_part(private(tmp_path / "a" / "b") / "not-yet" / "%j") is None
+    sticky = private(tmp_path / "tmp")
+    sticky.chmod(0o1777)  # as /tmp: others add entries, cannot touch yours
+    assert unsafe_path_part(private(sticky / "mine")) is None
+
+
+def test_a_directory_every_user_can_write_is_named(tmp_path):
+    shared = private(tmp_path / "x")
+    shared.chmod(0o777)
+    problem = unsafe_path_part(shared / "multirun" / ".submitit")
+    assert problem == f"{shared} is a directory every user can write (mode 0777, no sticky bit)"
+
+
+@root_only
+def test_a_group_writable_directory_is_named_when_its_group_holds_other_users(tmp_path):
+    shared = private(tmp_path / "project")
+    shared.chmod(0o770)
+    os.chown(shared, -1, 1)  # gid 1 (daemon): not the user's private group
+    assert unsafe_path_part(shared / "multirun") == (
+        f"{shared} is a directory group daemon can write (mode 0770, no sticky bit)"
+    )
+    os.chown(shared, -1, 0)  # root's own group (named root, no other member): yours alone
+    assert unsafe_path_part(shared / "multirun") is None
+
+
+@root_only
+def test_another_users_directory_or_link_on_the_path_is_named(tmp_path):
+    theirs = private(tmp_path / "theirs")
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    assert unsafe_path_part(theirs / "multirun") == (
+        f"{theirs} is a directory of another user (uid {OTHER_UID})"
+    )
+    mine = private(tmp_path / "mine")
+    link = tmp_path / "link"
+    link.symlink_to(mine)
+    os.lchown(link, OTHER_UID, OTHER_UID)  # they can point it anywhere at any moment
+    assert (
+        unsafe_path_part(link / "x")
+        == f"{link} is a symbolic link of another user (uid {OTHER_UID})"
+    )
+    yours = tmp_path / "yours"
+    yours.symlink_to(theirs)  # a link of yours into their directory: judged resolved too
+    assert unsafe_path_part(yours) == f"{theirs} is a directory of another user (uid {OTHER_UID})"
+
+
+def test_job_dir_problem_says_what_to_do(tmp_path):
+    shared = private(tmp_path / "x")
+    shared.chmod(0o777)
+    message = job_dir_problem("hydra.sweep.dir", shared / "multirun")
+    assert message.startswith(f"hydra.sweep.dir={shared}/multirun: {shared} is a directory")
+    assert "run their code as you" in message and "Choose a directory of yours" in message
+    assert job_dir_problem("hydra.sweep.dir", private(tmp_path / "ok")) is None
+
+
+def test_a_file_others_can_write_or_a_link_is_not_trusted(tmp_path):
+    folder = private(tmp_path / "f")
+    pkl = folder / "1_submitted.pkl"
+    pkl.write_bytes(b"x")
+    pkl.chmod(0o644)
+    assert unsafe_file(pkl) is None
+    pkl.chmod(0o666)
+    assert unsafe_file(pkl) == f"{pkl} can be written by other users (mode 0666)"
+    pkl.chmod(0o644)
+    link = folder / "2_submitted.pkl"
+    link.symlink_to(pkl)
+    assert "not a regular file" in unsafe_file(link)
+    folder.chmod(0o777)
+    assert "every user can write" in unsafe_file(pkl)
+
+
+@root_only
+def test_a_file_of_another_user_is_not_trusted(tmp_path):
+    pkl = private(tmp_path / "f") / "1_submitted.pkl"
+    pkl.write_bytes(b"x")
+    os.chown(pkl, OTHER_UID, OTHER_UID)
+    assert unsafe_file(pkl) == f"{pkl} belongs to another user (uid {OTHER_UID})"
+
+
+class _Marker:
+    """Unpickling it writes the file ``path`` (what a forged pickle could do)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.write_text, (self.path, "ran"))
+
+
+@pytest.fixture
+def job_folder(tmp_path, monkeypatch):
+    """A local submitit job (id 42, rank 0) whose pickle, once loaded, writes ``ran``."""
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
+    monkeypatch.setenv("SUBMITIT_LOCAL_JOB_ID", "42")
+    monkeypatch.setenv("SUBMITIT_LOCAL_GLOBALID", "0")
+    folder = private(tmp_path / "submitit")
+    (folder / "42_submitted.pkl").write_bytes(pickle.dumps(_Marker(tmp_path / "ran")))
+    return folder
+
+
+def test_the_job_entry_refuses_a_pickle_others_can_write_without_loading_it(
+    job_folder, tmp_path, capsys
+):
+    (job_folder / "42_submitted.pkl").chmod(0o666)
+    assert entry.main([*entry.SUBMITIT_ARGS, str(job_folder)]) == 1
+    assert not (tmp_path / "ran").exists()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not loading the job's pickle" in err
+    assert "can be written by other users (mode 0666)" in err
+
+
+def test_the_job_entry_loads_a_pickle_of_its_user(job_folder, tmp_path):
+    (job_folder / "42_submitted.pkl").chmod(0o600)
+    with pytest.raises(Exception):  # noqa: B017 (not a DelayedSubmission: submitit raises once loaded)
+        entry.main([*entry.SUBMITIT_ARGS, str(job_folder)])
+    assert (tmp_path / "ran").read_text() == "ran"
+
+
+def test_the_job_entry_refuses_arguments_that_are_not_submitits(job_folder, tmp_path, capsys):
+    assert entry.main(["-c", "print(1)", str(job_folder)]) == 1
+    assert "unexpected job command arguments" in capsys.readouterr().err
+    assert not (tmp_path / "ran").exists()
