@@ -9,6 +9,7 @@ from seml_hydra.cli import (  # noqa: F401  (register the commands)
     inspect_cmds,
     results_cmd,
     sources_cmds,
+    usage_cmd,
 )
 from seml_hydra.cli.core import app
 

@@ -694,4 +694,12 @@ class _Launch:
                 doc, hydra_base_for(self.db, doc, base, self.payload_id), self.collection_name
             )
             returns.append(ret)
+        if self.launcher.executor == "slurm":  # asked far more than used: say so, once
+            from seml_hydra.track.usage import group_usage, underused_line
+
+            line = underused_line(group_usage(docs.values(), {}), self.collection_name)
+            if line is not None:
+                from rich.markup import escape
+
+                self.console.print(escape(line))
         return returns

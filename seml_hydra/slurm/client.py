@@ -37,6 +37,7 @@ from seml_hydra.slurm.records import (
     squeue_fields,
     squeue_format,
 )
+from seml_hydra.slurm.usage import USAGE_FIELDS, TaskUsage, parse_usage
 
 __all__ = [
     "DEFAULT_MAX_ARRAY_SIZE",
@@ -261,6 +262,24 @@ def sacct_jobs(job_ids: Sequence[str], *, timeout_s: float = 60) -> list[SacctRo
         f"--jobs={','.join(ids)}",
     ]
     return parse_sacct(run_slurm(args, timeout_s=timeout_s))
+
+
+def sacct_usage(job_ids: Sequence[str], *, timeout_s: float = 60) -> dict[str, TaskUsage]:
+    """What ``job_ids`` (array or job ids) asked for and used, per job or array task, from
+    Slurm's accounting with the jobs' steps (``slurm.usage.parse_usage``); unknown ids give
+    nothing, an empty sequence ``{}`` without asking Slurm. Raises :class:`SlurmError` as
+    :func:`sacct_jobs` (accounting disabled, slurmdbd down, sacct missing)."""
+    ids = validated_ids(job_ids)
+    if not ids:
+        return {}
+    args = [
+        "sacct",
+        "--noheader",
+        "--parsable2",
+        f"--format={','.join(USAGE_FIELDS)}",
+        f"--jobs={','.join(ids)}",
+    ]
+    return parse_usage(run_slurm(args, timeout_s=timeout_s))
 
 
 def scontrol_show_job(job_id: str, *, timeout_s: float = 30) -> list[dict[str, str]]:

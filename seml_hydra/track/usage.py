@@ -1,0 +1,352 @@
+"""Right-sizing: what a launch's resource groups asked for against what their experiments used,
+and a suggestion with headroom per group (``seml <col> usage``; one line after the launcher's
+wait). Slurm's ``seff`` does this for one job; no sweep tool compares a whole sweep's requests
+with its use. Pure but for :func:`usage_report`, which reads the documents and ``sacct``.
+
+A *resource group* is one batch's experiments that share their sbatch resource options (the
+array jobs one resource set made: ``launch.sbatch.resource_key``). Requests come from Slurm's
+accounting when it has them (``slurm.usage``: what was allocated), else from the stored sbatch
+options. Use comes from ``sacct`` (Elapsed, TotalCPU -> CPU efficiency, MaxRSS) and from the
+experiment's ``stats`` (``job.stats``: max RSS, peak GPU memory, wall and CPU time), the larger
+peak of the two. All values are per job (one array task: all its ranks): memory in MiB, time
+in minutes, CPU efficiency in [0, 1].
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from seml_hydra.slurm.usage import TaskUsage, parse_memory_mb
+
+__all__ = [
+    "GroupUsage",
+    "MEM_HEADROOM",
+    "TIME_HEADROOM",
+    "ExperimentUsage",
+    "group_usage",
+    "requested_from_options",
+    "underused_line",
+    "usage_report",
+]
+
+#: headroom added to the largest peak memory / longest run / busiest CPU share
+MEM_HEADROOM = 0.25
+TIME_HEADROOM = 0.5
+CPU_HEADROOM = 0.25
+#: options that name a job, not its resources (left out of the group key)
+_NOT_RESOURCES = frozenset({"comment", "job-name", "output", "error", "begin", "hold", "array"})
+#: the projection :func:`usage_report` reads
+PROJECTION = {"_id": 1, "batch_id": 1, "status": 1, "slurm": 1, "stats": 1, "execution": 1}
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _minutes(value: Any) -> float | None:
+    """sbatch ``--time`` (minutes as a number, or ``[D-]H:MM:SS`` / ``M:SS``) in minutes."""
+    number = _number(value)
+    if number is not None:
+        return number
+    from seml_hydra.slurm.parse import parse_duration_s
+
+    seconds = parse_duration_s(str(value)) if value is not None else None
+    return None if seconds is None else seconds / 60
+
+
+def requested_from_options(options: Mapping[str, Any]) -> dict[str, float | None]:
+    """``{"cpus", "mem_mb", "time_min", "gpus"}`` of one job from its stored sbatch options
+    (``slurm[i].sbatch_options``: ``cpus-per-task``, ``ntasks``, ``nodes``, ``mem``,
+    ``mem-per-cpu``, ``time``, ``gpus-per-node``, ``gpus-per-task``, ``gres``); an option not
+    set gives Slurm's default where it has one (1 CPU per task) or None. Pure."""
+    nodes = _number(options.get("nodes")) or 1
+    ntasks = _number(options.get("ntasks")) or nodes * (
+        _number(options.get("ntasks-per-node")) or 1
+    )
+    cpus = ntasks * (_number(options.get("cpus-per-task")) or 1)
+    mem = parse_memory_mb(str(options["mem"]), default_unit="M") if "mem" in options else None
+    if mem is not None:
+        mem *= nodes
+    elif "mem-per-cpu" in options:
+        per_cpu = parse_memory_mb(str(options["mem-per-cpu"]), default_unit="M")
+        mem = None if per_cpu is None else per_cpu * cpus
+    gpus = None
+    if _number(options.get("gpus-per-node")) is not None:
+        gpus = _number(options["gpus-per-node"]) * nodes
+    elif _number(options.get("gpus-per-task")) is not None:
+        gpus = _number(options["gpus-per-task"]) * ntasks
+    elif str(options.get("gres", "")).startswith("gpu:"):
+        gpus = (_number(str(options["gres"]).rpartition(":")[2]) or 0) * nodes
+    return {"cpus": cpus, "mem_mb": mem, "time_min": _minutes(options.get("time")), "gpus": gpus}
+
+
+@dataclass(frozen=True)
+class ExperimentUsage:
+    """One experiment's last run: its job (``array_id``, ``task_id``), status, what its job
+    asked for (``requested``: the keys of :func:`requested_from_options`) and what it used
+    (``max_rss_mb``, ``elapsed_min``, ``cpu_efficiency``, ``gpu_mem_mb``; None: unknown), the
+    Slurm state (``slurm_state``: ``TIMEOUT``, ``OUT_OF_MEMORY``... or None without sacct)."""
+
+    exp_id: int
+    status: str
+    job_id: str | None
+    requested: dict[str, float | None]
+    max_rss_mb: float | None = None
+    elapsed_min: float | None = None
+    cpu_efficiency: float | None = None
+    gpu_mem_mb: float | None = None
+    slurm_state: str | None = None
+    from_sacct: bool = False
+
+
+def experiment_usage(doc: Mapping[str, Any], sacct: Mapping[str, TaskUsage]) -> ExperimentUsage:
+    """:class:`ExperimentUsage` of a document (its last ``slurm`` entry and ``stats``) and the
+    accounting of its job (``sacct``: :func:`slurm.usage.parse_usage` by job id). Pure."""
+    slurm = (doc.get("slurm") or [{}])[-1] or {}
+    array, task = slurm.get("array_id"), slurm.get("task_id")
+    job_id = None if array is None else (f"{array}_{task}" if task is not None else str(array))
+    requested = requested_from_options(slurm.get("sbatch_options") or {})
+    acct = sacct.get(job_id or "")
+    stats = doc.get("stats") or {}
+    rss = _number(stats.get("max_rss_mb"))
+    real = _number(stats.get("real_time"))
+    cpu_s = sum(
+        _number((stats.get(part) or {}).get(key)) or 0.0
+        for part in ("self", "children")
+        for key in ("user_time", "system_time")
+    )
+    gpu = _number((stats.get("pytorch") or {}).get("gpu_max_memory_bytes"))
+    elapsed = None if real is None else real / 60
+    efficiency = None
+    if real and requested["cpus"]:
+        efficiency = min(1.0, cpu_s / (real * requested["cpus"]))
+    state = None
+    if acct is not None:
+        for key, value in (
+            ("cpus", acct.req_cpus),
+            ("mem_mb", acct.req_mem_mb),
+            ("time_min", acct.time_limit_min),
+            ("gpus", acct.gpus),
+        ):
+            if value is not None:
+                requested[key] = float(value)
+        if acct.max_rss_mb is not None:
+            rss = max(rss or 0.0, acct.max_rss_mb)
+        if acct.elapsed_s is not None:
+            elapsed = acct.elapsed_s / 60
+        efficiency = acct.cpu_efficiency if acct.cpu_efficiency is not None else efficiency
+        state = acct.state or None
+    return ExperimentUsage(
+        exp_id=int(doc["_id"]),
+        status=str(doc.get("status")),
+        job_id=job_id,
+        requested=requested,
+        max_rss_mb=rss,
+        elapsed_min=elapsed,
+        cpu_efficiency=efficiency,
+        gpu_mem_mb=None if gpu is None else gpu / 1024**2,
+        slurm_state=state,
+        from_sacct=acct is not None,
+    )
+
+
+@dataclass
+class GroupUsage:
+    """One resource group: ``batch_id``, its ``arrays``, its experiments, and (after
+    :meth:`summarize`) ``requested``, ``used`` and ``suggested`` (the JSON keys of ``seml
+    usage``), the suggestions as sentences (``advice``) and what could not be read
+    (``missing``)."""
+
+    batch_id: int
+    options: dict[str, Any]
+    arrays: list[str] = field(default_factory=list)
+    experiments: list[ExperimentUsage] = field(default_factory=list)
+    requested: dict[str, float | None] = field(default_factory=dict)
+    used: dict[str, float | None] = field(default_factory=dict)
+    suggested: dict[str, float | None] = field(default_factory=dict)
+    advice: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def summarize(self) -> GroupUsage:
+        """Fill ``requested`` (the largest request of its experiments' jobs), ``used`` (the
+        largest peak memory, longest run and GPU memory, the mean CPU efficiency of the runs),
+        ``suggested`` and ``advice`` (:func:`_suggest`), ``missing``. Returns ``self``."""
+        ran = [e for e in self.experiments if e.elapsed_min is not None]
+        keys = ("cpus", "mem_mb", "time_min", "gpus")
+        self.requested = {k: _max(e.requested.get(k) for e in self.experiments) for k in keys}
+        effs = [e.cpu_efficiency for e in ran if e.cpu_efficiency is not None]
+        self.used = {
+            "max_rss_mb": _max(e.max_rss_mb for e in ran),
+            "elapsed_min": _max(e.elapsed_min for e in ran),
+            "cpu_efficiency": sum(effs) / len(effs) if effs else None,
+            "gpu_mem_mb": _max(e.gpu_mem_mb for e in ran),
+        }
+        if not ran:
+            self.missing.append("no experiment of this group has run yet")
+        elif not any(e.from_sacct for e in ran):
+            self.missing.append(
+                "no Slurm accounting records (sacct): requests from the stored sbatch "
+                "options, use from the experiments' stats"
+            )
+        elif self.used["max_rss_mb"] is None:
+            self.missing.append("no peak memory (sacct MaxRSS empty and no stats)")
+        self.suggested, self.advice = _suggest(self.requested, self.used, ran, self.options)
+        return self
+
+    def as_json(self) -> dict[str, Any]:
+        """The group as ``seml usage --format json`` prints it."""
+        return {
+            "batch_id": self.batch_id,
+            "arrays": self.arrays,
+            "experiments": len(self.experiments),
+            "ran": sum(e.elapsed_min is not None for e in self.experiments),
+            "requested": self.requested,
+            "used": self.used,
+            "suggested": self.suggested,
+            "advice": self.advice,
+            "missing": self.missing,
+        }
+
+
+def _max(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _fmt_mb(mb: float) -> str:
+    return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
+
+
+def _fmt_min(minutes: float) -> str:
+    return f"{minutes:.1f} min" if minutes < 10 else f"{minutes:.0f} min"
+
+
+def _suggest(
+    requested: Mapping[str, float | None],
+    used: Mapping[str, float | None],
+    ran: Sequence[ExperimentUsage],
+    options: Mapping[str, Any],
+) -> tuple[dict[str, float | None], list[str]]:
+    """Suggested requests (same keys as ``requested``; None: keep) and their sentences, in the
+    launcher's fields (``mem_gb``, ``timeout_min``, ``cpus_per_task``, GPUs). Rules: memory =
+    largest peak + 25 % in whole GiB (x2 when a job ran out of memory); time = longest run +
+    50 % in 5-minute steps (x2 when a job hit its limit); CPUs per task = requested x mean
+    efficiency + 25 %, at least 1; GPUs 0 when runs that imported torch used no GPU memory.
+    Only a change is suggested."""
+    out: dict[str, float | None] = {"cpus": None, "mem_mb": None, "time_min": None, "gpus": None}
+    advice: list[str] = []
+    states = {e.slurm_state for e in ran}
+    mem, rss = requested.get("mem_mb"), used.get("max_rss_mb")
+    if mem and "OUT_OF_MEMORY" in states:
+        out["mem_mb"] = 2 * math.ceil(mem / 1024) * 1024
+        advice.append(
+            f"mem_gb: {mem / 1024:g} -> {out['mem_mb'] / 1024:g}: a job ran out of memory"
+        )
+    elif mem and rss:
+        gb = max(1, math.ceil(rss * (1 + MEM_HEADROOM) / 1024))
+        if gb * 1024 < mem:
+            out["mem_mb"] = gb * 1024.0
+            advice.append(f"mem_gb: {mem / 1024:g} -> {gb}: largest {_fmt_mb(rss)} + 25%")
+    limit, longest = requested.get("time_min"), used.get("elapsed_min")
+    if limit and "TIMEOUT" in states:
+        out["time_min"] = 2 * limit
+        advice.append(f"timeout_min: {limit:g} -> {2 * limit:g}: a job reached its time limit")
+    elif limit and longest is not None:
+        minutes = max(5, 5 * math.ceil(longest * (1 + TIME_HEADROOM) / 5))
+        if minutes < limit:
+            out["time_min"] = float(minutes)
+            advice.append(f"timeout_min: {limit:g} -> {minutes}: longest {_fmt_min(longest)} + 50%")
+    cpus, eff = requested.get("cpus"), used.get("cpu_efficiency")
+    ntasks = max(1.0, (cpus or 1) / (_number(options.get("cpus-per-task")) or 1))
+    if cpus and eff is not None:
+        per_task = cpus / ntasks
+        wanted = max(1, math.ceil(per_task * eff * (1 + CPU_HEADROOM)))
+        if wanted < per_task:
+            out["cpus"] = wanted * ntasks
+            advice.append(f"cpus_per_task: {per_task:g} -> {wanted}: CPU efficiency {eff:.0%}")
+    gpus = requested.get("gpus")
+    gpu_runs = [e.gpu_mem_mb for e in ran if e.gpu_mem_mb is not None]
+    if gpus and gpu_runs and not any(gpu_runs):
+        out["gpus"] = 0.0
+        advice.append(f"gpus: {gpus:g} -> 0: no GPU memory used (torch saw none)")
+    return out, advice
+
+
+def group_usage(
+    docs: Iterable[Mapping[str, Any]], sacct: Mapping[str, TaskUsage]
+) -> list[GroupUsage]:
+    """The resource groups of ``docs`` (documents with :data:`PROJECTION`), summarized, in
+    order of batch and first experiment id. Documents never submitted to Slurm (no
+    ``slurm[].array_id``) are left out. Pure."""
+    groups: dict[tuple[int, str], GroupUsage] = {}
+    for doc in sorted(docs, key=lambda d: (int(d.get("batch_id") or 0), int(d["_id"]))):
+        slurm = (doc.get("slurm") or [{}])[-1] or {}
+        if slurm.get("array_id") is None:
+            continue
+        options = {
+            k: v for k, v in (slurm.get("sbatch_options") or {}).items() if k not in _NOT_RESOURCES
+        }
+        key = (int(doc.get("batch_id") or 0), json.dumps(options, sort_keys=True, default=str))
+        group = groups.setdefault(key, GroupUsage(batch_id=key[0], options=options))
+        array = str(slurm["array_id"])
+        if array not in group.arrays:
+            group.arrays.append(array)
+        group.experiments.append(experiment_usage(doc, sacct))
+    return [g.summarize() for g in groups.values()]
+
+
+def underused_line(groups: Sequence[GroupUsage], collection: str) -> str | None:
+    """One line when a group used less than a quarter of a request (memory, time limit,
+    CPUs), naming the first such group, else None; for the end of the launcher's wait. Pure."""
+    import shlex
+
+    for group in groups:
+        parts = []
+        mem, rss = group.requested.get("mem_mb"), group.used.get("max_rss_mb")
+        if mem and rss is not None and rss < mem / 4:
+            parts.append(f"memory {_fmt_mb(rss)} of {_fmt_mb(mem)}")
+        limit, longest = group.requested.get("time_min"), group.used.get("elapsed_min")
+        if limit and longest is not None and longest < limit / 4:
+            parts.append(f"time {_fmt_min(longest)} of {limit:g} min")
+        eff = group.used.get("cpu_efficiency")
+        if (group.requested.get("cpus") or 0) > 1 and eff is not None and eff < 0.25:
+            parts.append(f"CPU efficiency {eff:.0%} of {group.requested['cpus']:g} CPUs")
+        if parts:
+            return (
+                f"Batch {group.batch_id} used less than a quarter of its request ("
+                + ", ".join(parts)
+                + f"): `seml {shlex.quote(collection)} usage` suggests smaller requests."
+            )
+    return None
+
+
+def usage_report(
+    collection: Any, query: Mapping[str, Any], *, use_sacct: bool = True
+) -> list[GroupUsage]:
+    """:func:`group_usage` of the experiments ``query`` selects in ``collection``, with
+    Slurm's accounting of their arrays when ``use_sacct`` and sacct answers (otherwise the
+    stats alone: each group says so in ``missing``)."""
+    from seml_hydra.slurm.client import SlurmError, sacct_usage
+
+    docs = list(collection.find(dict(query), PROJECTION))
+    arrays = sorted(
+        {
+            str(((d.get("slurm") or [{}])[-1] or {}).get("array_id"))
+            for d in docs
+            if ((d.get("slurm") or [{}])[-1] or {}).get("array_id") is not None
+        }
+    )
+    sacct: dict[str, TaskUsage] = {}
+    if use_sacct and arrays:
+        try:
+            sacct = sacct_usage(arrays)
+        except (SlurmError, ValueError):
+            sacct = {}
+    return group_usage(docs, sacct)
