@@ -304,19 +304,21 @@ def group_usage(
 
 def underused_line(groups: Sequence[GroupUsage], collection: str) -> str | None:
     """One line when a group used less than a quarter of a request (memory, time limit,
-    CPUs), naming the first such group, else None; for the end of the launcher's wait. Pure."""
+    CPUs) and a smaller request is suggested for it, naming the first such group, else None;
+    for the end of the launcher's wait. Pure."""
     import shlex
 
     for group in groups:
         parts = []
         mem, rss = group.requested.get("mem_mb"), group.used.get("max_rss_mb")
-        if mem and rss is not None and rss < mem / 4:
+        smaller = group.suggested
+        if mem and rss is not None and rss < mem / 4 and smaller.get("mem_mb") is not None:
             parts.append(f"memory {_fmt_mb(rss)} of {_fmt_mb(mem)}")
         limit, longest = group.requested.get("time_min"), group.used.get("elapsed_min")
-        if limit and longest is not None and longest < limit / 4:
+        if longest is not None and limit and longest < limit / 4 and smaller.get("time_min"):
             parts.append(f"time {_fmt_min(longest)} of {limit:g} min")
         eff = group.used.get("cpu_efficiency")
-        if (group.requested.get("cpus") or 0) > 1 and eff is not None and eff < 0.25:
+        if eff is not None and eff < 0.25 and smaller.get("cpus") is not None:
             parts.append(f"CPU efficiency {eff:.0%} of {group.requested['cpus']:g} CPUs")
         if parts:
             return (

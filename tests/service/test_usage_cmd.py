@@ -1,0 +1,34 @@
+"""``seml <col> usage`` and the waiting launcher's right-sizing line, on the Slurm testbed with
+its accounting (sacct) and a real mongod: an over-sized request is told, with a suggestion."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_points, seml_ok
+
+pytestmark = pytest.mark.slurm
+
+
+def test_an_oversized_request_is_told_by_the_launcher_and_usage(slurm, test_db, tmp_path):
+    proc = run_points(3, "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=60", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Batch 1 used less than a quarter of its request (memory " in proc.stdout
+    assert "`seml fail usage` suggests smaller requests." in proc.stdout
+    [group] = json.loads(seml_ok("fail", "usage", "--format", "json"))
+    assert group["experiments"] == group["ran"] == 3
+    assert group["requested"]["mem_mb"] == 2048 and group["requested"]["time_min"] == 60
+    assert 0 < group["used"]["max_rss_mb"] < 512 and group["used"]["elapsed_min"] < 5
+    assert group["suggested"]["mem_mb"] == 1024 and group["suggested"]["time_min"] == 5
+    assert group["advice"][0].startswith("mem_gb: 2 -> 1: largest ")
+    table = seml_ok("fail", "usage", "-v")
+    assert "timeout_min: 60 -> 5: longest " in table
+    assert table.count("(COMPLETED)") == 3  # one row per experiment with -v
+    assert "| batch | arrays |" in seml_ok("fail", "usage", "-f", "markdown")
+
+
+def test_a_request_that_fits_gets_no_line(slurm, test_db, tmp_path):
+    proc = run_points(1, "hydra.launcher.mem_gb=null", "hydra.launcher.timeout_min=1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "less than a quarter" not in proc.stdout
