@@ -93,10 +93,13 @@ class DbConf:
 class SemlLauncherConf:
     """Fields shared by the Slurm and the local launcher."""
 
+    # the launcher class Hydra instantiates (set by hydra/launcher=seml or seml_local)
     _target_: str = launcher_only(SLURM_LAUNCHER_TARGET)
 
     # MongoDB collection the sweep's experiments go to (SEML's "collection")
     collection: str = launcher_only("${hydra.job.name}")
+    # where the documents go: db.url, db.config_file, db.database (all null: SEML_MONGODB_URI,
+    # then ~/.config/seml/mongodb.config, then the embedded MongoDB)
     db: DbConf = launcher_only(factory=DbConf)
     # submitit's working folder: pickles and the jobs' stdout/stderr (%j = Slurm job id)
     submitit_folder: str = launcher_only("${hydra.sweep.dir}/.submitit/%j")
@@ -127,17 +130,22 @@ class SemlLauncherConf:
     after: str | None = launcher_only(None)
     # ok: after it COMPLETED (sbatch --dependency=afterok); any: after it ended (afterany)
     after_kind: str = launcher_only("ok")
-    # log levels on the primary rank (global rank 0) and on the others
+    # log level on the primary rank (global rank 0)
     primary_log_level: str = launcher_only("INFO")
+    # log level on the other ranks
     other_log_level: str = launcher_only("ERROR")
 
     # -- resources (submitit's generic names; the Slurm ones become sbatch options) --
-    # (mem_gb is recorded as sbatch's --mem=<n>G: seml_hydra.launch.sbatch.mem_option)
+
+    # nodes per experiment (sbatch --nodes); every rank runs the task
     nodes: int = generic(1, sbatch="nodes")
+    # tasks (ranks) per node (sbatch --ntasks-per-node)
     tasks_per_node: int = generic(1, sbatch="ntasks-per-node")
+    # CPUs per task (sbatch --cpus-per-task; null: Slurm's default, 1)
     cpus_per_task: int | None = generic(None, sbatch="cpus-per-task")
+    # GPUs per node (sbatch --gpus-per-node), shared by the node's tasks
     gpus_per_node: int | None = generic(None, sbatch="gpus-per-node")
-    # memory per node in GB
+    # memory per node in GB (recorded as sbatch's --mem=<n>G: seml_hydra.launch.sbatch.mem_option)
     mem_gb: float | None = generic(None, sbatch="mem")
     # GPUs per task, bound to it (sbatch and srun --gpus-per-task): each rank sees its own
     gpus_per_task: int | None = slurm(None, sbatch="gpus-per-task")
@@ -148,8 +156,9 @@ class SemlLauncherConf:
     visible_gpus: list[Any] | None = launcher_only(None)
     # CPUs per allocated GPU (sbatch --cpus-per-gpu; Slurm wants gpus_per_task with it)
     cpus_per_gpu: int | None = slurm(None, sbatch="cpus-per-gpu")
-    # memory per allocated GPU / per CPU, in sbatch's syntax: 8G, 4096 (MB), ...
+    # memory per allocated GPU, in sbatch's syntax: 8G, 4096 (MB), ...
     mem_per_gpu: str | None = slurm(None, sbatch="mem-per-gpu")
+    # memory per allocated CPU, in sbatch's syntax: 8G, 4096 (MB), ...
     mem_per_cpu: str | None = slurm(None, sbatch="mem-per-cpu")
     # wall time limit in minutes
     timeout_min: int = generic(60, sbatch="time")
@@ -157,18 +166,25 @@ class SemlLauncherConf:
     signal_delay_s: int = slurm(120)
     # requeues on timeout/preemption of a task that opted in, before it ends FAILED
     max_requeues: int = launcher_only(3)
+    # the Slurm partition (sbatch --partition)
     partition: str | None = slurm(None, sbatch="partition")
+    # quality of service (sbatch --qos)
     qos: str | None = slurm(None, sbatch="qos")
+    # the account charged (sbatch --account)
     account: str | None = slurm(None, sbatch="account")
+    # node features required (sbatch --constraint, e.g. a100|h100)
     constraint: str | None = slurm(None, sbatch="constraint")
+    # nodes never used (sbatch --exclude, e.g. node[3-4])
     exclude: str | None = slurm(None, sbatch="exclude")
+    # generic resources per node (sbatch --gres, e.g. gpu:2)
     gres: str | None = slurm(None, sbatch="gres")
     # only these nodes (sbatch --nodelist, e.g. node[1-2])
     nodelist: str | None = slurm(None, sbatch="nodelist")
     # the nodes to itself: true (sbatch --exclusive), or user / mcs / topo (--exclusive=<value>)
     exclusive: Any = slurm(None, sbatch="exclusive")
-    # Slurm mails mail_user on these events, e.g. END,FAIL (sbatch --mail-type / --mail-user)
+    # Slurm mails mail_user on these events, e.g. END,FAIL (sbatch --mail-type)
     mail_type: str | None = slurm(None, sbatch="mail-type")
+    # who gets the mails of mail_type (sbatch --mail-user)
     mail_user: str | None = slurm(None, sbatch="mail-user")
     # a prefix of the job name: <name>_<collection>_<batch_id> (null: <collection>_<batch_id>)
     name: str | None = launcher_only(None)
@@ -189,4 +205,5 @@ class SemlLauncherConf:
 class SemlLocalLauncherConf(SemlLauncherConf):
     """submitit's LocalExecutor: the same pipeline on this machine (a laptop, a test)."""
 
+    # the launcher class Hydra instantiates (set by hydra/launcher=seml_local)
     _target_: str = launcher_only(LOCAL_LAUNCHER_TARGET)

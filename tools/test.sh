@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON=${PYTHON:-python3}
-EXTRAS='.[test,distributed]'
+EXTRAS='.[test,distributed,docs]'
 DEPS_PTH=_seml_hydra_test_deps.pth
 pip_quiet() { grep -v '^WARNING: Location' || true; }
 
@@ -33,7 +33,7 @@ import sys, tomllib
 meta = tomllib.load(open(sys.argv[1], "rb"))
 project = meta["project"]
 extra = project.get("optional-dependencies", {})
-for req in [*project["dependencies"], *extra["test"], *extra["distributed"],
+for req in [*project["dependencies"], *extra["test"], *extra["distributed"], *extra["docs"],
             *meta["build-system"]["requires"], "editables"]:
     print(req)
 PY
@@ -87,6 +87,10 @@ else
 fi
 .venv/bin/python -c 'import hydra, submitit, pymongo, torch, xdist; from seml_hydra.job.sacred_compat import import_sacred; import_sacred()' # the install worked
 step "installed"
+# lint and the documentation site first: seconds, and a red one needs no services to show
+.venv/bin/ruff check . && .venv/bin/ruff format --check .
+NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --quiet -d "$(mktemp -d /tmp/seml-hydra-site.XXXXXX)"
+step "ruff and mkdocs build --strict passed"
 bash tools/testbed/up.sh >/tmp/seml-hydra-testbed.log 2>&1 || { tail -30 /tmp/seml-hydra-testbed.log; exit 1; }
 step "testbed up (log: /tmp/seml-hydra-testbed.log)"
 # a throwaway sshd on 127.0.0.1 for the SSH tunnel tests
