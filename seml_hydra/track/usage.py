@@ -78,10 +78,14 @@ def requested_from_options(options: Mapping[str, Any]) -> dict[str, float | None
         per_cpu = parse_memory_mb(str(options["mem-per-cpu"]), default_unit="M")
         mem = None if per_cpu is None else per_cpu * cpus
     gpus = None
-    if _number(options.get("gpus-per-node")) is not None:
-        gpus = _number(options["gpus-per-node"]) * nodes
-    elif _number(options.get("gpus-per-task")) is not None:
-        gpus = _number(options["gpus-per-task"]) * ntasks
+    per_node, per_task = (
+        _number(options.get("gpus-per-node")),
+        _number(options.get("gpus-per-task")),
+    )
+    if per_node is not None:
+        gpus = per_node * nodes
+    elif per_task is not None:
+        gpus = per_task * ntasks
     elif str(options.get("gres", "")).startswith("gpu:"):
         gpus = (_number(str(options["gres"]).rpartition(":")[2]) or 0) * nodes
     return {"cpus": cpus, "mem_mb": mem, "time_min": _minutes(options.get("time")), "gpus": gpus}
@@ -245,10 +249,9 @@ def _suggest(
     states = {e.slurm_state for e in ran}
     mem, rss = requested.get("mem_mb"), used.get("max_rss_mb")
     if mem and "OUT_OF_MEMORY" in states:
-        out["mem_mb"] = 2 * math.ceil(mem / 1024) * 1024
-        advice.append(
-            f"mem_gb: {mem / 1024:g} -> {out['mem_mb'] / 1024:g}: a job ran out of memory"
-        )
+        doubled = 2 * math.ceil(mem / 1024)
+        out["mem_mb"] = doubled * 1024.0
+        advice.append(f"mem_gb: {mem / 1024:g} -> {doubled}: a job ran out of memory")
     elif mem and rss:
         gb = max(1, math.ceil(rss * (1 + MEM_HEADROOM) / 1024))
         if gb * 1024 < mem:
