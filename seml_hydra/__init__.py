@@ -23,7 +23,10 @@ Importing the package is cheap: submodules load on first use. The public API for
 
 import importlib
 
+from seml_hydra import _compat
+
 __version__ = "0.1.0"
+_compat.install()  # the flat layout's module names, deprecated (seml_hydra._compat)
 
 #: public name -> the module that defines it
 _PUBLIC = {

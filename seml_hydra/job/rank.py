@@ -41,7 +41,7 @@ from typing import Any
 from seml_hydra.job.slurm_env import RankEnvironmentError, placement
 
 __all__ = [
-    "RankEnvironmentError",  # raised by plan_rank; apps catch it as seml_hydra.rank.RankEnvironmentError
+    "RankEnvironmentError",  # raised by plan_rank (older apps: seml_hydra.rank.RankEnvironmentError)
     "RankPlan",
     "apply_seed",
     "current_plan",

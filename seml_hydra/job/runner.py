@@ -42,7 +42,7 @@ from seml_hydra.job.slurm_env import execution_identity, rank_label, restart_cou
 from seml_hydra.store.client import connect, skip_exit_join
 
 # ``Payload`` is also what ``seml_hydra.run.Payload`` (this module's name before the sub-package
-# layout, an alias of it) unpickles to in payloads stored before then
+# layout, a deprecated name of it: seml_hydra._compat) unpickles to in payloads stored before then
 from seml_hydra.store.payload import Payload, load_payload
 from seml_hydra.store.retry import retrying
 from seml_hydra.store.settings import resolve_db_settings

@@ -9,8 +9,8 @@ deleted when staging stored nothing that needs it (:func:`delete_payload`) and r
 
 A document names its payload by the GridFS file id, as a string, in ``seml.payload_file``.
 Payloads pickled before the sub-package layout name the class ``seml_hydra.run.Payload``: that
-module is an alias of ``seml_hydra.job.runner``, which imports :class:`Payload`, so they still
-load. pymongo, gridfs, cloudpickle and Hydra are imported where used (job start-up).
+name is a deprecated name of ``seml_hydra.job.runner`` (``seml_hydra._compat``), which imports
+:class:`Payload`, so they still load. pymongo, gridfs, cloudpickle and Hydra are imported where used (job start-up).
 
 Objects of the app's script (``__main__``: the task function, a class or function a config
 names as ``__main__.X``) are pickled by name with their by-value pickle as the fallback

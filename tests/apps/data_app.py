@@ -9,7 +9,7 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig
 
-from seml_hydra.job import metrics
+from seml_hydra import log_scalar
 
 
 class Color(enum.Enum):
@@ -18,8 +18,8 @@ class Color(enum.Enum):
 
 @hydra.main(version_base="1.3", config_path="conf_data", config_name="config")
 def main(cfg: DictConfig) -> dict:
-    metrics.log_scalar("score", np.int64(7), step=np.int64(0))
-    metrics.log_scalar("score", np.float32(0.5))
+    log_scalar("score", np.int64(7), step=np.int64(0))
+    log_scalar("score", np.float32(0.5))
     return {
         "acc": np.float64(0.93),
         "n": np.int64(3),

@@ -6,19 +6,19 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from seml_hydra.job import metrics
+from seml_hydra import log_scalar
 
 
 @hydra.main(version_base="1.3", config_path="conf_data", config_name="config")
 def main(cfg: DictConfig) -> float:
     marker = Path(cfg.marker)
     if not marker.exists():
-        metrics.log_scalar("loss", 100.0)
-        metrics.log_scalar("loss", 100.0)
+        log_scalar("loss", 100.0)
+        log_scalar("loss", 100.0)
         marker.touch()
         raise RuntimeError("first attempt fails")
     for _ in range(3):
-        metrics.log_scalar("loss", 1.0)
+        log_scalar("loss", 1.0)
     return 1.0
 
 

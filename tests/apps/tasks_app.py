@@ -3,7 +3,7 @@
 import hydra
 from omegaconf import DictConfig
 
-from seml_hydra.job.rank import current_plan
+from seml_hydra import current_plan
 
 
 @hydra.main(version_base="1.3", config_path="conf_tasks", config_name="config")

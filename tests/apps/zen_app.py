@@ -6,7 +6,7 @@ python tests/apps/zen_app.py -m hydra/launcher=seml model.width=2,3 [fail=true]
 
 from hydra_zen import builds, make_config, store, zen
 
-from seml_hydra.job import metrics
+from seml_hydra import log_scalar
 
 
 def make_model(width: int = 1) -> dict:
@@ -16,7 +16,7 @@ def make_model(width: int = 1) -> dict:
 def task(model: dict, fail: bool = False) -> dict:
     if fail:
         raise ValueError(f"the zen task fails on purpose (width {model['width']})")
-    metrics.log_scalar("width", model["width"])
+    log_scalar("width", model["width"])
     return model
 
 

@@ -11,15 +11,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "seml_hydra"
 #: sub-package -> the sub-packages it may import (besides itself); the README's tour
 ORDER = ["core", "slurm", "store", "job", "track", "launch", "manage", "cli"]
 ALLOWED = {name: set(ORDER[:i]) for i, name in enumerate(ORDER)}
-#: modules outside the sub-packages: the package itself, the launcher config, the aliases
-TOP_LEVEL = {
-    "seml_hydra",
-    "seml_hydra.config",
-    "seml_hydra.run",
-    "seml_hydra.rank",
-    "seml_hydra.metrics",
-    "seml_hydra.requeue",
-}
+#: modules outside the sub-packages: the package itself, the launcher config, the old names
+TOP_LEVEL = {"seml_hydra", "seml_hydra.config", "seml_hydra._compat"}
 
 
 def module_name(path: Path) -> str:
