@@ -84,7 +84,7 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     their status (INTERRUPTED), so a selection by state (``delete -s RUNNING``) made again
     after the cancel would match none of them. The ids go to MongoDB as ranges
     (``core.ranges.id_filter``: a selection of 100,000 experiments is a few ``_id`` ranges, not
-    a 0.8 MB ``$in`` the server seeks id by id, issue 20). What they left in the database is
+    a 0.8 MB ``$in`` the server seeks id by id). What they left in the database is
     read in groups (:func:`run_leftovers`): the documents themselves are read only for their
     ids."""
     ids = [d["_id"] for d in collection.find(dict(query), {"_id": 1}).sort("_id", 1)]
@@ -132,7 +132,7 @@ def seml_files_pipeline(query: Mapping[str, Any]) -> list[dict[str, Any]]:
 
     No ``$project`` and no ``$sort`` before the ``$group``, and no ids collected: projecting
     the ``seml.source_files`` of 100,000 documents (a launch's snapshot: 72 ``[path, id]`` pairs
-    in each) into documents to sort them took mongod 3 s of a 7 s ``delete`` (issue 20); the
+    in each) into documents to sort them took mongod 3 s of a 7 s ``delete``; the
     ``$group`` alone reads each array once."""
     pair = {"payload_file": "$seml.payload_file", "source_files": "$seml.source_files"}
     return [{"$match": dict(query)}, {"$group": {"_id": pair}}]

@@ -1,4 +1,4 @@
-"""The app's script on the node (issue 17, points 1-3; ``seml_hydra.job.main_module``): a
+"""The app's script on the node (``seml_hydra.job.main_module``): a
 single-file app whose configs name ``__main__`` targets runs on both launchers, a failing task's
 trace names the app's file, line and source line, and an app in a subfolder of the project root
 imports its sibling modules from the code snapshot."""

@@ -1,4 +1,4 @@
-"""The documents have every field Omniboard's server reads (issue 17, point 4), checked with
+"""The documents have every field Omniboard's server reads, checked with
 Omniboard's own queries (vivekratnavel/omniboard, ``server/``) run with pymongo: the runs list
 (``runs.response.js``, ``models/runs.js``), the metrics of a run (``models/metrics.js``, joined
 on ``info.metrics`` ids) and the Source Files tab (``sourceFiles.response.js``)."""

@@ -1,5 +1,5 @@
-"""Everything the launcher and the ``seml`` command do to MongoDB and Slurm is safe to retry
-(issue #8, point 5): running a command twice, or again after it was killed half-way, never
+"""Everything the launcher and the ``seml`` command do to MongoDB and Slurm is safe to retry:
+running a command twice, or again after it was killed half-way, never
 duplicates or loses an experiment, and leaves no experiment PENDING without a Slurm job.
 
 Real MongoDB and the real Slurm testbed. Every test starts from a "parked" sweep: two

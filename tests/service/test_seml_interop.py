@@ -1,4 +1,4 @@
-"""Interoperability with SEML 0.5.7 and Sacred tools (issue 10), on the real MongoDB and the
+"""Interoperability with SEML 0.5.7 and Sacred tools, on the real MongoDB and the
 Slurm testbed, with SEML 0.5.7 itself installed in a virtualenv of its own
 (``tools/seml057_venv.sh``; the tests fail, never skip, when it cannot be installed).
 
@@ -481,7 +481,7 @@ def _launch_gated(tmp_path, collection: str, xs: str) -> None:
                 reason="a one-point sweep is submitted as a plain job (submitit does not use "
                 "--array for one task); SEML 0.5.7's detect_killed only knows array tasks "
                 "(`squeue -o %i` ids with '_') and marks it KILLED. Fix: submit.py always "
-                "submits an array (see the report of issue 10).",
+                "submits an array.",
             ),
         ),
     ],

@@ -1,5 +1,5 @@
 """The pure parts of ``track.census`` (reading index keys back as queries and documents, ids as
-ranges) and ``core.ranges.format_ids`` 's fast path (issue 20)."""
+ranges) and ``core.ranges.format_ids`` 's fast path."""
 
 from __future__ import annotations
 
