@@ -106,7 +106,7 @@ def url_has_password(url: Any) -> bool:
 #: ``password``, ``passwd``, ``passphrase`` or exactly ``pwd``; the value is quoted (to its
 #: closing quote, or the end of the line when it has none) or runs to a space or one of ``,;&)}]``
 _KEY_PASSWORD = re.compile(
-    r"""(?P<head>(?<![\w.-])(?P<q>['"]?)(?:[\w.-]*(?:password|passwd|passphrase)|pwd)(?P=q)"""
+    r"""(?P<head>(?<![\w./-])(?P<q>['"]?)(?:[\w.-]*(?:password|passwd|passphrase)|pwd)(?P=q)"""
     r"""\s*(?:[=:]|(?<=['"]),)\s*)"""
     r"""(?P<value>'[^'\n]*'?|"[^"\n]*"?|[^\s,;&)}\]'"]+)""",
     re.IGNORECASE,
