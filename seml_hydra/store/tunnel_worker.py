@@ -125,6 +125,8 @@ class Tunnel:
         self.refusals: list[dict[str, Any]] = []
         #: why the current connection attempt failed before any login (sshtunnel only logs it)
         self.connect_error: str | None = None
+        #: why the key of ``ssh_pkey`` could not be offered (:func:`load_private_key`), or None
+        self.key_problem: str | None = None
 
         #: set by a connection that found the SSH connection down: reconnect now
         self.wake = threading.Event()
@@ -283,10 +285,11 @@ class Tunnel:
         its words (OpenSSH's ``Permission denied (METHODS)``, else paramiko's reason), every key
         or password offered, and what to check."""
         user = self.ssh.get("ssh_username") or "(no ssh_username)"
+        unloaded = f" ({self.key_problem})" if self.key_problem else ""
         if not self.refusals:
             return (
                 f"no login of user {user!r} on the SSH host {self.describe_gateway()} could be "
-                "tried (no key or password to offer)"
+                f"tried (no key or password to offer){unloaded}"
             )
         last = self.refusals[-1]
         words = last["reason"]
@@ -299,7 +302,7 @@ class Tunnel:
         check = f"ssh {'-i ' + shlex.quote(str(key)) + ' ' if key else ''}-p {port} {user}@{host}"
         return (
             f"the SSH host {host}:{port} refused the login of user {user!r}: {words}; tried "
-            f"{tried}. Add the key's public half to the authorized_keys of {user} there, or set "
+            f"{tried}{unloaded}. Add the key's public half to the authorized_keys of {user} there, or set "
             f"ssh_username/ssh_pkey in ssh_config to a login it accepts (check with `{check}`)"
         )
 
@@ -319,12 +322,19 @@ class Tunnel:
         for key in ("ssh_pkey", "ssh_config_file"):
             if isinstance(kwargs.get(key), str):
                 kwargs[key] = os.path.expanduser(kwargs[key])
+        self.key_problem = None
         if isinstance(kwargs.get("ssh_pkey"), str):  # loaded here, to say why it cannot be
             passphrase = self.ssh.get("ssh_private_key_password") or self.ssh.get("ssh_password")
-            kwargs["ssh_pkey"] = load_private_key(kwargs["ssh_pkey"], passphrase)
-            fingerprint = getattr(kwargs["ssh_pkey"], "fingerprint", None)
-            if fingerprint:
-                self.key_files[fingerprint] = self.ssh["ssh_pkey"]
+            try:
+                kwargs["ssh_pkey"] = load_private_key(kwargs["ssh_pkey"], passphrase)
+            except TunnelFailed as err:  # as sshtunnel: the other keys and the password remain
+                self.key_problem = str(err)
+                log.warning("%s; offering the other keys and the password, if any", err)
+                del kwargs["ssh_pkey"]
+            else:
+                fingerprint = getattr(kwargs["ssh_pkey"], "fingerprint", None)
+                if fingerprint:
+                    self.key_files[fingerprint] = self.ssh["ssh_pkey"]
         kwargs.setdefault("set_keepalive", 5.0)
         try:
             return self._forwarder_class()(
@@ -334,8 +344,9 @@ class Tunnel:
                 mute_exceptions=False,
                 **kwargs,
             )
-        except (ValueError, TypeError) as err:  # unknown arguments, bad address...
-            raise TunnelFailed(f"invalid ssh_config: {scrub(str(err))}") from None
+        except (ValueError, TypeError) as err:  # unknown arguments, bad address, no key...
+            why = f" ({self.key_problem})" if self.key_problem else ""
+            raise TunnelFailed(f"invalid ssh_config: {scrub(str(err))}{why}") from None
 
     def open(self) -> str:
         """Open the tunnel (retried with a jittered exponential back-off; a refused host key is
@@ -444,8 +455,8 @@ class Tunnel:
 
 def load_private_key(path: str, passphrase: str | None) -> Any:
     """The private key in ``path`` (ed25519, ECDSA or RSA, OpenSSH or PEM format) as paramiko
-    loads it, decrypted with ``passphrase``; sshtunnel would only log why it cannot and offer
-    other keys instead.
+    loads it, decrypted with ``passphrase``. (sshtunnel, loading it itself, only logs why it
+    cannot; the tunnel offers the other keys then too, but says why this one was not.)
 
     Raises:
         TunnelFailed: the file cannot be read, is encrypted and no passphrase is set, or is
@@ -454,7 +465,9 @@ def load_private_key(path: str, passphrase: str | None) -> Any:
     import paramiko
 
     problems = []
-    for cls in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
+    kinds = [paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey]
+    kinds += [paramiko.DSSKey] if hasattr(paramiko, "DSSKey") else []  # paramiko < 4
+    for cls in kinds:
         try:
             return cls.from_private_key_file(path, password=passphrase)
         except paramiko.PasswordRequiredException:
