@@ -272,7 +272,7 @@ class Tunnel:
     def describe_key(self, pkey: Any) -> str:
         """``the key FILE (TYPE SHA256:...)`` for the key of ``ssh_pkey``, else where sshtunnel
         found it (the SSH agent, ``host_pkey_directories``: ``~/.ssh/id_*``)."""
-        fingerprint = getattr(pkey, "fingerprint", None) or pkey.get_name()
+        fingerprint = _fingerprint(pkey)
         what = f"{pkey.get_name()} {fingerprint}"
         path = self.key_files.get(fingerprint)
         if path is not None:
@@ -332,9 +332,7 @@ class Tunnel:
                 log.warning("%s; offering the other keys and the password, if any", err)
                 del kwargs["ssh_pkey"]
             else:
-                fingerprint = getattr(kwargs["ssh_pkey"], "fingerprint", None)
-                if fingerprint:
-                    self.key_files[fingerprint] = self.ssh["ssh_pkey"]
+                self.key_files[_fingerprint(kwargs["ssh_pkey"])] = self.ssh["ssh_pkey"]
         kwargs.setdefault("set_keepalive", 5.0)
         try:
             return self._forwarder_class()(
@@ -451,6 +449,11 @@ class Tunnel:
                 self.forwarder.stop(force=True)
             except Exception:  # noqa: BLE001
                 pass
+
+
+def _fingerprint(pkey: Any) -> str:
+    """``SHA256:...`` of a paramiko key (``MD5:..`` before paramiko 3), as ``ssh-keygen -l``."""
+    return getattr(pkey, "fingerprint", None) or f"MD5:{pkey.get_fingerprint().hex(':')}"
 
 
 def load_private_key(path: str, passphrase: str | None) -> Any:
