@@ -233,8 +233,9 @@ def delete_orphan_sources(
     0.5 or by us) neither a remaining manifest nor an experiment's own list (documents of
     earlier versions) names. With ``only`` (ids as strings), just those manifests and files,
     and the files of those manifests. A file or manifest a launch has just stored or reused
-    (leased, ``sources.delete_unused_files``) is kept. Returns the ids deleted, manifests
-    first (with ``dry_run``: those it would delete, deleting nothing)."""
+    (leased, ``sources.delete_unused_files``) is kept. Returns the ids of the snapshot files
+    deleted, not of the manifests (with ``dry_run``: those it would delete, deleting
+    nothing)."""
     act = sources.unused_files if dry_run else sources.delete_unused_files
     collection = {"metadata.collection_name": name}
     if only is not None:  # the files of the manifests named, read before these go
@@ -252,8 +253,7 @@ def delete_orphan_sources(
         kept = sources.manifest_files(db, collection)
         return listed | {f for m, ids in kept.items() if m not in gone for f in ids}
 
-    files = act(db, restricted_to({**collection, "metadata.type": "source_file"}, only), used)
-    return [*manifests, *files]
+    return act(db, restricted_to({**collection, "metadata.type": "source_file"}, only), used)
 
 
 def matching_collections(db: Any, pattern: str) -> list[str]:
