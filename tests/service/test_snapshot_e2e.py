@@ -118,6 +118,26 @@ def test_flat_project_job_runs_the_code_of_launch_time(slurm, test_db, tmp_path)
     assert done["result"]["cwd"] == str(app.parent)  # the launch directory, as Hydra has it
 
 
+def test_a_document_of_an_earlier_version_runs_from_the_list_it_carries(slurm, test_db, tmp_path):
+    """Documents staged before manifests carry the file list themselves
+    (``seml.source_files``): the job runs those from their snapshot as before."""
+    app = write_flat_project(tmp_path / "older")
+    doc = launch_held(app, test_db["app"])
+    test_db["app"].update_one(
+        {"_id": doc["_id"]},
+        {
+            "$set": {"seml.source_files": snapshot_files(test_db, doc)},
+            "$unset": {"seml.source_manifest": ""},
+        },
+    )
+    test_db["fs.files"].delete_many({"metadata.type": "source_manifest"})  # only the list left
+    (app.parent / "helper.py").write_text("VALUE = 2\n")
+    done = release_and_wait(doc, test_db["app"])
+    assert done["status"] == "COMPLETED", done.get("fail_trace")
+    assert done["result"]["value"] == 1
+    assert "/src-semltest_" in done["result"]["file"]
+
+
 LAZY_APP = """
 import hydra
 
