@@ -93,22 +93,30 @@ def legacy_root(seml: Mapping[str, Any]) -> str | None:
 
 
 def snapshot_path(
-    entries: Sequence[str], live_root: str | None, directory: Path, cwd: str
+    entries: Sequence[str],
+    live_root: str | None,
+    directory: Path,
+    cwd: str,
+    interpreter: Sequence[str] = (sys.prefix, sys.base_prefix),
 ) -> list[str]:
     """``sys.path`` ``entries`` with every entry inside the live project ``live_root`` (the
     root itself or a folder under it; ``""`` is ``cwd``) replaced by the same folder in the
     snapshot ``directory``: the launch folder, the script's folder, ``PYTHONPATH`` and the
     paths an editable install of the project adds all import the launch-time files, never the
-    live tree. Entries of installed packages and virtualenvs under the root
-    (``store.sources.is_project_file``) and entries elsewhere are kept; nothing is replaced
-    without ``live_root``. Reads the file system only to tell virtualenvs."""
+    live tree. Kept as they are: entries elsewhere, those of installed packages and
+    virtualenvs under the root (``store.sources.is_project_file``) and those under the
+    ``interpreter``'s prefixes (its standard library and environment, whatever root a forged
+    manifest names); nothing is replaced without ``live_root``. Reads the file system only to
+    tell virtualenvs."""
     if not live_root:
         return list(entries)
     root = Path(os.path.realpath(live_root))
+    prefixes = [Path(os.path.realpath(p)) for p in interpreter]
     out = []
     for entry in entries:
         path = Path(os.path.realpath(os.path.join(cwd, entry) if entry else cwd))
-        if path == root or is_project_file(path / "x", root):
+        inside = path == root or is_project_file(path / "x", root)
+        if inside and not any(p == path or p in path.parents for p in prefixes):
             out.append(str(directory.joinpath(*path.relative_to(root).parts)))
         else:
             out.append(entry)

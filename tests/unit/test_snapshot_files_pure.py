@@ -96,6 +96,9 @@ def test_sys_path_entries_in_the_live_project_point_into_the_snapshot(tmp_path):
     assert snapshot_path(entries, None, snap, str(root)) == entries
     # launched from outside the project: the working directory is not mapped
     assert snapshot_path([""], str(root), snap, str(tmp_path))[0] == ""
+    # the interpreter's own folders stay, whatever root a forged manifest names
+    stdlib = str(tmp_path / "usr" / "lib" / "python3.11")
+    assert snapshot_path([stdlib], "/", snap, "/", interpreter=[str(tmp_path / "usr")]) == [stdlib]
 
 
 def test_the_root_of_an_older_document_comes_from_its_script_and_main_file():
