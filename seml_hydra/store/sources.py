@@ -44,6 +44,8 @@ _PACKAGE_DIRS = ("site-packages", "dist-packages")
 #: at most this many Python files of a project outside git are looked at (a project root that
 #: is a home directory would otherwise be walked whole)
 MAX_WALKED_FILES = 10000
+#: ... and at most this many files and folders are walked through (data folders beside the code)
+MAX_WALKED_ENTRIES = 200000
 #: ``metadata.type`` of a launch's manifest, the list of its snapshot's files
 MANIFEST_TYPE = "source_manifest"
 
@@ -106,7 +108,8 @@ def project_python_files(root: Path) -> tuple[list[str], str | None]:
     ls-files --cached --others --exclude-standard``: untracked files that ``.gitignore`` does
     not ignore); git-ignored files (a virtualenv, data, outputs) are left out. Outside git:
     every ``.py`` file under ``root``, hidden directories, ``__pycache__`` and virtualenvs left
-    out, at most :data:`MAX_WALKED_FILES` of them (then the second value says so). Files of
+    out, at most :data:`MAX_WALKED_FILES` of them found among at most
+    :data:`MAX_WALKED_ENTRIES` files and folders (then the second value says so). Files of
     installed packages and virtualenvs are dropped later (:func:`is_project_file`).
     """
     root = Path(root)
@@ -132,6 +135,7 @@ def project_python_files(root: Path) -> tuple[list[str], str | None]:
         names = [n for n in out.stdout.split("\0") if n]
         return [str(root / n) for n in dict.fromkeys(names)], "git-ignored files"
     found: list[str] = []
+    seen = 0
     for directory, dirs, files in os.walk(root):
         dirs[:] = sorted(
             d
@@ -142,12 +146,14 @@ def project_python_files(root: Path) -> tuple[list[str], str | None]:
             and not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))
         )
         found += [os.path.join(directory, f) for f in sorted(files) if f.endswith(".py")]
-        if len(found) >= MAX_WALKED_FILES:
+        seen += len(files) + len(dirs)
+        if len(found) >= MAX_WALKED_FILES or seen >= MAX_WALKED_ENTRIES:
             return found[:MAX_WALKED_FILES], (
-                f"the files after the first {MAX_WALKED_FILES} (not a git work tree: set "
+                f"what is past the first {min(seen, MAX_WALKED_ENTRIES)} entries or "
+                f"{MAX_WALKED_FILES} Python files of {root} (not a git work tree: set "
                 "hydra.launcher.project_root to the project's folder)"
             )
-    return found, "hidden folders"
+    return found, "hidden folders and virtualenvs"
 
 
 def left_out_line(

@@ -42,8 +42,23 @@ def test_a_project_outside_git_is_walked_without_hidden_folders_and_virtualenvs(
     (root / ".hidden").mkdir()
     for rel in ("app.py", "pkg/mod.py", "env/dep.py", ".hidden/x.py", "pkg/notes.txt"):
         (root / rel).write_text("")
-    found, _ = project_python_files(root)
+    found, note = project_python_files(root)
     assert sorted(Path(p).relative_to(root).as_posix() for p in found) == ["app.py", "pkg/mod.py"]
+    assert note == "hidden folders and virtualenvs"
+
+
+def test_a_large_folder_outside_git_is_walked_only_so_far_and_the_line_says_so(
+    tmp_path, monkeypatch
+):
+    from seml_hydra.store import sources
+
+    monkeypatch.setattr(sources, "MAX_WALKED_ENTRIES", 5)
+    for i in range(8):
+        (tmp_path / f"data{i}.bin").write_text("")
+    (tmp_path / "app.py").write_text("")
+    found, note = project_python_files(tmp_path)
+    assert found == [str(tmp_path / "app.py")]
+    assert "past the first 5 entries" in note and "hydra.launcher.project_root" in note
 
 
 def test_select_sources_takes_the_project_files_and_passes_over_deleted_ones(tmp_path):
