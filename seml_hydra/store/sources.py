@@ -387,7 +387,12 @@ def put_manifest(
 def read_manifest(db: Any, manifest_id: Any) -> dict[str, Any] | None:
     """``{"root": str or None, "files": [[relative path, file id], ...]}`` of the manifest
     ``manifest_id`` (:func:`put_manifest`), or None when there is none with that id (deleted,
-    or a forged id). Raises pymongo errors."""
+    or a forged id: one that is not an ObjectId, such as a query operator, finds none).
+    Raises pymongo errors."""
+    from bson import ObjectId
+
+    if not isinstance(manifest_id, ObjectId):
+        return None
     found = db["fs.files"].find_one(
         {"_id": manifest_id, "metadata.type": MANIFEST_TYPE},
         {"metadata.root": 1, "metadata.files": 1},
