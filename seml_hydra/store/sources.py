@@ -79,25 +79,34 @@ def config_dirs_of(hydra: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _inside_venv(path: Path, root: Path) -> bool:
-    """True when a directory between ``root`` and ``path`` is a virtualenv (has pyvenv.cfg)."""
+def _inside_venv(path: Path, root: Path, venvs: dict[Path, bool] | None = None) -> bool:
+    """True when a directory between ``root`` and ``path`` is a virtualenv (has pyvenv.cfg).
+    ``venvs``: answers already found per directory, filled in (one look per directory for a
+    whole project's files)."""
+    venvs = {} if venvs is None else venvs
     for parent in path.parents:
         if parent == root:
             return False
-        if (parent / "pyvenv.cfg").exists():
+        if parent not in venvs:
+            venvs[parent] = (parent / "pyvenv.cfg").exists()
+        if venvs[parent]:
             return True
     return False
 
 
-def is_project_file(path: str | Path, root: Path) -> bool:
-    """``path`` is under ``root`` and not part of an installed package or a virtualenv."""
-    p = Path(path).resolve()
+def is_project_file(
+    path: str | Path, root: Path, *, resolved: bool = False, venvs: dict[Path, bool] | None = None
+) -> bool:
+    """``path`` is under ``root`` and not part of an installed package or a virtualenv.
+    ``resolved``: ``path`` is already resolved (no symbolic link in it); ``venvs``: the cache of
+    :func:`_inside_venv`."""
+    p = Path(path) if resolved else Path(path).resolve()
     if root not in p.parents:
         return False
     rel_parts = p.relative_to(root).parts
     if any(part in _PACKAGE_DIRS for part in rel_parts):
         return False
-    return not _inside_venv(p, root)
+    return not _inside_venv(p, root, venvs)
 
 
 def project_python_files(root: Path) -> tuple[list[str], str | None]:
@@ -197,11 +206,13 @@ def select_sources(
     not there (deleted since git knew it) is passed over.
     """
     candidates: set[Path] = set()
-    for name in [*module_files, *project_files]:
-        if name and name.endswith(".py") and is_project_file(name, root):
-            path = Path(name).resolve()
-            if path.is_file():
-                candidates.add(path)
+    venvs: dict[Path, bool] = {}
+    for name in dict.fromkeys([*module_files, *project_files]):
+        if not name or not name.endswith(".py"):
+            continue
+        path = Path(os.path.realpath(name))
+        if is_project_file(path, root, resolved=True, venvs=venvs) and path.is_file():
+            candidates.add(path)
     for directory in config_dirs:
         d = Path(directory).resolve()
         if d.is_dir() and is_project_file(d / "x", root):
