@@ -117,7 +117,7 @@ class SemlLauncherConf:
     # the experiments' description (SEML's seml.description; per point, so ${...} of the
     # app's config resolves for each); `seml <collection> description set` changes it later
     description: str | None = launcher_only(None)
-    # store the app's imported modules and config files in GridFS; jobs run that snapshot
+    # store the project's Python files and the app's config files in GridFS; jobs run that snapshot
     snapshot: bool = launcher_only(True)
     # the project the snapshot is taken from (default: the app's git root, else its directory)
     project_root: str | None = launcher_only(None)

@@ -17,7 +17,7 @@ import logging
 import os
 import pickle
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +46,14 @@ from seml_hydra.store.client import connect, skip_exit_join
 from seml_hydra.store.payload import Payload, load_payload
 from seml_hydra.store.retry import retrying
 from seml_hydra.store.settings import resolve_db_settings
-from seml_hydra.store.snapshot import SourceSnapshotError, materialized, snapshot_key
+from seml_hydra.store.snapshot import (
+    SourceSnapshotError,
+    imported_files,
+    load_snapshot,
+    materialized,
+    snapshot_key,
+)
+from seml_hydra.store.sources import imported_module_files
 
 log = logging.getLogger(__name__)
 
@@ -214,29 +221,43 @@ class JobRunner:
             log.warning("Not running experiment %s of %s: %s", exp_id, self.collection, why)
             return f"SKIPPED: {why}"
         seml = doc.get("seml") or {}
-        source_files = seml.get("source_files")
-        if not source_files:
-            return self._run_claimed(db, collection, doc)
-        job_key = snapshot_key(execution["cluster"], source_files)  # shared by the batch's tasks
-        script = script_path(seml)
         try:
-            snapshot = materialized(db, source_files, job_key, script_dir(script or ""))
+            found = retrying(lambda: load_snapshot(db, seml), "reading the code snapshot's list")
+        except SourceSnapshotError:  # its manifest is gone
+            return self._snapshot_failed(collection, exp_id, execution)
+        if found is None:  # launched with snapshot=false
+            return self._run_claimed(db, collection, doc)
+        script = script_path(seml, found.files)
+        # the job key is shared by the batch's tasks: one directory per node for them all
+        job_key = snapshot_key(execution["cluster"], found.files)
+        try:
+            snapshot = materialized(db, found.files, job_key, script_dir(script or ""), found.root)
             directory = snapshot.__enter__()
         except SourceSnapshotError:
-            where = rank_label(os.environ)
-            log.exception("Experiment %s could not start on rank %s", exp_id, where)
-            restart = int(execution.get("restart") or 0)
-            record_rank_failure(collection, exp_id, where, traceback.format_exc(), restart)
-            fail_if_a_rank_failed(collection, exp_id, restart)
-            return states.FAILED
+            return self._snapshot_failed(collection, exp_id, execution)
         log.info("Running experiment %s from its code snapshot in %s", exp_id, directory)
+
+        def sources() -> list[list[Any]]:  # when the Sacred run starts
+            return imported_files(found.files, directory, imported_module_files())
+
         try:
             main = None
             if script is not None:
                 main = load_script(directory, script, str(seml.get("executable") or script))
-            return self._run_claimed(db, collection, doc, main)
+            return self._run_claimed(db, collection, doc, main, sources)
         finally:
             snapshot.__exit__(None, None, None)
+
+    def _snapshot_failed(self, collection: Any, exp_id: int, execution: Mapping[str, Any]) -> str:
+        """Record that experiment ``exp_id`` could not start from its code snapshot (called in
+        the ``except`` of a :class:`SourceSnapshotError`: its trace is this rank's failure);
+        returns FAILED."""
+        where = rank_label(os.environ)
+        log.exception("Experiment %s could not start on rank %s", exp_id, where)
+        restart = int(execution.get("restart") or 0)
+        record_rank_failure(collection, exp_id, where, traceback.format_exc(), restart)
+        fail_if_a_rank_failed(collection, exp_id, restart)
+        return states.FAILED
 
     def _claim(
         self, collection: Any, exp_id: int, execution: dict[str, Any]
@@ -252,10 +273,19 @@ class JobRunner:
         """Called inside the ``except`` of a failed task, before its failure is recorded
         (``seml start --debug --post-mortem`` opens pdb here); nothing in a job."""
 
-    def _run_claimed(self, db: Any, collection: Any, doc: dict[str, Any], main: Any = None) -> str:
+    def _run_claimed(
+        self,
+        db: Any,
+        collection: Any,
+        doc: dict[str, Any],
+        main: Any = None,
+        sources: Callable[[], list[list[Any]]] | None = None,
+    ) -> str:
         """Plan this rank, set it up and run the claimed experiment ``doc``; returns its outcome
         on this rank. ``main``: the app's script module (``job.main_module.load_script``), what
-        the payload's script objects and ``__main__`` resolve to; None: their by-value copies."""
+        the payload's script objects and ``__main__`` resolve to; None: their by-value copies.
+        ``sources``: the snapshot files the Sacred run lists (``experiment.sources``), asked
+        when it starts; None: none."""
         exp_id = doc["_id"]
         fenced = fence(doc)
         plan = None
@@ -331,7 +361,9 @@ class JobRunner:
             with script_as_main(main):
                 if plan.attach_observers:
                     extra = (node.get("launcher") or {}).get("observers") or []
-                    run_observed(db, self.collection, doc, task, extra, fence=fenced)
+                    run_observed(
+                        db, self.collection, doc, task, extra, fence=fenced, sources=sources
+                    )
                 else:
                     task()
             outcome = states.COMPLETED

@@ -58,10 +58,14 @@ from seml_hydra.store.payload import (
 from seml_hydra.store.retry import retrying
 from seml_hydra.store.settings import resolve_db_settings
 from seml_hydra.store.sources import (
+    MANIFEST_TYPE,
     config_dirs_of,
     imported_module_files,
+    left_out_line,
     new_lease,
+    project_python_files,
     project_root,
+    put_manifest,
     release_lease,
     script_in_snapshot,
     select_sources,
@@ -392,24 +396,27 @@ class _Launch:
 
     # -- staging -------------------------------------------------------------------------
     def _snapshot(self, batch_id: int, lease: dict[str, Any], seml: dict[str, Any]) -> None:
-        """Store the app's sources in GridFS (``seml_hydra.store.sources``), each file carrying
-        ``lease``, into ``seml``: ``source_files``, and ``main_file`` (the script's path in the
-        snapshot, ``sources.script_in_snapshot``) when it holds the script; say what was
-        skipped."""
+        """Store the project's sources in GridFS (``seml_hydra.store.sources``: its Python
+        files, the modules imported from it and its Hydra config), each file carrying ``lease``,
+        and their list once, as the launch's manifest (``sources.put_manifest``); into
+        ``seml``: ``source_manifest``, and ``main_file`` (the script's path in the snapshot,
+        ``sources.script_in_snapshot``) when it holds the script. Say in one line what was
+        left out and why."""
         hydra = self.base.hydra
         launcher = self.base.launcher
         app_dir = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv[0] else os.getcwd()
         root = project_root(app_dir, launcher.get("project_root"))
+        max_kb = int(launcher.get("snapshot_max_file_kb", 1024))
+        project, not_searched = project_python_files(root)
         files, skipped = select_sources(
-            imported_module_files(),
-            config_dirs_of(hydra),
-            root,
-            int(launcher.get("snapshot_max_file_kb", 1024)),
+            imported_module_files(), config_dirs_of(hydra), root, max_kb, project
         )
-        for path, reason in skipped:
-            self.console.print(f"Not in the code snapshot: {path} ({reason})")
-        seml["source_files"] = upload_sources(self.db, self.collection_name, batch_id, files, lease)
-        main_file = script_in_snapshot(seml["executable"], root, seml["source_files"])
+        self.console.print(left_out_line(skipped, not_searched, max_kb), markup=False)
+        listed = upload_sources(self.db, self.collection_name, batch_id, files, lease)
+        seml["source_manifest"] = put_manifest(
+            self.db, self.collection_name, batch_id, root, listed, lease
+        )
+        main_file = script_in_snapshot(seml["executable"], root, listed)
         if main_file is not None:
             seml["main_file"] = main_file
 
@@ -424,7 +431,7 @@ class _Launch:
         query = {
             "metadata.collection_name": self.collection_name,
             "metadata.batch_id": batch_id,
-            "metadata.type": "source_file",
+            "metadata.type": {"$in": ["source_file", MANIFEST_TYPE]},
         }
         for f in list(self.db["fs.files"].find(query, {"_id": 1})):
             fs.delete(f["_id"])
