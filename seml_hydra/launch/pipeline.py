@@ -18,9 +18,10 @@ from typing import Any
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from seml_hydra.core.documents import experiment_hash, to_bson_safe
+from seml_hydra.core.documents import experiment_hash, sacred_key_problem, to_bson_safe
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.paths import job_dir_problem
+from seml_hydra.core.overrides import parse_override
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.launch import document
 from seml_hydra.launch.after import batch_dependency
@@ -223,6 +224,11 @@ def checked_chunk(points: list[Any], executor: str) -> list[Any]:
                 )
             point.origin = known[1]
         point.hydra = masked
+    clean: set[int] = set()  # ids of config containers without a key Sacred refuses
+    for point in points:
+        path = sacred_key_problem(point.config, clean)
+        if path is not None:
+            raise LaunchError(config_key_message(path, point.overrides))
     checked: dict[int, Any] = {}  # id -> node (kept alive while its id is a key)
     judged: set[str] = set()
     for point in points:
@@ -263,6 +269,32 @@ def check_job_dirs(hydra: Mapping[str, Any], judged: set[str]) -> None:
         if problem is not None:
             raise LaunchError(f"{problem}; nothing was staged")
         judged.add(str(value))
+
+
+def config_key_message(path: Sequence[str], overrides: Sequence[str]) -> str:
+    """The refusal of a config key Sacred would refuse in every job (pure; ``path``: from
+    ``documents.sacred_key_problem``): the key, where it is, and where it came from, the
+    point's override (of ``overrides``) that sets it or a value above it, else the app's
+    config."""
+    key, parents = path[-1], path[:-1]
+    where = f" (under {'/'.join(parents)})" if parents else ""
+    source = "the app's config (its config files, structured configs or defaults)"
+    best = 0
+    for text in overrides:
+        try:
+            override = parse_override(text)
+        except Exception:  # Hydra parsed it before; a text it did not is not the source
+            continue
+        if override.package is not None:
+            continue
+        parts = override.key_or_group.split(".")
+        if len(parts) > best and list(path[: len(parts)]) == parts:
+            best, source = len(parts), f"the override {text!r}"
+    return (
+        f"config key {key!r}{where} comes from {source}: Sacred refuses config keys that "
+        "contain '.' or start with '$' (or are its jsonpickle tags such as 'py/object'), so "
+        "every job would fail. Rename the key; nothing was staged."
+    )
 
 
 class DependencyCheck:

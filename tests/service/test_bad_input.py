@@ -328,3 +328,48 @@ def test_full_disk_in_the_submitit_folder_says_so_and_documents_stay_staged(
     assert "sbatch refused" not in proc.stderr
     assert "mem_gb" not in proc.stderr
     assert [d["status"] for d in test_db["fail"].find()] == ["STAGED"]
+
+
+@pytest.mark.parametrize(
+    "overrides, phrase",
+    [
+        (
+            ["x=1", "+tags={v1.0: 1}"],
+            "config key 'v1.0' (under tags) comes from the override '+tags",
+        ),
+        (["x=1", "+meta={a: {$ref: 2}}"], "config key '$ref' (under meta/a) comes from the over"),
+        # the bad key only in the second staging chunk: the first chunk's document goes again
+        (["x=1", "+meta=choice({a: 1},{v1.0: 1})"], "config key 'v1.0' (under meta) comes from"),
+    ],
+)
+def test_a_config_key_sacred_refuses_is_refused_before_staging_naming_its_override(
+    test_db, tmp_path, overrides, phrase
+):
+    """Hydra and OmegaConf accept keys with ``.`` or a leading ``$``; Sacred refuses them in
+    every job ("Invalid key"). The launch refuses them, naming the key and the override it came
+    from, and stages nothing."""
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml_local",
+        *overrides,
+        cwd=tmp_path,
+        env={"SEML_HYDRA_STAGE_CHUNK": "1"},
+    )
+    assert_clean_error(proc, phrase, "Rename the key; nothing was staged")
+    assert test_db["fail"].count_documents({}) == 0
+    assert not list(test_db["fs.files"].find({}))
+
+
+def test_a_config_key_sacred_refuses_in_the_apps_config_is_named_with_its_origin(test_db, tmp_path):
+    app = tmp_path / "dotted.py"
+    app.write_text(
+        "import hydra\n\n\n"
+        '@hydra.main(version_base="1.3", config_path=".", config_name="dotted")\n'
+        "def main(cfg):\n    return 1\n\n\n"
+        'if __name__ == "__main__":\n    main()\n'
+    )
+    (tmp_path / "dotted.yaml").write_text("x: 1\nversions:\n  v2.1: new\n")
+    proc = run_test_app(str(app), "hydra/launcher=seml_local", "x=1,2", cwd=tmp_path)
+    assert_clean_error(proc, "config key 'v2.1' (under versions) comes from the app's config")
+    assert test_db.list_collection_names() == []
