@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core.documents import same
+from seml_hydra.core.errors import UserError
 from seml_hydra.core.overrides import parse_override
 from seml_hydra.launch.compose_fast import Combination, PatchOrigin, Split
 
@@ -173,22 +174,56 @@ def compose_full(
     """One point by Hydra's full composition: ``(app config, hydra node)``, resolved."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict, read_write
+    from omegaconf.errors import InterpolationToMissingValueError
 
     cfg = config_loader.load_sweep_config(master_config, list(overrides))
     with open_dict(cfg):
         cfg.hydra.job.num = job_num
     HydraConfig.instance().set_config(cfg)
-    sweep_dir = str(OmegaConf.select(cfg, "hydra.sweep.dir"))
-    subdir = str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
-    with read_write(cfg.hydra.runtime), open_dict(cfg.hydra.runtime):
-        cfg.hydra.runtime.output_dir = os.path.abspath(os.path.join(sweep_dir, subdir))
-    HydraConfig.instance().set_config(cfg)
-    container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False, enum_to_str=True)
+    for key in ("dir", "subdir"):
+        text = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get(key)
+        if isinstance(text, str) and JOB_ID_INTERPOLATION.search(text):
+            raise JobIdError(job_id_message(f"hydra.sweep.{key}", text))
+    try:
+        sweep_dir = str(OmegaConf.select(cfg, "hydra.sweep.dir"))
+        subdir = str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
+        with read_write(cfg.hydra.runtime), open_dict(cfg.hydra.runtime):
+            cfg.hydra.runtime.output_dir = os.path.abspath(os.path.join(sweep_dir, subdir))
+        HydraConfig.instance().set_config(cfg)
+        container = OmegaConf.to_container(
+            cfg, resolve=True, throw_on_missing=False, enum_to_str=True
+        )
+    except InterpolationToMissingValueError as error:
+        if "hydra.job.id" not in str(error):
+            raise
+        raise JobIdError(job_id_message(str(error.full_key))) from None
     assert isinstance(container, dict)
     hydra_node = container.pop("hydra")
     # jobs run from elsewhere (the code snapshot): output paths must not be relative
     hydra_node["sweep"]["dir"] = os.path.abspath(str(hydra_node["sweep"]["dir"]))
     return container, hydra_node
+
+
+class JobIdError(UserError):
+    """A config that needs ``${hydra.job.id}`` at staging (:func:`job_id_message`)."""
+
+
+#: ``${hydra.job.id}`` or ``${hydra:job.id}`` in an unresolved string
+JOB_ID_INTERPOLATION = re.compile(r"\$\{\s*hydra\s*[.:]\s*job\.id\s*\}")
+
+
+def job_id_message(key: str, text: str | None = None) -> str:
+    """The refusal of ``${hydra.job.id}`` in ``key`` (unresolved ``text`` when known; pure). The
+    launcher
+    resolves every point's config and output directory once, at staging, before Slurm gives
+    the job its id (hydra-submitit-launcher resolves them in the job)."""
+    return (
+        f"{key if text is None else f'{key}={text}'} uses ${{hydra.job.id}}, the Slurm job id, which does not exist yet when "
+        "seml-hydra resolves every point's config and output directory (at staging): use "
+        "${hydra.job.num} instead (unique within the sweep, e.g. "
+        "hydra.sweep.subdir=${hydra.job.num}); the job's Slurm id is recorded in its document "
+        "(hydra.job_id). Nothing was staged."
+    )
 
 
 _SCALARS = (str, int, float, bool, type(None))

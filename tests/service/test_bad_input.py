@@ -373,3 +373,22 @@ def test_a_config_key_sacred_refuses_in_the_apps_config_is_named_with_its_origin
     proc = run_test_app(str(app), "hydra/launcher=seml_local", "x=1,2", cwd=tmp_path)
     assert_clean_error(proc, "config key 'v2.1' (under versions) comes from the app's config")
     assert test_db.list_collection_names() == []
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ("hydra.sweep.subdir=${hydra.job.num}_${hydra.job.id}", "hydra.sweep.subdir="),
+        ("hydra.sweep.subdir=${hydra:job.id}", "hydra.sweep.subdir=${hydra:job.id} uses"),
+        ("+run_name=run_${hydra.job.id}", "Error: run_name uses ${hydra.job.id}"),
+    ],
+)
+def test_the_slurm_job_id_interpolated_at_staging_is_refused_naming_the_alternative(
+    test_db, tmp_path, override, named
+):
+    """``${hydra.job.id}`` (hydra-submitit-launcher users' ``${hydra.job.num}_${hydra.job.id}``
+    subdir) exists only in the job, while the launcher resolves configs and output directories
+    at staging: one line naming the key and ``${hydra.job.num}``, not OmegaConf's traceback."""
+    proc = run_app("fail.py", "-m", "hydra/launcher=seml_local", "x=1,2", override, cwd=tmp_path)
+    assert_clean_error(proc, named, "use ${hydra.job.num} instead", "Nothing was staged")
+    assert test_db.list_collection_names() == []
