@@ -689,12 +689,26 @@ class _Launch:
         )
         return returns
 
+    def _make_sweep_dir(self) -> None:
+        """Create ``hydra.sweep.dir`` as Hydra's basic launcher does: sweepers write there
+        after the launch (Optuna's ``optimization_results.yaml``) even when every point was
+        in the collection already and no job made it. Raises ``LaunchError``."""
+        sweep_dir = str(self.base.hydra["sweep"]["dir"])
+        try:
+            os.makedirs(sweep_dir, exist_ok=True)
+        except OSError as error:
+            raise LaunchError(
+                f"cannot create the sweep dir {sweep_dir}: {error.strerror}; set "
+                "hydra.sweep.dir to a directory you can write"
+            ) from None
+
     def run(self, job_overrides: Sequence[Sequence[str]]) -> list[JobReturn]:
         """Stage, submit and wait (or not); one ``JobReturn`` per point of ``job_overrides``
         (the sweeper's list: each return carries its point's overrides)."""
         with fewer_collections():
             result = self.stage()
             jobs = self.submit()
+            self._make_sweep_dir()
             if not self.params["wait"]:
                 return self._submissions(job_overrides, result, jobs)
         ids = result.ids
