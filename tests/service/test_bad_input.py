@@ -392,3 +392,34 @@ def test_the_slurm_job_id_interpolated_at_staging_is_refused_naming_the_alternat
     proc = run_app("fail.py", "-m", "hydra/launcher=seml_local", "x=1,2", override, cwd=tmp_path)
     assert_clean_error(proc, named, "use ${hydra.job.num} instead", "Nothing was staged")
     assert test_db.list_collection_names() == []
+
+
+def test_a_point_whose_document_would_pass_16_mb_is_refused_and_nothing_is_staged(
+    test_db, tmp_path
+):
+    """A 17 MB config value (here made by the app's resolver): MongoDB refuses the document;
+    the launch says which point and which value, in one line, and leaves nothing stored."""
+    app = tmp_path / "big.py"
+    app.write_text(
+        "import hydra\nfrom omegaconf import OmegaConf\n\n"
+        'OmegaConf.register_new_resolver("big", lambda n: "a" * int(n))\n\n\n'
+        '@hydra.main(version_base="1.3", config_path=".", config_name="big")\n'
+        "def main(cfg):\n    return 1\n\n\n"
+        'if __name__ == "__main__":\n    main()\n'
+    )
+    (tmp_path / "big.yaml").write_text("x: 1\ndata:\n  small: 1\n  blob: ${big:17000000}\n")
+    proc = run_test_app(
+        str(app),
+        "hydra/launcher=seml_local",
+        "x=1,2",
+        cwd=tmp_path,
+        env={"SEML_HYDRA_STAGE_CHUNK": "1"},
+    )
+    assert_clean_error(
+        proc,
+        "the sweep point x=1 makes a document of 16.2 MiB, above MongoDB's 16 MiB limit",
+        "largest config value is config.data.blob (16.2 MiB)",
+        "Nothing was staged",
+    )
+    assert test_db["big"].count_documents({}) == 0
+    assert test_db["fs.files"].count_documents({}) == 0
