@@ -270,7 +270,8 @@ def results_table(
         A :class:`ResultsTable`, or a DataFrame.
 
     Raises:
-        ManageError: no experiment matches, or ``sort`` is no column.
+        ManageError: no experiment matches, one has a status that is not a string (a forged
+            or garbled document), or ``sort`` is no column.
         ImportError: ``to_data_frame=True`` without pandas.
     """
     pandas = need_pandas("results_table") if to_data_frame else None
@@ -289,6 +290,13 @@ def results_table(
         chosen = "/".join(states or ()) + " " if states else ""
         hint = " (-s picks other states)" if states == [COMPLETED] else ""
         raise ManageError(f"No {chosen}experiments in {collection} match{hint}.")
+    garbled = [d.get("_id") for d in docs if not isinstance(d.get("status"), str)]
+    if garbled:
+        raise ManageError(
+            f"Experiment(s) {', '.join(map(str, garbled))} of {collection} have a status that "
+            "is not a text (the document was forged or garbled): fix its status or delete it "
+            f"(`seml {collection} delete -id <id>`)."
+        )
     table = build_table(docs, sort, descending)
     if pandas is None:
         return table
