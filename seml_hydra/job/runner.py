@@ -25,6 +25,7 @@ from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff, storable_result, task_config
 from seml_hydra.core.hydra_node import job_config
 from seml_hydra.core.paths import UnsafePathError, job_dir_problem
+from seml_hydra.core.shell import seml_for
 from seml_hydra.job import rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
 from seml_hydra.job.collector import StartUpCollector
@@ -152,7 +153,7 @@ class JobRunner:
         if failed:
             raise RankExperimentsFailed(
                 f"experiment(s) {', '.join(failed)} of collection {self.collection!r} failed; "
-                f"see `seml {self.collection} print-fail-trace -id {failed[0]}`"
+                f"see `{seml_for(self.collection)} print-fail-trace -id {failed[0]}`"
             )
         return outcomes
 

@@ -23,6 +23,7 @@ from seml_hydra.core.errors import UserError
 from seml_hydra.core.paths import job_dir_problem
 from seml_hydra.core.overrides import parse_override
 from seml_hydra.core.ranges import format_ids
+from seml_hydra.core.shell import seml_for
 from seml_hydra.launch import document
 from seml_hydra.launch.after import batch_dependency
 from seml_hydra.launch.compose import iter_point_chunks
@@ -110,14 +111,14 @@ def submission_failed_message(reason: str, collection: str) -> str:
             f"Slurm could not be used from here: {reason}\nThe experiment(s) not submitted stay "
             "STAGED "
             f"in collection {collection}; launch the sweep again once Slurm answers (`sinfo`), "
-            f"or submit them with `seml {collection} start`."
+            f"or submit them with `{seml_for(collection)} start`."
         )
     return (
         f"sbatch refused the job: {reason}\nThe experiment(s) not submitted stay STAGED in "
         f"collection {collection}. Change the resources sbatch refused "
         "(hydra.launcher.partition, mem_gb, gres, additional_parameters... or the slurm "
         "preset) and launch the sweep again: it submits the staged experiments with the "
-        f"new options (`seml {collection} start` would reuse the old ones)."
+        f"new options (`{seml_for(collection)} start` would reuse the old ones)."
     )
 
 
@@ -131,7 +132,7 @@ def submitted_note(arrays: Sequence[Any], collection: str) -> str:
     count = sum(len(exp_ids) for a in arrays for _, exp_ids in a.jobs.values())
     return (
         f"\nThe {count} experiment(s) submitted before it (job(s) {ids}) run; this launch does "
-        f"not wait for them: follow them with `seml {collection} status`."
+        f"not wait for them: follow them with `{seml_for(collection)} status`."
     )
 
 
@@ -439,7 +440,7 @@ class _Launch:
             int(launcher.get("snapshot_max_file_kb", 1024)),
         )
         for path, reason in skipped:
-            self.console.print(f"Not in the code snapshot: {path} ({reason})")
+            self.console.print(f"Not in the code snapshot: {path} ({reason})", markup=False)
         seml["source_files"] = upload_sources(self.db, self.collection_name, batch_id, files, lease)
         main_file = script_in_snapshot(seml["executable"], root, seml["source_files"])
         if main_file is not None:
@@ -579,7 +580,12 @@ class _Launch:
         )
 
     def _say_staged(self, result: Any) -> None:
-        where = f"collection [bold]{self.collection_name}[/] ({self.settings.describe()})"
+        from rich.markup import escape
+
+        where = (
+            f"collection [bold]{escape(self.collection_name)}[/] "
+            f"({escape(self.settings.describe())})"
+        )
         if result.new_ids:
             self.console.print(
                 f"Staged {len(result.new_ids)} new experiment(s) in {where}, batch "
@@ -645,7 +651,8 @@ class _Launch:
             jobs.update(array.jobs)
             self.console.print(
                 f"Submitted {len(array.jobs)} job(s) as {array.cluster} job {array.array_id} "
-                f"({array.name}); output in {array.folder}"
+                f"({array.name}); output in {array.folder}",
+                markup=False,
             )
         return jobs
 
@@ -685,7 +692,8 @@ class _Launch:
             )
             returns.append(ret)
         self.console.print(
-            f"Not waiting (wait=false). Follow with `seml {self.collection_name} status`."
+            f"Not waiting (wait=false). Follow with `{seml_for(self.collection_name)} status`.",
+            markup=False,
         )
         return returns
 

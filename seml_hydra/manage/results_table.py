@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from seml_hydra.core.shell import seml_for
 from seml_hydra.core.states import COMPLETED
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.store.results import flatten, get_results, need_pandas
@@ -295,7 +296,7 @@ def results_table(
         raise ManageError(
             f"Experiment(s) {', '.join(map(str, garbled))} of {collection} have a status that "
             "is not a text (the document was forged or garbled): fix its status or delete it "
-            f"(`seml {collection} delete -id <id>`)."
+            f"(`{seml_for(collection)} delete -id <id>`)."
         )
     table = build_table(docs, sort, descending)
     if pandas is None:

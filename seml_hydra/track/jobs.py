@@ -13,6 +13,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids
+from seml_hydra.core.shell import seml_for
 from seml_hydra.slurm.parse import is_alive, parse_job_id
 
 #: a heartbeat younger than this (seconds) proves a run alive when Slurm has no record of its
@@ -356,7 +357,7 @@ def stuck_message(job: str, reason: str, name: str) -> str:
     (``seml <name> release``; an administrator's hold, as root or by the administrator)."""
     head = f"Slurm will not start job {job} ({reason}): {STUCK_REASONS[reason]}"
     if reason == "JobHeldUser":
-        return f"{head}. Release it with `seml {name} release`"
+        return f"{head}. Release it with `{seml_for(name)} release`"
     if reason == "JobHeldAdmin":
-        return f"{head}. It starts once released: `seml {name} release` as root, or ask them"
-    return f"{head}. Cancel it with `seml {name} cancel` and change the resources"
+        return f"{head}. It starts once released: `{seml_for(name)} release` as root, or ask them"
+    return f"{head}. Cancel it with `{seml_for(name)} cancel` and change the resources"

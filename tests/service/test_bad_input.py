@@ -423,3 +423,22 @@ def test_a_point_whose_document_would_pass_16_mb_is_refused_and_nothing_is_stage
     )
     assert test_db["big"].count_documents({}) == 0
     assert test_db["fs.files"].count_documents({}) == 0
+
+
+def test_a_collection_name_with_a_space_and_markup_is_quoted_and_shown_as_it_is(test_db, tmp_path):
+    """The hints name the collection shell-quoted (copied, ``seml my runs status`` would
+    manage the collection ``my``), and rich markup in the name is printed, not applied."""
+    name = "my [bold]runs"
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml_local",
+        "hydra.launcher.wait=false",
+        f"hydra.launcher.collection='{name}'",
+        "fail_on=-1",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"Staged 1 new experiment(s) in collection {name} (" in proc.stdout, proc.stdout
+    assert "Follow with `seml 'my [bold]runs' status`." in proc.stdout, proc.stdout
+    assert test_db[name].count_documents({}) == 1
