@@ -28,7 +28,7 @@ from seml_hydra.launch import document
 from seml_hydra.launch.after import batch_dependency
 from seml_hydra.launch.compose import iter_point_chunks
 from seml_hydra.launch.recovery import recover_interrupted_submissions
-from seml_hydra.launch.sbatch import script_text_problem, validate_launcher
+from seml_hydra.launch.sbatch import script_text_problem, slurm_only_fields, validate_launcher
 from seml_hydra.launch.stage import (
     DELETE_CHUNK,
     Stager,
@@ -180,6 +180,8 @@ def launch_points(
     )
     try:
         first = checked_chunk(next(chunks), launcher.executor)
+        if launcher.executor == "local":
+            _warn_slurm_only_fields(first, console)
         blob = pickled_batch_payload(launcher, first[0].hydra)
         settings = resolve_db_settings(params.get("db"))
         if settings.is_embedded:
@@ -380,6 +382,26 @@ def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
         if masked != given:
             out = {**out, "overrides": {**overrides, "hydra": masked}}
     return out
+
+
+def _warn_slurm_only_fields(points: Sequence[Any], console: Any) -> None:
+    """Say once which Slurm-only launcher fields (``sbatch.slurm_only_fields``) the points
+    of a ``seml_local`` launch set: the local executor runs without them."""
+    found: dict[str, None] = {}
+    seen: set[int] = set()
+    for point in points:
+        if id(point.launcher) not in seen:
+            seen.add(id(point.launcher))
+            found.update(dict.fromkeys(slurm_only_fields(point.launcher)))
+    if found:
+        from rich.markup import escape
+
+        names = ", ".join(f"hydra.launcher.{k}" for k in found)
+        console.print(
+            f"[yellow]Warning:[/] {escape(names)} only {'reach' if len(found) > 1 else 'reaches'} "
+            "Slurm; seml_local runs its "
+            "jobs on this machine without them (use hydra/launcher=seml to submit to Slurm)."
+        )
 
 
 def _warn_password_on_command_line(argv: Sequence[str], console: Any) -> None:

@@ -442,3 +442,22 @@ def test_a_collection_name_with_a_space_and_markup_is_quoted_and_shown_as_it_is(
     assert f"Staged 1 new experiment(s) in collection {name} (" in proc.stdout, proc.stdout
     assert "Follow with `seml 'my [bold]runs' status`." in proc.stdout, proc.stdout
     assert test_db[name].count_documents({}) == 1
+
+
+def test_slurm_only_fields_given_to_the_local_launcher_are_named_in_a_warning(test_db, tmp_path):
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml_local",
+        "fail_on=-1",
+        "hydra.launcher.setup=[module load x]",
+        "hydra.launcher.partition=debug",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "Warning: hydra.launcher.partition, hydra.launcher.setup only reach Slurm; seml_local "
+        "runs its jobs on this machine without them" in proc.stdout
+    ), proc.stdout
+    plain = run_app("fail.py", "-m", "hydra/launcher=seml_local", "fail_on=-1", cwd=tmp_path)
+    assert plain.returncode == 0 and "Warning" not in plain.stdout + plain.stderr, plain.stdout
