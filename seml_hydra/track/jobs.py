@@ -42,14 +42,16 @@ def task_of(doc: Mapping[str, Any]) -> tuple[str, str] | None:
     rejects ``"<id>_0"`` for such a job).
 
     A claimed experiment's ``execution`` (written by the job itself) wins over the submission's
-    ``slurm[0]``. The cluster is ``"local"`` for submitit's local executor (no Slurm job).
+    ``slurm[0]``; an ``execution`` without a cluster (written by an older version) takes
+    ``slurm[0]``'s, so another cluster's experiment is not taken for this one's. The cluster is ``"local"`` for submitit's local executor (no Slurm job).
     """
     slurm = doc.get("slurm")
     first = slurm[0] if isinstance(slurm, list) and slurm else slurm
     first = first if isinstance(first, Mapping) else {}
     execution = doc.get("execution") or {}
     if isinstance(execution, Mapping) and execution.get("array_id") is not None:
-        cluster = str(execution.get("cluster") or "slurm")
+        # an execution block of an older version names no cluster: the submission's does
+        cluster = str(execution.get("cluster") or first.get("cluster") or "slurm")
         array, task = execution["array_id"], execution.get("task_id", 0)
     elif first.get("array_id") is not None and first.get("task_id") is not None:
         cluster = str(first.get("cluster") or "slurm")
