@@ -384,6 +384,24 @@ def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def launched_from_command_line() -> bool:
+    """Whether this launch came from an app's command line (``@hydra.main``: Hydra's
+    ``_run_hydra`` is on the call stack), rather than from Python code that calls Hydra with
+    its own overrides (hydra-zen's ``launch(...)``, Hydra's compose API): then running the
+    script again would run its whole sweep, not one point."""
+    try:
+        from hydra._internal.utils import _run_hydra
+    except ImportError:  # another Hydra version: assume the usual command line
+        return True
+    code = _run_hydra.__code__
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _warn_slurm_only_fields(points: Sequence[Any], console: Any) -> None:
     """Say once which Slurm-only launcher fields (``sbatch.slurm_only_fields``) the points
     of a ``seml_local`` launch set: the local executor runs without them."""
@@ -509,6 +527,8 @@ class _Launch:
         seml = document.seml_doc(
             self.base, payload_id=payload_id, executor=self.launcher.executor, argv=sys.argv
         )
+        if not launched_from_command_line():
+            seml["launched_from_python"] = True  # print-command has no command line to give
         if self.base.launcher.get("snapshot", True):
             self._snapshot(batch_id, lease, seml)
         docs = document.LaunchDocs(
