@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from seml_hydra.core.documents import task_config
 from seml_hydra.core.shell import seml_for
 from seml_hydra.core.states import COMPLETED
 from seml_hydra.manage.selection import ManageError
@@ -239,9 +240,20 @@ class ResultsTable:
 def build_table(
     docs: Sequence[Mapping[str, Any]], sort: str | None = None, descending: bool = False
 ) -> ResultsTable:
-    """The :class:`ResultsTable` of ``docs`` (documents as stored, nested), pure."""
-    rows = [flatten(doc) for doc in docs]
+    """The :class:`ResultsTable` of ``docs`` (documents as stored, nested), pure. The
+    ``config.seed`` staging added to an app without a seed (``hydra.added_seed``) is left
+    out, as the task never saw it (``core.documents.task_config``); ``hydra`` is no column."""
+    rows = [flatten(_table_doc(doc)) for doc in docs]
     return ResultsTable(table_columns(rows), sort_rows(rows, sort, descending))
+
+
+def _table_doc(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    if "hydra" not in doc:
+        return doc
+    out = {k: v for k, v in doc.items() if k != "hydra"}
+    if isinstance(doc.get("config"), Mapping):
+        out["config"] = task_config(doc)
+    return out
 
 
 def results_table(
@@ -282,7 +294,7 @@ def results_table(
     docs = get_results(
         collection,
         filter=query,
-        fields=["_id", "status", "config", "result"],
+        fields=["_id", "status", "config", "result", "hydra.added_seed"],
         states=states,
         progress=progress,
         db=db,
