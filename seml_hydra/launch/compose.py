@@ -33,7 +33,14 @@ from typing import Any
 from seml_hydra.core.documents import same
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.overrides import parse_override
-from seml_hydra.launch.compose_fast import Combination, PatchOrigin, Split
+from seml_hydra.launch.compose_fast import (
+    JOB_ID_INTERPOLATION,
+    Combination,
+    PatchOrigin,
+    Split,
+    mark_job_id,
+    token_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -180,10 +187,10 @@ def compose_full(
     with open_dict(cfg):
         cfg.hydra.job.num = job_num
     HydraConfig.instance().set_config(cfg)
-    for key in ("dir", "subdir"):
-        text = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get(key)
-        if isinstance(text, str) and JOB_ID_INTERPOLATION.search(text):
-            raise JobIdError(job_id_message(f"hydra.sweep.{key}", text))
+    text = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("dir")
+    if isinstance(text, str) and JOB_ID_INTERPOLATION.search(text):
+        raise JobIdError(job_id_message("hydra.sweep.dir", text))
+    marked = mark_job_id(cfg)  # ${hydra.job.id} in the subdir: the job puts its id there
     try:
         sweep_dir = str(OmegaConf.select(cfg, "hydra.sweep.dir"))
         subdir = str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
@@ -197,6 +204,10 @@ def compose_full(
         if "hydra.job.id" not in str(error):
             raise
         raise JobIdError(job_id_message(str(error.full_key))) from None
+    if marked:  # only the Hydra node may hold the job id's token: the config is stored as is
+        found = token_path({k: v for k, v in container.items() if k != "hydra"})
+        if found is not None:
+            raise JobIdError(job_id_message(".".join(found)))
     assert isinstance(container, dict)
     hydra_node = container.pop("hydra")
     # jobs run from elsewhere (the code snapshot): output paths must not be relative
@@ -208,21 +219,17 @@ class JobIdError(UserError):
     """A config that needs ``${hydra.job.id}`` at staging (:func:`job_id_message`)."""
 
 
-#: ``${hydra.job.id}`` or ``${hydra:job.id}`` in an unresolved string
-JOB_ID_INTERPOLATION = re.compile(r"\$\{\s*hydra\s*[.:]\s*job\.id\s*\}")
-
-
 def job_id_message(key: str, text: str | None = None) -> str:
-    """The refusal of ``${hydra.job.id}`` in ``key`` (unresolved ``text`` when known; pure). The
-    launcher
-    resolves every point's config and output directory once, at staging, before Slurm gives
-    the job its id (hydra-submitit-launcher resolves them in the job)."""
+    """The refusal of ``${hydra.job.id}`` in ``key`` (unresolved ``text`` when known; pure):
+    the launcher resolves every point's config at staging, before Slurm gives the job its id
+    (hydra-submitit-launcher resolves it in the job). Only ``hydra.sweep.subdir`` gets the id
+    in the job (``compose_fast.mark_job_id``)."""
     return (
-        f"{key if text is None else f'{key}={text}'} uses ${{hydra.job.id}}, the Slurm job id, which does not exist yet when "
-        "seml-hydra resolves every point's config and output directory (at staging): use "
-        "${hydra.job.num} instead (unique within the sweep, e.g. "
-        "hydra.sweep.subdir=${hydra.job.num}); the job's Slurm id is recorded in its document "
-        "(hydra.job_id). Nothing was staged."
+        f"{key if text is None else f'{key}={text}'} uses ${{hydra.job.id}}, the Slurm job "
+        "id, which does not exist yet when seml-hydra resolves the config (at staging); only "
+        "hydra.sweep.subdir gets it in the job (e.g. hydra.sweep.subdir=${hydra.job.num}_"
+        "${hydra.job.id}). Elsewhere use ${hydra.job.num} instead (unique within the sweep); "
+        "the job's Slurm id is recorded in its document (hydra.job_id). Nothing was staged."
     )
 
 

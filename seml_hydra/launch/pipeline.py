@@ -20,8 +20,8 @@ from omegaconf import OmegaConf
 
 from seml_hydra.core.documents import experiment_hash, sacred_key_problem, to_bson_safe
 from seml_hydra.core.errors import UserError
-from seml_hydra.core.paths import job_dir_problem
 from seml_hydra.core.overrides import parse_override
+from seml_hydra.core.paths import job_dir_problem
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.core.shell import seml_for
 from seml_hydra.launch import document

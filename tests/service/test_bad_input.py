@@ -375,23 +375,28 @@ def test_a_config_key_sacred_refuses_in_the_apps_config_is_named_with_its_origin
     assert test_db.list_collection_names() == []
 
 
-@pytest.mark.parametrize(
-    "override, named",
-    [
-        ("hydra.sweep.subdir=${hydra.job.num}_${hydra.job.id}", "hydra.sweep.subdir="),
-        ("hydra.sweep.subdir=${hydra:job.id}", "hydra.sweep.subdir=${hydra:job.id} uses"),
-        ("+run_name=run_${hydra.job.id}", "Error: run_name uses ${hydra.job.id}"),
-    ],
-)
-def test_the_slurm_job_id_interpolated_at_staging_is_refused_naming_the_alternative(
-    test_db, tmp_path, override, named
-):
-    """``${hydra.job.id}`` (hydra-submitit-launcher users' ``${hydra.job.num}_${hydra.job.id}``
-    subdir) exists only in the job, while the launcher resolves configs and output directories
-    at staging: one line naming the key and ``${hydra.job.num}``, not OmegaConf's traceback."""
-    proc = run_app("fail.py", "-m", "hydra/launcher=seml_local", "x=1,2", override, cwd=tmp_path)
-    assert_clean_error(proc, named, "use ${hydra.job.num} instead", "Nothing was staged")
-    assert test_db.list_collection_names() == []
+def test_the_slurm_job_id_in_a_config_value_is_refused_naming_the_alternative(test_db, tmp_path):
+    """``${hydra.job.id}`` exists only in the job, while the launcher resolves the config at
+    staging: outside ``hydra.sweep.subdir`` it is refused in one line naming the key and
+    ``${hydra.job.num}``, not with OmegaConf's traceback (nor stored as a placeholder, when
+    the subdir uses it too)."""
+    for subdir in ([], ["hydra.sweep.subdir=${hydra.job.num}_${hydra.job.id}"]):
+        proc = run_app(
+            "fail.py",
+            "-m",
+            "hydra/launcher=seml_local",
+            "x=1,2",
+            "+run_name=run_${hydra.job.id}",
+            *subdir,
+            cwd=tmp_path,
+        )
+        assert_clean_error(
+            proc,
+            "Error: run_name uses ${hydra.job.id}",
+            "use ${hydra.job.num} instead",
+            "Nothing was staged",
+        )
+        assert test_db.list_collection_names() == []
 
 
 def test_a_point_whose_document_would_pass_16_mb_is_refused_and_nothing_is_staged(
