@@ -30,6 +30,7 @@ from seml_hydra.cli.options import (
 )
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids as _ids
+from seml_hydra.core.shell import seml_for
 from seml_hydra.track.outputs import terminal_safe
 from seml_hydra.track.query import and_
 
@@ -44,7 +45,7 @@ def _report_detect(result: Any, name: str) -> None:
 
     if result.recovered:
         console().print(
-            recovered_message(result.recovered, f"submit them with `seml {name} start`.")
+            recovered_message(result.recovered, f"submit them with `{seml_for(name)} start`.")
         )
     if result.warning:
         err_console().print(f"[yellow]Warning:[/] {result.warning}", markup=True)

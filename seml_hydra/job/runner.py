@@ -23,8 +23,9 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff, storable_result, task_config
-from seml_hydra.core.hydra_node import job_config
+from seml_hydra.core.hydra_node import JOB_ID_TOKEN, job_config, with_job_id
 from seml_hydra.core.paths import UnsafePathError, job_dir_problem
+from seml_hydra.core.shell import seml_for
 from seml_hydra.job import rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
 from seml_hydra.job.collector import StartUpCollector
@@ -159,7 +160,7 @@ class JobRunner:
         if failed:
             raise RankExperimentsFailed(
                 f"experiment(s) {', '.join(failed)} of collection {self.collection!r} failed; "
-                f"see `seml {self.collection} print-fail-trace -id {failed[0]}`"
+                f"see `{seml_for(self.collection)} print-fail-trace -id {failed[0]}`"
             )
         return outcomes
 
@@ -273,6 +274,24 @@ class JobRunner:
         """Called inside the ``except`` of a failed task, before its failure is recorded
         (``seml start --debug --post-mortem`` opens pdb here); nothing in a job."""
 
+    def _with_job_id(
+        self, collection: Any, doc: dict[str, Any], node: dict[str, Any], plan: Any, fenced: Any
+    ) -> dict[str, Any]:
+        """The point's Hydra ``node`` with this job's id where ``${hydra.job.id}`` of its
+        ``hydra.sweep.subdir`` was left at staging (``core.hydra_node.with_job_id``); the
+        primary rank records the output directory it makes in ``hydra.output_dir``."""
+        node = with_job_id(node, str(plan.job_id or "local"))
+        if plan.is_primary:
+            output_dir = node["runtime"]["output_dir"]
+            retrying(
+                lambda: collection.update_one(
+                    {"_id": doc["_id"], **fenced}, {"$set": {"hydra.output_dir": output_dir}}
+                ),
+                f"recording the output directory of experiment {doc['_id']}",
+            )
+            doc["hydra"]["output_dir"] = output_dir  # the observer's copy says the same
+        return node
+
     def _run_claimed(
         self,
         db: Any,
@@ -305,6 +324,8 @@ class JobRunner:
                 lambda: load_payload(db, self.payload_id, main), "loading the batch payload"
             )
             node = adapt_hydra_node(apply_diff(base, doc["hydra"].get("node_diff", [])), plan)
+            if JOB_ID_TOKEN in str(doc["hydra"].get("output_dir") or ""):
+                node = self._with_job_id(collection, doc, node, plan, fenced)
             typed = payload.typed_hydra_base
             cfg = job_config(
                 task_config(doc),

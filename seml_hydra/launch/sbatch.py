@@ -228,6 +228,21 @@ def validate_launcher(launcher: Mapping[str, Any], executor: str = "slurm") -> N
     check_script_values(launcher, sbatch=executor == "slurm")
 
 
+#: the fields only the Slurm launcher uses (sbatch options, the script's setup, srun's
+#: arguments, Slurm's signal); ``seml_local`` runs without them (``gpus_per_task`` it uses)
+SLURM_ONLY_FIELDS = (*(k for k in SLURM_KEYS if k != "gpus_per_task"), "gpu_bind")
+_DEFAULTS = {
+    f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    for f in _FIELDS
+}
+
+
+def slurm_only_fields(launcher: Mapping[str, Any]) -> list[str]:
+    """The :data:`SLURM_ONLY_FIELDS` of ``launcher`` (a ``hydra.launcher`` node) set to
+    something else than their default, in field order (pure): what ``seml_local`` ignores."""
+    return [k for k in SLURM_ONLY_FIELDS if k in launcher and launcher[k] != _DEFAULTS[k]]
+
+
 def job_name(collection_name: str, batch_id: int, prefix: str | None = None) -> str:
     """The array's ``--job-name``: ``<collection>_<batch_id>``, after ``<prefix>_`` when the
     launcher's ``name`` is set (the recovery of interrupted submissions finds a batch's arrays

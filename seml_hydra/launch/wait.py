@@ -17,6 +17,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff, task_config
+from seml_hydra.core.shell import seml_for
 from seml_hydra.launch.recovery import recover_interrupted_submissions
 from seml_hydra.slurm import client as slurm
 from seml_hydra.store.results import restore_results
@@ -194,9 +195,10 @@ def wait_for(
                         "checking Slurm for killed jobs",
                     )
                     if detected.recovered:
-                        then = f"submit them with `seml {collection_name} start` (this launch "
+                        then = f"submit them with `{seml_for(collection_name)} start` (this launch "
                         console.print(
-                            recovered_message(detected.recovered, then + "keeps waiting).")
+                            recovered_message(detected.recovered, then + "keeps waiting)."),
+                            markup=False,
                         )
                     if detected.foreign:
                         for line in foreign_lines(detected.foreign, detected.cluster):
@@ -217,7 +219,8 @@ def wait_for(
             console.line()  # after the last progress line
         console.print(
             f"Detached. Nothing was cancelled; follow the experiments with "
-            f"`seml {collection_name} status` (or `seml queue`)."
+            f"`{seml_for(collection_name)} status` (or `seml queue`).",
+            markup=False,
         )
         raise SystemExit(130) from None
 
@@ -252,7 +255,9 @@ def _say_stuck(
     for job, reason in stuck:
         if (job, reason) not in told:
             told.add((job, reason))
-            console.print(f"{stuck_message(job, reason, name)}, or press Ctrl-C to detach.")
+            console.print(
+                f"{stuck_message(job, reason, name)}, or press Ctrl-C to detach.", markup=False
+            )
 
 
 class _Pending:

@@ -157,7 +157,8 @@ def plan_reload(collection: Any, query: Mapping[str, Any]) -> ReloadPlan:
     forge: the command shows them and asks before :func:`apply_reload`.
 
     Raises:
-        ManageError: nothing matches; only experiments in other states match; a batch has no
+        ManageError: nothing matches; only experiments in other states match; one has no
+            integer ``batch_id`` (a forged or garbled document); a batch has no
             code snapshot (launched with ``snapshot=false``) or its payload is gone; its
             project is not on this machine or has none of the files; a config dir is not
             inside the project root.
@@ -168,6 +169,14 @@ def plan_reload(collection: Any, query: Mapping[str, Any]) -> ReloadPlan:
     ok, other = split_reloadable(docs)
     if not ok:
         raise ManageError(refusal(other))
+    no_batch = [d["_id"] for d in ok if type(d.get("batch_id")) is not int]
+    if no_batch:
+        raise ManageError(
+            f"Experiment(s) {', '.join(map(str, no_batch))} of {collection.name} have no batch "
+            "id (a forged or garbled document) and reload-sources reloads batch by batch: "
+            "select the others (-b <batch>), or delete these and launch their points again. "
+            "Nothing was changed."
+        )
     by_batch: dict[Any, list[Mapping[str, Any]]] = {}
     for doc in ok:
         by_batch.setdefault(doc.get("batch_id"), []).append(doc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from seml_hydra.core.shell import seml_for
 from seml_hydra.store.errors import InvalidCollectionName
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ def validate_collection_name(name: str) -> str:
         raise bad("it must not start or end with '.'")
     if name in CLI_WORDS or name.startswith("-"):
         raise bad(
-            f"`seml {name} ...` is the seml command's own, so the collection could not be "
+            f"`{seml_for(name)} ...` is the seml command's own, so the collection could not be "
             "managed; choose another name (hydra.launcher.collection=...)"
         )
     if is_reserved_collection(name):

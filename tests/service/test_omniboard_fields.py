@@ -114,3 +114,36 @@ def test_documents_have_every_field_omniboard_reads(slurm, test_db, tmp_path):
     assert test_db["fs.files"].count_documents({"metadata.kind": "sacred_source"}) == 0
     assert test_db["fs.files"].count_documents({"metadata.type": "source_file"}) == 0
     assert test_db["fs.files"].count_documents({"metadata.type": "source_manifest"}) == 0
+
+
+def test_reset_and_delete_leave_a_metrics_view_alone_and_delete_the_runs_metrics(test_db):
+    """The README's Omniboard recipe: a view named ``metrics`` over the collection's metrics.
+    ``reset`` and ``delete`` delete the runs' metrics in ``seml_hydra_metrics.<col>`` and do
+    not write to the view (a write to a view fails: the command used to end with MongoDB's
+    error after doing its work)."""
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    metrics = test_db[metrics_collection_name("c")]
+    ids = [ObjectId(), ObjectId()]
+    metrics.insert_many(
+        [
+            {"_id": m, "run_id": i, "name": "loss", "steps": [0], "values": [1.0]}
+            for i, m in zip((1, 2), ids)
+        ]
+    )
+    test_db.command("create", "metrics", viewOn=metrics.name, pipeline=[])
+    test_db["c"].insert_many(
+        [
+            {"_id": i, "status": "FAILED", "batch_id": 1, "config": {}, "seml": {},
+             "info": {"metrics": [{"id": str(m), "name": "loss"}]}}
+            for i, m in zip((1, 2), ids)
+        ]
+    )  # fmt: skip
+    for args in (["c", "reset", "-y", "-id", "1"], ["c", "delete", "-y", "-id", "2"]):
+        result = CliRunner().invoke(app, args, prog_name="seml")
+        assert result.exit_code == 0 and "Error" not in result.output, result.output
+    assert test_db["c"].find_one({"_id": 1})["status"] == "STAGED"
+    assert test_db["c"].find_one({"_id": 2}) is None
+    assert metrics.count_documents({}) == 0
