@@ -43,6 +43,8 @@ RUN_FIELDS = (
     "command",
     "format",
     "stats",
+    "pruning",
+    "pruned",
 )
 
 
