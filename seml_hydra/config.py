@@ -133,7 +133,7 @@ class SemlLauncherConf:
     # early stopping through seml_hydra.report(name, value, step) (seml_hydra.core.pruning):
     # {rule: asha, metric: loss, mode: min, min_step: 1, reduction_factor: 3, max_step: null}
     # or {rule: median, metric: loss, mode: min, warmup_steps: 0, min_experiments: 5}; null: off
-    pruner: dict[str, Any] | None = launcher_only(None)
+    pruner: Any = launcher_only(None)
     # log level on the primary rank (global rank 0)
     primary_log_level: str = launcher_only("INFO")
     # log level on the other ranks
