@@ -7,12 +7,15 @@ step s = x + 1/s, 9 steps)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, seml_ok
+
+from seml_hydra.core.ranges import format_ids
 
 FAST = ["hydra.launcher.poll_interval_s=0.3", "hydra.launcher.snapshot=false"]
 ASHA = "hydra.launcher.pruner={rule: asha, metric: loss, mode: min, max_step: 9}"
@@ -63,6 +66,14 @@ def test_asha_stops_bad_curves_completed_with_pruned_and_runs_good_ones_to_the_e
     assert (metrics["name"], metrics["steps"], metrics["values"]) == ("loss", [1], [6.0])
     # the launcher's last line counts the stopped ones apart
     assert "pruned: 4" in proc.stdout + proc.stderr, proc.stdout
+    # status and results count them apart too
+    ids = sorted(docs[x]["_id"] for x in (5, 6, 7, 8))
+    status = seml_ok("asha", "status")
+    assert re.search(r"of which pruned\s*│\s*4\s*│\s*" + format_ids(ids), status), status
+    rows = json.loads(seml_ok("asha", "results", "--format", "json"))
+    assert {r["_id"]: r["pruned.step"] for r in rows} == {
+        d["_id"]: (1 if x >= 5 else None) for x, d in docs.items()
+    }
 
 
 @pytest.mark.slurm
