@@ -124,3 +124,20 @@ def test_a_bad_pruner_is_refused_before_staging_in_one_line(test_db, tmp_path, p
     lines = [line for line in proc.stderr.splitlines() if message in line]
     assert len(lines) == 1, proc.stderr
     assert "bad" not in test_db.list_collection_names()
+
+
+def test_reset_clears_what_early_stopping_recorded(test_db):
+    # else the next run would compare with its old rungs and stop at its first report
+    test_db["c"].insert_one(
+        {
+            "_id": 1,
+            "batch_id": 1,
+            "status": "COMPLETED",
+            "config": {"x": 1},
+            "result": 2.0,
+            "pruned": {"step": 1, "value": 2.0, "rule": "asha"},
+            "pruning": {"values": {"1": 2.0}, "rungs": {"0": 2.0}},
+        }
+    )
+    seml_ok("c", "reset", "-s", "COMPLETED", "-y")
+    assert not {"pruned", "pruning", "result"} & set(test_db["c"].find_one({"_id": 1}))
