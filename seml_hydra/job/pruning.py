@@ -93,6 +93,19 @@ def bind(
         rungs_decided=len(stored.get("rungs") or {}),
         stopped=bool(doc.get("pruned")),
     )
+    if pruner is not None:
+        _index_launches(collection)
+
+
+def _index_launches(collection: Any) -> None:
+    """An index on ``batch_id`` (a no-op when it exists): every decision reads the launch's
+    other experiments. A user who may not create indexes decides without it."""
+    from pymongo.errors import OperationFailure
+
+    try:
+        retrying(lambda: collection.create_index("batch_id"), "indexing the launches")
+    except OperationFailure:
+        pass
 
 
 def unbind() -> None:
