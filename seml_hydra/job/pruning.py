@@ -17,7 +17,8 @@ the launch's other experiments (same ``batch_id``). A stopped experiment gets ``
 {step, value, rule}`` and ends COMPLETED with the task's return value as its result; every
 later report of it returns True too. On a multi-task experiment the primary rank (global rank
 0) decides and writes ``pruning.decisions.<step>``; the other ranks wait for that field, so
-every rank gets the same answer for a step (all ranks must report the same steps).
+every rank gets the same answer for a step (all ranks must report the same steps), also
+after a requeue.
 
 Outside a seml-hydra job (no experiment bound by the run step) :func:`report` logs nothing and
 returns False; with no ``pruner`` it logs and returns False.
@@ -53,6 +54,8 @@ class _Bound:
     world_size: int
     fence: Mapping[str, Any]
     values: dict[int, float] = field(default_factory=dict)
+    #: the primary's answers of earlier attempts (a requeued run): the same again
+    decisions: dict[int, bool] = field(default_factory=dict)
     rungs_decided: int = 0
     stopped: bool = False
 
@@ -90,6 +93,7 @@ def bind(
         world_size=int(plan.world_size),
         fence=dict(fence),
         values=values,
+        decisions={int(k): bool(v) for k, v in (stored.get("decisions") or {}).items()},
         rungs_decided=len(stored.get("rungs") or {}),
         stopped=bool(doc.get("pruned")),
     )
@@ -136,6 +140,8 @@ def report(name: str, value: float, step: int) -> bool:
         return False
     if not bound.primary:
         return _await_decision(bound, step)
+    if step in bound.decisions:  # answered before this requeue: every rank got that answer
+        return bound.decisions[step]
     if not bound.stopped:
         bound.stopped = _decide(bound, value, step)
     if bound.world_size > 1:
