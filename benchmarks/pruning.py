@@ -108,8 +108,14 @@ def run_ours(mode: str, args: argparse.Namespace, mongo: str) -> dict[str, Any]:
     }
 
 
-def run_optuna(pruner_name: str, args: argparse.Namespace, family: int) -> dict[str, Any]:
-    """Optuna's pruner on the same curves in the same order, trials one after the other."""
+def run_optuna(
+    pruner_name: str, args: argparse.Namespace, family: int, jobs: int = 1
+) -> dict[str, Any]:
+    """Optuna's pruner on the same curves, trials started in the same order: one after the
+    other (``jobs=1``, no sleep), or ``jobs`` threads at a time (``study.optimize(n_jobs=...)``)
+    each step sleeping ``--step-s`` as our tasks do, so that trials overlap as ours do."""
+    import threading
+
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -121,21 +127,26 @@ def run_optuna(pruner_name: str, args: argparse.Namespace, family: int) -> dict[
     )
     pending = iter(order(args.configs, family))
     steps = [0]
+    lock = threading.Lock()
 
     def objective(trial: Any) -> float:
-        config = next(pending)
+        with lock:
+            config = next(pending)
         trial.set_user_attr("config", config)
         value = float("nan")
         for step in range(1, args.steps + 1):
+            if jobs > 1:
+                time.sleep(args.step_s)
             value = curves.loss(config, step, family)
-            steps[0] += 1
+            with lock:
+                steps[0] += 1
             trial.report(value, step)
             if trial.should_prune():
                 raise optuna.TrialPruned()
         return value
 
     study = optuna.create_study(direction="minimize", pruner=pruner)
-    study.optimize(objective, n_trials=args.configs)
+    study.optimize(objective, n_trials=args.configs, n_jobs=jobs)
     return {
         "steps": steps[0],
         "best_config": study.best_trial.user_attrs["config"],
@@ -215,7 +226,7 @@ def main() -> None:
     parser.add_argument("--family", type=int, default=0)
     parser.add_argument("--parallelism", type=int, default=4)
     parser.add_argument("--step-s", type=float, default=0.02)
-    parser.add_argument("--modes", default="grid,asha,median")
+    parser.add_argument("--modes", default="grid,asha,median", help="our rows ('' : none)")
     parser.add_argument("--replay", type=int, default=10, help="families replayed in-process")
     parser.add_argument(
         "--mongo", default=os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
@@ -233,15 +244,18 @@ def main() -> None:
         "within 1% | wall s |\n|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
-    for mode in args.modes.split(","):
+    for mode in filter(None, args.modes.split(",")):
         results[mode] = run_ours(mode, args, args.mongo)
         lines.append(
             row(f"seml-hydra {mode} (Slurm, %{args.parallelism})", results[mode], grid, best)
         )
     for name in ("sha", "median"):
-        results[f"optuna_{name}"] = run_optuna(name, args, args.family)
         label = "SuccessiveHalvingPruner" if name == "sha" else "MedianPruner"
-        lines.append(row(f"Optuna {label} (in-process)", results[f"optuna_{name}"], grid, best))
+        for jobs in (1, args.parallelism):
+            key = f"optuna_{name}" + (f"_threads{jobs}" if jobs > 1 else "")
+            results[key] = run_optuna(name, args, args.family, jobs)
+            how = "one trial at a time" if jobs == 1 else f"{jobs} threads"
+            lines.append(row(f"Optuna {label} (in-process, {how})", results[key], grid, best))
     print(f"family {args.family}: grid best = config {best_config}, final loss {best:.4f}")
     print("\n".join(lines))
 
