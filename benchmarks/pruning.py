@@ -88,11 +88,8 @@ def run_ours(mode: str, args: argparse.Namespace, mongo: str) -> dict[str, Any]:
     wall = time.monotonic() - began
     if proc.returncode != 0:
         raise SystemExit(f"{mode}: the sweep failed\n{proc.stdout}\n{proc.stderr}")
-    docs = list(
-        client[DB][collection].find(
-            {}, {"config": 1, "status": 1, "pruned": 1, "result": 1, "pruning.values": 1}
-        )
-    )
+    fields = ("config", "status", "pruned", "result", "pruning.values", "start_time")
+    docs = list(client[DB][collection].find({}, dict.fromkeys(fields, 1)).sort("start_time", 1))
     steps = sum(len((d.get("pruning") or {}).get("values") or {}) for d in docs)
     if mode == "grid":  # no pruner: report logs the metric only
         steps = args.configs * args.steps
@@ -105,27 +102,37 @@ def run_ours(mode: str, args: argparse.Namespace, mongo: str) -> dict[str, Any]:
         "pruned": sum("pruned" in d for d in docs),
         "wall_s": round(wall, 1),
         "statuses": sorted({d["status"] for d in docs}),
+        # the configurations in the order their tasks started (not quite the sweep's order:
+        # four start at once)
+        "start_order": [d["config"]["config"] for d in docs],
     }
 
 
 def run_optuna(
-    pruner_name: str, args: argparse.Namespace, family: int, jobs: int = 1
+    pruner_name: str,
+    args: argparse.Namespace,
+    family: int,
+    jobs: int = 1,
+    configs: list[int] | None = None,
 ) -> dict[str, Any]:
     """Optuna's pruner on the same curves, trials started in the same order: one after the
     other (``jobs=1``, no sleep), or ``jobs`` threads at a time (``study.optimize(n_jobs=...)``)
-    each step sleeping ``--step-s`` as our tasks do, so that trials overlap as ours do."""
+    each step sleeping ``--step-s`` as our tasks do, so that trials overlap as ours do.
+    ``configs``: another order (the one our tasks started in)."""
     import threading
+    import warnings
 
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*n_jobs.*", category=FutureWarning)
     curves = curves_module()
     pruner = (
         optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)
         if pruner_name == "sha"
         else optuna.pruners.MedianPruner()
     )
-    pending = iter(order(args.configs, family))
+    pending = iter(configs or order(args.configs, family))
     steps = [0]
     lock = threading.Lock()
 
@@ -255,6 +262,12 @@ def main() -> None:
             key = f"optuna_{name}" + (f"_threads{jobs}" if jobs > 1 else "")
             results[key] = run_optuna(name, args, args.family, jobs)
             how = "one trial at a time" if jobs == 1 else f"{jobs} threads"
+            lines.append(row(f"Optuna {label} (in-process, {how})", results[key], grid, best))
+        ours = results.get("asha" if name == "sha" else "median")
+        if ours:  # the same pruner, fed the curves in the order our tasks started
+            key = f"optuna_{name}_our_start_order"
+            results[key] = run_optuna(name, args, args.family, configs=ours["start_order"])
+            how = "one trial at a time, in our tasks' start order"
             lines.append(row(f"Optuna {label} (in-process, {how})", results[key], grid, best))
     print(f"family {args.family}: grid best = config {best_config}, final loss {best:.4f}")
     print("\n".join(lines))
