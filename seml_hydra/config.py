@@ -130,6 +130,10 @@ class SemlLauncherConf:
     after: str | None = launcher_only(None)
     # ok: after it COMPLETED (sbatch --dependency=afterok); any: after it ended (afterany)
     after_kind: str = launcher_only("ok")
+    # early stopping through seml_hydra.report(name, value, step) (seml_hydra.core.pruning):
+    # {rule: asha, metric: loss, mode: min, min_step: 1, reduction_factor: 3, max_step: null}
+    # or {rule: median, metric: loss, mode: min, warmup_steps: 0, min_experiments: 5}; null: off
+    pruner: Any = launcher_only(None)
     # log level on the primary rank (global rank 0)
     primary_log_level: str = launcher_only("INFO")
     # log level on the other ranks

@@ -26,7 +26,7 @@ from seml_hydra.core.documents import apply_diff, storable_result, task_config
 from seml_hydra.core.hydra_node import JOB_ID_TOKEN, job_config, with_job_id
 from seml_hydra.core.paths import UnsafePathError, job_dir_problem
 from seml_hydra.core.shell import seml_for
-from seml_hydra.job import rank, requeue, stats
+from seml_hydra.job import pruning, rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
 from seml_hydra.job.collector import StartUpCollector
 from seml_hydra.job.devices import local_gpu_environment
@@ -378,6 +378,8 @@ class JobRunner:
             return value
 
         usage = stats.sample(reset_gpu_peak=True) if plan.is_primary else None
+        pruner = (node.get("launcher") or {}).get("pruner")
+        pruning.bind(collection, doc, pruner, plan, fenced)  # seml_hydra.report
         try:
             with script_as_main(main):
                 if plan.attach_observers:
@@ -412,6 +414,7 @@ class JobRunner:
                 )
         finally:
             rank.set_current_plan(None)
+            pruning.unbind()
         if plan.world_size > 1 and not plan.is_primary:  # after its failure, if any
             record_rank_end(collection, exp_id, plan.global_rank, restart, outcome)
         if usage is not None:  # SEML's collect_stats (seml_hydra.job.stats)

@@ -23,6 +23,7 @@ from typing import Any
 
 from seml_hydra import config
 from seml_hydra.config import SemlLauncherConf
+from seml_hydra.core.pruning import parse_pruner
 from seml_hydra.job.devices import check_visible_gpus
 from seml_hydra.job.entry import guarded_python
 from seml_hydra.launch.after import dependency_type, parse_after
@@ -181,6 +182,7 @@ def validate_launcher(launcher: Mapping[str, Any], executor: str = "slurm") -> N
         if value is not None and (isinstance(value, bool) or not value > 0):
             raise ValueError(f"hydra.launcher.{key}={value!r}: must be positive (or null)")
     dependency_type(launcher.get("after_kind", "ok"))
+    parse_pruner(launcher.get("pruner"))
     check_visible_gpus(launcher)
     if launcher.get("after") is not None:
         parse_after(launcher["after"], "")

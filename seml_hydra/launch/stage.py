@@ -44,6 +44,8 @@ RUN_FIELDS = (
     "command",
     "format",
     "stats",
+    "pruning",
+    "pruned",
 )
 
 

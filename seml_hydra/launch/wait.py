@@ -71,13 +71,35 @@ def pending_reasons(collection: Any, ids: Sequence[int]) -> dict[str, str]:
     return {r.job_id: r.reason for r in rows if r.state == "PENDING" and r.reason}
 
 
-def count_states(collection: Any, ids: Sequence[int]) -> dict[str, int]:
-    """``{status: count}`` of the experiments ``ids``: one aggregate query."""
+class StateCounts(dict):
+    """``{status: count}``, with ``pruned``: how many of the COMPLETED ones were stopped early
+    (a ``pruned`` field: ``seml_hydra.report``)."""
+
+    pruned: int = 0
+
+
+def count_states(collection: Any, ids: Sequence[int]) -> StateCounts:
+    """``{status: count}`` of the experiments ``ids`` and how many COMPLETED ones were stopped
+    early (:class:`StateCounts`): one aggregate query."""
     pipeline = [
         {"$match": {"_id": {"$in": list(ids)}}},
-        {"$group": {"_id": "$status", "n": {"$sum": 1}}},
+        {
+            "$group": {
+                "_id": {
+                    "status": "$status",
+                    "pruned": {"$ne": [{"$type": "$pruned"}, "missing"]},
+                },
+                "n": {"$sum": 1},
+            }
+        },
     ]
-    return {row["_id"]: row["n"] for row in collection.aggregate(pipeline)}
+    counts = StateCounts()
+    for row in collection.aggregate(pipeline):
+        status = row["_id"]["status"]
+        counts[status] = counts.get(status, 0) + row["n"]
+        if row["_id"]["pruned"] and status == states.COMPLETED:
+            counts.pruned += row["n"]
+    return counts
 
 
 #: the waiter spends at most about 1/this of its time in the state count: the pause between two
@@ -166,6 +188,11 @@ def wait_for(
     def render(counts: Mapping[str, int]) -> Text:
         done = sum(counts.get(s, 0) for s in states.TERMINAL)
         parts = [f"{s.lower()}: {counts[s]}" for s in states.ALL if counts.get(s)]
+        pruned = getattr(counts, "pruned", 0)
+        if pruned:  # stopped early (seml_hydra.report), among the COMPLETED ones
+            parts.insert(
+                parts.index(f"completed: {counts[states.COMPLETED]}") + 1, f"pruned: {pruned}"
+            )
         elapsed = int(time.monotonic() - start)
         return Text(
             f"{collection_name}: {done}/{len(unique)} finished ({', '.join(parts)}) [{elapsed}s]"

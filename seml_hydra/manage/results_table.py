@@ -30,6 +30,8 @@ from seml_hydra.track.outputs import terminal_safe
 #: the prefixes of the columns: config keys (only those that vary) and result fields (all)
 CONFIG = "config."
 RESULT = "result"
+#: the column of the step an experiment was stopped early at (``seml_hydra.report``)
+PRUNED_STEP = "pruned.step"
 
 
 def _canonical(value: Any) -> str:
@@ -96,12 +98,15 @@ def _keys(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def table_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The columns of the results table of ``rows`` (flattened documents), pure: ``_id``;
-    ``status`` when the rows are in more than one state; the config keys that vary
+    ``status`` when the rows are in more than one state; ``pruned.step`` (where it was stopped
+    early: ``seml_hydra.report``) when a row was; the config keys that vary
     (:func:`varying_keys`); every result field (``result`` when a result is a plain value,
     ``result.<field>...`` for a mapping), in first-seen order."""
     columns = ["_id"]
     if len({row.get("status") for row in rows}) > 1:
         columns.append("status")
+    if any(PRUNED_STEP in row for row in rows):
+        columns.append(PRUNED_STEP)
     columns += varying_keys(rows, CONFIG)
     results = [key for key in _keys(rows) if key == RESULT or key.startswith(RESULT + ".")]
     return columns + results
@@ -294,7 +299,7 @@ def results_table(
     docs = get_results(
         collection,
         filter=query,
-        fields=["_id", "status", "config", "result", "hydra.added_seed"],
+        fields=["_id", "status", "config", "result", "hydra.added_seed", "pruned"],
         states=states,
         progress=progress,
         db=db,

@@ -13,6 +13,7 @@ from seml_hydra.manage.describe import status_groups
 from seml_hydra.slurm import client as slurm
 from seml_hydra.track import census
 from seml_hydra.track.jobs import STUCK_REASONS, stuck_message
+from seml_hydra.track.query import and_
 
 
 def pending_arrays(docs: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -46,6 +47,14 @@ def status_table(
     if groups is None:
         groups = status_groups(collection, query, keys)
     return groups, pending_arrays(doc for doc, _ in groups)
+
+
+def pruned_ids(collection: Any, query: Mapping[str, Any]) -> list[Any]:
+    """The ids of the COMPLETED experiments matching ``query`` that were stopped early (a
+    ``pruned`` field: ``seml_hydra.report``), by ``_id``; one query on the sparse index of
+    ``pruned.step`` (``store.collections.JOB_INDEXES``). Raises pymongo errors."""
+    found = and_(query, {"pruned.step": {"$exists": True}, "status": states.COMPLETED})
+    return [d["_id"] for d in collection.find(found, {"_id": 1}).sort("_id", 1)]
 
 
 def stuck_messages(arrays: Sequence[str], name: str) -> list[str]:

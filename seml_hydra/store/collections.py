@@ -205,12 +205,14 @@ def next_ids(
 #: the Slurm array of a submission or a run (``seml queue``, ``cancel``: the experiments of
 #: the jobs squeue lists) and the mark of a submission under way (``slurm.0.submitting``, which
 #: every ``status`` looks for: ``launch.recovery.recover_interrupted_submissions``; sparse: only
-#: the experiments being submitted have it); created by :func:`ensure_job_indexes`
+#: the experiments being submitted have it) and the step of an experiment stopped early
+#: (``pruned.step``, which ``status`` counts apart; sparse); created by :func:`ensure_job_indexes`
 JOB_INDEXES = (
     ("status", False),
     ("slurm.array_id", False),
     ("execution.array_id", False),
     ("slurm.0.submitting", True),
+    ("pruned.step", True),
 )
 
 
