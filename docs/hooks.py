@@ -49,12 +49,32 @@ def _default(f: dataclasses.Field[Any]) -> Any:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
         value = f.default_factory()
-        return value if not dataclasses.is_dataclass(value) else "{...}"
+        return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
     return "(required)"
 
 
 def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _prose(text: str) -> str:
+    """A comment as Markdown table text: ``_`` outside backquotes escaped (``_target_`` is no
+    emphasis), ``|`` escaped."""
+    parts = text.split("`")
+    parts[::2] = [part.replace("_", "\\_").replace("*", "\\*") for part in parts[::2]]
+    return _cell("`".join(parts))
+
+
+def _yaml(value: Any) -> str:
+    """A default as Hydra's YAML writes it (``null``, ``true``, ``[]``)."""
+    import yaml
+
+    return (
+        yaml.safe_dump(value, default_flow_style=True, width=1000)
+        .strip()
+        .removesuffix("...")
+        .strip()
+    )
 
 
 def launcher_fields_markdown() -> str:
@@ -68,13 +88,13 @@ def launcher_fields_markdown() -> str:
         sbatch = f.metadata.get(config.SBATCH)
         default = _default(f)
         rows.append(
-            f"| `{f.name}` | `{_cell(default)!s}` | {f'`--{sbatch}`' if sbatch else ''} | "
-            f"{_cell(comments.get(f.name, ''))} |"
+            f"| `{f.name}` | `{_cell(_yaml(default))}` | {f'`--{sbatch}`' if sbatch else ''} | "
+            f"{_prose(comments.get(f.name, ''))} |"
         )
     db = field_comments(source, "DbConf")
     rows += ["", "| `db.` field | default | what it does |", "| --- | --- | --- |"]
     for f in dataclasses.fields(config.DbConf):
-        rows.append(f"| `db.{f.name}` | `{_default(f)}` | {_cell(db.get(f.name, ''))} |")
+        rows.append(f"| `db.{f.name}` | `{_yaml(_default(f))}` | {_prose(db.get(f.name, ''))} |")
     return "\n".join(rows) + "\n"
 
 

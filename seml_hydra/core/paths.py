@@ -18,7 +18,13 @@ import stat
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["UnsafePathError", "job_dir_problem", "unsafe_file", "unsafe_path_part"]
+__all__ = [
+    "UnsafePathError",
+    "job_dir_problem",
+    "unsafe_file",
+    "unsafe_import_dir",
+    "unsafe_path_part",
+]
 
 
 class UnsafePathError(Exception):
@@ -92,6 +98,25 @@ def unsafe_path_part(path: str | os.PathLike[str], uid: int | None = None) -> st
                     f"{prefix} is a directory {writers} can write "
                     f"(mode {stat.S_IMODE(st.st_mode):04o}, no sticky bit)"
                 )
+    return None
+
+
+def unsafe_import_dir(path: str | os.PathLike[str], uid: int | None = None) -> str | None:
+    """Why a module another user planted in the directory ``path`` could be imported by a
+    process with ``path`` on ``sys.path``, or None: :func:`unsafe_path_part`, or the directory
+    itself lets others add entries (o+w, or g+w with other users in the group), sticky or not
+    (``/tmp``: the sticky bit keeps your files, not theirs, out of reach)."""
+    me = os.geteuid() if uid is None else uid
+    problem = unsafe_path_part(path, me)
+    if problem is not None:
+        return problem
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & stat.S_IWOTH or (mode & stat.S_IWGRP and _group_has_others(st.st_gid, me)):
+        return f"{path} is a directory other users can add files to (mode {mode:04o})"
     return None
 
 

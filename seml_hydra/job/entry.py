@@ -2,9 +2,13 @@
 unpickle, then hand over to submitit (``submitit.core.submission.process_job``).
 
 submitit's job command is ``<python> -u -m submitit.core._submit <folder>``; the launcher
-sets ``python`` to ``<python> -u -m seml_hydra.job.entry`` (``launch.sbatch.executor_arguments``),
-so a job runs ``<python> -u -m seml_hydra.job.entry -u -m submitit.core._submit <folder>``.
-Unpickling runs code: a ``*_submitted.pkl`` another user could write or swap (their file, a
+sets ``python`` to ``<python> -u -c '<BOOTSTRAP>'`` (:func:`guarded_python`,
+``launch.sbatch.executor_arguments``), so a job runs ``<python> -u -c '<BOOTSTRAP>' -u -m
+submitit.core._submit <folder>``. Not ``-m``: for ``-m`` Python puts the working directory (the
+launch directory) first on ``sys.path`` before any of our code runs, so a ``seml_hydra`` or
+``submitit`` package another user planted there (``/tmp`` is writable by all) would run as you.
+The bootstrap drops that entry, and :func:`main` puts the working directory back only when no
+other user can add files to it (``core.paths.unsafe_import_dir``). Unpickling runs code: a ``*_submitted.pkl`` another user could write or swap (their file, a
 link, a folder they own or can write) would run their code as the job's user, with the
 user's database credentials. Such a pickle is refused with one line on stderr and exit code 1;
 nothing is loaded (``core.paths.unsafe_file``). hydra-submitit-launcher and SEML load it
@@ -14,13 +18,21 @@ unchecked.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
 
-from seml_hydra.core.paths import unsafe_file
+from seml_hydra.core.paths import unsafe_file, unsafe_import_dir
 
-__all__ = ["SUBMITIT_ARGS", "guarded_python", "main"]
+__all__ = ["BOOTSTRAP", "SUBMITIT_ARGS", "guarded_python", "main"]
+
+#: the ``-c`` program every job starts with: no working directory on ``sys.path`` (empty
+#: entries) before this module is imported from the installed package
+BOOTSTRAP = (
+    "import sys; sys.path[:] = [p for p in sys.path if p]; "
+    "from seml_hydra.job.entry import main; sys.exit(main())"
+)
 
 #: what submitit puts between ``python`` and the folder (``SlurmExecutor._submitit_command_str``)
 SUBMITIT_ARGS = ["-u", "-m", "submitit.core._submit"]
@@ -31,8 +43,8 @@ PICKLE_WAIT_S = 60
 def guarded_python(python: str) -> str:
     """The submitit ``python`` setting that runs this module before submitit: ``python``
     (a shell word or words, e.g. ``exec /opt/venv/bin/python`` or ``singularity exec img
-    python``) followed by ``-u -m seml_hydra.job.entry``. Pure."""
-    return f"{python} -u -m seml_hydra.job.entry"
+    python``) followed by ``-u -c '<BOOTSTRAP>'`` (:data:`BOOTSTRAP`). Pure."""
+    return f"{python} -u -c {shlex.quote(BOOTSTRAP)}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,6 +59,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"seml-hydra: unexpected job command arguments {args!r}", file=sys.stderr)
         return 1
     folder = args[-1]
+    cwd = os.getcwd()
+    unsafe_cwd = unsafe_import_dir(cwd)
+    if unsafe_cwd is None:  # where -m would have put it: the launch directory's modules
+        sys.path.insert(0, cwd)
+    else:
+        print(
+            f"seml-hydra: the job's working directory is not on the import path: {unsafe_cwd}",
+            file=sys.stderr,
+        )
     os.environ["SUBMITIT_FOLDER"] = folder
     from submitit.core.job_environment import JobEnvironment
 

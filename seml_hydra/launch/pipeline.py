@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from seml_hydra.core.documents import experiment_hash, sacred_key_problem, to_bson_safe
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.overrides import parse_override
-from seml_hydra.core.paths import job_dir_problem
+from seml_hydra.core.paths import job_dir_problem, unsafe_import_dir
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.core.shell import seml_for
 from seml_hydra.launch import document
@@ -168,6 +168,7 @@ def launch_points(
             "sweeper."
         )
     collection_name = validate_collection_name(str(params["collection"]))
+    check_launch_directory(launcher.executor)
     problem = script_text_problem(collection_name, sbatch_line=launcher.executor == "slurm")
     if problem is not None:
         raise LaunchError(
@@ -202,6 +203,23 @@ def launch_points(
         return launch.run(job_overrides)
     finally:
         chunks.close()
+
+
+def check_launch_directory(executor: str) -> None:
+    """Refuse a ``seml_local`` launch from a working directory other users can add files to
+    (``core.paths.unsafe_import_dir``: ``/tmp`` itself, a 0777 folder): submitit starts its local
+    jobs as ``python -m submitit.local._local`` there, and ``-m`` imports a ``submitit``
+    package planted in it before anything is checked. Slurm jobs start without the directory on
+    ``sys.path`` (``job.entry.BOOTSTRAP``). Raises ``LaunchError``."""
+    if executor != "local":
+        return
+    problem = unsafe_import_dir(os.getcwd())
+    if problem is not None:
+        raise LaunchError(
+            f"Not launching seml_local jobs from here: {problem}, so another user could put "
+            "a module there that the jobs would import and run as you. cd to a directory of "
+            "yours and launch again; nothing was staged"
+        )
 
 
 def checked_chunk(points: list[Any], executor: str) -> list[Any]:

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import launch_gate, squeue_tasks, statuses, wait_until
+from conftest import launch_gate, run_app, squeue_tasks, statuses, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -113,3 +113,33 @@ def test_a_job_does_not_write_into_a_sweep_dir_others_can_write_since_the_launch
     trace = "".join(coll.find_one({"_id": 1})["fail_trace"])
     assert f"{day} is a directory every user can write (mode 0777, no sticky bit)" in trace
     assert not list(day.rglob(".hydra"))  # Hydra wrote nothing there
+
+
+PLANTED = "import pathlib, os\npathlib.Path(os.environ['PWNED']).write_text('ran as the job user')\n"
+
+
+def test_a_module_planted_in_the_launch_directory_never_runs_in_a_job(
+    slurm, test_db, tmp_path, shared_tmp, other_user
+):
+    """Launched from a directory every user may add files to (sticky, as /tmp): another user's
+    ``seml_hydra`` and ``submitit`` packages there are not what the job imports (``python -m``
+    would put the directory first on ``sys.path``); seml_local refuses to launch from there."""
+    shared_tmp.mkdir()
+    shared_tmp.chmod(0o1777)
+    for package in ("seml_hydra", "submitit"):
+        other_user.run("mkdir", str(shared_tmp / package), check=True)
+        other_user.run(
+            "sh", "-c", f"cat > {shared_tmp / package}/__init__.py", input=PLANTED, check=True
+        )
+    pwned = tmp_path / "pwned"
+    env = {"PWNED": str(pwned)}
+    sweep = f"hydra.sweep.dir={tmp_path}/multirun"
+    proc = run_app("fail.py", "-m", "hydra/launcher=seml", "fail_on=-1", "x=1", sweep,
+                   cwd=shared_tmp, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert statuses(test_db["fail"]) == {1: "COMPLETED"}
+    assert not pwned.exists()
+    local = run_app("fail.py", "-m", "hydra/launcher=seml_local", "fail_on=-1", "x=2", sweep,
+                    cwd=shared_tmp, env=env)  # fmt: skip
+    assert local.returncode == 1 and "Not launching seml_local jobs from here" in local.stderr
+    assert not pwned.exists() and test_db["fail"].count_documents({}) == 1

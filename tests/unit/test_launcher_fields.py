@@ -12,6 +12,7 @@ import sys
 import pytest
 from conftest import launcher, refusal
 
+from seml_hydra.job import entry
 from seml_hydra.launch.recovery import orphan_arrays
 from seml_hydra.launch.sbatch import (
     executor_arguments,
@@ -102,7 +103,7 @@ def test_srun_args_must_be_a_list_of_strings():
         validate_launcher(launcher(srun_args="--cpu-bind=cores"))
 
 
-GUARD = ["-u", "-m", "seml_hydra.job.entry", "-u", "-m", "submitit.core._submit"]
+GUARD = ["-u", "-c", entry.BOOTSTRAP, "-u", "-m", "submitit.core._submit"]
 
 
 def test_python_is_the_command_the_job_runs_through_the_pickle_check(tmp_path):
@@ -117,11 +118,11 @@ def test_python_is_the_command_the_job_runs_through_the_pickle_check(tmp_path):
 
 
 def test_python_reaches_the_local_executor_too():
-    entry = "-u -m seml_hydra.job.entry"
+    guard = f"-u -c {shlex.quote(entry.BOOTSTRAP)}"
     quoted = shlex.quote(sys.executable)
-    assert executor_arguments(launcher(python="py3"), "local") == {"local_python": f"py3 {entry}"}
-    assert executor_arguments(launcher(nodes=2), "slurm") == {"slurm_python": f"{quoted} {entry}"}
-    assert executor_arguments(launcher(), "local") == {"local_python": f"{quoted} {entry}"}
+    assert executor_arguments(launcher(python="py3"), "local") == {"local_python": f"py3 {guard}"}
+    assert executor_arguments(launcher(nodes=2), "slurm") == {"slurm_python": f"{quoted} {guard}"}
+    assert executor_arguments(launcher(), "local") == {"local_python": f"{quoted} {guard}"}
 
 
 def test_stderr_to_stdout_drops_the_error_file(tmp_path):
