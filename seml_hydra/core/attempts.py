@@ -123,16 +123,23 @@ def current_number(doc: Mapping[str, Any]) -> int:
     return (last if isinstance(last, int) and not isinstance(last, bool) else len(entries)) + 1
 
 
-def resolve_attempt(selector: int, current: int) -> int:
-    """The attempt number ``selector`` means for an experiment whose current run is number
-    ``current`` (pure): a positive ``selector`` is the number itself (1 = the first run), a
-    negative one counts back from the current run (-1 = the current run, -2 = the one before).
-    Raises ``ValueError`` for 0, a non-integer, or a number outside ``1..current``."""
+def check_selector(selector: Any) -> int:
+    """``selector`` when it can name an attempt (pure): a non-zero integer. Raises
+    ``ValueError`` saying what to give otherwise."""
     if isinstance(selector, bool) or not isinstance(selector, int) or selector == 0:
         raise ValueError(
             f"attempt={selector!r}: give an attempt number (1 = the first run) or a negative "
             "index (-1 = the current run, -2 = the one before)."
         )
+    return selector
+
+
+def resolve_attempt(selector: int, current: int) -> int:
+    """The attempt number ``selector`` means for an experiment whose current run is number
+    ``current`` (pure): a positive ``selector`` is the number itself (1 = the first run), a
+    negative one counts back from the current run (-1 = the current run, -2 = the one before).
+    Raises ``ValueError`` for 0, a non-integer, or a number outside ``1..current``."""
+    check_selector(selector)
     number = selector if selector > 0 else current + 1 + selector
     if not 1 <= number <= current:
         raise ValueError(
@@ -149,3 +156,47 @@ def trace_tail(lines: Any, count: int = 3) -> str:
         return ""
     kept = [str(line).strip() for line in lines if str(line).strip()]
     return " | ".join(kept[-count:])
+
+
+def current_entry(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The current run of ``doc`` as a history entry would hold it (pure; the fields of
+    :func:`entry_expression` but ``moved_by``/``moved_time``, plus ``current: True``), for
+    showing it after the history. A field the run has not written is left out."""
+    execution = doc.get("execution") if isinstance(doc.get("execution"), Mapping) else {}
+    host = doc.get("host")
+    trace = doc.get("fail_trace")
+    found = {
+        "attempt": current_number(doc),
+        "status": doc.get("status"),
+        "start_time": doc.get("start_time"),
+        "stop_time": doc.get("stop_time"),
+        "heartbeat": doc.get("heartbeat"),
+        "host": host.get("hostname", host) if isinstance(host, Mapping) else host,
+        "cluster": execution.get("cluster"),
+        "array_id": execution.get("array_id"),
+        "task_id": execution.get("task_id"),
+        "restart": execution.get("restart"),
+        "output_file": execution.get("slurm_output_file"),
+        "fail_trace_tail": trace[-TRACE_TAIL_LINES:] if isinstance(trace, list) else None,
+        "pruned": doc.get("pruned"),
+    }
+    return {k: v for k, v in found.items() if v is not None} | {"current": True}
+
+
+def job_label(entry: Mapping[str, Any]) -> str:
+    """``<array>_<task>`` of an entry's job (``restart N`` appended after a requeue), or ``""``
+    (pure)."""
+    if entry.get("array_id") is None:
+        return ""
+    label = f"{entry.get('array_id')}_{entry.get('task_id', '?')}"
+    restart = entry.get("restart")
+    return f"{label} (restart {restart})" if isinstance(restart, int) and restart else label
+
+
+def why_it_ended(entry: Mapping[str, Any], lines: int = 2) -> str:
+    """What an entry says of how its run ended (pure): its ``pruned`` step and value, else the
+    last ``lines`` lines of its fail trace (:func:`trace_tail`), else ``""``."""
+    pruned = entry.get("pruned")
+    if isinstance(pruned, Mapping):
+        return f"pruned at step {pruned.get('step')} ({pruned.get('rule')}: {pruned.get('value')})"
+    return trace_tail(entry.get("fail_trace_tail"), lines)
