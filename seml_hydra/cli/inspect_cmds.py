@@ -172,9 +172,10 @@ def print_attempts(target: Target, num_experiments: AtMost = 0) -> None:
         raise ManageError("No experiments match the filters.")
     for exp_id, entries in found:
         table = Table(title=f"experiment {shown(exp_id)}", title_justify="left")
-        for name in ("#", "Status", "Started", "Stopped", "Host", "Job", "Kept by", "Ended"):
-            table.add_column(name)
-        table.add_column("Output file", overflow="fold")
+        for name in ("#", "Status", "Started", "Stopped", "Host", "Job", "Kept by"):
+            table.add_column(name, no_wrap=True)
+        table.add_column("Ended", min_width=12)
+        table.add_column("Output file", overflow="fold", min_width=12)
         for entry in entries:
             table.add_row(
                 shown(entry.get("attempt", "?")),

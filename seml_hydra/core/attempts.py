@@ -193,7 +193,7 @@ def job_label(entry: Mapping[str, Any]) -> str:
     return f"{label} (restart {restart})" if isinstance(restart, int) and restart else label
 
 
-def why_it_ended(entry: Mapping[str, Any], lines: int = 2) -> str:
+def why_it_ended(entry: Mapping[str, Any], lines: int = 1) -> str:
     """What an entry says of how its run ended (pure): its ``pruned`` step and value, else the
     last ``lines`` lines of its fail trace (:func:`trace_tail`), else ``""``."""
     pruned = entry.get("pruned")
