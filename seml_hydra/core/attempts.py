@@ -117,10 +117,15 @@ def history(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def current_number(doc: Mapping[str, Any]) -> int:
     """The number of ``doc``'s current run (pure): the last entry's ``attempt`` + 1 (1 without
-    history)."""
+    history, or when that is not an integer: :func:`number_after`)."""
     entries = history(doc)
-    last = entries[-1].get("attempt") if entries else 0
-    return (last if isinstance(last, int) and not isinstance(last, bool) else len(entries)) + 1
+    return number_after(entries[-1].get("attempt") if entries else None)
+
+
+def number_after(last: Any) -> int:
+    """The number of the run after the one numbered ``last`` (pure; 1 when ``last`` is
+    missing or not an integer, as the update pipeline numbers it)."""
+    return (last if isinstance(last, int) and not isinstance(last, bool) else 0) + 1
 
 
 def check_selector(selector: Any) -> int:

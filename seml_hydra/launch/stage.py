@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from seml_hydra.core import states
-from seml_hydra.core.attempts import BY_LAUNCH, LAST_NUMBER, move_pipeline
+from seml_hydra.core.attempts import BY_LAUNCH, LAST_NUMBER, move_pipeline, number_after
 from seml_hydra.store.collections import next_ids
 
 #: run fields Sacred and the run step write; cleared when a finished experiment is reset
@@ -447,9 +447,7 @@ class Stager:
                 awaited.setdefault(doc["status"], []).append(exp_id)
                 continue
             if is_rerun:  # the earlier run's metrics are kept as its attempt's, apart
-                number = doc.get("last_attempt")
-                number = number if isinstance(number, int) and not isinstance(number, bool) else 0
-                moved.append({**doc, "attempt": number + 1})
+                moved.append({**doc, "attempt": number_after(doc.get("last_attempt"))})
             (rerun_ids if is_rerun else resubmit_ids).append(exp_id)
         if moved:
             from seml_hydra.store.metrics import tag_metrics

@@ -90,17 +90,12 @@ def reset(collection: Any, query: Mapping[str, Any]) -> ResetResult:
         attempts.move_pipeline(attempts.BY_RESET, {"status": states.STAGED}, reset_unset_fields()),
     )
     ran = [
-        {**d, "attempt": _number(d.get("last_attempt")) + 1}
+        {**d, "attempt": attempts.number_after(d.get("last_attempt"))}
         for d in docs
         if states.ALIASES.get(d.get("status"), d.get("status")) != states.STAGED
     ]
     tag_metrics(collection.database, collection.name, ran)
     return ResetResult(ids, [d["_id"] for d in ran])
-
-
-def _number(value: Any) -> int:
-    """An attempt number read back (0 for a missing or malformed one)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 @dataclass

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seml_hydra.core import states as core_states
-from seml_hydra.core.attempts import LAST_NUMBER, check_selector, resolve_attempt
+from seml_hydra.core.attempts import LAST_NUMBER, check_selector, number_after, resolve_attempt
 from seml_hydra.core.documents import plain_result
 from seml_hydra.store.client import connect
 from seml_hydra.store.collections import metrics_collection_name, validate_collection_name
@@ -252,8 +252,7 @@ def _earlier_attempts(
     current: list[dict[str, Any]] = []
     wanted: dict[int, list[Any]] = {}
     for doc in docs:
-        last = doc.get("last_attempt")
-        now = (last if isinstance(last, int) and not isinstance(last, bool) else 0) + 1
+        now = number_after(doc.get("last_attempt"))
         try:
             number = resolve_attempt(attempt, now)
         except ValueError:
