@@ -46,8 +46,6 @@ def tag_metrics(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> None:
     by_number: dict[int, list[Mapping[str, Any]]] = {}
     for doc in docs:
         by_number.setdefault(int(doc["attempt"]), []).append(doc)
-    if by_number:
-        own.create_index([("attempt_of", 1), ("attempt", 1)])
     for number, group in sorted(by_number.items()):
         ids = [d["_id"] for d in group]
         tag = {"$rename": {"run_id": "attempt_of"}, "$set": {"attempt": number}}
