@@ -8,6 +8,7 @@ One entry (the oldest first; the last :data:`HISTORY_LIMIT` are kept)::
     {"attempt": 1, "status": "FAILED", "start_time": ..., "stop_time": ..., "heartbeat": ...,
      "host": "node1", "cluster": "slurm", "array_id": 17, "task_id": 3, "restart": 0,
      "output_file": ".../17_3_0_log.out", "fail_trace_tail": ["...", "ValueError: x"],
+     "reason": <a KILLED run's: its fail trace's first line, how its job ended>,
      "pruned": {...}, "moved_by": "reset", "moved_time": ...}
 
 A field the run never had is left out. ``attempt`` numbers the runs from 1; the current run is
@@ -56,6 +57,13 @@ def entry_expression(moved_by: str) -> dict[str, Any]:
             "$cond": [
                 {"$isArray": "$fail_trace"},
                 {"$slice": ["$fail_trace", -TRACE_TAIL_LINES]},
+                "$$REMOVE",
+            ]
+        },
+        "reason": {
+            "$cond": [
+                {"$and": [{"$eq": ["$status", "KILLED"]}, {"$isArray": "$fail_trace"}]},
+                {"$arrayElemAt": ["$fail_trace", 0]},
                 "$$REMOVE",
             ]
         },
@@ -183,6 +191,7 @@ def current_entry(doc: Mapping[str, Any]) -> dict[str, Any]:
         "restart": execution.get("restart"),
         "output_file": execution.get("slurm_output_file"),
         "fail_trace_tail": trace[-TRACE_TAIL_LINES:] if isinstance(trace, list) else None,
+        "reason": trace[0] if doc.get("status") == "KILLED" and isinstance(trace, list) else None,
         "pruned": doc.get("pruned"),
     }
     return {k: v for k, v in found.items() if v is not None} | {"current": True}
@@ -199,9 +208,12 @@ def job_label(entry: Mapping[str, Any]) -> str:
 
 
 def why_it_ended(entry: Mapping[str, Any], lines: int = 1) -> str:
-    """What an entry says of how its run ended (pure): its ``pruned`` step and value, else the
-    last ``lines`` lines of its fail trace (:func:`trace_tail`), else ``""``."""
+    """What an entry says of how its run ended (pure): its ``pruned`` step and value, else its
+    ``reason`` (a KILLED run's), else the last ``lines`` lines of its fail trace
+    (:func:`trace_tail`), else ``""``."""
     pruned = entry.get("pruned")
     if isinstance(pruned, Mapping):
         return f"pruned at step {pruned.get('step')} ({pruned.get('rule')}: {pruned.get('value')})"
+    if entry.get("reason"):
+        return str(entry["reason"]).strip()
     return trace_tail(entry.get("fail_trace_tail"), lines)

@@ -109,6 +109,16 @@ def test_reset_moves_the_run_into_attempts_and_keeps_its_metrics_apart(test_db):
     assert test_db[metrics_collection_name("c")].count_documents({}) == 0
 
 
+def test_a_killed_runs_entry_keeps_how_its_job_ended(test_db):
+    killed = ["Slurm: job 17_1 ended TIMEOUT\n", "Last lines of out.log:\n", "epoch 9\n"]
+    test_db["c"].insert_one(ran(1, status="KILLED", fail_trace=killed))
+    assert seml("c", "reset", "-y").exit_code == 0
+    (entry,) = test_db["c"].find_one({"_id": 1})["attempts"]
+    assert entry["reason"] == killed[0] and entry["fail_trace_tail"] == killed
+    shown = seml("c", "print-attempts")
+    assert "Slurm: job 17_1 ended TIMEOUT" in shown.output, shown.output
+
+
 def test_the_history_keeps_the_last_20_attempts_and_drops_the_older_ones_metrics(test_db):
     coll = test_db["c"]
     coll.insert_one(ran(1))

@@ -69,6 +69,8 @@ def test_how_a_run_ended_is_its_pruning_or_its_traces_last_line():
     pruned = {"pruned": {"step": 3, "value": 0.5, "rule": "asha"}, "fail_trace_tail": ["x"]}
     assert attempts.why_it_ended(pruned) == "pruned at step 3 (asha: 0.5)"
     assert attempts.why_it_ended({}) == ""
+    killed = {"status": "KILLED", "fail_trace": ["Slurm: job 5_1 TIMEOUT\n", "Last lines\n"]}
+    assert attempts.why_it_ended(attempts.current_entry(killed)) == "Slurm: job 5_1 TIMEOUT"
 
 
 def test_the_move_is_one_pipeline_history_first_then_the_new_values_taken_literally():
