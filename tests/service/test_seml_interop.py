@@ -412,14 +412,14 @@ def test_seml057_reads_and_resets_our_documents_with_an_attempt_history(seml057,
     coll = test_db["oursagain"]
     doc = coll.find_one({"_id": 1})
     assert doc["status"] == "FAILED" and doc["attempts"][0]["moved_by"] == "launch"
-    before = list(coll.find().sort("_id", 1))
     out = seml057("list").stdout
     (row,) = [line.split() for line in out.splitlines() if "oursagain" in line.split()]
     assert row[1:] == ["0", "0", "0", "1", "0", "0", "0", "0", "1"], out
     assert "ValueError: x == 2" in seml057("oursagain", "print-fail-trace").stdout
-    assert list(coll.find().sort("_id", 1)) == before
+    after = coll.find_one({"_id": 1})  # (SEML's migration may add seml.version)
+    assert after["attempts"] == doc["attempts"] and after["status"] == "FAILED"
     # SEML's own reset rewrites the document with the fields it knows: the history goes, as
-    # our other fields do (README, Coming from SEML)
+    # our other fields do (docs: Coming from SEML)
     seml057("oursagain", "reset", "-y")
     doc = coll.find_one({"_id": 1})
     assert doc["status"] == "STAGED" and "attempts" not in doc
