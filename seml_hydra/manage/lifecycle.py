@@ -317,6 +317,8 @@ def drop(db: Any, names: Sequence[str]) -> None:
         delete_orphan_payloads(db, name)
         _delete_run_files(db, name, runs)
         db.drop_collection(metrics_collection_name(name))
+        # earlier attempts' metrics of SEML's runs, kept in the shared collection (tag_metrics)
+        db["metrics"].delete_many({"collection": name, "attempt_of": {"$exists": True}})
         delete_orphan_sources(db, name)
         db[COUNTERS_COLLECTION].delete_many({"_id": {"$in": [f"{name}._id", f"{name}.batch_id"]}})
     forget_cached_collections(names)

@@ -109,6 +109,34 @@ def test_reset_moves_the_run_into_attempts_and_keeps_its_metrics_apart(test_db):
     assert test_db[metrics_collection_name("c")].count_documents({}) == 0
 
 
+def test_semls_metrics_in_the_shared_collection_are_kept_by_attempt_and_dropped(test_db):
+    """A run SEML made lists its metrics in ``info.metrics``, in the shared ``metrics``
+    collection (whose ``run_id`` other collections share)."""
+    from bson import ObjectId
+
+    shared = test_db["metrics"]
+    mine, other = ObjectId(), ObjectId()
+    shared.insert_many(
+        [
+            {"_id": mine, "run_id": 1, "name": "loss", "steps": [0], "values": [5.0]},
+            {"_id": other, "run_id": 1, "name": "loss", "steps": [0], "values": [7.0]},
+        ]
+    )
+    test_db["c"].insert_one(ran(1, info={"metrics": [{"name": "loss", "id": str(mine)}]}))
+    assert seml("c", "reset", "-y").exit_code == 0
+    assert shared.find_one({"_id": mine}, {"_id": 0, "steps": 0, "values": 0}) == {
+        "name": "loss",
+        "attempt_of": 1,
+        "attempt": 1,
+        "collection": "c",
+    }
+    assert shared.find_one({"_id": other})["run_id"] == 1  # another collection's run 1
+    assert loss(get_metrics("c", db=test_db, attempt=1)) == [5.0]
+    assert get_metrics("c", db=test_db) == {}
+    assert seml("drop", "c", "-y").exit_code == 0
+    assert [m["_id"] for m in shared.find()] == [other]
+
+
 def test_a_killed_runs_entry_keeps_how_its_job_ended(test_db):
     killed = ["Slurm: job 17_1 ended TIMEOUT\n", "Last lines of out.log:\n", "epoch 9\n"]
     test_db["c"].insert_one(ran(1, status="KILLED", fail_trace=killed))
