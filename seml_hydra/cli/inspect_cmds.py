@@ -159,8 +159,9 @@ def description_list(target: Target) -> None:
 def print_attempts(target: Target, num_experiments: AtMost = 0) -> None:
     """Show every run of the selected experiments (all states unless -s): the earlier attempts
     that `reset`, a new launch or a requeue kept (the last 20), then the current run; with
-    their state, times, host, Slurm job, how they ended (the fail trace's last lines) and
-    output file. Their metrics: `get_metrics(col, attempt=N)`."""
+    their state, times, host, Slurm job, how they ended (a KILLED run's reason, or the fail
+    trace's last line), then each one's Slurm output file. Their metrics:
+    `get_metrics(col, attempt=N)`."""
     from rich.table import Table
 
     from seml_hydra.core.attempts import job_label, why_it_ended
@@ -174,8 +175,7 @@ def print_attempts(target: Target, num_experiments: AtMost = 0) -> None:
         table = Table(title=f"experiment {shown(exp_id)}", title_justify="left")
         for name in ("#", "Status", "Started", "Stopped", "Host", "Job", "Kept by"):
             table.add_column(name, no_wrap=True)
-        table.add_column("Ended", min_width=12)
-        table.add_column("Output file", overflow="fold", min_width=12)
+        table.add_column("Ended", min_width=16)
         for entry in entries:
             table.add_row(
                 shown(entry.get("attempt", "?")),
@@ -186,9 +186,13 @@ def print_attempts(target: Target, num_experiments: AtMost = 0) -> None:
                 shown(job_label(entry)),
                 shown(entry.get("moved_by", "")),
                 shown(why_it_ended(entry)),
-                shown(entry.get("output_file", "")),
             )
         console().print(table)
+        for entry in entries:  # plain text: a path must be copied whole
+            if entry.get("output_file"):
+                typer.echo(
+                    terminal_safe(f"  #{entry.get('attempt', '?')} output: {entry['output_file']}")
+                )
 
 
 def _when(value: object) -> str:
