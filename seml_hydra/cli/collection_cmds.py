@@ -329,8 +329,12 @@ def reset(target: Target, yes: Yes = False) -> None:
             f"Reset {completed} COMPLETED experiment(s) and clear their results?", abort=True
         )
     confirm_if_many("Reset", coll.count_documents(query), yes)
-    ids = do_reset(coll, query)
-    report_ids(ids, "Reset {n} experiment(s) to STAGED: {ids}", none="No experiments to reset.")
+    done = do_reset(coll, query)
+    report_ids(
+        done.ids, "Reset {n} experiment(s) to STAGED: {ids}", none="No experiments to reset."
+    )
+    if done.moved:  # their runs stay readable: print-attempts, get_metrics(attempt=...)
+        report_ids(done.moved, "Moved {n} attempt(s) into the history (see print-attempts): {ids}")
 
 
 @command()

@@ -1,4 +1,5 @@
-"""``seml <collection> print-command | print-experiment | description set|delete|list``."""
+"""``seml <collection> print-command | print-experiment | print-attempts | description
+set|delete|list``."""
 
 from __future__ import annotations
 
@@ -151,3 +152,53 @@ def description_list(target: Target) -> None:
             shown(", ".join(group.states)),
         )
     console().print(table)
+
+
+@collection_app.command("print-attempts", rich_help_panel=COLLECTION_PANEL)
+@on_collection()
+def print_attempts(target: Target, num_experiments: AtMost = 0) -> None:
+    """Show every run of the selected experiments (all states unless -s): the earlier attempts
+    that `reset`, a new launch or a requeue kept (the last 20), then the current run; with
+    their state, times, host, Slurm job, how they ended (a KILLED run's reason, or the fail
+    trace's last line), then each one's Slurm output file. Their metrics:
+    `get_metrics(col, attempt=N)`."""
+    from rich.table import Table
+
+    from seml_hydra.core.attempts import job_label, why_it_ended
+    from seml_hydra.manage.inspection import attempt_histories
+    from seml_hydra.manage.selection import ManageError
+
+    found = attempt_histories(target.collection, target.selection.query(), num_experiments)
+    if not found:
+        raise ManageError("No experiments match the filters.")
+    for exp_id, entries in found:
+        table = Table(title=f"experiment {shown(exp_id)}", title_justify="left")
+        for name in ("#", "Status", "Started", "Stopped", "Host", "Job", "Kept by"):
+            table.add_column(name, no_wrap=True)
+        table.add_column("Ended", min_width=16)
+        for entry in entries:
+            table.add_row(
+                shown(entry.get("attempt", "?")),
+                shown(entry.get("status", "")) + (" [dim](now)[/]" if entry.get("current") else ""),
+                shown(_when(entry.get("start_time"))),
+                shown(_when(entry.get("stop_time") or entry.get("heartbeat"))),
+                shown(entry.get("host", "")),
+                shown(job_label(entry)),
+                shown(entry.get("moved_by", "")),
+                shown(why_it_ended(entry)),
+            )
+        console().print(table)
+        for entry in entries:  # plain text: a path must be copied whole
+            if entry.get("output_file"):
+                typer.echo(
+                    terminal_safe(f"  #{entry.get('attempt', '?')} output: {entry['output_file']}")
+                )
+
+
+def _when(value: object) -> str:
+    """A stored time as ``YYYY-MM-DD HH:MM:SS`` (UTC, as stored), ``""`` for none."""
+    from datetime import datetime
+
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return "" if value is None else str(value)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from seml_hydra.core import states
+from seml_hydra.core import attempts, states
 from seml_hydra.store.retry import retrying
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,9 @@ def _claim_once(
         update.update({f"execution.{k}": execution[k] for k in ("cluster", "array_id", "task_id")})
         update.update({f"execution.{k}": v for k, v in stamp.items()})
     doc = collection.find_one_and_update(
-        claim_filter(exp_id, execution), {"$set": update}, return_document=ReturnDocument.AFTER
+        claim_filter(exp_id, execution),
+        claim_update(update, stamp["restart"]),
+        return_document=ReturnDocument.AFTER,
     )
     if doc is not None:
         return doc, None, None
@@ -132,6 +134,27 @@ def _claim_once(
     if current is None:
         return None, "it no longer exists", None
     return None, _claim_refusal(current, execution), current
+
+
+def claim_update(fields: Mapping[str, Any], restart: int) -> list[dict[str, Any]]:
+    """The update pipeline of a claim (pure): sets ``fields`` (plain values, dotted paths
+    allowed) and, when this run takes over an earlier run of the experiment - it is
+    RESCHEDULED (our time-limit requeue), or RUNNING in an earlier run of this array task
+    (stored ``execution.restart`` below ``restart``, see :func:`claim_filter`) - first moves
+    that run into the attempt history (``core.attempts``, ``moved_by: "requeue"``) in the
+    same atomic write. The first claim of a PENDING experiment and the claims of the other
+    ranks of this run move nothing. The requeued run continues the same Sacred run: its
+    metrics go on in the same series (they are not split by attempt)."""
+    stored = {"$ifNull": ["$execution.restart", 0]}
+    taken_over = {
+        "$or": [
+            {"$eq": ["$status", states.RESCHEDULED]},
+            {"$and": [{"$eq": ["$status", states.RUNNING]}, {"$lt": [stored, restart]}]},
+        ]
+    }
+    history = attempts.history_expression(attempts.BY_REQUEUE, when=taken_over)
+    values = {name: {"$literal": value} for name, value in fields.items()}
+    return [{"$set": {"attempts": history}}, {"$set": values}]
 
 
 #: how long a requeued task waits for an earlier run of it that is still alive (seconds), and

@@ -3,7 +3,8 @@
 A point whose ``config_hash`` is already in the collection is not staged again (SEML 0.5's
 ``remove_duplicates``): STAGED experiments are submitted with this launch, PENDING/RUNNING/
 RESCHEDULED/COMPLETED ones are awaited or returned, FAILED/KILLED/INTERRUPTED ones are reset to
-STAGED and run again (their metrics deleted). ``force`` stages a new copy anyway. ``_id`` and ``batch_id`` come from atomic
+STAGED and run again (their earlier run kept in their attempt history, ``core.attempts``, its
+metrics tagged with it). ``force`` stages a new copy anyway. ``_id`` and ``batch_id`` come from atomic
 counters (``collections.next_ids``), never from ``max + 1``. A launch is staged in chunks
 (:class:`Stager`, :data:`STAGE_CHUNK` points at a time): the launcher never holds all of its
 points or documents at once, and each chunk's insert runs in a worker thread while the next chunk
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from seml_hydra.core import states
+from seml_hydra.core.attempts import BY_LAUNCH, LAST_NUMBER, move_pipeline, number_after
 from seml_hydra.core.errors import UserError
 from seml_hydra.store.collections import next_ids
 
@@ -294,7 +296,7 @@ class Stager:
     documents: at most two chunks' documents are held at a time (one being inserted, one
     being built), and at most one insert is under way. Duplicates are told across chunks
     (:func:`plan_chunk` with the launch's ``seen`` hashes). The writes to existing documents
-    (re-run: reset to STAGED, metrics deleted; re-submission) wait for :meth:`finish`, once
+    (re-run: reset to STAGED, the earlier run moved into the attempt history; re-submission) wait for :meth:`finish`, once
     every point has been composed and checked: a bad point in a later chunk leaves existing
     experiments as they were, and :meth:`undo` removes the new documents (a sweep with a bad
     point stages nothing), once the insert under way has ended.
@@ -331,7 +333,13 @@ class Stager:
         return list(
             self.collection.find(
                 {"config_hash": {"$in": sorted(set(hashes))}},
-                {"_id": 1, "status": 1, "config_hash": 1, "info.metrics": 1},
+                {
+                    "_id": 1,
+                    "status": 1,
+                    "config_hash": 1,
+                    "info.metrics": 1,
+                    "last_attempt": LAST_NUMBER,
+                },
             )
         )
 
@@ -477,21 +485,22 @@ class Stager:
         for exp_id, doc in self.awaited_docs.items():
             awaited.setdefault(doc["status"], []).append(exp_id)
         rerun_ids, resubmit_ids = [], []
+        moved: list[dict[str, Any]] = []
         for exp_id, (doc, is_rerun, fields) in self.updates.items():
+            # a re-run's earlier run goes into its attempt history in this same write
             result = self.collection.update_one(
                 {"_id": exp_id, "status": doc["status"]},
-                {
-                    "$set": {"status": states.STAGED, **fields},
-                    "$unset": {name: "" for name in RUN_FIELDS},
-                },
+                move_pipeline(BY_LAUNCH, {"status": states.STAGED, **fields}, RUN_FIELDS),
             )
             if not result.modified_count:
                 awaited.setdefault(doc["status"], []).append(exp_id)
                 continue
-            if is_rerun:  # the failed attempt's metrics must not mix in
-                from seml_hydra.store.metrics import delete_metrics
-
-                delete_metrics(self.db, self.collection_name, [doc])
+            if is_rerun:  # the earlier run's metrics are kept as its attempt's, apart
+                moved.append({**doc, "attempt": number_after(doc.get("last_attempt"))})
             (rerun_ids if is_rerun else resubmit_ids).append(exp_id)
+        if moved:
+            from seml_hydra.store.metrics import tag_metrics
+
+            tag_metrics(self.db, self.collection_name, moved)
         self.updates = {}
         return StageResult(self.ids, self.batch_id, self.new_ids, rerun_ids, resubmit_ids, awaited)

@@ -144,8 +144,9 @@ def _metrics(db: Any, name: str, exists: bool, dry_run: bool) -> int:
     collection was dropped)."""
     metrics = db[metrics_collection_name(name)]
     query: dict[str, Any] = {}
-    if exists:
-        query = {"run_id": {"$nin": db[name].distinct("_id")}}
+    if exists:  # the current run's (run_id) and the earlier attempts' (attempt_of)
+        alive = db[name].distinct("_id")
+        query = {"$nor": [{"run_id": {"$in": alive}}, {"attempt_of": {"$in": alive}}]}
     if dry_run:
         return metrics.count_documents(query)
     if not exists:

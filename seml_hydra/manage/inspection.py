@@ -395,3 +395,33 @@ def queue(
             )
         )
     return out
+
+
+#: the fields :func:`attempt_histories` reads (the whole history, the current run's fields)
+_ATTEMPT_FIELDS = {
+    "_id": 1,
+    "status": 1,
+    "attempts": 1,
+    "start_time": 1,
+    "stop_time": 1,
+    "heartbeat": 1,
+    "host": 1,
+    "execution": 1,
+    "fail_trace": 1,
+    "pruned": 1,
+}
+
+
+def attempt_histories(
+    collection: Any, query: Mapping[str, Any], limit: int = 0
+) -> list[tuple[Any, list[dict[str, Any]]]]:
+    """``(_id, entries)`` of each matching experiment (ascending ``_id``, at most ``limit``;
+    0 = all): its attempt history, oldest first, then its current run
+    (``core.attempts.history`` and ``current_entry``; the current one has ``current: True``).
+    Raises pymongo errors."""
+    from seml_hydra.core.attempts import current_entry, history
+
+    cursor = collection.find(dict(query), _ATTEMPT_FIELDS).sort("_id", 1)
+    if limit:
+        cursor = cursor.limit(limit)
+    return [(doc["_id"], [*history(doc), current_entry(doc)]) for doc in cursor]

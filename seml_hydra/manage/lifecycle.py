@@ -8,14 +8,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from seml_hydra.core import states
+from seml_hydra.core import attempts, states
 from seml_hydra.core.ranges import id_filter
 from seml_hydra.launch.stage import RUN_FIELDS
 from seml_hydra.manage.cancel import CancelResult, cancel
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.store import sources
 from seml_hydra.store.collections import COUNTERS_COLLECTION, metrics_collection_name
-from seml_hydra.store.metrics import delete_metrics
+from seml_hydra.store.metrics import delete_metrics, tag_metrics
 from seml_hydra.store.payload import delete_orphan_payloads, payload_ids, restricted_to
 from seml_hydra.track.cache import forget_cached_collections, is_listed_collection
 from seml_hydra.track.query import and_, select
@@ -36,31 +36,66 @@ SLURM_JOB_FIELDS = (
 SUBMISSION_SBATCH_OPTIONS = ("job-name", "output", "array", "comment")
 
 
-def reset(collection: Any, query: Mapping[str, Any]) -> list[int]:
+@dataclass
+class ResetResult:
+    """What :func:`reset` did: ``ids``, the experiments set back to STAGED; ``moved``, those
+    of them whose run went into their attempt history (every one that had left STAGED)."""
+
+    ids: list[int] = field(default_factory=list)
+    moved: list[int] = field(default_factory=list)
+
+
+#: the fields :func:`reset` reads of each experiment: the number of its current run (the last
+#: history entry's + 1, computed by the server: the entries themselves are not read) and the
+#: metric ids of SEML's runs
+_RESET_FIELDS = {
+    "_id": 1,
+    "status": 1,
+    "info.metrics": 1,
+    "last_attempt": attempts.LAST_NUMBER,
+}
+
+
+def reset_unset_fields() -> list[str]:
+    """The fields a reset removes (pure): the run's (``launch.stage.RUN_FIELDS``), the job of
+    every ``slurm`` entry (:data:`SLURM_JOB_FIELDS`) and the sbatch options the submission set
+    (:data:`SUBMISSION_SBATCH_OPTIONS`); the ``slurm`` paths go through the array, so they
+    apply to every entry (SEML 0.5 writes the job into the entry it submitted with)."""
+    return [
+        *RUN_FIELDS,
+        *(f"slurm.{name}" for name in SLURM_JOB_FIELDS),
+        *(f"slurm.sbatch_options.{o}" for o in SUBMISSION_SBATCH_OPTIONS),
+    ]
+
+
+def reset(collection: Any, query: Mapping[str, Any]) -> ResetResult:
     """Set the matching experiments back to STAGED, clearing what their run wrote (Sacred's
     fields, ``execution``, the job of every ``slurm`` entry and the sbatch options the
-    submission set: what SEML 0.5's reset keeps is kept) and their metrics
-    (``store.metrics.delete_metrics``). Active experiments are never reset. Returns the ids
-    reset."""
+    submission set: what SEML 0.5's reset keeps is kept). Active experiments are never reset.
+
+    The run of each one that had left STAGED is moved into its ``attempts`` history
+    (``core.attempts``: status, times, host, job, output file, the fail trace's tail; the
+    last 20 kept) by the same write that resets it: one ``update_many`` with an update
+    pipeline. Its metrics are kept, tagged with the attempt's number
+    (``store.metrics.tag_metrics``): the next run's start new documents. Returns a
+    :class:`ResetResult`. Raises pymongo errors."""
 
     q = and_(query, {"status": {"$nin": sorted(states.ACTIVE)}})
-    docs = select(collection, q, {"_id": 1, "slurm": 1, "info.metrics": 1})
+    docs = select(collection, q, _RESET_FIELDS)
     ids = [d["_id"] for d in docs]
     if not ids:
-        return []
-    unset = {name: "" for name in RUN_FIELDS}
-    # every slurm entry: SEML 0.5 writes the job into the entry it submitted with, not slurm[0]
-    entries = max((len(d["slurm"]) for d in docs if isinstance(d.get("slurm"), list)), default=1)
-    for i in range(max(entries, 1)):
-        unset.update({f"slurm.{i}.{name}": "" for name in SLURM_JOB_FIELDS})
-        unset.update({f"slurm.{i}.sbatch_options.{o}": "" for o in SUBMISSION_SBATCH_OPTIONS})
+        return ResetResult()
     collection.update_many(
-        {"_id": {"$in": ids}, "status": {"$nin": sorted(states.ACTIVE)}},
-        {"$set": {"status": states.STAGED}, "$unset": unset},
+        and_(id_filter(ids), {"status": {"$nin": sorted(states.ACTIVE)}}),
+        attempts.move_pipeline(attempts.BY_RESET, {"status": states.STAGED}, reset_unset_fields()),
     )
-    # the run's metrics go with it (``info`` is a run field): a re-run starts with none
-    delete_metrics(collection.database, collection.name, docs)
-    return ids
+    ran = [
+        {**d, "attempt": attempts.number_after(d.get("last_attempt"))}
+        for d in docs
+        if states.ALIASES.get(d.get("status"), d.get("status")) != states.STAGED
+    ]
+    tag_metrics(collection.database, collection.name, ran)
+    return ResetResult(ids, [d["_id"] for d in ran])
 
 
 @dataclass
@@ -282,6 +317,8 @@ def drop(db: Any, names: Sequence[str]) -> None:
         delete_orphan_payloads(db, name)
         _delete_run_files(db, name, runs)
         db.drop_collection(metrics_collection_name(name))
+        # earlier attempts' metrics of SEML's runs, kept in the shared collection (tag_metrics)
+        db["metrics"].delete_many({"collection": name, "attempt_of": {"$exists": True}})
         delete_orphan_sources(db, name)
         db[COUNTERS_COLLECTION].delete_many({"_id": {"$in": [f"{name}._id", f"{name}.batch_id"]}})
     forget_cached_collections(names)

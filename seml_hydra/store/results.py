@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seml_hydra.core import states as core_states
+from seml_hydra.core.attempts import LAST_NUMBER, check_selector, number_after, resolve_attempt
 from seml_hydra.core.documents import plain_result
 from seml_hydra.store.client import connect
 from seml_hydra.store.collections import metrics_collection_name, validate_collection_name
@@ -167,7 +168,7 @@ def results_filter(
 
 
 def get_metrics(
-    collection: str, ids: Sequence[Any] | None = None, db: Any = None
+    collection: str, ids: Sequence[Any] | None = None, db: Any = None, attempt: int | None = None
 ) -> dict[Any, dict[str, dict[str, list[Any]]]]:
     """The metrics logged by experiments of ``collection`` (``seml_hydra.job.metrics.log_scalar``).
 
@@ -181,29 +182,42 @@ def get_metrics(
         collection: the experiments collection name.
         ids: the experiments' ``_id`` s (default: every experiment of the collection).
         db: a pymongo database (default: resolved like the launcher and the ``seml`` command).
+        attempt: which run of each experiment (``core.attempts``): None, the current one (the
+            one the document holds now); a positive number, that attempt (1 = the first run,
+            as ``seml <col> print-attempts`` numbers them); a negative one counts back (-1 =
+            the current run, -2 = the one before). Earlier attempts' metrics are those a
+            ``reset`` or a new launch kept (``store.metrics.tag_metrics``); an experiment
+            without that attempt (never ran so often, or it fell out of the last 20) is left
+            out.
 
     Returns:
         ``{experiment _id: {metric name: {"steps": [...], "values": [...], "timestamps":
         [...]}}}`` (timestamps are ``datetime``); experiments without metrics are left out.
 
     Raises:
+        ValueError: ``attempt`` is 0 or not an integer.
         seml_hydra.store.errors.InvalidCollectionName: a bad ``collection``.
         seml_hydra.store.errors.DatabaseError: the database cannot be reached.
     """
     from bson import ObjectId
     from bson.errors import InvalidId
 
+    if attempt is not None:
+        check_selector(attempt)
     validate_collection_name(collection)
     if db is None:
         db = connect(resolve_db_settings(None))
     query = {} if ids is None else {"_id": {"$in": list(ids)}}
-    docs = list(db[collection].find(query, {"_id": 1, "info.metrics": 1}))
+    fields = {"_id": 1, "info.metrics": 1}
+    if attempt is not None:
+        fields["last_attempt"] = LAST_NUMBER
+    docs = list(db[collection].find(query, fields))
     out: dict[Any, dict[str, dict[str, list[Any]]]] = {}
+    if attempt is not None:
+        docs = _earlier_attempts(db, collection, docs, attempt, out)
 
     def add(run_id: Any, metric: Mapping[str, Any]) -> None:
-        out.setdefault(run_id, {})[metric["name"]] = {
-            key: list(metric.get(key) or []) for key in ("steps", "values", "timestamps")
-        }
+        _add_metric(out, run_id, metric)
 
     own = db[metrics_collection_name(collection)]
     for metric in own.find({"run_id": {"$in": [d["_id"] for d in docs]}}):
@@ -221,6 +235,50 @@ def get_metrics(
         for metric in db["metrics"].find({"_id": {"$in": list(legacy)}}):
             add(legacy[metric["_id"]], metric)
     return out
+
+
+def _earlier_attempts(
+    db: Any,
+    collection: str,
+    docs: list[dict[str, Any]],
+    attempt: int,
+    out: dict[Any, dict[str, dict[str, list[Any]]]],
+) -> list[dict[str, Any]]:
+    """For :func:`get_metrics` with ``attempt``: add to ``out`` the metrics of the experiments
+    ``docs`` (each with ``last_attempt``, the number of its last history entry) whose
+    ``attempt`` is an earlier run, from the metric documents tagged with it (the collection's
+    own, and the shared ``metrics`` ones tagged with ``collection``); returns the documents
+    whose ``attempt`` is their current run (read as usual)."""
+    current: list[dict[str, Any]] = []
+    wanted: dict[int, list[Any]] = {}
+    for doc in docs:
+        now = number_after(doc.get("last_attempt"))
+        try:
+            number = resolve_attempt(attempt, now)
+        except ValueError:
+            continue  # this experiment has no such attempt
+        if number == now:
+            current.append(doc)
+        else:
+            wanted.setdefault(number, []).append(doc["_id"])
+    if wanted:
+        tagged = [{"attempt_of": {"$in": ids}, "attempt": n} for n, ids in wanted.items()]
+        for metric in db[metrics_collection_name(collection)].find({"$or": tagged}):
+            _add_metric(out, metric["attempt_of"], metric)
+        shared = {"$or": tagged, "collection": collection}
+        for metric in db["metrics"].find(shared):
+            if metric["name"] not in out.get(metric["attempt_of"], {}):
+                _add_metric(out, metric["attempt_of"], metric)
+    return current
+
+
+def _add_metric(
+    out: dict[Any, dict[str, dict[str, list[Any]]]], run_id: Any, metric: Mapping[str, Any]
+) -> None:
+    """Put metric document ``metric`` into ``out[run_id][its name]``."""
+    out.setdefault(run_id, {})[metric["name"]] = {
+        key: list(metric.get(key) or []) for key in ("steps", "values", "timestamps")
+    }
 
 
 def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

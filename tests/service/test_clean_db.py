@@ -81,7 +81,15 @@ def garbage(test_db, tmp_path):
             "artifacts": [{"name": "model.pt", "file_id": kept["artifact"]}],
         }
     )
-    db["seml_hydra_metrics.c"].insert_many([{"run_id": 1, "name": "a"}, {"run_id": 9, "name": "a"}])
+    db["seml_hydra_metrics.c"].insert_many(
+        [
+            {"run_id": 1, "name": "a"},
+            {"run_id": 9, "name": "a"},
+            # an earlier attempt's (attempt history): kept with its experiment, gone with it
+            {"attempt_of": 1, "attempt": 1, "name": "a"},
+            {"attempt_of": 9, "attempt": 1, "name": "a"},
+        ]
+    )
     db["seml_hydra_metrics.gone"].insert_one({"run_id": 1, "name": "a"})
     db[COUNTERS_COLLECTION].insert_many(
         [
@@ -103,17 +111,18 @@ def test_collection_clean_db_asks_then_removes_only_unreferenced(test_db, garbag
     before = file_ids(test_db)
     out = seml("c", "clean-db", input="n\n")
     assert out.exit_code == 1, out.output
-    assert "c: 1 source file(s), 1 payload(s), 1 artifact(s), 1 metric(s)" in out.output
+    assert "c: 1 source file(s), 1 payload(s), 1 artifact(s), 2 metric(s)" in out.output
     assert file_ids(test_db) == before  # answered no: nothing removed
 
     out = seml("c", "clean-db", "-y")
     assert out.exit_code == 0, out.output
-    assert "Removed c: 1 source file(s), 1 payload(s), 1 artifact(s), 1 metric(s)" in out.output
+    assert "Removed c: 1 source file(s), 1 payload(s), 1 artifact(s), 2 metric(s)" in out.output
     left = file_ids(test_db)
     assert {str(i) for i in kept.values()} <= left
     assert {str(removed[k]) for k in ("source", "payload", "artifact")}.isdisjoint(left)
     assert str(removed["gone_source"]) in left  # another collection's
-    assert [m["run_id"] for m in test_db["seml_hydra_metrics.c"].find()] == [1]
+    left_metrics = test_db["seml_hydra_metrics.c"].find({}, {"_id": 0, "name": 0})
+    assert sorted(map(str, left_metrics)) == ["{'attempt_of': 1, 'attempt': 1}", "{'run_id': 1}"]
     assert test_db[COUNTERS_COLLECTION].count_documents({}) == 4
     assert test_db["fs.chunks"].count_documents({"files_id": removed["source"]}) == 0
 

@@ -59,6 +59,12 @@ def test_timeout_with_checkpoint_is_rescheduled_requeued_and_completed_by_the_sa
     assert requeues == 1 and doc["result"] == {"runs": 2, "requeues": 1}  # resumed its state
     array_id = doc["slurm"][0]["array_id"]
     assert doc["execution"]["array_id"] == array_id and doc["execution"]["task_id"] == 0
+    # the run before the requeue stays readable in the attempt history
+    (earlier,) = doc["attempts"]
+    assert earlier["status"] == "RESCHEDULED" and earlier["moved_by"] == "requeue"
+    assert (earlier["array_id"], earlier["task_id"], earlier["restart"]) == (array_id, 0, 0)
+    assert earlier["start_time"] <= doc["start_time"] and earlier["host"]
+    assert doc["execution"]["restart"] == 1
     import time
 
     deadline = time.monotonic() + 60  # slurmdbd records the end a moment after the job ends

@@ -116,10 +116,10 @@ def test_documents_have_every_field_omniboard_reads(slurm, test_db, tmp_path):
     assert test_db["fs.files"].count_documents({"metadata.type": "source_manifest"}) == 0
 
 
-def test_reset_and_delete_leave_a_metrics_view_alone_and_delete_the_runs_metrics(test_db):
+def test_reset_and_delete_leave_a_metrics_view_alone(test_db):
     """The README's Omniboard recipe: a view named ``metrics`` over the collection's metrics.
-    ``reset`` and ``delete`` delete the runs' metrics in ``seml_hydra_metrics.<col>`` and do
-    not write to the view (a write to a view fails: the command used to end with MongoDB's
+    ``reset`` keeps the run's metrics as its attempt's and ``delete`` deletes them, in
+    ``seml_hydra_metrics.<col>``, and neither writes to the view (a write to a view fails: the command used to end with MongoDB's
     error after doing its work)."""
     from typer.testing import CliRunner
 
@@ -146,4 +146,5 @@ def test_reset_and_delete_leave_a_metrics_view_alone_and_delete_the_runs_metrics
         assert result.exit_code == 0 and "Error" not in result.output, result.output
     assert test_db["c"].find_one({"_id": 1})["status"] == "STAGED"
     assert test_db["c"].find_one({"_id": 2}) is None
-    assert metrics.count_documents({}) == 0
+    # the reset run's metrics are kept as its attempt's, the deleted run's are gone
+    assert [(m["attempt_of"], m["attempt"]) for m in metrics.find()] == [(1, 1)]

@@ -187,9 +187,16 @@ def test_seml_made_collection_is_listed_shown_reset_and_deleted_by_our_cli(seml0
         FIXTURES / "seml_experiment.py"
     ).read_bytes()
 
-    # reset puts the FAILED one back to STAGED the way SEML's reset does
-    assert "Reset 1 experiment(s) to STAGED: 2" in ours("semlmade", "reset")
+    # reset puts the FAILED one back to STAGED the way SEML's reset does, its run kept
+    failed = coll.find_one({"_id": 2})
+    out = ours("semlmade", "reset")
+    assert "Reset 1 experiment(s) to STAGED: 2" in out
+    assert "Moved 1 attempt(s) into the history" in out
     doc = coll.find_one({"_id": 2})
+    (kept,) = doc["attempts"]
+    assert kept["status"] == "FAILED" and kept["start_time"] == failed["start_time"]
+    assert kept["host"] == failed["host"]["hostname"]
+    assert kept["fail_trace_tail"][-1] == failed["fail_trace"][-1]
     assert doc["status"] == "STAGED"
     for gone in ("execution", "fail_trace", "start_time", "stop_time", "captured_out", "host"):
         assert gone not in doc, gone
@@ -205,6 +212,8 @@ def test_seml_made_collection_is_listed_shown_reset_and_deleted_by_our_cli(seml0
     seml057("semlmade", "start")
     wait_until("SEML re-ran experiment 2", lambda: statuses(coll)[2] == "FAILED")
     assert coll.find_one({"_id": 2})["slurm"][0]["array_id"] != array_id
+    # SEML's run wrote its document back whole: the history is still there
+    assert coll.find_one({"_id": 2})["attempts"] == doc["attempts"]
 
     # delete: one experiment, then the rest with its files
     files = test_db["fs.files"]
@@ -384,6 +393,36 @@ def test_seml057_commands_leave_our_documents_unchanged(seml057, test_db, tmp_pa
     seml057("oursread", "status")
     seml057("oursread", "print-fail-trace")
     assert list(coll.find().sort("_id", 1)) == before
+
+
+def test_seml057_reads_and_resets_our_documents_with_an_attempt_history(seml057, test_db, tmp_path):
+    def launch():
+        return run_app(
+            "fail.py",
+            "-m",
+            "hydra/launcher=seml_local",
+            "hydra.launcher.collection=oursagain",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            "x=2",
+            cwd=tmp_path,
+        )
+
+    assert launch().returncode != 0
+    assert launch().returncode != 0  # the same point again: the first run kept in attempts
+    coll = test_db["oursagain"]
+    doc = coll.find_one({"_id": 1})
+    assert doc["status"] == "FAILED" and doc["attempts"][0]["moved_by"] == "launch"
+    out = seml057("list").stdout
+    (row,) = [line.split() for line in out.splitlines() if "oursagain" in line.split()]
+    assert row[1:] == ["0", "0", "0", "1", "0", "0", "0", "0", "1"], out
+    assert "ValueError: x == 2" in seml057("oursagain", "print-fail-trace").stdout
+    after = coll.find_one({"_id": 1})  # (SEML's migration may add seml.version)
+    assert after["attempts"] == doc["attempts"] and after["status"] == "FAILED"
+    # SEML's own reset rewrites the document with the fields it knows: the history goes, as
+    # our other fields do (docs: Coming from SEML)
+    seml057("oursagain", "reset", "-y")
+    doc = coll.find_one({"_id": 1})
+    assert doc["status"] == "STAGED" and "attempts" not in doc
 
 
 # ------------------------------------------------------------------------------- 3. Sacred readers

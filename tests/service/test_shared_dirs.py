@@ -115,7 +115,9 @@ def test_a_job_does_not_write_into_a_sweep_dir_others_can_write_since_the_launch
     assert not list(day.rglob(".hydra"))  # Hydra wrote nothing there
 
 
-PLANTED = "import pathlib, os\npathlib.Path(os.environ['PWNED']).write_text('ran as the job user')\n"
+PLANTED = (
+    "import pathlib, os\npathlib.Path(os.environ['PWNED']).write_text('ran as the job user')\n"
+)
 
 
 def test_a_module_planted_in_the_launch_directory_never_runs_in_a_job(

@@ -109,6 +109,7 @@ def test_every_collection_command_shows_its_selector_options():
         "reload-sources": selectors,
         "clean-db": set(),
         "usage": selectors,
+        "print-attempts": selectors,
         "launch-worker": without_states,
     }
     assert set(group.commands) == set(expected)
