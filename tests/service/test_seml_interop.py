@@ -470,23 +470,7 @@ def _launch_gated(tmp_path, collection: str, xs: str) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize(
-    "xs",
-    [
-        "1,2",
-        pytest.param(
-            "1",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a one-point sweep is submitted as a plain job (submitit does not use "
-                "--array for one task); SEML 0.5.7's detect_killed only knows array tasks "
-                "(`squeue -o %i` ids with '_') and marks it KILLED. Fix: submit.py always "
-                "submits an array (see the report of issue 10).",
-            ),
-        ),
-    ],
-    ids=["array", "single-job"],
-)
+@pytest.mark.parametrize("xs", ["1,2", "1"], ids=["array", "single-job"])
 def test_seml057_status_leaves_our_running_experiments_running(seml057, test_db, tmp_path, xs):
     """SEML's ``status`` runs its ``detect_killed`` first: it must not take our RUNNING
     experiments for killed ones."""
