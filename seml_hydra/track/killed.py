@@ -228,10 +228,20 @@ def mark_lost_local_runs(
 def _mark(collection: Any, group: Group, changes: Mapping[str, Any]) -> None:
     """``$set`` ``changes`` on the experiments of ``group`` still in the state read (one
     ``update_many``: a result written meanwhile wins), found by their id ranges
-    (``core.ranges.id_filter``: a few ``_id`` ranges, not a list of every id)."""
+    (``core.ranges.id_filter``: a few ``_id`` ranges, not a list of every id). A RUNNING
+    experiment marked KILLED also gets ``captured_out_incomplete: true``
+    (:data:`INCOMPLETE_OUTPUT`)."""
+    if changes.get("status") == states.KILLED and group.doc["status"] == states.RUNNING:
+        changes = {**changes, **INCOMPLETE_OUTPUT}
     collection.update_many(
         and_(id_filter(group.ids), {"status": group.doc["status"]}), {"$set": dict(changes)}
     )
+
+
+#: set on a RUNNING experiment marked KILLED: its job ended without its final save, so its
+#: ``captured_out`` holds what the last saved heartbeat sent (``print-output`` says so; the
+#: job's output file, ``print-output --slurm``, has the rest)
+INCOMPLETE_OUTPUT = {"captured_out_incomplete": True}
 
 
 def _detect_slurm(
@@ -415,7 +425,7 @@ def mark_dead_jobs(collection: Any, jobs: Mapping[str, tuple[Any, Sequence[int]]
             )
             result = collection.update_many(
                 {"_id": {"$in": active}, "status": {"$in": sorted(states.ACTIVE)}},
-                {"$set": {"status": states.KILLED, "fail_trace": trace}},
+                {"$set": {"status": states.KILLED, "fail_trace": trace, **INCOMPLETE_OUTPUT}},
             )
             if result.modified_count:
                 marked.extend(active)

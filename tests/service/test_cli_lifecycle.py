@@ -116,8 +116,8 @@ def test_delete_of_a_running_experiment_cancels_its_job_first(slurm, test_db, tm
     coll = test_db["gate"]
     launch(tmp_path, "x=5")
     array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
-    job = coll.find_one({"_id": 1})["slurm"][0]["job_id"]  # one task: a plain job, no array
-    assert job == str(array)
+    job = coll.find_one({"_id": 1})["slurm"][0]["job_id"]  # one task: a one-task array
+    assert job == f"{array}_0"
     wait_until("the experiment runs", lambda: statuses(coll) == {1: "RUNNING"})
     assert squeue(array)[job][0] == "RUNNING"
     out = seml("gate", "delete", "-id", "1")
@@ -130,7 +130,7 @@ def test_delete_no_cancel_leaves_the_job_which_then_finds_nothing_to_run(slurm, 
     coll = test_db["gate"]
     launch(tmp_path, "x=6", "+hydra.launcher.additional_parameters.hold=true")
     array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
-    assert "Held" in squeue(array)[str(array)][1]  # sbatch --hold through submitit
+    assert "Held" in squeue(array)[f"{array}_0"][1]  # sbatch --hold through submitit
     assert "Already held" in seml("gate", "hold")
     seml("gate", "delete", "--no-cancel", "-y")
     assert coll.count_documents({}) == 0

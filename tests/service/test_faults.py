@@ -367,7 +367,7 @@ def test_submit_submits_only_the_experiments_it_moved_and_leaves_the_others_slur
     try:
         assert len(arrays) == 1 and [ids for _, ids in arrays[0].jobs.values()] == [[1]]
         array = arrays[0].array_id
-        assert set(squeue_tasks(array)) == {array}  # one task: a plain job, not a 2-task array
+        assert set(squeue_tasks(array)) == {f"{array}_0"}  # one task: not a 2-task array
         mine = coll.find_one({"_id": 1})["slurm"][0]
         assert str(mine["array_id"]) == array and mine["cluster"] == "semltest"
         assert coll.find_one({"_id": 2})["slurm"] == [THEIRS]
