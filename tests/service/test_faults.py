@@ -117,6 +117,8 @@ def test_scancel_of_a_running_job_is_detected_as_killed_and_the_launcher_stops_w
     doc = test_db["sleep_app"].find_one()
     assert doc["status"] == "KILLED"
     assert doc["fail_trace"]
+    # it was RUNNING: what its captured_out holds ends at its last saved heartbeat
+    assert doc["captured_out_incomplete"] is True
     # the job's own output file, in its submitit folder, is still read for the trace
     trace = "".join(doc["fail_trace"])
     assert "Last lines of" in trace and "could not read" not in trace, trace
