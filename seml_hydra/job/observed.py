@@ -123,6 +123,8 @@ def run_observed(
         _closing = False
         #: Sacred's run (its pre-run hook sets it)
         _run: Any = None
+        #: the fields ``completed_event`` sets
+        _completed: dict[str, Any] | None = None
         _unsent: dict[str, dict[str, list[Any]]] | None = None
         #: the entry of the last save the server acknowledged, or None when unknown
         _stored: dict[str, Any] | None = None
@@ -183,6 +185,7 @@ def run_observed(
                 return
             self._closing = True
             self._take_final_output()
+            self.run_entry.update(self._completed or {})
             with self._lock:
                 if self.frozen or self._finished:
                     return
@@ -257,12 +260,15 @@ def run_observed(
         def heartbeat_event(
             self, info: Any, captured_out: Any, beat_time: Any, result: Any
         ) -> None:
+            if self._closing:  # its last beat, after the final save began: nothing to add
+                return
             super().heartbeat_event(info, captured_out, beat_time, None)  # stored at completion
 
         def completed_event(self, stop_time: Any, result: Any) -> None:
-            self.run_entry["stop_time"] = stop_time
-            self.run_entry["result"] = result
-            self.run_entry["status"] = "COMPLETED"
+            # set again after the heartbeat thread ended (``final_save``): a beat of it that
+            # was under way sets ``result`` to None
+            self._completed = {"stop_time": stop_time, "result": result, "status": "COMPLETED"}
+            self.run_entry.update(self._completed)
             self.final_save(attempts=10)
 
         def log_metrics(self, metrics_by_name: dict[str, Any], info: dict[str, Any]) -> None:
