@@ -134,7 +134,7 @@ def test_delete_no_cancel_leaves_the_job_which_then_finds_nothing_to_run(slurm, 
     assert "Already held" in seml("gate", "hold")
     seml("gate", "delete", "--no-cancel", "-y")
     assert coll.count_documents({}) == 0
-    assert str(array) in squeue(array)
+    assert f"{array}_0" in squeue(array)
     subprocess.run(["scontrol", "release", str(array)], check=True)
     wait_until("the job ends", lambda: squeue(array) == {})
     assert coll.count_documents({}) == 0  # the job claimed nothing and re-created nothing
@@ -153,7 +153,7 @@ def test_delete_selected_by_state_running_deletes_the_running_experiment_and_its
         assert set(squeue(array)) == {str(array)}
         out = seml("gate", "delete", "-s", "RUNNING", "-y")
         assert "Deleted 1 experiment(s): 1" in out, out
-        assert f"Cancelled 1 Slurm task(s) first: {array}" in out, out
+        assert f"Cancelled 1 Slurm task(s) first: {array}_0" in out, out
         assert coll.count_documents({}) == 0
         assert squeue(array) == {}
     finally:
@@ -178,10 +178,10 @@ def test_delete_selected_by_state_pending_cancels_the_held_job_and_deletes(
     coll = test_db["gate"]
     launch(tmp_path, "x=3", "+hydra.launcher.additional_parameters.hold=true")
     array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
-    assert str(array) in squeue(array)
+    assert f"{array}_0" in squeue(array)
     out = seml("gate", "delete", "-s", "PENDING", "-y")
     assert "Deleted 1 experiment(s): 1" in out, out
-    assert f"Cancelled 1 Slurm task(s) first: {array}" in out, out
+    assert f"Cancelled 1 Slurm task(s) first: {array}_0" in out, out
     assert coll.count_documents({}) == 0
     assert squeue(array) == {}
 
