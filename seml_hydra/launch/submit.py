@@ -329,10 +329,11 @@ def _one_task_array_executor() -> type:
     A single submission goes through submitit's plain path (``core.PicklingExecutor``: pickle,
     ``_submit_command``, the pickle moved to ``job.paths.submitted_pickle``) with
     ``map_count=1`` among the parameters, which makes ``_make_sbatch_string`` write
-    ``--array=0-0%1`` and the ``%A_%a`` output paths of its array path; the job id read from
-    sbatch then gets the ``_0`` its array path gives task 0 (``f"{first_job.job_id}_{a}"``),
-    so the pickle is named as the job (``JobEnvironment().job_id`` = ``<array>_<task>``)
-    looks for it."""
+    ``--array=0-0%1`` and the ``%A_%a`` output paths of its array path; ``_submit_command``
+    then hands back task 0 as the array path does (``SlurmJob(folder, job_id=
+    f"{first_job.job_id}_{a}", tasks=...)``), so the pickle is moved to where the job
+    (``JobEnvironment().job_id`` = ``<array>_<task>``) looks for it, and the sbatch script
+    stays at ``<array>/<array>_submission.sh``."""
     from submitit.slurm.slurm import SlurmExecutor
 
     class OneTaskArraySlurmExecutor(SlurmExecutor):
@@ -345,9 +346,14 @@ def _one_task_array_executor() -> type:
             finally:
                 del self.parameters["map_count"]
 
-        def _get_job_id_from_submission_command(self, string: Any) -> str:
-            job_id = SlurmExecutor._get_job_id_from_submission_command(string)
-            return f"{job_id}_0" if self.parameters.get("map_count") == 1 else job_id
+        def _submit_command(self, command: str) -> Any:
+            job = super()._submit_command(command)
+            if self.parameters.get("map_count") != 1:
+                return job
+            # task 0 of the array, as submitit's array path names it (its sbatch script stays
+            # under the array's own id, as for an array of several tasks)
+            tasks = list(range(job.num_tasks))
+            return self.job_class(folder=self.folder, job_id=f"{job.job_id}_0", tasks=tasks)
 
     return OneTaskArraySlurmExecutor
 
