@@ -591,4 +591,9 @@ def print_output(
             continue
         if out.skipped and not tail:
             console().print(f"[dim](its first {out.skipped} bytes are left out)[/]")
+        if out.incomplete:
+            console().print(
+                "[yellow](incomplete: the run's last output was never saved to MongoDB; its "
+                "job's output file has it: add --slurm)[/]"
+            )
         typer.echo(terminal_safe(out.text))

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from seml_hydra.job import heartbeat, metrics
+from seml_hydra.job import heartbeat, kept, metrics
 from seml_hydra.job.heartbeat import MAX_CAPTURED_CHARS, bounded_output  # noqa: F401 (re-exported)
 from seml_hydra.job.sacred_compat import experiment
 from seml_hydra.store.collections import metrics_collection_name
@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 #: a result larger than this (bytes of BSON) is stored as a truncated repr: a MongoDB document
 #: holds at most 16 MB, and the result shares it with the captured output and the config
 MAX_RESULT_BYTES = 4 * 1024 * 1024
+
+#: how long the final save waits for Sacred's heartbeat thread to end (seconds): a beat in
+#: flight reads the run's last output; past this, ``captured_out_incomplete`` is set
+FINAL_BEAT_WAIT_S = 30.0
 
 
 def bounded_result(value: Any, problems: list[str]) -> Any:
@@ -96,8 +100,19 @@ def run_observed(
         the next one saves again (the entry holds everything); metrics that could not be sent
         go with the next heartbeat; the final save (result, captured output, status) is retried
         through ``seml_hydra.store.retry.retrying`` (Sacred 0.8.7 gives up after a few attempts
-        and leaves the run in a pickle on the node). One lock orders the heartbeat thread's
-        saves and the final save, and no heartbeat writes after the final save.
+        and leaves the run in a pickle on the node) and, past ``SEML_MONGODB_RETRY_S``, kept in
+        memory and written when MongoDB is back before the job ends (``seml_hydra.job.kept``).
+        One lock orders the heartbeat thread's saves and the final save, and no heartbeat
+        writes once the final save began.
+
+        The final save holds the run's whole output, taken from the run itself
+        (:meth:`_take_final_output`), not from the last heartbeat: Sacred 0.8.7 hands the last
+        output to the observer only through the heartbeat thread's last beat, which its
+        ``_stop_heartbeat`` waits 2 s for (a beat waiting for an unreachable MongoDB takes
+        longer), and its capture keeps the output printed after the last read in
+        ``CapturedStdout.final``, which no beat reads once the capture is closed (a failing
+        task). When the heartbeat thread does not end in :data:`FINAL_BEAT_WAIT_S`, the
+        document gets ``captured_out_incomplete: true``.
 
         Each save sends only what changed since the last one the server acknowledged, the new
         output appended to ``captured_out`` by the server (``seml_hydra.job.heartbeat``): the
@@ -106,6 +121,12 @@ def run_observed(
 
         _lock = threading.RLock()
         _finished = False
+        #: set when the final save begins: the heartbeat thread saves nothing more
+        _closing = False
+        #: Sacred's run (its pre-run hook sets it)
+        _run: Any = None
+        #: the fields ``completed_event`` sets
+        _completed: dict[str, Any] | None = None
         _unsent: dict[str, dict[str, list[Any]]] | None = None
         #: the entry of the last save the server acknowledged, or None when unknown
         _stored: dict[str, Any] | None = None
@@ -149,7 +170,7 @@ def run_observed(
 
         def save(self) -> None:
             with self._lock:
-                if self.frozen or self._finished:
+                if self.frozen or self._finished or self._closing:
                     return
                 _untee_log_handlers()
                 entry = self._entry()
@@ -166,6 +187,11 @@ def run_observed(
                     )
 
         def final_save(self, attempts: int) -> None:
+            if self.frozen or self._finished:
+                return
+            self._closing = True
+            self._take_final_output()
+            self.run_entry.update(self._completed or {})
             with self._lock:
                 if self.frozen or self._finished:
                     return
@@ -177,14 +203,45 @@ def run_observed(
                     datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None),
                 )
                 entry = self._entry()
+                what = f"saving the outcome of experiment {entry['_id']} ({entry['status']})"
                 try:
-                    retrying(
-                        lambda: self._send(entry),
-                        f"saving the outcome of experiment {entry['_id']} ({entry['status']})",
-                    )
-                except Exception:  # Sacred's own path: unencodable entries, the pickle
-                    with self._without_config():
+                    retrying(lambda: self._send(entry), what)
+                except Exception as error:
+                    if is_connection_error(error):  # past SEML_MONGODB_RETRY_S
+                        update = heartbeat.full_update(entry)
+                        kept.keep(self.runs, self._filter(entry), update, what, error)
+                        return
+                    with self._without_config():  # Sacred's own path: unencodable entries
                         super().final_save(attempts)
+
+        def _take_final_output(self) -> None:
+            # Sacred 0.8.7 (run.py, stdout_capturing.py): wait for the heartbeat thread, whose
+            # beat in flight may still read the output, then add what the closed capture kept
+            # in ``final`` to the run's ``captured_out``
+            run = self._run
+            if run is None:
+                return
+            beat = getattr(run, "_heartbeat", None)
+            if isinstance(beat, threading.Thread) and beat is not threading.current_thread():
+                beat.join(timeout=FINAL_BEAT_WAIT_S)
+                if beat.is_alive():
+                    log.warning(
+                        "Experiment %s: Sacred's heartbeat did not end within %g s; its "
+                        "captured_out may miss the last output (the job's output file has it)",
+                        doc["_id"],
+                        FINAL_BEAT_WAIT_S,
+                    )
+                    self.run_entry["captured_out_incomplete"] = True
+            capture = getattr(run, "_output_file", None)
+            rest = getattr(capture, "final", None)
+            if rest and getattr(capture, "closed", False):
+                capture.final = None
+                if isinstance(rest, bytes):
+                    rest = rest.decode("utf-8", "replace")
+                text = (run.captured_out or "") + rest
+                run.captured_out = bounded_output(text)
+            if isinstance(run.captured_out, str):
+                self.run_entry["captured_out"] = run.captured_out
 
         def _send(self, entry: dict[str, Any]) -> None:
             # what changed since the last acknowledged save; an append whose guard fails (the
@@ -209,12 +266,15 @@ def run_observed(
         def heartbeat_event(
             self, info: Any, captured_out: Any, beat_time: Any, result: Any
         ) -> None:
+            if self._closing:  # its last beat, after the final save began: nothing to add
+                return
             super().heartbeat_event(info, captured_out, beat_time, None)  # stored at completion
 
         def completed_event(self, stop_time: Any, result: Any) -> None:
-            self.run_entry["stop_time"] = stop_time
-            self.run_entry["result"] = result
-            self.run_entry["status"] = "COMPLETED"
+            # set again after the heartbeat thread ended (``final_save``): a beat of it that
+            # was under way sets ``result`` to None
+            self._completed = {"stop_time": stop_time, "result": result, "status": "COMPLETED"}
+            self.run_entry.update(self._completed)
             self.final_save(attempts=10)
 
         def log_metrics(self, metrics_by_name: dict[str, Any], info: dict[str, Any]) -> None:
@@ -254,6 +314,7 @@ def run_observed(
     # keyed by ``run_id`` alone, mixes the runs of collections whose ids all start at 1
     observer.metrics = db[metrics_collection_name(collection_name)]
     ex.observers.append(observer)
+    ex.pre_run_hook(lambda _run: setattr(observer, "_run", _run))
     _ACTIVE_OBSERVERS.append(observer)
     for node in extra_observers:
         ex.observers.append(instantiate(node))

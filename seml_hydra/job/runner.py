@@ -26,7 +26,7 @@ from seml_hydra.core.documents import apply_diff, storable_result, task_config
 from seml_hydra.core.hydra_node import JOB_ID_TOKEN, job_config, with_job_id
 from seml_hydra.core.paths import UnsafePathError, job_dir_problem
 from seml_hydra.core.shell import seml_for
-from seml_hydra.job import pruning, rank, requeue, stats
+from seml_hydra.job import kept, pruning, rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
 from seml_hydra.job.collector import StartUpCollector
 from seml_hydra.job.devices import local_gpu_environment
@@ -155,6 +155,9 @@ class JobRunner:
         try:
             outcomes = [self._run_one(db, collection, exp_id, execution) for exp_id in exp_ids]
         finally:
+            # what an outage longer than SEML_MONGODB_RETRY_S kept (seml_hydra.job.kept)
+            if not kept.write_kept():
+                kept.drop_kept()
             skip_exit_join()  # every write of this task is done
         failed = [str(i) for i, o in zip(exp_ids, outcomes) if o == states.FAILED]
         if failed:
@@ -218,6 +221,7 @@ class JobRunner:
         the snapshot's copy of the app's script as ``__main__`` when the snapshot holds it
         (``seml_hydra.job.main_module``)."""
         doc, why = self._claim(collection, exp_id, execution)
+        kept.write_kept(budget_s=0)  # MongoDB answered: what an outage kept goes first
         if doc is None:
             log.warning("Not running experiment %s of %s: %s", exp_id, self.collection, why)
             return f"SKIPPED: {why}"
@@ -395,17 +399,24 @@ class JobRunner:
             log.exception("Experiment %s failed on rank %d", exp_id, plan.global_rank)
             self._on_task_error()
             if plan.is_primary:  # Sacred records the task's failure; this covers Sacred's own
+                # matches only when Sacred's observer did not record the failure itself: the
+                # output since its last saved heartbeat is then missing
                 trace = trace_lines()
-                retrying(
-                    lambda: collection.update_one(
-                        {
-                            "_id": exp_id,
-                            "status": states.RUNNING,
-                            "fail_trace": {"$exists": False},
-                            **fenced,
-                        },
-                        {"$set": {"status": states.FAILED, "fail_trace": trace}},
-                    ),
+                kept.write_or_keep(
+                    collection,
+                    {
+                        "_id": exp_id,
+                        "status": states.RUNNING,
+                        "fail_trace": {"$exists": False},
+                        **fenced,
+                    },
+                    {
+                        "$set": {
+                            "status": states.FAILED,
+                            "fail_trace": trace,
+                            "captured_out_incomplete": True,
+                        }
+                    },
                     f"recording the failure of experiment {exp_id}",
                 )
             else:
@@ -431,8 +442,10 @@ class JobRunner:
                 "hydra.task_name": ret.task_name,
                 "hydra.job_id": plan.job_id,
             }
-            retrying(
-                lambda: collection.update_one({"_id": exp_id, **fenced}, {"$set": fields}),
+            kept.write_or_keep(
+                collection,
+                {"_id": exp_id, **fenced},
+                {"$set": fields},
                 f"recording the working directory of experiment {exp_id}",
             )
         return outcome

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from seml_hydra.store.retry import retrying
+from seml_hydra.job.kept import write_or_keep
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +128,10 @@ def record(collection: Any, exp_id: Any, start: Usage, fence: Mapping[str, Any])
     A failure to write is logged, never raised: the run's outcome is already recorded."""
     fields = stats_fields(start, sample(), torch_imported="torch" in sys.modules)
     try:
-        retrying(
-            lambda: collection.update_one({"_id": exp_id, **fence}, {"$set": {"stats": fields}}),
+        write_or_keep(  # after what an outage kept, or kept itself (seml_hydra.job.kept)
+            collection,
+            {"_id": exp_id, **fence},
+            {"$set": {"stats": fields}},
             f"recording the resource statistics of experiment {exp_id}",
         )
     except Exception:

@@ -32,6 +32,7 @@ RUN_FIELDS = (
     "stop_time",
     "heartbeat",
     "captured_out",
+    "captured_out_incomplete",
     "result",
     "fail_trace",
     "rank_failures",

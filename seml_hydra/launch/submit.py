@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import io
 import logging
 import os
@@ -244,6 +245,7 @@ def submit_group(
             slurm_max_num_timeout=getattr(runner, "max_requeues", 3) + 1,
             **dict(executor_args or {}),
         )
+        always_arrays(executor)
         submitted_params, deferred = deferred_start(params, cluster)
         executor.update_parameters(**submitted_params)
         stderr = io.StringIO()
@@ -303,6 +305,57 @@ def submit_group(
     if deferred:
         start_submitted(sorted({str(job.job_id).split("_")[0] for job in jobs}))
     return jobs, [list(g) for g in id_groups]
+
+
+def always_arrays(executor: Any) -> None:
+    """Make a submitit ``AutoExecutor`` for Slurm submit one job as a one-task array
+    (``--array=0-0``, job id ``<array>_0``) as it submits several: submitit 1.5.4's
+    ``SlurmExecutor._internal_process_submissions`` (``slurm/slurm.py``) takes its array path
+    only for more than one submission and sends a single one as a plain job, which tools that
+    know only array tasks (SEML 0.5.7's ``detect_killed`` reads ``squeue -o %i`` ids with
+    ``_``) take for a dead job. Nothing for another executor (``local``)."""
+    from submitit.slurm.slurm import SlurmExecutor
+
+    inner = getattr(executor, "_executor", None)
+    if type(inner) is SlurmExecutor:
+        inner.__class__ = _one_task_array_executor()
+
+
+@functools.cache
+def _one_task_array_executor() -> type:
+    """submitit's ``SlurmExecutor`` whose single submissions are one-task arrays
+    (:func:`always_arrays`). It adds no state, so an executor's class can be swapped to it.
+
+    A single submission goes through submitit's plain path (``core.PicklingExecutor``: pickle,
+    ``_submit_command``, the pickle moved to ``job.paths.submitted_pickle``) with
+    ``map_count=1`` among the parameters, which makes ``_make_sbatch_string`` write
+    ``--array=0-0%1`` and the ``%A_%a`` output paths of its array path; ``_submit_command``
+    then hands back task 0 as the array path does (``SlurmJob(folder, job_id=
+    f"{first_job.job_id}_{a}", tasks=...)``), so the pickle is moved to where the job
+    (``JobEnvironment().job_id`` = ``<array>_<task>``) looks for it, and the sbatch script
+    stays at ``<array>/<array>_submission.sh``."""
+    from submitit.slurm.slurm import SlurmExecutor
+
+    class OneTaskArraySlurmExecutor(SlurmExecutor):
+        def _internal_process_submissions(self, delayed_submissions: Any) -> Any:
+            if len(delayed_submissions) != 1 or "map_count" in self.parameters:
+                return super()._internal_process_submissions(delayed_submissions)
+            self.parameters["map_count"] = 1
+            try:
+                return super()._internal_process_submissions(delayed_submissions)
+            finally:
+                del self.parameters["map_count"]
+
+        def _submit_command(self, command: str) -> Any:
+            job = super()._submit_command(command)
+            if self.parameters.get("map_count") != 1:
+                return job
+            # task 0 of the array, as submitit's array path names it (its sbatch script stays
+            # under the array's own id, as for an array of several tasks)
+            tasks = list(range(job.num_tasks))
+            return self.job_class(folder=self.folder, job_id=f"{job.job_id}_0", tasks=tasks)
+
+    return OneTaskArraySlurmExecutor
 
 
 #: how long a Slurm array waits to start after sbatch unless :func:`start_submitted` lets it

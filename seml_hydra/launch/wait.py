@@ -23,7 +23,12 @@ from seml_hydra.slurm import client as slurm
 from seml_hydra.store.results import restore_results
 from seml_hydra.store.retry import retrying, short_reason
 from seml_hydra.track.jobs import STUCK_REASONS, foreign_lines, stuck_message
-from seml_hydra.track.killed import detect_killed, mark_dead_jobs, recovered_message
+from seml_hydra.track.killed import (
+    alive_killed,
+    detect_killed,
+    mark_dead_jobs,
+    recovered_message,
+)
 
 
 class ExperimentFailed(RuntimeError):
@@ -140,7 +145,9 @@ def wait_for(
     ``slurm_check_s``, experiments on Slurm are checked against the scheduler every that many
     seconds (``seml_hydra.track.killed.detect_killed``: KILLED only with evidence from squeue and
     sacct; a failed query marks nothing), which also covers experiments of earlier launches
-    this one waits for. An experiment deleted
+    this one waits for. A KILLED experiment counts as finished only once squeue no longer
+    lists its Slurm task alive (:func:`unconfirmed_killed`: another tool's KILLED, e.g. SEML
+    0.5.7's ``status``, of a job that runs on). An experiment deleted
     meanwhile stops being waited for. Raises ``SystemExit(130)``
     on Ctrl-C after saying how to follow the experiments; nothing is cancelled.
 
@@ -157,6 +164,7 @@ def wait_for(
     start = time.monotonic()
     next_slurm_check = start + (slurm_check_s or 0)
     told: set[tuple[str, str]] = set()
+    confirmed_killed: set[int] = set()
     outage: dict[str, bool] = {"on": False}
 
     def on_retry(attempt: int, error: BaseException, waited: float) -> None:
@@ -205,6 +213,11 @@ def wait_for(
                 query_s = last_count_s[0]
                 live.update(render(counts), refresh=True)
                 finished = sum(counts.get(s, 0) for s in states.TERMINAL)
+                if counts.get(states.KILLED) and slurm_check_s is not None:
+                    finished -= db(
+                        lambda: unconfirmed_killed(collection, unique, confirmed_killed),
+                        "checking KILLED experiments with Slurm",
+                    )
                 if finished + (len(unique) - sum(counts.values())) >= len(unique):
                     break  # every experiment finished or was deleted meanwhile
                 if pending_jobs and db(
@@ -250,6 +263,26 @@ def wait_for(
             markup=False,
         )
         raise SystemExit(130) from None
+
+
+def unconfirmed_killed(collection: Any, ids: Sequence[int], confirmed: set[int]) -> int:
+    """How many of the KILLED experiments among ``ids`` (those not in ``confirmed``) a waiting
+    launcher must not count as finished: those whose Slurm task squeue lists alive
+    (``seml_hydra.track.killed.alive_killed``), or all of them when Slurm cannot be asked. The
+    others are added to ``confirmed`` (a task squeue no longer lists does not come back), so
+    Slurm is asked about each until it is confirmed once. Raises pymongo errors."""
+    found = collection.find({"_id": {"$in": list(ids)}, "status": states.KILLED}, {"_id": 1})
+    every = {d["_id"] for d in found}
+    confirmed &= every  # one reset meanwhile (`seml reset`) is asked about again
+    killed = sorted(every - confirmed)
+    if not killed:
+        return 0
+    try:
+        alive = set(alive_killed(collection, killed))
+    except slurm.SlurmError:
+        return len(killed)
+    confirmed.update(i for i in killed if i not in alive)
+    return len(alive)
 
 
 def _job_id(doc: Mapping[str, Any]) -> str | None:
@@ -384,6 +417,11 @@ def job_return_from_document(
     else:
         trace = doc.get("fail_trace") or []
         text = "".join(trace) if isinstance(trace, list) else str(trace)
+        if not text.strip():
+            text = (
+                "no reason was recorded (the state was set without a trace, e.g. by another "
+                f"tool); see `seml {collection} print-output -id {doc.get('_id')}`"
+            )
         ret.status = JobStatus.FAILED
         ret._return_value = ExperimentFailed(
             f"experiment {doc.get('_id')} is {doc.get('status')}:\n{text.strip()}"

@@ -197,6 +197,8 @@ class Output:
     text: str | None
     problem: str | None = None
     skipped: int = 0
+    #: the text is a ``captured_out`` its document marks incomplete (``captured_out_incomplete``)
+    incomplete: bool = False
 
 
 def read_outputs(
@@ -222,14 +224,16 @@ def read_outputs(
     if tail and head:
         raise ManageError("Give --head or --tail, not both.")
     out = []
-    projection = {**PROJECTION, "captured_out": 1}
+    projection = {**PROJECTION, "captured_out": 1, "captured_out_incomplete": 1}
     for doc in select(collection, query, projection):
         exp_id, status = doc["_id"], doc.get("status")
         own = None if slurm else (doc.get("seml") or {}).get("output_file")
         captured = doc.get("captured_out")
         captured = captured if isinstance(captured, str) and captured else None
         if not own and not slurm and captured is not None:
-            out.append(Output(exp_id, status, "captured_out", _lines(captured, head, tail)))
+            incomplete = doc.get("captured_out_incomplete") is True
+            text = _lines(captured, head, tail)
+            out.append(Output(exp_id, status, "captured_out", text, incomplete=incomplete))
             continue
         path = own or (output_file(doc) if (doc.get("execution") or {}) else None)
         if not path:
@@ -251,7 +255,9 @@ def read_outputs(
             path = f"{path} ({read.problem}); Sacred's captured_out"
         text = captured if read.data is None else read.data.decode("utf-8", errors="replace")
         skipped = 0 if head else read.skipped
-        out.append(Output(exp_id, status, path, _lines(text, head, tail), skipped=skipped))
+        incomplete = read.data is None and doc.get("captured_out_incomplete") is True
+        lines = _lines(text, head, tail)
+        out.append(Output(exp_id, status, path, lines, skipped=skipped, incomplete=incomplete))
     return out
 
 

@@ -38,8 +38,9 @@ def state_of(status: Any) -> str:
 def task_of(doc: Mapping[str, Any]) -> tuple[str, str] | None:
     """``(cluster, job id)`` of the Slurm task that runs (or will run) the experiment, or None
     when it has none yet. The job id is ``"<array_id>_<task_id>"``, or the plain ``"<job_id>"``
-    when the submission was a single job (submitit submits one task without ``--array``; Slurm
-    rejects ``"<id>_0"`` for such a job).
+    when the submission was a single job (earlier launches submitted one task without
+    ``--array``; Slurm rejects ``"<id>_0"`` for such a job) or, without a recorded ``job_id``
+    (SEML's), a one-task array.
 
     A claimed experiment's ``execution`` (written by the job itself) wins over the submission's
     ``slurm[0]``; an ``execution`` without a cluster (written by an older version) takes
@@ -59,8 +60,10 @@ def task_of(doc: Mapping[str, Any]) -> tuple[str, str] | None:
     else:
         return None
     job_id = first.get("job_id")
+    # our submissions record the job id sbatch gave (a one-task array's is "<array>_0");
+    # SEML's record none, and name a one-task array by its ``num_tasks``
     single = str(first.get("array_id")) == str(array) and (
-        isinstance(job_id, str) and "_" not in job_id or first.get("num_tasks") == 1
+        "_" not in job_id if isinstance(job_id, str) else first.get("num_tasks") == 1
     )
     return cluster, str(array) if single and task == 0 else f"{array}_{task}"
 

@@ -228,10 +228,20 @@ def mark_lost_local_runs(
 def _mark(collection: Any, group: Group, changes: Mapping[str, Any]) -> None:
     """``$set`` ``changes`` on the experiments of ``group`` still in the state read (one
     ``update_many``: a result written meanwhile wins), found by their id ranges
-    (``core.ranges.id_filter``: a few ``_id`` ranges, not a list of every id)."""
+    (``core.ranges.id_filter``: a few ``_id`` ranges, not a list of every id). A RUNNING
+    experiment marked KILLED also gets ``captured_out_incomplete: true``
+    (:data:`INCOMPLETE_OUTPUT`)."""
+    if changes.get("status") == states.KILLED and group.doc["status"] == states.RUNNING:
+        changes = {**changes, **INCOMPLETE_OUTPUT}
     collection.update_many(
         and_(id_filter(group.ids), {"status": group.doc["status"]}), {"$set": dict(changes)}
     )
+
+
+#: set on a RUNNING experiment marked KILLED: its job ended without its final save, so its
+#: ``captured_out`` holds what the last saved heartbeat sent (``print-output`` says so; the
+#: job's output file, ``print-output --slurm``, has the rest)
+INCOMPLETE_OUTPUT = {"captured_out_incomplete": True}
 
 
 def _detect_slurm(
@@ -349,6 +359,36 @@ def without_foreign(
     return [g for g in groups if g.doc["_id"] not in skipped], foreign, here
 
 
+def alive_killed(collection: Any, ids: Sequence[int]) -> list[int]:
+    """The experiments among ``ids`` marked KILLED whose Slurm task squeue still lists alive
+    (on this cluster): a KILLED this module did not decide, e.g. SEML 0.5.7's ``status``,
+    whose ``detect_killed`` knows only array tasks, taking a running job for a dead one. Its
+    job goes on and its observer writes the experiment's real state over it (a heartbeat
+    re-asserts RUNNING), so a waiting launcher keeps waiting for it. KILLED experiments
+    without a Slurm task (the local executor's), or of another cluster, are not listed.
+
+    Returns the ids, sorted. Raises pymongo errors, and ``seml_hydra.slurm.client.SlurmError``
+    when squeue (or the cluster's name) cannot be asked: the caller cannot confirm the KILLED
+    then."""
+    docs = list(
+        collection.find(
+            {"_id": {"$in": list(ids)}, "status": states.KILLED},
+            {"_id": 1, "slurm": 1, "execution": 1},
+        )
+    )
+    tasks = {d["_id"]: t for d in docs if is_slurm_task(t := task_of(d))}
+    if not tasks:
+        return []
+    named = {t[0] for t in tasks.values()} - set(UNNAMED_CLUSTERS)
+    here = slurm.cluster_name() if named else None
+    tasks = {i: t for i, t in tasks.items() if t[0] in UNNAMED_CLUSTERS or t[0] == here}
+    if not tasks:
+        return []
+    arrays = sorted({t[1].split("_")[0] for t in tasks.values()}, key=int)
+    alive = squeue_alive(slurm.squeue_jobs(job_ids=arrays, all_users=True, expand_arrays=True))
+    return sorted((i for i, t in tasks.items() if is_listed(t[1], alive)), key=id_sort_key)
+
+
 def mark_dead_jobs(collection: Any, jobs: Mapping[str, tuple[Any, Sequence[int]]]) -> list[int]:
     """Mark KILLED the experiments of finished submitit jobs that are still PENDING/RUNNING
     (the launcher's wait, for its local jobs).
@@ -385,7 +425,7 @@ def mark_dead_jobs(collection: Any, jobs: Mapping[str, tuple[Any, Sequence[int]]
             )
             result = collection.update_many(
                 {"_id": {"$in": active}, "status": {"$in": sorted(states.ACTIVE)}},
-                {"$set": {"status": states.KILLED, "fail_trace": trace}},
+                {"$set": {"status": states.KILLED, "fail_trace": trace, **INCOMPLETE_OUTPUT}},
             )
             if result.modified_count:
                 marked.extend(active)

@@ -184,6 +184,11 @@ def test_print_output_head_tail_and_the_slurm_output_file(train):
     assert len(slurm_head.strip().splitlines()) == 2  # the heading and one line
     assert "not both" in error("train", "print-output", "--head", "1", "--tail", "1")
     assert "No experiments match" in error("train", "print-output", "-id", "5")
+    # a run whose last output never reached MongoDB (its job died, e.g. KILLED) says so
+    assert "incomplete" not in out
+    train.update_one({"_id": 1}, {"$set": {"status": "KILLED", "captured_out_incomplete": True}})
+    out = seml("train", "print-output", "-id", "1")
+    assert "(incomplete: the run's last output was never saved" in out and "val_acc=" in out
 
 
 def test_description_set_delete_list_on_a_selection(train):

@@ -116,8 +116,8 @@ def test_delete_of_a_running_experiment_cancels_its_job_first(slurm, test_db, tm
     coll = test_db["gate"]
     launch(tmp_path, "x=5")
     array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
-    job = coll.find_one({"_id": 1})["slurm"][0]["job_id"]  # one task: a plain job, no array
-    assert job == str(array)
+    job = coll.find_one({"_id": 1})["slurm"][0]["job_id"]  # one task: a one-task array
+    assert job == f"{array}_0"
     wait_until("the experiment runs", lambda: statuses(coll) == {1: "RUNNING"})
     assert squeue(array)[job][0] == "RUNNING"
     out = seml("gate", "delete", "-id", "1")
@@ -130,11 +130,11 @@ def test_delete_no_cancel_leaves_the_job_which_then_finds_nothing_to_run(slurm, 
     coll = test_db["gate"]
     launch(tmp_path, "x=6", "+hydra.launcher.additional_parameters.hold=true")
     array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
-    assert "Held" in squeue(array)[str(array)][1]  # sbatch --hold through submitit
+    assert "Held" in squeue(array)[f"{array}_0"][1]  # sbatch --hold through submitit
     assert "Already held" in seml("gate", "hold")
     seml("gate", "delete", "--no-cancel", "-y")
     assert coll.count_documents({}) == 0
-    assert str(array) in squeue(array)
+    assert f"{array}_0" in squeue(array)
     subprocess.run(["scontrol", "release", str(array)], check=True)
     wait_until("the job ends", lambda: squeue(array) == {})
     assert coll.count_documents({}) == 0  # the job claimed nothing and re-created nothing
@@ -150,10 +150,10 @@ def test_delete_selected_by_state_running_deletes_the_running_experiment_and_its
     array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
     try:
         wait_until("the experiment runs", lambda: statuses(coll) == {1: "RUNNING"})
-        assert set(squeue(array)) == {str(array)}
+        assert set(squeue(array)) == {f"{array}_0"}  # a one-task array
         out = seml("gate", "delete", "-s", "RUNNING", "-y")
         assert "Deleted 1 experiment(s): 1" in out, out
-        assert f"Cancelled 1 Slurm task(s) first: {array}" in out, out
+        assert f"Cancelled 1 Slurm task(s) first: {array}_0" in out, out
         assert coll.count_documents({}) == 0
         assert squeue(array) == {}
     finally:
@@ -178,10 +178,10 @@ def test_delete_selected_by_state_pending_cancels_the_held_job_and_deletes(
     coll = test_db["gate"]
     launch(tmp_path, "x=3", "+hydra.launcher.additional_parameters.hold=true")
     array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
-    assert str(array) in squeue(array)
+    assert f"{array}_0" in squeue(array)
     out = seml("gate", "delete", "-s", "PENDING", "-y")
     assert "Deleted 1 experiment(s): 1" in out, out
-    assert f"Cancelled 1 Slurm task(s) first: {array}" in out, out
+    assert f"Cancelled 1 Slurm task(s) first: {array}_0" in out, out
     assert coll.count_documents({}) == 0
     assert squeue(array) == {}
 

@@ -239,6 +239,49 @@ def test_mongod_stopped_for_60_s_mid_task_loses_no_result_and_the_launcher_waits
 @pytest.mark.slurm
 @pytest.mark.mongo
 @pytest.mark.outage
+def test_an_outage_longer_than_the_retry_budget_keeps_the_outcome_until_mongodb_is_back(
+    slurm, private_mongod, tmp_path, monkeypatch
+):
+    """Past ``SEML_MONGODB_RETRY_S`` the job keeps the experiment's outcome (status, result,
+    the whole captured output) in memory and writes it once MongoDB answers again before the
+    job ends: COMPLETED with every line the task printed, nothing marked incomplete."""
+    monkeypatch.setenv("SEML_MONGODB_RETRY_S", "8")
+    coll = collection()
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    proc = start_app(APP, "-m", "hydra/launcher=seml", f"gate={tmp_path / 'go'}",
+                     f"marker_dir={markers}", "x=1", "hydra.launcher.wait=false", *FAST,
+                     cwd=tmp_path)  # fmt: skip
+    assert proc.wait(timeout=120) == 0, proc.communicate()
+    wait_until("the task runs", lambda: (markers / "run_1").exists(), 120, 0.2)
+    doc = wait_until("the run is recorded", lambda: coll.find_one({"execution": {"$exists": 1}}))
+    private_mongod.stop()
+    (tmp_path / "go").touch()  # the task prints its last line and returns during the outage
+
+    def outcome_not_saved() -> bool:
+        log = job_output(doc)
+        # without the keeping: Sacred's own final save gives up and pickles the run
+        return "is kept in memory" in log or "saving to MongoDB failed" in log
+
+    wait_until("the final save gives up on its budget", outcome_not_saved, 180)
+    private_mongod.start()
+    wait_until("the outcome is written", lambda: statuses(coll) == {1: "COMPLETED"}, 120)
+    final = coll.find_one({"_id": 1})
+    assert final["result"] == 10
+    assert "started, x=1" in final["captured_out"]
+    assert "gate open, x=1" in final["captured_out"]
+    assert "captured_out_incomplete" not in final
+    log = job_output(doc)
+    assert "saving the outcome of experiment 1 (COMPLETED), kept until now, is written" in log
+    wait_until(
+        "the working directory is written",
+        lambda: coll.find_one({"hydra.working_dir": {"$exists": 1}}),
+    )
+
+
+@pytest.mark.slurm
+@pytest.mark.mongo
+@pytest.mark.outage
 def test_a_job_starting_while_mongod_is_down_waits_to_connect_and_claim_then_runs(
     slurm, private_mongod, tmp_path
 ):

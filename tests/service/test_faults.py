@@ -123,6 +123,8 @@ def test_scancel_of_a_running_job_is_detected_as_killed_and_the_launcher_stops_w
     doc = test_db["sleep_app"].find_one()
     assert doc["status"] == "KILLED"
     assert doc["fail_trace"]
+    # it was RUNNING: what its captured_out holds ends at its last saved heartbeat
+    assert doc["captured_out_incomplete"] is True
     # the job's own output file, in its submitit folder, is still read for the trace
     trace = "".join(doc["fail_trace"])
     assert "Last lines of" in trace and "could not read" not in trace, trace
@@ -373,7 +375,7 @@ def test_submit_submits_only_the_experiments_it_moved_and_leaves_the_others_slur
     try:
         assert len(arrays) == 1 and [ids for _, ids in arrays[0].jobs.values()] == [[1]]
         array = arrays[0].array_id
-        assert set(squeue_tasks(array)) == {array}  # one task: a plain job, not a 2-task array
+        assert set(squeue_tasks(array)) == {f"{array}_0"}  # one task: not a 2-task array
         mine = coll.find_one({"_id": 1})["slurm"][0]
         assert str(mine["array_id"]) == array and mine["cluster"] == "semltest"
         assert coll.find_one({"_id": 2})["slurm"] == [THEIRS]

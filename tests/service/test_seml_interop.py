@@ -30,7 +30,9 @@ from conftest import (
     machine_lock,
     run_app,
     squeue_tasks,
+    start_app,
     statuses,
+    wait_running,
     wait_until,
 )
 from typer.testing import CliRunner
@@ -513,23 +515,7 @@ def _launch_gated(tmp_path, collection: str, xs: str) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize(
-    "xs",
-    [
-        "1,2",
-        pytest.param(
-            "1",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a one-point sweep is submitted as a plain job (submitit does not use "
-                "--array for one task); SEML 0.5.7's detect_killed only knows array tasks "
-                "(`squeue -o %i` ids with '_') and marks it KILLED. Fix: submit.py always "
-                "submits an array.",
-            ),
-        ),
-    ],
-    ids=["array", "single-job"],
-)
+@pytest.mark.parametrize("xs", ["1,2", "1"], ids=["array", "single-job"])
 def test_seml057_status_leaves_our_running_experiments_running(seml057, test_db, tmp_path, xs):
     """SEML's ``status`` runs its ``detect_killed`` first: it must not take our RUNNING
     experiments for killed ones."""
@@ -585,3 +571,52 @@ def test_seml057_delete_of_one_batch_leaves_the_next_batch_runnable(seml057, tes
     assert coll.distinct("batch_id") == [2], (out.stdout, out.stderr)
     ours("s57del", "release")
     wait_until("batch 2 completes", lambda: list(statuses(coll).values()) == ["COMPLETED"])
+
+
+def test_a_waiting_launcher_keeps_waiting_through_another_tools_killed(
+    test_db, tmp_path, monkeypatch
+):
+    """Another tool marks our running experiment KILLED (as SEML 0.5.7's ``detect_killed``
+    does: ``{"$set": {"status": "KILLED"}}``, no trace) while its Slurm job runs on: the
+    waiting launcher asks squeue, finds the task alive and waits on; the experiment completes
+    and the launcher exits 0."""
+    calls = tmp_path / "squeue.calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    squeue = bin_dir / "squeue"
+    squeue.write_text(
+        f"#!/bin/sh\necho \"$@\" >> '{calls}'\nexec '{shutil.which('squeue')}' \"$@\"\n"
+    )
+    squeue.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    coll = test_db["killedbyother"]
+    proc = start_app(
+        "tests/apps/gate.py",
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.collection=killedbyother",
+        "hydra.launcher.poll_interval_s=0.3",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"gate={tmp_path / 'go'}",
+        "x=1",
+        cwd=tmp_path,
+    )
+    try:
+        wait_running(coll, proc, count=1, timeout=120)
+        calls.unlink(missing_ok=True)
+        coll.update_one({"_id": 1}, {"$set": {"status": "KILLED"}})
+
+        def asked_slurm_again_and_again() -> bool:
+            assert proc.poll() is None, proc.communicate()  # it must not end on that KILLED
+            return calls.exists() and len(calls.read_text().splitlines()) >= 3
+
+        wait_until("the launcher checks the KILLED with squeue", asked_slurm_again_and_again)
+        (tmp_path / "go").touch()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        (tmp_path / "go").touch()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out, err)
+    assert statuses(coll) == {1: "COMPLETED"}
+    assert coll.find_one({"_id": 1})["result"] == 10

@@ -113,3 +113,19 @@ def test_a_job_return_from_a_document_pickles_as_hydras_own():
     assert back.status == JobStatus.FAILED
     with pytest.raises(ExperimentFailed, match="boom"):
         _ = back.return_value
+
+
+def test_a_killed_point_without_a_trace_still_says_why_it_failed():
+    """A KILLED set by another tool carries no ``fail_trace``: the point's error must not be
+    an empty reason."""
+    import pytest
+
+    from seml_hydra.launch.wait import ExperimentFailed, job_return_from_document
+
+    for trace in (None, [], ""):
+        doc = {**COMPLETED_DOC, "status": "KILLED", "fail_trace": trace}
+        ret = job_return_from_document(doc, {"job": {}}, "coll")
+        with pytest.raises(ExperimentFailed) as error:
+            _ = ret.return_value
+        assert str(error.value).splitlines()[1].startswith("no reason was recorded")
+        assert "seml coll print-output -id" in str(error.value)
