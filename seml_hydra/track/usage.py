@@ -44,10 +44,40 @@ PROJECTION = {"_id": 1, "batch_id": 1, "status": 1, "slurm": 1, "stats": 1, "exe
 
 
 def _number(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
+    """A finite, plausible number (below 1e12: no memory, time or count is larger) or None."""
+    if isinstance(value, bool):
         return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) and abs(number) < 1e12 else None
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def job_of(doc: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """``(Slurm job id "<array>_<task>" or None, sbatch options)`` of a document's last run,
+    read defensively (a forged or older document: ``slurm`` a list of mappings, or one mapping
+    as older SEML wrote it; ``task_id`` in ``slurm[-1]`` or, as SEML 0.5 keeps it, in
+    ``execution``). A run of ``seml_local`` or a worker (cluster ``local``: its "array id" is a
+    process id) gives None. Pure."""
+    slurm = doc.get("slurm")
+    entries = [slurm] if isinstance(slurm, Mapping) else slurm if isinstance(slurm, list) else []
+    last = _mapping(entries[-1]) if entries else {}
+    execution = _mapping(doc.get("execution"))
+    options = dict(_mapping(last.get("sbatch_options")))
+    if "local" in (last.get("cluster"), execution.get("cluster")):
+        return None, options
+    array = last.get("array_id", execution.get("array_id"))
+    task = last.get("task_id", execution.get("task_id"))
+    if not isinstance(array, (int, str)) or isinstance(array, bool) or not str(array).isdigit():
+        return None, options
+    if isinstance(task, (int, str)) and not isinstance(task, bool) and str(task).isdigit():
+        return f"{array}_{task}", options
+    return str(array), options
 
 
 def _minutes(value: Any) -> float | None:
@@ -98,7 +128,7 @@ class ExperimentUsage:
     (``max_rss_mb``, ``elapsed_min``, ``cpu_efficiency``, ``gpu_mem_mb``; None: unknown), the
     Slurm state (``slurm_state``: ``TIMEOUT``, ``OUT_OF_MEMORY``... or None without sacct)."""
 
-    exp_id: int
+    exp_id: Any
     status: str
     job_id: str | None
     requested: dict[str, float | None]
@@ -113,20 +143,18 @@ class ExperimentUsage:
 def experiment_usage(doc: Mapping[str, Any], sacct: Mapping[str, TaskUsage]) -> ExperimentUsage:
     """:class:`ExperimentUsage` of a document (its last ``slurm`` entry and ``stats``) and the
     accounting of its job (``sacct``: :func:`slurm.usage.parse_usage` by job id). Pure."""
-    slurm = (doc.get("slurm") or [{}])[-1] or {}
-    array, task = slurm.get("array_id"), slurm.get("task_id")
-    job_id = None if array is None else (f"{array}_{task}" if task is not None else str(array))
-    requested = requested_from_options(slurm.get("sbatch_options") or {})
+    job_id, options = job_of(doc)
+    requested = requested_from_options(options)
     acct = sacct.get(job_id or "")
-    stats = doc.get("stats") or {}
+    stats = _mapping(doc.get("stats"))
     rss = _number(stats.get("max_rss_mb"))
     real = _number(stats.get("real_time"))
     cpu_s = sum(
-        _number((stats.get(part) or {}).get(key)) or 0.0
+        _number(_mapping(stats.get(part)).get(key)) or 0.0
         for part in ("self", "children")
         for key in ("user_time", "system_time")
     )
-    gpu = _number((stats.get("pytorch") or {}).get("gpu_max_memory_bytes"))
+    gpu = _number(_mapping(stats.get("pytorch")).get("gpu_max_memory_bytes"))
     elapsed = None if real is None else real / 60
     efficiency = None
     if real and requested["cpus"]:
@@ -147,8 +175,14 @@ def experiment_usage(doc: Mapping[str, Any], sacct: Mapping[str, TaskUsage]) -> 
             elapsed = acct.elapsed_s / 60
         efficiency = acct.cpu_efficiency if acct.cpu_efficiency is not None else efficiency
         state = acct.state or None
+    trace = doc.get("fail_trace")
+    text = "".join(map(str, trace)) if isinstance(trace, list) else str(trace or "")
+    if state != "TIMEOUT" and (
+        "signalled a timeout" in text or (_number(doc.get("requeues")) or 0) > 0
+    ):
+        state = "TIMEOUT"  # our signal ends the job before Slurm's limit: sacct says FAILED
     return ExperimentUsage(
-        exp_id=int(doc["_id"]),
+        exp_id=doc["_id"],
         status=str(doc.get("status")),
         job_id=job_id,
         requested=requested,
@@ -248,15 +282,20 @@ def _suggest(
     advice: list[str] = []
     states = {e.slurm_state for e in ran}
     mem, rss = requested.get("mem_mb"), used.get("max_rss_mb")
-    if mem and "OUT_OF_MEMORY" in states:
-        doubled = 2 * math.ceil(mem / 1024)
-        out["mem_mb"] = doubled * 1024.0
-        advice.append(f"mem_gb: {mem / 1024:g} -> {doubled}: a job ran out of memory")
-    elif mem and rss:
-        gb = max(1, math.ceil(rss * (1 + MEM_HEADROOM) / 1024))
-        if gb * 1024 < mem:
-            out["mem_mb"] = gb * 1024.0
-            advice.append(f"mem_gb: {mem / 1024:g} -> {gb}: largest {_fmt_mb(rss)} + 25%")
+    nodes = _number(options.get("nodes")) or 1.0
+    per_node = (_number(options.get("ntasks-per-node")) or 1.0) if nodes else 1.0
+    if mem and "OUT_OF_MEMORY" in states:  # mem_gb is per node; mem_mb (JSON) per job
+        doubled = 2 * math.ceil(mem / nodes / 1024)
+        out["mem_mb"] = doubled * 1024.0 * nodes
+        advice.append(f"mem_gb: {mem / nodes / 1024:g} -> {doubled}: a job ran out of memory")
+    elif mem and rss:  # the peak is one task's (rank 0's, or sacct's largest task): x tasks
+        gb = max(1, math.ceil(rss * per_node * (1 + MEM_HEADROOM) / 1024))
+        if gb * 1024 * nodes < mem:
+            out["mem_mb"] = gb * 1024.0 * nodes
+            tasks = f" x {per_node:g} tasks per node" if per_node > 1 else ""
+            advice.append(
+                f"mem_gb: {mem / nodes / 1024:g} -> {gb}: largest {_fmt_mb(rss)}{tasks} + 25%"
+            )
     limit, longest = requested.get("time_min"), used.get("elapsed_min")
     if limit and "TIMEOUT" in states:
         out["time_min"] = 2 * limit
@@ -289,20 +328,29 @@ def group_usage(
     order of batch and first experiment id. Documents never submitted to Slurm (no
     ``slurm[].array_id``) are left out. Pure."""
     groups: dict[tuple[int, str], GroupUsage] = {}
-    for doc in sorted(docs, key=lambda d: (int(d.get("batch_id") or 0), int(d["_id"]))):
-        slurm = (doc.get("slurm") or [{}])[-1] or {}
-        if slurm.get("array_id") is None:
+
+    def order(doc: Mapping[str, Any]) -> tuple[int, int, str]:
+        exp_id = doc.get("_id")
+        number = exp_id if isinstance(exp_id, int) and not isinstance(exp_id, bool) else None
+        return (_batch(doc), 0 if number is not None else 1, f"{number or 0:020d}{exp_id}")
+
+    for doc in sorted(docs, key=order):
+        job_id, options = job_of(doc)
+        if job_id is None:
             continue
-        options = {
-            k: v for k, v in (slurm.get("sbatch_options") or {}).items() if k not in _NOT_RESOURCES
-        }
-        key = (int(doc.get("batch_id") or 0), json.dumps(options, sort_keys=True, default=str))
+        options = {k: v for k, v in options.items() if k not in _NOT_RESOURCES}
+        key = (_batch(doc), json.dumps(options, sort_keys=True, default=str))
         group = groups.setdefault(key, GroupUsage(batch_id=key[0], options=options))
-        array = str(slurm["array_id"])
+        array = job_id.split("_")[0]
         if array not in group.arrays:
             group.arrays.append(array)
         group.experiments.append(experiment_usage(doc, sacct))
     return [g.summarize() for g in groups.values()]
+
+
+def _batch(doc: Mapping[str, Any]) -> int:
+    batch = _number(doc.get("batch_id"))
+    return int(batch) if batch is not None else 0
 
 
 def underused_line(groups: Sequence[GroupUsage], collection: str) -> str | None:
@@ -325,7 +373,8 @@ def underused_line(groups: Sequence[GroupUsage], collection: str) -> str | None:
             parts.append(f"CPU efficiency {eff:.0%} of {group.requested['cpus']:g} CPUs")
         if parts:
             return (
-                f"Batch {group.batch_id} used less than a quarter of its request ("
+                f"Batch {group.batch_id} (array {', '.join(group.arrays)}) used less than a "
+                "quarter of its request ("
                 + ", ".join(parts)
                 + f"): `seml {shlex.quote(collection)} usage` suggests smaller requests."
             )
@@ -341,13 +390,7 @@ def usage_report(
     from seml_hydra.slurm.client import SlurmError, sacct_usage
 
     docs = list(collection.find(dict(query), PROJECTION))
-    arrays = sorted(
-        {
-            str(((d.get("slurm") or [{}])[-1] or {}).get("array_id"))
-            for d in docs
-            if ((d.get("slurm") or [{}])[-1] or {}).get("array_id") is not None
-        }
-    )
+    arrays = sorted({job.split("_")[0] for job in (job_of(d)[0] for d in docs) if job})
     sacct: dict[str, TaskUsage] = {}
     if use_sacct and arrays:
         try:

@@ -129,7 +129,7 @@ def test_the_launchers_line_names_what_was_under_a_quarter():
     small = [doc(1, 7, 0, rss=100.0, real=60.0, mem="4G", time=60)]
     line = underused_line(group_usage(small, {}), "my coll")
     assert line == (
-        "Batch 1 used less than a quarter of its request (memory 100 MiB of 4.0 GiB, time "
+        "Batch 1 (array 7) used less than a quarter of its request (memory 100 MiB of 4.0 GiB, time "
         "1.0 min of 60 min): `seml 'my coll' usage` suggests smaller requests."
     )
     fitting = [doc(1, 7, 0, rss=3000.0, real=50 * 60.0, mem="4G", time=60)]
@@ -138,3 +138,51 @@ def test_the_launchers_line_names_what_was_under_a_quarter():
 
 def test_task_usage_without_elapsed_has_no_efficiency():
     assert TaskUsage("1", total_cpu_s=5.0, req_cpus=2).cpu_efficiency is None
+
+
+def test_memory_is_suggested_per_node_for_every_task_on_it():
+    two_tasks = dict(nodes=2, **{"ntasks-per-node": 2}, mem="8G", time=60)
+    [group] = group_usage([doc(1, 7, 0, rss=2900.0, real=60.0, **two_tasks)], {})
+    assert group.requested["mem_mb"] == 16384  # 8 GiB on each of 2 nodes
+    # 2.8 GiB per task x 2 tasks per node + 25% -> 8 GiB per node: no smaller request
+    assert group.suggested["mem_mb"] is None
+    [one] = group_usage([doc(1, 7, 0, rss=1000.0, real=60.0, **two_tasks)], {})
+    assert one.suggested["mem_mb"] == 3 * 1024 * 2
+    assert one.advice[0] == "mem_gb: 8 -> 3: largest 1000 MiB x 2 tasks per node + 25%"
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"slurm": "garbage"},
+        {"slurm": [5]},
+        {"slurm": {"array_id": 7, "task_id": 0, "sbatch_options": {"mem": "4G"}}},
+        {"stats": [1, 2]},
+        {"stats": {"self": 3, "max_rss_mb": float("nan")}},
+        {"batch_id": "abc", "_id": "x1"},
+        {"slurm": [{"array_id": 7, "sbatch_options": [1]}]},
+        {"stats": {"max_rss_mb": 1e308}},
+    ],
+)
+def test_a_forged_document_is_read_without_a_crash(forged):
+    good = doc(1, 7, 0, rss=100.0, real=60.0, mem="4G", time=60)
+    groups = group_usage([good, {**doc(2, 7, 1, mem="4G"), **forged}], {})
+    assert sum(len(g.experiments) for g in groups) in (1, 2)
+    assert all(g.used["max_rss_mb"] in (None, 100.0) for g in groups)
+
+
+def test_seml_05_documents_keep_their_task_in_execution_and_local_runs_are_left_out():
+    seml = {"_id": 1, "batch_id": 1, "status": "COMPLETED",
+            "slurm": [{"array_id": 18, "sbatch_options": {"mem": "16G"}}],
+            "execution": {"cluster": "c", "array_id": 18, "task_id": 0}}  # fmt: skip
+    local = {**doc(2, 4242, 0, mem="4G"), "execution": {"cluster": "local", "array_id": 4242}}
+    [group] = group_usage([seml, local], parse_usage(SACCT))
+    assert [e.job_id for e in group.experiments] == ["18_0"]
+    assert group.experiments[0].from_sacct and group.used["max_rss_mb"] == pytest.approx(2880.0)
+
+
+def test_a_job_our_time_limit_signal_ended_counts_as_having_hit_its_limit():
+    ended = {**doc(1, 7, 0, rss=100.0, real=3540.0, mem="4G", time=60), "status": "FAILED",
+             "fail_trace": ["Slurm signalled a timeout or preemption and the task did not opt in"]}  # fmt: skip
+    [group] = group_usage([ended], {})
+    assert group.suggested["time_min"] == 120
