@@ -14,13 +14,18 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import shlex
 import stat
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "UnsafePathError",
     "job_dir_problem",
+    "launch_paths_problem",
+    "unsafe_executable",
     "unsafe_file",
     "unsafe_import_dir",
     "unsafe_path_part",
@@ -157,3 +162,57 @@ def job_dir_problem(field: str, value: str | os.PathLike[str]) -> str | None:
         "there and run their code as you. Choose a directory of yours (e.g. "
         "hydra.sweep.dir=$HOME/multirun/...) or take others' write access away"
     )
+
+
+def unsafe_executable(path: str | os.PathLike[str], uid: int | None = None) -> str | None:
+    """Why the program ``path`` (the ``python`` a job runs, e.g. a wrapper script) could be
+    another user's code, or None: :func:`unsafe_path_part` of the path (links resolved too), or
+    the file it names belongs to neither ``uid`` nor root or others can write it."""
+    me = os.geteuid() if uid is None else uid
+    problem = unsafe_path_part(path, me)
+    if problem is not None:
+        return problem
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # not there: the job's own error says so
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid not in (me, 0):
+        return f"{path} belongs to another user (uid {st.st_uid})"
+    if mode & stat.S_IWOTH or (mode & stat.S_IWGRP and _group_has_others(st.st_gid, me)):
+        return f"{path} can be written by other users (mode {mode:04o})"
+    return None
+
+
+def launch_paths_problem(hydra: Mapping[str, Any], judged: set[str]) -> str | None:
+    """The first refusal of the paths a sweep point's jobs trust, or None: its sweep dir and
+    submitit folder (:func:`job_dir_problem`) and the program its ``python`` launcher field
+    starts when that is a path (:func:`unsafe_executable`). ``hydra``: the point's resolved
+    ``hydra`` node; ``judged``: paths found safe already (updated), so a launch judges each
+    once. Shared by the launcher and ``seml start``."""
+    launcher = hydra.get("launcher") or {}
+    for field, value in (
+        ("hydra.sweep.dir", (hydra.get("sweep") or {}).get("dir")),
+        ("hydra.launcher.submitit_folder", launcher.get("submitit_folder")),
+    ):
+        if value is None or str(value) in judged:
+            continue
+        problem = job_dir_problem(field, str(value))
+        if problem is not None:
+            return problem
+        judged.add(str(value))
+    python = launcher.get("python")
+    try:
+        words = shlex.split(str(python)) if python else []
+    except ValueError:
+        words = []
+    program = next((w for w in words if w != "exec"), None)
+    if program and "/" in program and program not in judged:
+        problem = unsafe_executable(program)
+        if problem is not None:
+            return (
+                f"hydra.launcher.python={python}: {problem}; another user could change the "
+                "program your jobs start. Use an interpreter or wrapper of yours"
+            )
+        judged.add(program)
+    return None

@@ -77,12 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         time.sleep(1)  # submitit waits as long for a pickle written after the job started
     problem = unsafe_file(pickle)
     if problem is not None:
-        print(
+        refusal = (
             f"seml-hydra: not loading the job's pickle {pickle}: {problem}, so another user "
             "could have put their code there; nothing was run. Launch again with a sweep dir "
-            "and submitit folder of yours.",
-            file=sys.stderr,
+            "and submitit folder of yours."
         )
+        print(refusal, file=sys.stderr)
+        print(refusal)  # also where status and print-fail-trace read a killed job's reason
         return 1
     from submitit.core.submission import process_job
 

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from seml_hydra.core.documents import experiment_hash, sacred_key_problem, to_bson_safe
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.overrides import parse_override
-from seml_hydra.core.paths import job_dir_problem, unsafe_import_dir
+from seml_hydra.core.paths import launch_paths_problem, unsafe_import_dir
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.core.shell import seml_for
 from seml_hydra.launch import document
@@ -276,24 +276,15 @@ def checked_chunk(points: list[Any], executor: str) -> list[Any]:
 
 def check_job_dirs(hydra: Mapping[str, Any], judged: set[str]) -> None:
     """Refuse a point whose sweep dir (``hydra.sweep.dir``, where its job writes ``.hydra/``
-    and its outputs) or submitit folder (the pickles its job unpickles) another local user
-    could redirect (``core.paths.unsafe_path_part``: another user's directory or link on
-    the path, or a directory others can write without the sticky bit): they could swap a
-    pickle before the job starts and run their code as you, with your database credentials.
-    ``judged``: the paths found safe so far (each is judged once per launch), updated.
-    Raises ``LaunchError`` naming the field, the path and the part."""
-    launcher = hydra.get("launcher") or {}
-    fields = (
-        ("hydra.sweep.dir", (hydra.get("sweep") or {}).get("dir")),
-        ("hydra.launcher.submitit_folder", launcher.get("submitit_folder")),
-    )
-    for field, value in fields:
-        if value is None or str(value) in judged:
-            continue
-        problem = job_dir_problem(field, str(value))
-        if problem is not None:
-            raise LaunchError(f"{problem}; nothing was staged")
-        judged.add(str(value))
+    and its outputs), submitit folder (the pickles its job unpickles) or ``python`` program
+    another local user could redirect (``core.paths.launch_paths_problem``: another user's
+    directory or link on the path, or a directory others can write without the sticky bit):
+    they could swap a pickle before the job starts and run their code as you, with your
+    database credentials. ``judged``: the paths found safe so far, updated. Raises
+    ``LaunchError`` naming the field, the path and the part."""
+    problem = launch_paths_problem(hydra, judged)
+    if problem is not None:
+        raise LaunchError(f"{problem}; nothing was staged")
 
 
 def config_key_message(path: Sequence[str], overrides: Sequence[str]) -> str:

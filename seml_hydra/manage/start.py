@@ -10,6 +10,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff
+from seml_hydra.core.paths import launch_paths_problem
 from seml_hydra.launch.submit import SubmitRequest, submit_requests
 from seml_hydra.manage.selection import ManageError, state_values
 from seml_hydra.store.job_db import job_db_config, job_db_environment
@@ -67,6 +68,7 @@ def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str
     unknown executor, or a payload that is gone."""
 
     bases: dict[str, dict[str, Any]] = {}
+    judged: set[str] = set()
     out = []
     for doc in docs:
         seml = doc.get("seml") or {}
@@ -93,6 +95,12 @@ def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str
         folder = str(launcher.get("submitit_folder"))
         if not os.path.isabs(folder):
             launcher["submitit_folder"] = os.path.join(workdir, folder)
+        sweep = dict(node.get("sweep") or {})
+        if sweep.get("dir") is not None and not os.path.isabs(str(sweep["dir"])):
+            sweep["dir"] = os.path.join(workdir, str(sweep["dir"]))
+        problem = launch_paths_problem({**node, "launcher": launcher, "sweep": sweep}, judged)
+        if problem is not None:  # checked at launch; it may have changed since
+            raise ManageError(f"Experiment {doc['_id']}: {problem}; nothing was started.")
         out.append(
             (workdir, SubmitRequest(doc["_id"], launcher, payload, doc["batch_id"], cluster))
         )

@@ -145,3 +145,25 @@ def test_a_module_planted_in_the_launch_directory_never_runs_in_a_job(
                     cwd=shared_tmp, env=env)  # fmt: skip
     assert local.returncode == 1 and "Not launching seml_local jobs from here" in local.stderr
     assert not pwned.exists() and test_db["fail"].count_documents({}) == 1
+
+
+def test_seml_start_refuses_a_sweep_dir_others_can_write_since_the_launch(slurm, test_db, tmp_path):
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    jobs = tmp_path / "jobs"
+    launch_gate(
+        tmp_path, "x=1", "gate=", f"hydra.launcher.submitit_folder={jobs}/%j",
+        "+hydra.launcher.additional_parameters.hold=true",
+    )  # fmt: skip
+    runner = CliRunner()
+    for args in (["gate", "cancel", "-y"], ["gate", "reset", "-y"]):
+        assert runner.invoke(app, args, prog_name="seml").exit_code == 0
+    assert statuses(test_db["gate"]) == {1: "STAGED"}
+    [day] = list((tmp_path / "multirun").iterdir())
+    day.chmod(0o777)
+    result = runner.invoke(app, ["gate", "start"], prog_name="seml")
+    assert result.exit_code == 1, result.output
+    assert "hydra.sweep.dir=" in result.output and "every user can write" in result.output
+    assert statuses(test_db["gate"]) == {1: "STAGED"}  # nothing submitted

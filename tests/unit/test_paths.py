@@ -128,8 +128,10 @@ def test_the_job_entry_refuses_a_pickle_others_can_write_without_loading_it(
     (job_folder / "42_submitted.pkl").chmod(0o666)
     assert entry.main([*entry.SUBMITIT_ARGS, str(job_folder)]) == 1
     assert not (tmp_path / "ran").exists()
-    err = capsys.readouterr().err
+    out = capsys.readouterr()
+    err = out.err
     assert err.count("\n") == 1 and "not loading the job's pickle" in err
+    assert out.out == err  # the job's .out file too: status reads a killed job's reason there
     assert "can be written by other users (mode 0666)" in err
 
 
@@ -144,3 +146,17 @@ def test_the_job_entry_refuses_arguments_that_are_not_submitits(job_folder, tmp_
     assert entry.main(["-c", "print(1)", str(job_folder)]) == 1
     assert "unexpected job command arguments" in capsys.readouterr().err
     assert not (tmp_path / "ran").exists()
+
+
+def test_a_python_program_others_can_change_is_refused_at_launch(tmp_path):
+    from seml_hydra.core.paths import launch_paths_problem
+
+    wrapper = private(tmp_path / "bin") / "py.sh"
+    wrapper.write_text('#!/bin/sh\nexec python3 "$@"\n')
+    wrapper.chmod(0o755)
+    node = {"sweep": {"dir": str(tmp_path / "m")}, "launcher": {"python": f"exec {wrapper}"}}
+    assert launch_paths_problem(node, set()) is None
+    wrapper.chmod(0o777)
+    problem = launch_paths_problem(node, set())
+    assert problem.startswith(f"hydra.launcher.python=exec {wrapper}: {wrapper} can be written")
+    assert launch_paths_problem({"launcher": {"python": "python3"}}, set()) is None
