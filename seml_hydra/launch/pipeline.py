@@ -583,6 +583,8 @@ class _Launch:
             self._delete_batch_sources(batch_id)
             self.launcher._staging_started = False  # undone: Ctrl-C says nothing was stored
             raise
+        if result.concurrent:  # another launch staged (and submits) some of the points
+            self.requests.retain(set(result.new_ids))
         for exp_id in [*result.rerun_ids, *result.resubmit_ids]:
             self.requests.add([self._request(self._launcher_of[exp_id], exp_id, batch_id)])
         self._launcher_of = {}
@@ -673,6 +675,12 @@ class _Launch:
             self.console.print(
                 f"{repeats} point(s) repeat another point of this launch: run once, "
                 "each gets its result"
+            )
+        if result.concurrent:
+            self.console.print(
+                f"{len(result.concurrent)} point(s) were staged at the same moment by another "
+                "launch of this sweep: waiting for its experiment(s), not running them again: "
+                f"ids {format_ids(result.concurrent)}"
             )
         for status, ids in sorted(result.awaited.items()):
             verb = "returning" if status == "COMPLETED" else "waiting for"

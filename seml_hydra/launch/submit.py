@@ -483,6 +483,13 @@ class RequestGroups:
             else:
                 group.exp_ids.append(r.exp_id)
 
+    def retain(self, exp_ids: set[int]) -> None:
+        """Keep only the requests of ``exp_ids`` (groups left empty go)."""
+        for key, group in list(self._groups.items()):
+            group.exp_ids = [i for i in group.exp_ids if i in exp_ids]
+            if not group.exp_ids:
+                del self._groups[key]
+
     @property
     def groups(self) -> list[RequestGroup]:
         """The groups, in first-seen order."""

@@ -1,0 +1,111 @@
+"""Launches that race each other on the real services (MongoDB, the Slurm testbed).
+
+- Identical launches of one sweep staging at the same moment: each point is stored once and
+  run once, and every launcher returns every point's result (those another launch staged
+  too): the duplicate check is atomic with the insert (``stage.UNIQUE_INDEX``), which a
+  collection holding duplicate hashes already (forced copies, SEML 0.5.7's) still gets.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, statuses
+
+from seml_hydra.launch.stage import UNIQUE_FIELD, UNIQUE_INDEX, Stager
+
+RACE_APP = ROOT / "tests" / "apps" / "race_app.py"
+POINTS = 6
+
+
+@pytest.mark.slurm
+def test_identical_launches_staging_at_once_store_and_run_each_point_once(slurm, test_db, tmp_path):
+    race, runs = tmp_path / "race", tmp_path / "runs"
+    race.mkdir()
+    runs.mkdir()
+    env = {**os.environ, "SEML_TEST_RACE_DIR": str(race), "SEML_TEST_RACE_N": "3"}
+    argv = [
+        sys.executable,
+        str(RACE_APP),
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.collection=race",
+        "hydra.launcher.poll_interval_s=0.3",
+        "hydra.launcher.snapshot=false",
+        f"runs_dir={runs}",
+        f"x={','.join(str(x) for x in range(POINTS))}",
+    ]
+    procs = []
+    for n in range(3):  # every launch looks for duplicates before any inserts (race_app.py)
+        cwd = tmp_path / f"launch{n}"
+        cwd.mkdir()
+        procs.append(
+            subprocess.Popen(
+                argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    try:
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    coll = test_db["race"]
+    assert sorted(d["config"]["x"] for d in coll.find()) == list(range(POINTS))
+    assert set(statuses(coll).values()) == {"COMPLETED"}
+    ran = sorted(int(name.split("_")[0]) for name in os.listdir(runs))
+    assert ran == list(range(POINTS))  # each point ran once, in one job
+    expected = [f"RESULT runs_dir={runs} x={x} {x * 10}" for x in range(POINTS)]
+    for proc, out in zip(procs, outs):
+        assert proc.returncode == 0, out
+        assert [line for line in out.splitlines() if line.startswith("RESULT")] == expected, out
+    waited = [out for out in outs if "staged at the same moment by another launch" in out]
+    assert len(waited) >= 1, outs
+
+
+def no_refresh(offset: int) -> dict:
+    return {}
+
+
+def hashed(hashes):
+    def make(offset: int, exp_id: int) -> dict:
+        return {"_id": exp_id, "status": "STAGED", "config_hash": hashes[offset]}
+
+    return make
+
+
+def test_a_collection_with_duplicate_hashes_gets_the_unique_index_and_force_still_copies(
+    db_url, test_db
+):
+    # SEML 0.5.7's `seml add --force` and our earlier versions left two documents of one hash
+    coll = test_db["dups"]
+    coll.insert_many([{"_id": i, "status": "COMPLETED", "config_hash": "h"} for i in (1, 2)])
+    stager = Stager(test_db, "dups", batch_id=2, force=False)
+    stager.add_chunk(["h", "k"], hashed(["h", "k"]), no_refresh)
+    result = stager.finish()
+    assert UNIQUE_INDEX in coll.index_information()
+    assert result.ids == [2, 3] and result.awaited == {"COMPLETED": [2]}
+    assert coll.find_one({"_id": 3})[UNIQUE_FIELD] is True
+    forced = Stager(test_db, "dups", batch_id=3, force=True)
+    forced.add_chunk(["k"], hashed(["k"]), no_refresh)
+    assert forced.finish().new_ids == [4]
+    assert UNIQUE_FIELD not in coll.find_one({"_id": 4})  # a copy on purpose: not in the index
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_point_another_launch_inserted_after_our_look_maps_to_its_experiment(
+    db_url, test_db, overlap
+):
+    coll = test_db["late"]
+    first = Stager(test_db, "late", batch_id=1, force=False)
+    second = Stager(test_db, "late", batch_id=2, force=False, overlap=overlap)
+    second._existing = lambda hashes: []  # it looked before the first launch inserted
+    first.add_chunk(["m"], hashed(["m"]), no_refresh)
+    assert first.finish().new_ids == [1]
+    second.add_chunk(["n", "m", "m"], hashed(["n", "m", "m"]), no_refresh)
+    result = second.finish()
+    assert result.ids == [2, 1, 1] and result.new_ids == [2] and result.concurrent == [1]
+    assert sorted(d["config_hash"] for d in coll.find()) == ["m", "n"]
