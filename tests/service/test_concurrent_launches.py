@@ -4,16 +4,21 @@
   run once, and every launcher returns every point's result (those another launch staged
   too): the duplicate check is atomic with the insert (``stage.UNIQUE_INDEX``), which a
   collection holding duplicate hashes already (forced copies, SEML 0.5.7's) still gets.
+- A ``delete`` of a launch's experiments while it submits them (here: inside its ``sbatch``,
+  the widest window): the launcher says so and cancels the array that would run nothing.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from conftest import ROOT, statuses
+from conftest import ROOT, run_python, sacct, squeue_tasks, statuses, wait_until
 
 from seml_hydra.launch.stage import UNIQUE_FIELD, UNIQUE_INDEX, Stager
 
@@ -109,3 +114,53 @@ def test_a_point_another_launch_inserted_after_our_look_maps_to_its_experiment(
     result = second.finish()
     assert result.ids == [2, 1, 1] and result.new_ids == [2] and result.concurrent == [1]
     assert sorted(d["config_hash"] for d in coll.find()) == ["m", "n"]
+
+
+def sbatch_deleting_first(bindir: Path, collection: str) -> dict[str, str]:
+    """An ``sbatch`` in ``bindir`` that runs ``seml <collection> delete -y`` before the real
+    one: the experiments go between their move to PENDING and the record of their job. Returns
+    the environment that puts it first on ``PATH``."""
+    bindir.mkdir()
+    seml = Path(sys.executable).with_name("seml")
+    script = bindir / "sbatch"
+    script.write_text(
+        f'#!/bin/sh\n"{seml}" {collection} delete -y >&2 || exit 99\n'
+        f'exec "{shutil.which("sbatch")}" "$@"\n'
+    )
+    script.chmod(0o755)
+    return {"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+
+
+@pytest.mark.slurm
+def test_a_delete_while_the_launch_submits_cancels_its_array_and_is_reported(
+    slurm, test_db, tmp_path
+):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    proc = run_python(
+        str(RACE_APP),
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.collection=gone",
+        "hydra.launcher.wait=false",
+        "hydra.launcher.snapshot=false",
+        f"runs_dir={runs}",
+        "x=0,1,2",
+        cwd=tmp_path,
+        env=sbatch_deleting_first(tmp_path / "bin", "gone"),
+    )
+    out = proc.stdout + proc.stderr
+    assert test_db["gone"].count_documents({}) == 0, out
+    found = re.search(r"Cancelled slurm job\(s\) (\d+) at once: its experiments were deleted", out)
+    assert found, out
+    assert "3 experiment(s) of this launch were deleted from collection gone" in out
+    assert "Submitted" not in out
+    array = found.group(1)
+    assert not squeue_tasks(array)
+    states = wait_until(
+        "sacct records the array's end",
+        lambda: [s for s in sacct(array, "State").splitlines() if s] or None,
+        timeout=60,
+    )
+    assert all(s.startswith("CANCELLED") for s in states), states
+    assert os.listdir(runs) == []  # nothing ran
