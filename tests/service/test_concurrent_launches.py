@@ -5,7 +5,9 @@
   too): the duplicate check is atomic with the insert (``stage.UNIQUE_INDEX``), which a
   collection holding duplicate hashes already (forced copies, SEML 0.5.7's) still gets.
 - A ``delete`` of a launch's experiments while it submits them (here: inside its ``sbatch``,
-  the widest window): the launcher says so and cancels the array that would run nothing.
+  the widest window): the launcher says so and cancels the array that would run nothing;
+  ``seml queue`` lists such an array of a collection that no experiment names as an orphan,
+  and ``seml queue --cancel-orphans`` cancels it (and only it).
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_python, sacct, squeue_tasks, statuses, wait_until
+from conftest import (
+    ROOT,
+    launch_gate,
+    run_python,
+    sacct,
+    squeue_tasks,
+    statuses,
+    wait_until,
+)
+from conftest import seml_ok as seml
 
 from seml_hydra.launch.stage import UNIQUE_FIELD, UNIQUE_INDEX, Stager
 
@@ -164,3 +175,56 @@ def test_a_delete_while_the_launch_submits_cancels_its_array_and_is_reported(
     )
     assert all(s.startswith("CANCELLED") for s in states), states
     assert os.listdir(runs) == []  # nothing ran
+
+
+def sbatch_held(*options: str) -> str:
+    """A held two-task array submitted with ``options`` (no experiment of ours); its id."""
+    out = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--array=0-1", *options, "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.strip().split(";")[0]
+
+
+@pytest.mark.slurm
+def test_queue_lists_an_array_no_experiment_names_and_cancels_only_it(
+    slurm, test_db, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("COLUMNS", "250")
+    # a name no other test's jobs carry as comment (they run as this user too)
+    name = f"orphans{os.getpid()}"
+    for _ in range(2):  # batches 1 and 2 (the second stages nothing: the same point)
+        launch_gate(
+            tmp_path,
+            f"gate={tmp_path / 'go'}",
+            "x=1",
+            f"hydra.launcher.collection={name}",
+            "hydra.launcher.poll_interval_s=0.3",
+        )
+    coll = test_db[name]
+    doc = coll.find_one({"batch_id": 1})
+    ours = str(doc["slurm"][0]["array_id"])
+    coll.delete_many({"batch_id": 2})  # as if deleted while submitted: a batch we handed out
+    orphan = sbatch_held(f"--comment={name}", f"--job-name={name}_2")
+    other = sbatch_held(f"--comment={name}", f"--job-name={name}_9")  # a batch never handed out
+    mine = sbatch_held(f"--comment={name}", "--job-name=mine")  # the user's own job, not a batch
+    try:
+        listing = seml("queue")
+        rows = [[c.strip() for c in line.split("│")] for line in listing.splitlines()]
+        lines = {r[2]: r[4] for r in rows if len(r) > 4 and r[1] == name}  # job: experiments
+        assert lines[f"{orphan}_[0-1]"] == "none (orphan)", listing
+        assert lines[f"{other}_[0-1]"] == lines[f"{mine}_[0-1]"] == "", listing
+        assert [v for k, v in lines.items() if k.startswith(ours)] == [str(doc["_id"])], listing
+        assert "1 array(s) run no experiment" in listing
+        assert "seml queue --cancel-orphans" in listing
+        out = seml("queue", "--cancel-orphans", "-y")
+        assert f"Cancelled 1 orphan array(s): {orphan}." in out
+        assert not squeue_tasks(orphan)
+        assert squeue_tasks(mine) and squeue_tasks(other) and squeue_tasks(ours)
+        assert list(statuses(coll)) == [doc["_id"]]
+        assert "No orphan arrays" in seml("queue", "--cancel-orphans", "-y")
+    finally:
+        subprocess.run(["scancel", ours, orphan, other, mine], capture_output=True)
