@@ -346,7 +346,7 @@ def submit_group(
     id_groups = [list(g) for g in id_groups]
     orphans: list[str] = []
     # fewer matched than moved: a delete took some (or an attempt before the last succeeded)
-    if written[-1].matched_count < len(all_ids):
+    if written[-1].acknowledged and written[-1].matched_count < len(all_ids):
         job_ids = [str(j.job_id) for j in jobs]
         recorded = {
             d["_id"]
