@@ -91,7 +91,7 @@ def _queue_table(rows: list[Any]) -> Any:
             shown(r.collection) if r.collection else "[dim](none)[/]",
             shown(r.job_id),
             shown(r.state),
-            format_ids(r.exp_ids),
+            "[yellow]none (orphan)[/]" if r.orphan else format_ids(r.exp_ids),
             _duration(r.elapsed_s),
             shown(where or ""),
         )
@@ -120,8 +120,20 @@ def queue(
         ),
     ] = None,
     interval: Annotated[float, typer.Option(help="Seconds between refreshes with --watch.")] = 2.0,
+    cancel_orphans: Annotated[
+        bool,
+        typer.Option(
+            "--cancel-orphans",
+            help="Cancel the arrays of a collection that no experiment names any more (asks "
+            "first).",
+        ),
+    ] = False,
+    yes: Yes = False,
 ) -> None:
-    """Your Slurm jobs by collection, with their experiments, run time, nodes or pending reason."""
+    """Your Slurm jobs by collection, with their experiments, run time, nodes or pending reason.
+
+    An array whose collection has no experiment naming it (deleted while it was submitted)
+    shows "none (orphan)"; --cancel-orphans cancels such arrays."""
     import re
 
     from seml_hydra.manage.inspection import queue as get_queue
@@ -142,12 +154,24 @@ def queue(
     def rows() -> list[Any]:
         return get_queue(db, job_ids, all_jobs=all_jobs, slurm_states=wanted or None)
 
+    if cancel_orphans:
+        if watch:
+            raise ManageError("--cancel-orphans cancels once: leave out --watch.")
+        _cancel_orphans(rows(), yes)
+        return
     if not watch:
         found = rows()
         if not found:
             console().print("No jobs.")
             return
         console().print(_queue_table(found))
+        orphans = sorted({r.array_id for r in found if r.orphan}, key=int)
+        if orphans:
+            console().print(
+                f"[yellow]{len(orphans)} array(s) run no experiment: their collection names none "
+                "(deleted while the launch submitted them). Cancel them with "
+                "`seml queue --cancel-orphans`.[/]"
+            )
         return
     import time
 
@@ -165,6 +189,27 @@ def queue(
                 live.update(_queue_table(rows()), refresh=True)
     except KeyboardInterrupt:
         return
+
+
+def _cancel_orphans(rows: list[Any], yes: bool) -> None:
+    """``seml queue --cancel-orphans``: scancel the arrays of ``rows`` flagged orphan, after
+    asking (unless ``yes``)."""
+    from seml_hydra.manage.selection import ManageError
+    from seml_hydra.slurm import client as slurm
+
+    of = {r.array_id: r.collection for r in rows if r.orphan}
+    if not of:
+        console().print("No orphan arrays: every array of a collection runs its experiments.")
+        return
+    arrays = sorted(of, key=int)
+    listing = ", ".join(f"{a} ({terminal_safe(str(of[a]))})" for a in arrays)
+    if not yes:
+        typer.confirm(f"Cancel Slurm array(s) {listing}, which no experiment names?", abort=True)
+    try:
+        slurm.scancel(arrays)
+    except slurm.SlurmError as error:
+        raise ManageError(f"scancel failed: {error}; nothing else was changed.") from None
+    console().print(f"Cancelled {len(arrays)} orphan array(s): {shown(', '.join(arrays))}.")
 
 
 @command(rich_help_panel=ROOT_PANEL)

@@ -574,6 +574,8 @@ class _Launch:
             self._delete_batch_sources(batch_id)
             self.launcher._staging_started = False  # undone: Ctrl-C says nothing was stored
             raise
+        if result.concurrent:  # another launch staged (and submits) some of the points
+            self.requests.retain(set(result.new_ids))
         for exp_id in [*result.rerun_ids, *result.resubmit_ids]:
             self.requests.add([self._request(self._launcher_of[exp_id], exp_id, batch_id)])
         self._launcher_of = {}
@@ -665,6 +667,12 @@ class _Launch:
                 f"{repeats} point(s) repeat another point of this launch: run once, "
                 "each gets its result"
             )
+        if result.concurrent:
+            self.console.print(
+                f"{len(result.concurrent)} point(s) were staged at the same moment by another "
+                "launch of this sweep: waiting for its experiment(s), not running them again: "
+                f"ids {format_ids(result.concurrent)}"
+            )
         for status, ids in sorted(result.awaited.items()):
             verb = "returning" if status == "COMPLETED" else "waiting for"
             self.console.print(
@@ -700,19 +708,51 @@ class _Launch:
                 submission_failed_message(str(error), self.collection_name)
                 + submitted_note(error.submitted, self.collection_name)
             ) from None
-        return self._report(arrays)
+        jobs = self._report(arrays)
+        self._say_deleted(jobs)
+        return jobs
 
     def _report(self, arrays: Sequence[Any]) -> dict[str, tuple[Any, list[int]]]:
-        """Print one line per submitted array; returns their ``{job id: (job, ids)}``."""
+        """Print one line per submitted array (and per array cancelled at once: its experiments
+        were deleted meanwhile); returns their ``{job id: (job, ids)}``."""
         jobs: dict[str, tuple[Any, list[int]]] = {}
         for array in arrays:
             jobs.update(array.jobs)
+            if array.jobs:
+                self.console.print(
+                    f"Submitted {len(array.jobs)} job(s) as {array.cluster} job "
+                    f"{array.array_id} ({array.name}); output in {array.folder}",
+                    markup=False,
+                )
+            if array.orphans:
+                self.console.print(
+                    f"Cancelled {array.cluster} job(s) {', '.join(array.orphans)} at once: "
+                    "its experiments were deleted while this launch submitted them.",
+                    style="red",
+                    markup=False,
+                )
+        return jobs
+
+    def _say_deleted(self, jobs: dict[str, tuple[Any, list[int]]]) -> None:
+        """Say which experiments this launch meant to submit were deleted under it (a
+        ``delete`` while it staged or submitted): those no job of ``jobs`` runs and no
+        document holds any more. Costs a read only when some were not submitted here."""
+        submitted = {i for _, ids in jobs.values() for i in ids}
+        missing = [i for g in self.requests.groups for i in g.exp_ids if i not in submitted]
+        if not missing:
+            return
+        there: set[int] = set()
+        for part in chunked(sorted(set(missing)), DELETE_CHUNK):
+            there.update(d["_id"] for d in self.collection.find({"_id": {"$in": part}}, {"_id": 1}))
+        gone = sorted(set(missing) - there)
+        if gone:
             self.console.print(
-                f"Submitted {len(array.jobs)} job(s) as {array.cluster} job {array.array_id} "
-                f"({array.name}); output in {array.folder}",
+                f"{len(gone)} experiment(s) of this launch were deleted from collection "
+                f"{self.collection_name} while it staged or submitted them: ids "
+                f"{format_ids(gone)}; nothing runs them.",
+                style="red",
                 markup=False,
             )
-        return jobs
 
     # -- run --------------------------------------------------------------------------------
     def _statuses(self, ids: Sequence[int]) -> dict[int, str]:
@@ -746,7 +786,7 @@ class _Launch:
                 exp_id,
                 result.batch_id,
                 job_of.get(exp_id),
-                status_of.get(exp_id, "UNKNOWN"),
+                status_of.get(exp_id, "DELETED"),
             )
             returns.append(ret)
         self.console.print(

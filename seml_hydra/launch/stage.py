@@ -4,7 +4,11 @@ A point whose ``config_hash`` is already in the collection is not staged again (
 ``remove_duplicates``): STAGED experiments are submitted with this launch, PENDING/RUNNING/
 RESCHEDULED/COMPLETED ones are awaited or returned, FAILED/KILLED/INTERRUPTED ones are reset to
 STAGED and run again (their earlier run kept in their attempt history, ``core.attempts``, its
-metrics tagged with it). ``force`` stages a new copy anyway. ``_id`` and ``batch_id`` come from atomic
+metrics tagged with it). ``force`` stages a new copy anyway. The check is
+atomic with the insert: the documents of a launch without ``force`` carry :data:`UNIQUE_FIELD`,
+on which a unique partial index (:data:`UNIQUE_INDEX`) admits one document per hash, so of two
+launches of one sweep staging at the same time only one inserts each point and the other waits
+for that one's experiment (:meth:`Stager.finish`). ``_id`` and ``batch_id`` come from atomic
 counters (``collections.next_ids``), never from ``max + 1``. A launch is staged in chunks
 (:class:`Stager`, :data:`STAGE_CHUNK` points at a time): the launcher never holds all of its
 points or documents at once, and each chunk's insert runs in a worker thread while the next chunk
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +29,8 @@ from seml_hydra.core import states
 from seml_hydra.core.attempts import BY_LAUNCH, LAST_NUMBER, move_pipeline, number_after
 from seml_hydra.core.errors import UserError
 from seml_hydra.store.collections import next_ids
+
+log = logging.getLogger(__name__)
 
 #: run fields Sacred and the run step write; cleared when a finished experiment is reset
 RUN_FIELDS = (
@@ -86,6 +93,48 @@ def oversized_message(docs: Iterable[Mapping[str, Any]]) -> str | None:
             "their path in the config. Nothing was staged."
         )
     return None
+
+
+#: the field (``true``) of the documents staged without ``force``: only they are in
+#: :data:`UNIQUE_INDEX`, so forced copies, SEML 0.5's documents and those of earlier versions
+#: (which may share a hash already) neither block its build nor are blocked by it
+UNIQUE_FIELD = "config_hash_unique"
+#: the name of the unique index on ``config_hash`` of the documents with :data:`UNIQUE_FIELD`
+UNIQUE_INDEX = "config_hash_unique"
+
+
+def ensure_unique_index(collection: Any) -> bool:
+    """Create :data:`UNIQUE_INDEX` on ``collection`` unless it exists (one ``createIndexes``
+    round trip). Returns False, with a warning logged, when MongoDB refused it (a user without
+    the right to create indexes, or a database with documents of this version that share a
+    hash already): staging then works as before it, without telling apart two launches that
+    stage one point at the same time."""
+    from pymongo.errors import OperationFailure
+
+    try:
+        collection.create_index(
+            [("config_hash", 1)],
+            name=UNIQUE_INDEX,
+            unique=True,
+            partialFilterExpression={UNIQUE_FIELD: True},
+        )
+    except OperationFailure as error:
+        log.warning(
+            "Could not create the unique index %s of collection %s (%s): two launches of one "
+            "sweep staging at the same time may both stage its points",
+            UNIQUE_INDEX,
+            collection.name,
+            error,
+        )
+        return False
+    return True
+
+
+def is_hash_conflict(write_error: Mapping[str, Any]) -> bool:
+    """Whether one of ``insert_many``'s ``writeErrors`` is a duplicate key in
+    :data:`UNIQUE_INDEX` (pure): another launch inserted a document with this hash first."""
+    pattern = write_error.get("keyPattern") or {}
+    return write_error.get("code") == 11000 and list(pattern) == ["config_hash"]
 
 
 #: points composed, hashed, built and inserted at a time (:class:`Stager`); the environment
@@ -242,6 +291,9 @@ class StageResult:
     rerun_ids: list[int]
     resubmit_ids: list[int]
     awaited: dict[str, list[int]]  # status -> ids of existing experiments we only wait for
+    #: ids of the experiments another launch staged at the same time for points of this one
+    #: (:meth:`Stager.finish`): awaited, never submitted here
+    concurrent: list[int] = field(default_factory=list)
 
     @property
     def to_submit(self) -> list[int]:
@@ -293,9 +345,12 @@ class Stager:
             each insert is done before :meth:`add_chunk` returns.
 
     Per chunk: one ``find`` of the documents with its hashes (again after the recovery, when
-    it ran), new ids from the atomic counter, and one ``insert_many`` of the chunk's new
-    documents: at most two chunks' documents are held at a time (one being inserted, one
-    being built), and at most one insert is under way. Duplicates are told across chunks
+    it ran), new ids from the atomic counter, and one unordered ``insert_many`` of the chunk's
+    new documents: at most two chunks' documents are held at a time (one being inserted, one
+    being built), and at most one insert is under way. A new document that
+    :data:`UNIQUE_INDEX` refuses (a concurrent launch inserted its hash between the ``find`` and
+    the insert) is not inserted: :meth:`finish` maps its points to the other launch's
+    experiment, which this launch waits for and does not submit. Duplicates are told across chunks
     (:func:`plan_chunk` with the launch's ``seen`` hashes). The writes to existing documents
     (re-run: reset to STAGED, the earlier run moved into the attempt history; re-submission) wait for :meth:`finish`, once
     every point has been composed and checked: a bad point in a later chunk leaves existing
@@ -325,6 +380,8 @@ class Stager:
         self.updates: dict[int, tuple[Mapping[str, Any], bool, dict[str, Any]]] = {}
         self.awaited_docs: dict[int, Mapping[str, Any]] = {}
         self._indexed = False
+        #: id reserved for a new document -> its hash, for those :data:`UNIQUE_INDEX` refused
+        self.lost: dict[int, str] = {}
         self._overlap = overlap
         self._worker: Any = None  # concurrent.futures.ThreadPoolExecutor, one thread
         #: (the Future of the insert under way, its ids)
@@ -344,18 +401,24 @@ class Stager:
             )
         )
 
-    def _insert(self, docs: list[dict[str, Any]], ids: list[int]) -> None:
-        """Insert one chunk's documents; on an error (Ctrl-C included) the ones written are
-        removed again before it is raised: no half-staged chunk. A write error (a duplicate
-        ``_id``: SEML 0.5's ``seml add`` numbers ``max + 1`` and may take an id reserved here
-        before this insert) stopped the ordered insert at that document, which is not ours:
-        only the ones before it are removed."""
+    def _insert(self, docs: list[dict[str, Any]], ids: list[int]) -> dict[int, str]:
+        """Insert one chunk's documents (unordered); returns ``{id: hash}`` of those
+        :data:`UNIQUE_INDEX` refused (:func:`is_hash_conflict`: another launch inserted the
+        hash first). On any other error (Ctrl-C included) the ones written are removed again
+        before it is raised: no half-staged chunk. Of a write error (a duplicate ``_id``: SEML
+        0.5's ``seml add`` numbers ``max + 1`` and may take an id reserved here before this
+        insert) the document refused is not ours: only the ones written are removed."""
         from pymongo.errors import BulkWriteError, PyMongoError
 
         try:
-            self.collection.insert_many(docs, ordered=True)
+            self.collection.insert_many(docs, ordered=False)
         except BulkWriteError as error:
-            inserted = ids[: int(error.details.get("nInserted", len(ids)))]
+            errors = error.details.get("writeErrors") or []
+            if errors and all(is_hash_conflict(e) for e in errors):
+                if not error.details.get("writeConcernErrors"):
+                    return {ids[e["index"]]: docs[e["index"]]["config_hash"] for e in errors}
+            refused = {e["index"] for e in errors}
+            inserted = [exp_id for i, exp_id in enumerate(ids) if i not in refused]
             self.collection.delete_many({"_id": {"$in": inserted}, "status": states.STAGED})
             _refuse_oversized(docs)
             raise
@@ -364,6 +427,13 @@ class Stager:
             if isinstance(error, PyMongoError):  # the driver's or the server's size check
                 _refuse_oversized(docs)
             raise
+        return {}
+
+    def _take_lost(self, lost: Mapping[int, str]) -> None:
+        """Record the refused documents of :meth:`_insert` (none: nothing to do)."""
+        if lost:
+            self.lost.update(lost)
+            self.new_ids = [i for i in self.new_ids if i not in lost]
 
     def _settle(self) -> None:
         """Wait for the insert under way, if any; raise its error (its documents are removed
@@ -379,6 +449,7 @@ class Stager:
         if future.exception() is not None:
             del self.new_ids[-len(ids) :]
             future.result()  # raises the insert's error
+        self._take_lost(future.result())
 
     def _shutdown(self) -> None:
         if self._worker is not None:
@@ -408,6 +479,8 @@ class Stager:
         collection = self.collection
         if not self._indexed:
             collection.create_index("config_hash")
+            if not self.force:
+                ensure_unique_index(collection)
             self._indexed = True
         found = self._existing(hashes)
         if self.recover is not None and any(d.get("status") == states.PENDING for d in found):
@@ -427,6 +500,9 @@ class Stager:
                 )
             )
             docs = [make_document(i - start, e) for i, e in zip(plan.new, chunk_new)]
+            if not self.force:  # one document per hash (UNIQUE_INDEX): see finish()
+                for doc in docs:
+                    doc[UNIQUE_FIELD] = True
             self._settle()  # one insert at a time, in id order
             self.new_ids.extend(chunk_new)
             if self._overlap:
@@ -437,10 +513,11 @@ class Stager:
                 self._inserting = (self._worker.submit(self._insert, docs, chunk_new), chunk_new)
             else:
                 try:
-                    self._insert(docs, chunk_new)
+                    lost = self._insert(docs, chunk_new)
                 except BaseException:
                     del self.new_ids[-len(chunk_new) :]
                     raise
+                self._take_lost(lost)
             del docs
             for i, exp_id in zip(plan.new, chunk_new):
                 ids[i - start] = exp_id
@@ -475,13 +552,34 @@ class Stager:
             self.collection.delete_many({"_id": {"$in": part}, "status": states.STAGED})
         self.new_ids = []
 
+    def _concurrent(self) -> list[int]:
+        """Map the points whose new document :data:`UNIQUE_INDEX` refused to the experiment
+        another launch inserted for their hash (in :attr:`ids`); returns those experiments'
+        ids, ascending. A point whose other experiment is gone again (that launch undid its
+        staging, or a ``delete``) keeps its id, which names no document: it ends as deleted."""
+        if not self.lost:
+            return []
+        winners: dict[str, int] = {}
+        for part in chunked(sorted(set(self.lost.values())), DELETE_CHUNK):
+            for doc in self.collection.find(
+                {"config_hash": {"$in": part}, UNIQUE_FIELD: True}, {"config_hash": 1}
+            ):
+                winners[doc["config_hash"]] = doc["_id"]
+        taken = {i: winners[h] for i, h in self.lost.items() if h in winners}
+        self.ids = [taken.get(i, i) for i in self.ids]
+        self.lost = {}
+        return sorted(set(taken.values()))
+
     def finish(self) -> StageResult:
         """Reset the re-run experiments and refresh the re-submitted ones (each only while it
-        still has the status it was found with; one that changed meanwhile is awaited), and
-        return the launch's :class:`StageResult`, once every chunk is inserted. Raises
-        pymongo errors, and the error of the last chunk's insert."""
+        still has the status it was found with; one that changed meanwhile is awaited), map
+        the points another launch staged at the same time to its experiments
+        (:attr:`StageResult.concurrent`), and return the launch's :class:`StageResult`, once
+        every chunk is inserted. Raises pymongo errors, and the error of the last chunk's
+        insert."""
         self._settle()
         self._shutdown()
+        concurrent = self._concurrent()
         awaited: dict[str, list[int]] = {}
         for exp_id, doc in self.awaited_docs.items():
             awaited.setdefault(doc["status"], []).append(exp_id)
@@ -504,4 +602,6 @@ class Stager:
 
             tag_metrics(self.db, self.collection_name, moved)
         self.updates = {}
-        return StageResult(self.ids, self.batch_id, self.new_ids, rerun_ids, resubmit_ids, awaited)
+        return StageResult(
+            self.ids, self.batch_id, self.new_ids, rerun_ids, resubmit_ids, awaited, concurrent
+        )

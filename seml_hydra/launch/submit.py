@@ -14,6 +14,7 @@ validation, resource groups) is pure and lives in ``seml_hydra.launch.sbatch``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import functools
 import io
@@ -182,6 +183,34 @@ def moved_all(update: Any, ids: Sequence[int]) -> bool:
     return bool(update.acknowledged) and update.modified_count == len(set(ids))
 
 
+def orphaned_tasks(id_groups: Sequence[Sequence[int]], recorded: set[int]) -> list[int]:
+    """The indices of the array tasks none of whose experiments ``recorded`` holds (pure): a
+    ``delete`` removed every one of them between the move to PENDING and the record of the
+    job, so the task would start to run nothing."""
+    return [i for i, group in enumerate(id_groups) if not recorded.intersection(group)]
+
+
+def cancel_orphaned(jobs: Sequence[Any], orphaned: Sequence[int], cluster: str) -> list[str]:
+    """Cancel the tasks ``orphaned`` (indices into ``jobs``, submitit Jobs): on Slurm one
+    ``scancel`` of the array when they are all of its tasks, else of the tasks; locally each
+    job. Returns the ids given to ``scancel`` (the array's id alone for a whole array), empty
+    when Slurm refused (logged as a warning: the tasks start later and run nothing)."""
+    from seml_hydra.slurm.client import scancel
+
+    if cluster != "slurm":
+        for i in orphaned:
+            jobs[i].cancel(check=False)
+        return [str(jobs[i].job_id) for i in orphaned]
+    whole = len(orphaned) == len(jobs)
+    ids = [str(jobs[0].job_id).split("_")[0]] if whole else [str(jobs[i].job_id) for i in orphaned]
+    try:
+        scancel(ids)
+    except (SlurmError, ValueError) as error:
+        log.warning("Could not cancel job(s) %s: %s", ", ".join(ids), error)
+        return []
+    return ids
+
+
 def submit_group(
     collection: Any,
     *,
@@ -195,10 +224,11 @@ def submit_group(
     cluster_name: str | None = None,
     executor_args: Mapping[str, Any] | None = None,
     per_job_env: Callable[[int], Mapping[str, str]] | None = None,
-) -> tuple[list[Any], list[list[int]]]:
-    """Submit one resource group as one array job; returns ``(submitit Jobs, id groups)``: one
-    job per group submitted, in order, which are ``id_groups`` less the ids this process did
-    not move (both empty, and no sbatch, when it moved none).
+) -> tuple[list[Any], list[list[int]], list[str]]:
+    """Submit one resource group as one array job; returns ``(submitit Jobs, id groups,
+    cancelled job ids)``: one job per group submitted, in order, which are ``id_groups`` less
+    the ids this process did not move (all empty, and no sbatch, when it moved none), less the
+    tasks whose experiments were deleted meanwhile (cancelled: :func:`cancel_orphaned`'s ids).
 
     The groups' documents are set PENDING (from STAGED) and marked as being submitted by this
     process first (:func:`submission_mark`), then submitted; on success each records its
@@ -214,6 +244,12 @@ def submit_group(
     ``AutoExecutor`` constructor (``launch.sbatch.executor_arguments``: ``slurm_python``...).
     With ``per_job_env`` (the local executor: no arrays) the jobs are submitted one by one,
     job ``i`` (of those submitted) with ``per_job_env(i)`` also set in its environment.
+
+    A ``delete`` of the experiments after their move to PENDING (a ``delete`` while the launch
+    still stages or submits) leaves the record of the job nothing to write to: the tasks none of
+    whose experiments is still there (:func:`orphaned_tasks`) are cancelled before their
+    deferred start (:func:`cancel_orphaned`: the whole array when every task is; a failure is
+    logged), and left out of the returned jobs.
     """
     import submitit
 
@@ -235,7 +271,7 @@ def submit_group(
         moved = {d["_id"] for d in collection.find({"_id": {"$in": all_ids}, **ours}, {"_id": 1})}
         id_groups = [g for g in ([i for i in group if i in moved] for group in id_groups) if g]
         if not id_groups:
-            return [], []
+            return [], [], []
         all_ids = [i for group in id_groups for i in group]
     try:
         # submitit's own limit on timeout requeues stays above ours (JobRunner.max_requeues)
@@ -296,15 +332,37 @@ def submit_group(
     # recovered "interrupted submission" would be submitted a second time)
     # ... and a MongoDB outage now must not lose the record either (the writes are $sets,
     # filtered on this submission's mark: safe to repeat)
+    written: list[Any] = []  # the bulk_write result of the attempt that succeeded
+
+    def record() -> None:
+        written.append(collection.bulk_write(records, ordered=False))
+
     finish_despite_interrupt(
         lambda: retrying(
-            lambda: collection.bulk_write(records, ordered=False),
+            record,
             f"recording the submitted job(s) {', '.join(str(j.job_id) for j in jobs)}",
         )
     )
-    if deferred:
+    id_groups = [list(g) for g in id_groups]
+    orphans: list[str] = []
+    # fewer matched than moved: a delete took some (or an attempt before the last succeeded)
+    if written[-1].acknowledged and written[-1].matched_count < len(all_ids):
+        job_ids = [str(j.job_id) for j in jobs]
+        recorded = {
+            d["_id"]
+            for d in collection.find(
+                {"_id": {"$in": all_ids}, "slurm.0.job_id": {"$in": job_ids}}, {"_id": 1}
+            )
+        }
+        orphaned = orphaned_tasks(id_groups, recorded)
+        if orphaned:
+            orphans = cancel_orphaned(jobs, orphaned, cluster)
+            gone = set(orphaned)
+            jobs = [j for i, j in enumerate(jobs) if i not in gone]
+            id_groups = [g for i, g in enumerate(id_groups) if i not in gone]
+    if deferred and jobs:
         start_submitted(sorted({str(job.job_id).split("_")[0] for job in jobs}))
-    return jobs, [list(g) for g in id_groups]
+    return jobs, id_groups, orphans
 
 
 def always_arrays(executor: Any) -> None:
@@ -483,6 +541,13 @@ class RequestGroups:
             else:
                 group.exp_ids.append(r.exp_id)
 
+    def retain(self, exp_ids: set[int]) -> None:
+        """Keep only the requests of ``exp_ids`` (groups left empty go)."""
+        for key, group in list(self._groups.items()):
+            group.exp_ids = [i for i in group.exp_ids if i in exp_ids]
+            if not group.exp_ids:
+                del self._groups[key]
+
     @property
     def groups(self) -> list[RequestGroup]:
         """The groups, in first-seen order."""
@@ -510,6 +575,10 @@ class SubmittedArray:
     folder: str
     cluster: str
     jobs: dict[str, tuple[Any, list[int]]]
+    #: the job ids (the array's id alone for all of its tasks) cancelled at once because their
+    #: experiments were deleted while they were submitted (``submit_group``; a failure to
+    #: cancel is logged instead); ``jobs`` holds none of them
+    orphans: list[str] = dataclasses.field(default_factory=list)
 
 
 def submit_requests(
@@ -621,7 +690,7 @@ def _submit_arrays(
                         previous,
                     )
                 part_params = chained
-            jobs, part = submit_group(
+            jobs, part, orphans = submit_group(
                 collection,
                 cluster=first.cluster,
                 folder=folder,
@@ -636,13 +705,16 @@ def _submit_arrays(
             )
             if first.cluster == "local":
                 local_jobs += len(jobs)
-            if not jobs:  # a concurrent submission took all of them: nothing submitted here
+            if not jobs and not orphans:  # a concurrent submission took all of them
                 continue
-            previous = str(jobs[0].job_id).split("_")[0]
+            array_id = str(jobs[0].job_id if jobs else orphans[0]).split("_")[0]
+            if jobs:
+                previous = array_id
             yield SubmittedArray(
-                array_id=previous,
+                array_id=array_id,
                 name=name,
                 folder=folder,
                 cluster=first.cluster,
                 jobs={str(j.job_id): (j, list(g)) for j, g in zip(jobs, part)},
+                orphans=orphans,
             )

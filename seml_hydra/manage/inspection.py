@@ -339,6 +339,66 @@ class QueueRow:
     exp_ids: list[int]
     #: the job's dependencies not yet satisfied (squeue's %E), e.g. ``afterok:12_*(failed)``
     dependency: str | None = None
+    #: an array of a batch of the collection that no experiment names (:func:`orphan_arrays`)
+    orphan: bool = False
+    #: the job's array id (its own id when it is no array)
+    array_id: str = ""
+
+
+def batch_of_job(name: str | None, collection_name: str) -> int | None:
+    """The batch id in a job name ``[<prefix>_]<collection>_<batch_id>``
+    (``launch.sbatch.job_name``, also SEML 0.5's), None for any other name (pure)."""
+    base = f"{collection_name}_"
+    if not name or base not in name:
+        return None
+    head, _, tail = str(name).rpartition(base)
+    if not tail.isdigit() or (head and not head.endswith("_")):
+        return None
+    return int(tail)
+
+
+def orphan_arrays(collection: Any, arrays: Mapping[str, str | None]) -> set[str]:
+    """Of the Slurm ``arrays`` (``{array id: job name}``) whose jobs squeue lists with this
+    collection as comment, those that no experiment names (``slurm.array_id`` in any entry,
+    ``execution.array_id``), whose job name is one of the batches this database's counter
+    handed out for the collection (:func:`batch_of_job`, ``store.collections.next_ids``) and
+    whose batch has no experiment marked by a live submitter (an array its submitter is about to
+    record): what a ``delete`` during a launch's submission left (the launcher cancels it itself
+    since then). An array of a collection of the same name in another database, of a batch
+    number this one handed out too, looks the same. Three queries, by index. Raises pymongo
+    errors."""
+    from seml_hydra.launch.marks import submitter_gone
+    from seml_hydra.store.collections import COUNTERS_COLLECTION
+
+    counter = collection.database[COUNTERS_COLLECTION].find_one(
+        {"_id": f"{collection.name}.batch_id"}
+    )
+    last = (counter or {}).get("value")
+    if not isinstance(last, int):  # no launch of ours staged into it
+        return set()
+    batches = {a: batch_of_job(n, collection.name) for a, n in arrays.items()}
+    candidates = {a for a, b in batches.items() if b is not None and b <= last}
+    if not candidates:
+        return set()
+    values = [*(int(a) for a in candidates), *candidates]
+    named = {
+        str(entry.get("array_id"))
+        for d in collection.find(
+            {"$or": [{"slurm.array_id": {"$in": values}}, {"execution.array_id": {"$in": values}}]},
+            {"slurm.array_id": 1, "execution.array_id": 1},
+        )
+        for entry in [*(d.get("slurm") or []), d.get("execution") or {}]
+        if isinstance(entry, Mapping)
+    }
+    marked = collection.find(
+        {
+            "batch_id": {"$in": sorted({batches[a] for a in candidates})},
+            "slurm.0.submitting": {"$exists": True},
+        },
+        {"batch_id": 1, "slurm": 1},
+    )
+    busy = {d.get("batch_id") for d in marked if not submitter_gone(d["slurm"][0]["submitting"])}
+    return {a for a in candidates if a not in named and batches[a] not in busy}
 
 
 def queue(
@@ -351,7 +411,9 @@ def queue(
     """The user's Slurm jobs, with the collection of their ``--comment`` and the experiments
     they run. Without ``all_jobs`` only jobs whose comment names an experiment collection of
     ``db`` are kept. One squeue call, one MongoDB aggregate per collection (over the
-    experiments of the arrays squeue lists, found by index: ``store.collections.JOB_INDEXES``)."""
+    experiments of the arrays squeue lists, found by index: ``store.collections.JOB_INDEXES``);
+    the arrays of a collection whose rows run no experiment are checked by
+    :func:`orphan_arrays` (``QueueRow.orphan``)."""
 
     rows = slurm.squeue_jobs(
         job_ids=list(job_ids) if job_ids else None, states=slurm_states, extra_fields=("E",)
@@ -398,8 +460,19 @@ def queue(
                 name=row.name,
                 exp_ids=sorted(set(ids)),
                 dependency=row.dependency,
+                array_id=str(row.array_job_id or row.job_id_raw),
             )
         )
+    busy = {(r.collection, r.array_id) for r in out if r.exp_ids}
+    idle: dict[str, dict[str, str | None]] = {}
+    for r in out:
+        if r.collection is not None and (r.collection, r.array_id) not in busy:
+            idle.setdefault(r.collection, {})[r.array_id] = r.name
+    for name, arrays in idle.items():
+        orphans = orphan_arrays(db[name], arrays)
+        for r in out:
+            if r.collection == name and r.array_id in orphans:
+                r.orphan = True
     return out
 
 

@@ -145,6 +145,8 @@ def start(
                 job_env=job_db_environment(settings, launch_db),
             )
         for array in arrays:
+            if not array.jobs:  # cancelled at once: its experiments were deleted meanwhile
+                continue
             ids = sorted(i for _, group in array.jobs.values() for i in group)
             started.append(
                 StartedArray(array.array_id, array.name, array.cluster, array.folder, ids)

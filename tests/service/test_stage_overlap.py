@@ -137,7 +137,7 @@ def test_finish_waits_for_the_last_insert(gated, test_db):
 @pytest.mark.parametrize("overlap", [True, False])
 def test_an_insert_that_hits_another_launchs_id_leaves_that_experiment(db_url, test_db, overlap):
     # SEML 0.5's `seml add` numbers its experiments max(_id) + 1: between our reservation of ids
-    # (the counter) and our insert, it may take one of them. Our insert then stops at that id
+    # (the counter) and our insert, it may take one of them. Our insert is refused that id
     # (duplicate key), and only what we inserted is removed: SEML's STAGED experiment stays.
     from pymongo.errors import BulkWriteError
 

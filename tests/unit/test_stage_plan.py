@@ -133,3 +133,12 @@ def test_stage_result_to_submit_is_sorted_and_unique():
         awaited={},
     )
     assert result.to_submit == [1, 3, 5, 9]
+
+
+def test_only_a_duplicate_in_the_unique_hash_index_is_another_launchs_point():
+    from seml_hydra.launch.stage import is_hash_conflict
+
+    hash_dup = {"code": 11000, "keyPattern": {"config_hash": 1}, "index": 0}
+    assert is_hash_conflict(hash_dup)
+    assert not is_hash_conflict({**hash_dup, "keyPattern": {"_id": 1}})  # SEML's max + 1 id
+    assert not is_hash_conflict({"code": 121, "index": 0})  # a validation error

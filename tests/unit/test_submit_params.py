@@ -727,3 +727,12 @@ def test_the_local_executor_takes_a_backslash_it_writes_no_sbatch_line_for():
         validate_launcher(local, "slurm")
     with pytest.raises(ValueError, match="control character"):
         check_script_values(local, job_name="a\nb_1", sbatch=False)
+
+
+def test_orphaned_tasks_are_those_with_no_experiment_left():
+    from seml_hydra.launch.submit import orphaned_tasks
+
+    groups = [[1, 2], [3], [4, 5]]
+    assert orphaned_tasks(groups, {1, 2, 3, 4, 5}) == []
+    assert orphaned_tasks(groups, {2, 5}) == [1]  # one experiment left keeps its task
+    assert orphaned_tasks(groups, set()) == [0, 1, 2]
