@@ -27,8 +27,8 @@ def reload_sources(
     """Upload the project's current files as the code snapshot of STAGED, FAILED, KILLED and
     INTERRUPTED experiments (the others keep the code they ran with); then `reset` and
     `start` run the new code. Shows the project root and the files first and asks (unless
-    -y). The task function defined in the app script itself was pickled at launch and does
-    not change: this reloads the project's modules and configs."""
+    -y). The app script is reloaded too: jobs run the script's snapshot copy (only when it
+    fails to load does the task function pickled at launch run)."""
     from seml_hydra.manage.reload import RELOADABLE, apply_reload, plan_reload
 
     sel, coll = target.selection, target.collection
