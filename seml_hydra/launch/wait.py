@@ -202,9 +202,8 @@ def wait_for(
                 parts.index(f"completed: {counts[states.COMPLETED]}") + 1, f"pruned: {pruned}"
             )
         elapsed = int(time.monotonic() - start)
-        return Text(
-            f"{collection_name}: {done}/{len(unique)} finished ({', '.join(parts)}) [{elapsed}s]"
-        )
+        states_part = f" ({', '.join(parts)})" if parts else ""  # none counted yet: no "()"
+        return Text(f"{collection_name}: {done}/{len(unique)} finished{states_part} [{elapsed}s]")
 
     try:
         with Live(render({}), console=console, transient=False, auto_refresh=False) as live:
