@@ -25,7 +25,7 @@ from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff, storable_result, task_config
 from seml_hydra.core.hydra_node import job_config
 from seml_hydra.core.paths import UnsafePathError, job_dir_problem
-from seml_hydra.job import rank, requeue, stats
+from seml_hydra.job import failfast, rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
 from seml_hydra.job.collector import StartUpCollector
 from seml_hydra.job.devices import local_gpu_environment
@@ -38,7 +38,7 @@ from seml_hydra.job.failures import (
 )
 from seml_hydra.job.main_module import load_script, script_as_main, script_dir, script_path
 from seml_hydra.job.observed import bounded_result, freeze_observers, run_observed
-from seml_hydra.job.slurm_env import execution_identity, rank_label, restart_count
+from seml_hydra.job.slurm_env import execution_identity, placement, rank_label, restart_count
 from seml_hydra.store.client import connect, skip_exit_join
 
 # ``Payload`` is also what ``seml_hydra.run.Payload`` (this module's name before the sub-package
@@ -204,15 +204,29 @@ class JobRunner:
         return submitit.helpers.DelayedSubmission(self, exp_ids)
 
     def _run_one(self, db: Any, collection: Any, exp_id: int, execution: dict[str, Any]) -> str:
-        """Claim experiment ``exp_id`` and run it, inside its code snapshot when it has one
-        (``seml_hydra.store.snapshot.materialized``: once per node for the tasks running it at
-        the same time, removed after the last one), with
-        the snapshot's copy of the app's script as ``__main__`` when the snapshot holds it
-        (``seml_hydra.job.main_module``)."""
+        """Claim experiment ``exp_id`` and run it (:meth:`_run_claimed_doc`). When it FAILED and
+        its launch set ``max_failures`` (``fail_fast``), this job counts the launch's failures
+        and stops the launch's other experiments at the limit (``seml_hydra.job.failfast``)."""
         doc, why = self._claim(collection, exp_id, execution)
         if doc is None:
             log.warning("Not running experiment %s of %s: %s", exp_id, self.collection, why)
             return f"SKIPPED: {why}"
+        outcome = self._run_claimed_doc(db, collection, doc, execution)
+        if outcome == states.FAILED and doc.get(failfast.FIELD):
+            # the failure is recorded: this job stops the launch at its max_failures
+            own = (execution.get("array_id"), execution.get("task_id"))
+            failfast.enforce(collection, doc[failfast.FIELD], own_task=own)
+        return outcome
+
+    def _run_claimed_doc(
+        self, db: Any, collection: Any, doc: dict[str, Any], execution: dict[str, Any]
+    ) -> str:
+        """Run the claimed ``doc``, inside its code snapshot when it has one
+        (``seml_hydra.store.snapshot.materialized``: once per node for the tasks running it at
+        the same time, removed after the last one), with the snapshot's copy of the app's script
+        as ``__main__`` when the snapshot holds it (``seml_hydra.job.main_module``); returns
+        its outcome on this rank."""
+        exp_id = doc["_id"]
         seml = doc.get("seml") or {}
         source_files = seml.get("source_files")
         if not source_files:
@@ -245,7 +259,11 @@ class JobRunner:
         ``(document, None)`` or ``(None, why)``. A local worker claims STAGED ones instead
         (``seml_hydra.job.worker``)."""
         return claim_after_earlier_run(
-            collection, exp_id, execution, record_execution=rank_label(os.environ) == "0"
+            collection,
+            exp_id,
+            execution,
+            record_execution=rank_label(os.environ) == "0",
+            world_size=_world_size(),
         )
 
     def _on_task_error(self) -> None:
@@ -380,6 +398,14 @@ class JobRunner:
                 f"recording the working directory of experiment {exp_id}",
             )
         return outcome
+
+
+def _world_size() -> int:
+    """This job's number of ranks from the environment (1 when it cannot tell)."""
+    try:
+        return placement(os.environ).world_size
+    except ValueError:
+        return 1
 
 
 def _output_files() -> dict[str, str]:

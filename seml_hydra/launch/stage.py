@@ -43,6 +43,7 @@ RUN_FIELDS = (
     "command",
     "format",
     "stats",
+    "fail_fast",
 )
 
 
