@@ -2,7 +2,8 @@
 
 python tests/apps/gate.py -m hydra/launcher=seml gate=/tmp/go x=1,2 [+marker=/tmp/starts]
 
-With ``+marker=FILE`` every start of the task appends a line (pid, host) to FILE.
+With ``+marker=FILE`` every start of the task appends a line (pid, host, x) to FILE; with
+``+fail_below=N`` the points with ``x < N`` raise at once (the first points of a sweep crash).
 """
 
 import os
@@ -17,7 +18,9 @@ from omegaconf import DictConfig
 def main(cfg: DictConfig) -> int:
     if cfg.get("marker"):
         with open(cfg.marker, "a") as starts:
-            starts.write(f"{os.getpid()} {socket.gethostname()}\n")
+            starts.write(f"{os.getpid()} {socket.gethostname()} {cfg.x}\n")
+    if cfg.x < cfg.get("fail_below", 0):
+        raise ValueError(f"x == {cfg.x} < fail_below")
     deadline = time.monotonic() + cfg.max_wait_s
     while cfg.gate and not os.path.exists(cfg.gate) and time.monotonic() < deadline:
         time.sleep(0.2)

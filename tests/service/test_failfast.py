@@ -1,0 +1,182 @@
+"""Fail-fast (``hydra.launcher.max_failures``, ``seml <collection> start --max-failures``) on
+the Slurm testbed: once that many experiments of one launch ended FAILED, the launch's other
+experiments end INTERRUPTED with the reason, whether the launcher waits or not.
+
+The app (``tests/apps/gate.py``) raises for the points ``x < fail_below`` and keeps the others
+RUNNING until their gate file exists (here: never, at most ``max_wait_s``: without fail-fast
+they end COMPLETED then).
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import GATE_APP, launch_gate, run_app, squeue_tasks, statuses, wait_until
+from conftest import seml_ok as seml
+
+pytestmark = pytest.mark.slurm
+
+REASON = "fail-fast: 2 experiments failed: ids 1, 2"
+
+
+def started_points(marker) -> set[int]:
+    """The ``x`` of every task start the app recorded (``+marker``)."""
+    if not marker.exists():
+        return set()
+    return {int(line.split()[2]) for line in marker.read_text().splitlines()}
+
+
+def assert_stopped(coll, stopped: range, reason: str = REASON) -> None:
+    """Experiments 1 and 2 FAILED, every one of ``stopped`` INTERRUPTED with ``reason``."""
+    docs = {d["_id"]: d for d in coll.find()}
+    assert {i: d["status"] for i, d in docs.items()} == {
+        1: "FAILED",
+        2: "FAILED",
+        **dict.fromkeys(stopped, "INTERRUPTED"),
+    }
+    for i in stopped:
+        assert docs[i]["fail_fast"]["reason"] == reason
+        assert docs[i]["fail_trace"] == [reason + "\n"]
+
+
+def arrays_of(coll) -> set:
+    return {d["slurm"][0]["array_id"] for d in coll.find({}, {"slurm": 1})}
+
+
+def test_a_sweep_whose_first_points_raise_stops_at_max_failures(slurm, test_db, tmp_path):
+    marker = tmp_path / "starts"
+    proc = run_app(
+        GATE_APP,
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.max_failures=2",
+        "hydra.launcher.array_parallelism=4",
+        "+fail_below=2",
+        f"gate={tmp_path / 'never'}",
+        "max_wait_s=60",
+        f"+marker={marker}",
+        "x=0,1,2,3,4,5,6,7",
+        cwd=tmp_path,
+    )
+    # the launcher exits non-zero, naming the failures and how many it stopped
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{REASON} (max_failures=2); stopped 6 other experiment(s)" in proc.stderr
+    coll = test_db["gate"]
+    assert_stopped(coll, range(3, 9))
+    # at most one more point started than the 4 array tasks: none of the last ones ran
+    assert started_points(marker) <= {0, 1, 2, 3, 4, 5}, started_points(marker)
+    # no task of the launch is left in Slurm
+    for array in arrays_of(coll):
+        wait_until(f"array {array} is gone", lambda a=array: squeue_tasks(a) == {}, 60)
+    out = seml("gate", "status")
+    assert f"3-8 stopped by {REASON}" in out, out
+
+
+def test_without_the_launcher_the_jobs_stop_the_launch(slurm, test_db, tmp_path):
+    """wait=false: no launcher process is left; the job that records the second failure stops
+    the rest, and the pending ones never start."""
+    marker = tmp_path / "starts"
+    launch_gate(
+        tmp_path,
+        "hydra.launcher.max_failures=2",
+        "hydra.launcher.array_parallelism=2",
+        "+fail_below=2",
+        f"gate={tmp_path / 'never'}",
+        "max_wait_s=20",
+        f"+marker={marker}",
+        "x=0,1,2,3,4,5,6,7",
+    )
+    coll = test_db["gate"]
+    wait_until(
+        "every experiment ended",
+        lambda: set(statuses(coll).values()) <= {"COMPLETED", "FAILED", "INTERRUPTED"},
+        timeout=240,
+    )
+    assert_stopped(coll, range(3, 9))
+    # two tasks at a time: one task may have started one point before the second failure
+    assert started_points(marker) <= {0, 1, 2, 3}, started_points(marker)
+
+
+def test_a_task_that_claims_after_the_limit_does_not_run(slurm, test_db, tmp_path):
+    """The failures are recorded by jobs that died before they could stop the launch (and no
+    launcher waits): the next task checks the launch's failures when it claims."""
+    gate, marker = tmp_path / "go", tmp_path / "starts"
+    launch_gate(
+        tmp_path,
+        "hydra.launcher.max_failures=2",
+        "hydra.launcher.array_parallelism=1",
+        f"gate={gate}",
+        f"+marker={marker}",
+        "x=0,1,2,3",
+    )
+    coll = test_db["gate"]
+    wait_until("experiment 1 runs", lambda: statuses(coll)[1] == "RUNNING")
+    coll.update_many({"_id": {"$in": [3, 4]}}, {"$set": {"status": "FAILED"}})
+    gate.touch()
+    wait_until("experiment 2 ended", lambda: statuses(coll)[2] not in ("PENDING", "RUNNING"))
+    reason = "fail-fast: 2 experiments failed: ids 3, 4"
+    doc = coll.find_one({"_id": 2})
+    assert doc["status"] == "INTERRUPTED" and doc["fail_fast"]["reason"] == reason
+    assert statuses(coll) == {1: "COMPLETED", 2: "INTERRUPTED", 3: "FAILED", 4: "FAILED"}, [
+        {k: d.get(k) for k in ("_id", "status", "fail_fast", "execution", "slurm", "stop_time")}
+        for d in coll.find()
+    ]
+    assert started_points(marker) == {0}  # x=1 was claimed, never run
+
+
+def test_start_with_max_failures_stops_what_it_submits(slurm, test_db, tmp_path):
+    """Experiments staged again (cancel, reset) and submitted by `seml start --max-failures 2`:
+    a value below 1 is refused first, in one line, submitting nothing."""
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+
+    launch_gate(
+        tmp_path,
+        "+hydra.launcher.additional_parameters.hold=true",  # never runs before the cancel
+        "+fail_below=2",
+        f"gate={tmp_path / 'never'}",
+        "max_wait_s=60",
+        "x=0,1,2,3,4,5",
+    )
+    coll = test_db["gate"]
+    seml("gate", "cancel")
+    seml("gate", "reset")
+    assert set(statuses(coll).values()) == {"STAGED"}
+
+    refused = CliRunner().invoke(app, ["gate", "start", "--max-failures", "0"])
+    assert refused.exit_code == 1, refused.output
+    assert "--max-failures=0: must be an integer >= 1" in refused.output
+    assert "Traceback" not in refused.output and len(refused.output.strip().splitlines()) == 1
+    assert set(statuses(coll).values()) == {"STAGED"}
+
+    assert "Started 6 experiment(s)" in seml("gate", "start", "--max-failures", "2")
+    marks = [d["fail_fast"] for d in coll.find()]
+    assert {m["max_failures"] for m in marks} == {2} and len({m["group"] for m in marks}) == 1
+    seml("gate", "release")  # the launch's hold=true holds the new array too
+    wait_until(
+        "every experiment ended",
+        lambda: set(statuses(coll).values()) <= {"COMPLETED", "FAILED", "INTERRUPTED"},
+        timeout=240,
+    )
+    assert_stopped(coll, range(3, 7))
+
+
+def test_max_failures_zero_is_refused_before_staging(test_db, tmp_path):
+    proc = run_app(
+        GATE_APP,
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.max_failures=0",
+        "x=1,2",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert errors == [
+        "Error: hydra.launcher.max_failures=0: must be an integer >= 1 (the number of FAILED "
+        "experiments that stops the launch's other experiments), or null for no fail-fast; "
+        "nothing was staged"
+    ], proc.stderr
+    assert test_db["gate"].count_documents({}) == 0
