@@ -3,7 +3,8 @@
 python tests/apps/gate.py -m hydra/launcher=seml gate=/tmp/go x=1,2 [+marker=/tmp/starts]
 
 With ``+marker=FILE`` every start of the task appends a line (pid, host, x) to FILE; with
-``+fail_below=N`` the points with ``x < N`` raise at once (the first points of a sweep crash).
+``+fail_below=N`` the points with ``x < N`` raise (the first points of a sweep crash): at
+once, or with ``+fail_gate=FILE`` once FILE exists.
 """
 
 import os
@@ -20,6 +21,8 @@ def main(cfg: DictConfig) -> int:
         with open(cfg.marker, "a") as starts:
             starts.write(f"{os.getpid()} {socket.gethostname()} {cfg.x}\n")
     if cfg.x < cfg.get("fail_below", 0):
+        while cfg.get("fail_gate") and not os.path.exists(cfg.fail_gate):
+            time.sleep(0.2)
         raise ValueError(f"x == {cfg.x} < fail_below")
     deadline = time.monotonic() + cfg.max_wait_s
     while cfg.gate and not os.path.exists(cfg.gate) and time.monotonic() < deadline:

@@ -9,8 +9,19 @@ they end COMPLETED then).
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
-from conftest import GATE_APP, launch_gate, run_app, squeue_tasks, statuses, wait_until
+from conftest import (
+    GATE_APP,
+    launch_gate,
+    run_app,
+    squeue_tasks,
+    start_app,
+    statuses,
+    wait_running,
+    wait_until,
+)
 from conftest import seml_ok as seml
 
 pytestmark = pytest.mark.slurm
@@ -95,6 +106,63 @@ def test_without_the_launcher_the_jobs_stop_the_launch(slurm, test_db, tmp_path)
     assert_stopped(coll, range(3, 9))
     # two tasks at a time: one task may have started one point before the second failure
     assert started_points(marker) <= {0, 1, 2, 3}, started_points(marker)
+
+
+def test_the_failing_job_cancels_the_running_ones(slurm, test_db, tmp_path):
+    """Every experiment runs (no task left to claim one, no launcher waits) when the first two
+    raise: the job that records the second failure stops the other two and cancels their
+    tasks."""
+    fail_gate = tmp_path / "fail now"
+    launch_gate(
+        tmp_path,
+        "hydra.launcher.max_failures=2",
+        "+fail_below=2",
+        f"+fail_gate={fail_gate}",
+        f"gate={tmp_path / 'never'}",
+        "max_wait_s=60",
+        "x=0,1,2,3",
+    )
+    coll = test_db["gate"]
+    wait_until("all four run", lambda: set(statuses(coll).values()) == {"RUNNING"})
+    fail_gate.touch()
+    wait_until(
+        "every experiment ended",
+        lambda: set(statuses(coll).values()) <= {"COMPLETED", "FAILED", "INTERRUPTED"},
+        timeout=120,
+    )
+    assert_stopped(coll, range(3, 5))
+    array = next(iter(arrays_of(coll)))
+    wait_until("the cancelled tasks are gone", lambda: squeue_tasks(array) == {}, 60)
+
+
+def test_the_waiting_launcher_stops_the_launch_when_no_job_did(slurm, test_db, tmp_path):
+    """Two failures no job could act on (their jobs died after recording them: here written
+    by the test while every task runs, none left to claim): the waiting launcher stops the
+    rest and exits non-zero."""
+    proc = start_app(
+        "tests/apps/gate.py",
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.max_failures=2",
+        f"gate={tmp_path / 'never'}",
+        "max_wait_s=60",
+        "x=0,1,2",
+        cwd=tmp_path,
+    )
+    coll = test_db["gate"]
+    try:
+        wait_running(coll, proc, count=3, timeout=120)
+        coll.update_many({"_id": {"$in": [1, 2]}}, {"$set": {"status": "FAILED"}})
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        arrays = arrays_of(coll)
+        subprocess.run(["scancel", *map(str, arrays)], check=False)  # the "dead" jobs' tasks
+    assert proc.returncode == 1, out + err
+    assert f"{REASON} (max_failures=2); stopped 1 other experiment(s)" in err, err
+    doc = coll.find_one({"_id": 3})
+    assert doc["status"] == "INTERRUPTED" and doc["fail_fast"]["reason"] == REASON
 
 
 def test_a_task_that_claims_after_the_limit_does_not_run(slurm, test_db, tmp_path):
