@@ -13,7 +13,8 @@ without the launcher (``wait=false``, after Ctrl-C, a launcher that died):
   RESCHEDULED experiment of it becomes INTERRUPTED with the reason (also as its ``fail_trace``),
   then the Slurm tasks of those experiments are cancelled (``scancel``; only tasks squeue lists
   with the collection as their comment; not the caller's own task when it runs one rank: it
-  skips the rest of its experiments itself);
+  skips the rest of its experiments itself) and, once Slurm no longer lists them, marked
+  INTERRUPTED again (a run that was starting wrote RUNNING over the mark);
 - a task that claimed an experiment of a stopped group does not run it.
 
 Every step is idempotent: several jobs reaching the threshold at once stop the group once.
@@ -35,6 +36,11 @@ log = logging.getLogger(__name__)
 #: the document field: ``{group, max_failures}`` from the submission, ``reason`` and
 #: ``stop_time`` once the group was stopped
 FIELD = "fail_fast"
+
+#: how long a stop waits for Slurm to end the tasks it cancelled (seconds), and how often it
+#: asks squeue
+CANCEL_WAIT_S = 60.0
+CANCEL_POLL_S = 0.5
 
 
 def max_failures_problem(value: Any, name: str = "hydra.launcher.max_failures") -> str | None:
@@ -58,6 +64,8 @@ def mark(group: str, max_failures: int | None) -> dict[str, Any] | None:
 def reason(failed_ids: Sequence[Any]) -> str:
     """The stop's reason (pure), e.g. ``fail-fast: 2 experiments failed: ids 1, 2``."""
     ids = ", ".join(str(i) for i in failed_ids)
+    if len(failed_ids) == 1:
+        return f"fail-fast: 1 experiment failed: id {ids}"
     return f"fail-fast: {len(failed_ids)} experiments failed: ids {ids}"
 
 
@@ -140,12 +148,15 @@ def stop_group(
     *,
     own_task: tuple[Any, Any] | None = None,
     cancel_own: bool = False,
+    wait_s: float = CANCEL_WAIT_S,
 ) -> Stop:
     """Mark the active experiments of ``group`` INTERRUPTED with :func:`reason` of ``failed``
     (``fail_fast.reason``, ``fail_fast.stop_time``, ``fail_trace``), then ``scancel`` their
     Slurm tasks (:func:`tasks_to_cancel`) that squeue lists alive with the collection as their
-    comment. A Slurm error is logged, not raised: the experiments are INTERRUPTED already and
-    no task claims them any more."""
+    comment, wait (at most ``wait_s`` seconds) until Slurm no longer lists them and mark the
+    stopped experiments INTERRUPTED again (a run that was starting wrote RUNNING over the mark).
+    A Slurm error is logged, not raised: the experiments are INTERRUPTED already and no task
+    claims them any more."""
     why = reason(list(failed))
     active = {f"{FIELD}.group": group, "status": {"$in": sorted(states.ACTIVE)}}
     docs = retrying(
@@ -169,26 +180,46 @@ def stop_group(
     stop = Stop(list(failed), why, ids)
     jobs = tasks_to_cancel(docs, own_task, cancel_own)
     if jobs:
-        from seml_hydra.slurm.client import SlurmError
+        from seml_hydra.slurm import client as slurm
 
         try:
-            stop.cancelled = _cancel_ours(jobs, collection.name)
-        except (SlurmError, ValueError) as error:
+            stop.cancelled = _alive_ours(jobs, collection.name)
+            if stop.cancelled:
+                slurm.scancel(stop.cancelled)
+                log.warning("fail-fast cancelled the Slurm task(s) %s", ", ".join(stop.cancelled))
+                _wait_gone(stop.cancelled, collection.name, wait_s)
+        except (slurm.SlurmError, ValueError) as error:
             log.warning("fail-fast could not cancel the Slurm task(s) %s: %s", jobs, error)
+        # a run that started meanwhile: Sacred's first save wrote RUNNING over the mark (as
+        # `seml cancel` does, INTERRUPTED again once its task is gone)
+        retrying(
+            lambda: collection.update_many(
+                {
+                    "_id": {"$in": ids},
+                    f"{FIELD}.reason": why,
+                    "status": {"$in": [*sorted(states.ACTIVE), states.KILLED]},
+                },
+                {"$set": {"status": states.INTERRUPTED}},
+            ),
+            "marking the stopped experiments INTERRUPTED again",
+        )
     return stop
 
 
-def _cancel_ours(jobs: Sequence[str], collection_name: str) -> list[str]:
-    """``scancel`` the ``jobs`` squeue lists alive whose comment is the collection (a document
-    may name any job id); returns them. Raises ``SlurmError``/``ValueError``."""
+def _alive_ours(jobs: Sequence[str], collection_name: str) -> list[str]:
+    """The ``jobs`` squeue lists alive whose comment is the collection (a document may name
+    any job id). Raises ``SlurmError``/``ValueError``."""
     from seml_hydra.slurm import client as slurm
 
     rows = slurm.squeue_jobs(job_ids=list(jobs), all_users=True, expand_arrays=True)
-    wanted = set(jobs)
-    ours = sorted(
-        {r.job_id for r in rows if r.alive and r.comment == collection_name} & wanted,
-    )
-    if ours:
-        slurm.scancel(ours)
-        log.warning("fail-fast cancelled the Slurm task(s) %s", ", ".join(ours))
-    return ours
+    alive = {r.job_id for r in rows if r.alive and r.comment == collection_name}
+    return sorted(alive & set(jobs))
+
+
+def _wait_gone(jobs: Sequence[str], collection_name: str, wait_s: float) -> None:
+    """Poll squeue until none of ``jobs`` is alive, at most ``wait_s`` seconds."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while _alive_ours(jobs, collection_name) and time.monotonic() < deadline:
+        time.sleep(CANCEL_POLL_S)

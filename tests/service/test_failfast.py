@@ -27,6 +27,7 @@ from conftest import seml_ok as seml
 pytestmark = pytest.mark.slurm
 
 REASON = "fail-fast: 2 experiments failed: ids 1, 2"
+ONE_REASON = "fail-fast: 1 experiment failed: id 1"
 
 
 def started_points(marker) -> set[int]:
@@ -109,60 +110,63 @@ def test_without_the_launcher_the_jobs_stop_the_launch(slurm, test_db, tmp_path)
 
 
 def test_the_failing_job_cancels_the_running_ones(slurm, test_db, tmp_path):
-    """Every experiment runs (no task left to claim one, no launcher waits) when the first two
-    raise: the job that records the second failure stops the other two and cancels their
-    tasks."""
+    """Both experiments run (no task left to claim one, no launcher waits) when the first one
+    raises: its job stops the other and cancels its task."""
     fail_gate = tmp_path / "fail now"
     launch_gate(
         tmp_path,
-        "hydra.launcher.max_failures=2",
-        "+fail_below=2",
+        "hydra.launcher.max_failures=1",
+        "+fail_below=1",
         f"+fail_gate={fail_gate}",
         f"gate={tmp_path / 'never'}",
         "max_wait_s=60",
-        "x=0,1,2,3",
+        "x=0,1",
     )
     coll = test_db["gate"]
-    wait_until("all four run", lambda: set(statuses(coll).values()) == {"RUNNING"})
-    fail_gate.touch()
-    wait_until(
-        "every experiment ended",
-        lambda: set(statuses(coll).values()) <= {"COMPLETED", "FAILED", "INTERRUPTED"},
-        timeout=120,
-    )
-    assert_stopped(coll, range(3, 5))
     array = next(iter(arrays_of(coll)))
-    wait_until("the cancelled tasks are gone", lambda: squeue_tasks(array) == {}, 60)
+    try:
+        wait_until("both run", lambda: set(statuses(coll).values()) == {"RUNNING"})
+        fail_gate.touch()
+        wait_until(
+            "both ended",
+            lambda: set(statuses(coll).values()) <= {"COMPLETED", "FAILED", "INTERRUPTED"},
+            timeout=120,
+        )
+        assert statuses(coll) == {1: "FAILED", 2: "INTERRUPTED"}
+        assert coll.find_one({"_id": 2})["fail_fast"]["reason"] == ONE_REASON
+        wait_until("the cancelled task is gone", lambda: squeue_tasks(array) == {}, 60)
+    finally:
+        subprocess.run(["scancel", str(array)], check=False)
 
 
 def test_the_waiting_launcher_stops_the_launch_when_no_job_did(slurm, test_db, tmp_path):
-    """Two failures no job could act on (their jobs died after recording them: here written
-    by the test while every task runs, none left to claim): the waiting launcher stops the
-    rest and exits non-zero."""
+    """A failure no job could act on (its job died after recording it: here written by the
+    test while both tasks run, none left to claim): the waiting launcher stops the rest and
+    exits non-zero."""
     proc = start_app(
         "tests/apps/gate.py",
         "-m",
         "hydra/launcher=seml",
-        "hydra.launcher.max_failures=2",
+        "hydra.launcher.max_failures=1",
         f"gate={tmp_path / 'never'}",
         "max_wait_s=60",
-        "x=0,1,2",
+        "x=0,1",
         cwd=tmp_path,
     )
     coll = test_db["gate"]
     try:
-        wait_running(coll, proc, count=3, timeout=120)
-        coll.update_many({"_id": {"$in": [1, 2]}}, {"$set": {"status": "FAILED"}})
+        wait_running(coll, proc, count=2, timeout=120)
+        coll.update_one({"_id": 1}, {"$set": {"status": "FAILED"}})
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
         arrays = arrays_of(coll)
-        subprocess.run(["scancel", *map(str, arrays)], check=False)  # the "dead" jobs' tasks
+        subprocess.run(["scancel", *map(str, arrays)], check=False)  # the "dead" job's task
     assert proc.returncode == 1, out + err
-    assert f"{REASON} (max_failures=2); stopped 1 other experiment(s)" in err, err
-    doc = coll.find_one({"_id": 3})
-    assert doc["status"] == "INTERRUPTED" and doc["fail_fast"]["reason"] == REASON
+    assert f"{ONE_REASON} (max_failures=1); stopped 1 other experiment(s)" in err, err
+    doc = coll.find_one({"_id": 2})
+    assert doc["status"] == "INTERRUPTED" and doc["fail_fast"]["reason"] == ONE_REASON
 
 
 def test_a_task_that_claims_after_the_limit_does_not_run(slurm, test_db, tmp_path):

@@ -44,6 +44,7 @@ def test_points_with_another_max_failures_make_their_own_arrays():
 
 def test_the_reason_names_the_failures():
     assert failfast.reason([1, 2]) == "fail-fast: 2 experiments failed: ids 1, 2"
+    assert failfast.reason([4]) == "fail-fast: 1 experiment failed: id 4"
 
 
 def test_mark_is_none_without_max_failures():
