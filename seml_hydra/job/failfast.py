@@ -221,5 +221,8 @@ def _wait_gone(jobs: Sequence[str], collection_name: str, wait_s: float) -> None
     import time
 
     deadline = time.monotonic() + wait_s
-    while _alive_ours(jobs, collection_name) and time.monotonic() < deadline:
+    while alive := _alive_ours(jobs, collection_name):
+        if time.monotonic() >= deadline:
+            log.warning("fail-fast: Slurm still lists %s after %.0f s", ", ".join(alive), wait_s)
+            return
         time.sleep(CANCEL_POLL_S)

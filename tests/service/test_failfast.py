@@ -156,6 +156,10 @@ def test_the_waiting_launcher_stops_the_launch_when_no_job_did(slurm, test_db, t
     coll = test_db["gate"]
     try:
         wait_running(coll, proc, count=2, timeout=120)
+        # Sacred's first save (start_time) is behind us: it would write RUNNING over FAILED
+        wait_until(
+            "both runs started", lambda: coll.count_documents({"start_time": {"$ne": None}}) == 2
+        )
         coll.update_one({"_id": 1}, {"$set": {"status": "FAILED"}})
         out, err = proc.communicate(timeout=60)
     finally:
