@@ -186,7 +186,8 @@ def test_a_task_that_claims_after_the_limit_does_not_run(slurm, test_db, tmp_pat
         "x=0,1,2,3",
     )
     coll = test_db["gate"]
-    wait_until("experiment 1 runs", lambda: statuses(coll)[1] == "RUNNING")
+    # its run started (Sacred's start_time): its own claim-time check is behind it
+    wait_until("experiment 1 runs", lambda: (coll.find_one({"_id": 1}) or {}).get("start_time"))
     coll.update_many({"_id": {"$in": [3, 4]}}, {"$set": {"status": "FAILED"}})
     gate.touch()
     wait_until("experiment 2 ended", lambda: statuses(coll)[2] not in ("PENDING", "RUNNING"))
