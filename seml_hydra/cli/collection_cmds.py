@@ -107,7 +107,7 @@ def status(target: Target, projection: Projection = None) -> None:
 
     from seml_hydra.manage.describe import group_rows, projection_fields
     from seml_hydra.manage.selection import malformed_message
-    from seml_hydra.manage.status_view import fail_fast_stops, status_table, stuck_messages
+    from seml_hydra.manage.status_view import status_table, stuck_messages
     from seml_hydra.track.jobs import MALFORMED
 
     query, name = target.selection.query(), target.name
@@ -137,6 +137,8 @@ def status(target: Target, projection: Projection = None) -> None:
     table.add_row("[bold]total[/]", str(sum(len(r.ids) for r in rows)), "")
     console().print(table)
     if any(r.state == states.INTERRUPTED for r in rows):
+        from seml_hydra.manage.status_view import fail_fast_stops
+
         for reason, ids in fail_fast_stops(target.collection, query):
             console().print(f"[yellow]{_ids(ids)} stopped by {shown(reason)}[/]")
     if arrays and shutil.which("squeue"):

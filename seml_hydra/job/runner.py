@@ -25,10 +25,12 @@ from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff, storable_result, task_config
 from seml_hydra.core.hydra_node import job_config
 from seml_hydra.core.paths import UnsafePathError, job_dir_problem
-from seml_hydra.job import failfast, rank, requeue, stats
+from seml_hydra.job import rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
 from seml_hydra.job.collector import StartUpCollector
 from seml_hydra.job.devices import local_gpu_environment
+from seml_hydra.job.failfast import FIELD as FAIL_FAST
+from seml_hydra.job.failfast import enforce as enforce_fail_fast
 from seml_hydra.job.failures import (
     await_other_ranks,
     fail_if_a_rank_failed,
@@ -212,10 +214,10 @@ class JobRunner:
             log.warning("Not running experiment %s of %s: %s", exp_id, self.collection, why)
             return f"SKIPPED: {why}"
         outcome = self._run_claimed_doc(db, collection, doc, execution)
-        if outcome == states.FAILED and doc.get(failfast.FIELD):
+        if outcome == states.FAILED and doc.get(FAIL_FAST):
             # the failure is recorded: this job stops the launch at its max_failures
             own = (execution.get("array_id"), execution.get("task_id"))
-            failfast.enforce(collection, doc[failfast.FIELD], own_task=own)
+            enforce_fail_fast(collection, doc[FAIL_FAST], own_task=own)
         return outcome
 
     def _run_claimed_doc(
