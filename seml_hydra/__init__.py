@@ -17,7 +17,7 @@ below it):
 
 Importing the package is cheap: submodules load on first use. The public API for apps:
 ``current_plan`` (rank facts), ``local_device`` (the GPU a rank uses), ``log_scalar``
-(metrics), ``on_requeue``/``requeues`` (checkpointing), ``get_results``/``get_metrics``/
+(metrics), ``report`` (a metric, and whether to stop early: ``hydra.launcher.pruner``), ``on_requeue``/``requeues`` (checkpointing), ``get_results``/``get_metrics``/
 ``results_table`` (reading results back).
 """
 
@@ -36,6 +36,7 @@ _PUBLIC = {
     "current_plan": "seml_hydra.job.rank",
     "local_device": "seml_hydra.job.devices",
     "log_scalar": "seml_hydra.job.metrics",
+    "report": "seml_hydra.job.pruning",
     "on_requeue": "seml_hydra.job.requeue",
     "requeues": "seml_hydra.job.requeue",
 }

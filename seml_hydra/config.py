@@ -121,7 +121,7 @@ class SemlLauncherConf:
     # the experiments' description (SEML's seml.description; per point, so ${...} of the
     # app's config resolves for each); `seml <collection> description set` changes it later
     description: str | None = launcher_only(None)
-    # store the app's imported modules and config files in GridFS; jobs run that snapshot
+    # store the project's Python files and the app's config files in GridFS; jobs run that snapshot
     snapshot: bool = launcher_only(True)
     # the project the snapshot is taken from (default: the app's git root, else its directory)
     project_root: str | None = launcher_only(None)
@@ -134,6 +134,10 @@ class SemlLauncherConf:
     after: str | None = launcher_only(None)
     # ok: after it COMPLETED (sbatch --dependency=afterok); any: after it ended (afterany)
     after_kind: str = launcher_only("ok")
+    # early stopping through seml_hydra.report(name, value, step) (seml_hydra.core.pruning):
+    # {rule: asha, metric: loss, mode: min, min_step: 1, reduction_factor: 3, max_step: null}
+    # or {rule: median, metric: loss, mode: min, warmup_steps: 0, min_experiments: 5}; null: off
+    pruner: Any = launcher_only(None)
     # log level on the primary rank (global rank 0)
     primary_log_level: str = launcher_only("INFO")
     # log level on the other ranks

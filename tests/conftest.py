@@ -353,6 +353,15 @@ def wait_until(what: str, predicate, timeout: float = 180.0, interval: float = 0
         time.sleep(interval)
 
 
+def snapshot_files(db, doc) -> list[list]:
+    """``[[relative path, GridFS id], ...]`` of a document's code snapshot: its launch's
+    manifest, or the list an older document carries (``store.snapshot.load_snapshot``)."""
+    from seml_hydra.store.snapshot import load_snapshot
+
+    found = load_snapshot(db, doc.get("seml") or {})
+    return found.files if found is not None else []
+
+
 def statuses(collection) -> dict[int, str]:
     """``{_id: status}`` of a collection's experiments."""
     return {d["_id"]: d["status"] for d in collection.find({}, {"status": 1})}

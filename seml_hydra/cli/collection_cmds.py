@@ -30,6 +30,7 @@ from seml_hydra.cli.options import (
 )
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids as _ids
+from seml_hydra.core.shell import seml_for
 from seml_hydra.track.outputs import terminal_safe
 from seml_hydra.track.query import and_
 
@@ -44,7 +45,7 @@ def _report_detect(result: Any, name: str) -> None:
 
     if result.recovered:
         console().print(
-            recovered_message(result.recovered, f"submit them with `seml {name} start`.")
+            recovered_message(result.recovered, f"submit them with `{seml_for(name)} start`.")
         )
     if result.warning:
         err_console().print(f"[yellow]Warning:[/] {result.warning}", markup=True)
@@ -107,7 +108,7 @@ def status(target: Target, projection: Projection = None) -> None:
 
     from seml_hydra.manage.describe import group_rows, projection_fields
     from seml_hydra.manage.selection import malformed_message
-    from seml_hydra.manage.status_view import status_table, stuck_messages
+    from seml_hydra.manage.status_view import pruned_ids, status_table, stuck_messages
     from seml_hydra.track.jobs import MALFORMED
 
     query, name = target.selection.query(), target.name
@@ -134,6 +135,9 @@ def status(target: Target, projection: Projection = None) -> None:
             cells.append(shown(", ".join(row.descriptions)))
         cells += [shown(", ".join(row.values[key])) for key in keys]
         table.add_row(*cells)
+        pruned = pruned_ids(target.collection, query) if row.state == states.COMPLETED else []
+        if pruned:  # stopped early (seml_hydra.report): part of the COMPLETED count
+            table.add_row(f"[{color}]  of which pruned[/]", str(len(pruned)), _ids(pruned))
     table.add_row("[bold]total[/]", str(sum(len(r.ids) for r in rows)), "")
     console().print(table)
     if any(r.state == states.INTERRUPTED for r in rows):

@@ -10,6 +10,7 @@ from seml_hydra.cli.core import ROOT_PANEL, STATE_COLORS, app, console, shown
 from seml_hydra.cli.options import Yes
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids
+from seml_hydra.core.shell import seml_for
 from seml_hydra.track.outputs import terminal_safe
 
 command = app.command
@@ -133,7 +134,7 @@ def queue(
         except ValueError:
             raise ManageError(
                 f"{job!r} is not a Slurm job id (e.g. 1234 or 1234_5); `seml queue` lists jobs, "
-                f"`seml {job} status` shows a collection."
+                f"`{seml_for(job)} status` shows a collection."
             ) from None
     wanted = [p for v in slurm_states or () for p in re.split(r"[,\s]+", v.upper()) if p]
     db = connect_db()

@@ -11,6 +11,7 @@ from seml_hydra.cli.collection_cmds import command
 from seml_hydra.cli.core import ROOT_PANEL, app, console, shown
 from seml_hydra.cli.options import Target, Yes, on_collection
 from seml_hydra.core.ranges import format_ids
+from seml_hydra.core.shell import seml_for
 
 
 @command("reload-sources")
@@ -63,8 +64,8 @@ def reload_sources(
     if result.removed:
         out.print(f"Removed {len(result.removed)} old source file(s) no experiment uses.")
     out.print(
-        f"Run them with `seml {shown(target.name)} reset` (FAILED, KILLED, INTERRUPTED ones) "
-        f"and `seml {shown(target.name)} start`."
+        f"Run them with `{shown(seml_for(target.name))} reset` (FAILED, KILLED, INTERRUPTED ones) "
+        f"and `{shown(seml_for(target.name))} start`."
     )
 
 

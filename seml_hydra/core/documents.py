@@ -79,6 +79,51 @@ def to_bson_safe(value: Any) -> Any:
     return value
 
 
+#: keys Sacred refuses in a config (``sacred.config.utils.assert_is_valid_key``: its jsonpickle
+#: tags; a ``.`` anywhere or a leading ``$`` are refused too, :func:`sacred_key_problem`)
+SACRED_RESERVED_KEYS = frozenset(
+    {
+        "py/bytes", "py/function", "py/id", "py/initargs", "py/iterator", "py/mod", "py/newargs",
+        "py/newargsex", "py/newobj", "py/object", "py/property", "py/reduce", "py/ref",
+        "py/repr", "py/seq", "py/set", "py/state", "py/tuple", "py/type",
+    }
+)  # fmt: skip
+
+
+def sacred_key_problem(config: Any, clean: set[int] | None = None) -> list[str] | None:
+    """The path (keys from the top, as strings; list items by index) of the first key of a
+    resolved ``config`` that Sacred refuses as a config key, or ``None`` (pure).
+
+    Sacred (``assert_is_valid_key``, run when the job hands the config to its ``Experiment``)
+    refuses a key containing ``.``, starting with ``$``, one of its jsonpickle tags
+    (:data:`SACRED_RESERVED_KEYS`) or starting with ``json://``; Hydra and OmegaConf accept
+    them (``+tags={v1.0: 1}``). Keys are compared as the document stores them (``str(key)``,
+    so a float key ``1.5`` is ``"1.5"``). ``clean``: ids of containers already found clean
+    (updated in place; points of one launch share sub-dicts, each is walked once while they
+    are alive)."""
+    clean = set() if clean is None else clean
+    stack: list[tuple[Any, list[str]]] = [(config, [])]
+    walked: list[int] = []
+    while stack:
+        node, path = stack.pop()
+        if id(node) in clean:
+            continue
+        walked.append(id(node))
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                text = key if type(key) is str else str(key)
+                if "." in text or text.startswith(("$", "json://")) or text in SACRED_RESERVED_KEYS:
+                    return [*path, text]
+                if isinstance(value, (Mapping, list, tuple)):
+                    stack.append((value, [*path, text]))
+        elif isinstance(node, (list, tuple)):
+            for index, value in enumerate(node):
+                if isinstance(value, (Mapping, list, tuple)):
+                    stack.append((value, [*path, str(index)]))
+    clean.update(walked)  # every container walked is clean
+    return None
+
+
 BSON_INT_RANGE = (-(2**63), 2**63)
 
 

@@ -27,6 +27,25 @@ def escape_interpolations(value: Any) -> Any:
     return value
 
 
+#: what ``${hydra.job.id}`` in ``hydra.sweep.subdir`` resolves to at staging (the Slurm job id
+#: exists only in the job): the job puts its id in its place (:func:`with_job_id`)
+JOB_ID_TOKEN = "@seml-job-id@"
+
+
+def with_job_id(value: Any, job_id: str) -> Any:
+    """``value`` (a resolved ``hydra`` node, plain containers) with :data:`JOB_ID_TOKEN`
+    replaced by ``job_id`` (Slurm's ``<array>_<task>``) in every string: the sweep subdir, the
+    output dir and what was resolved from them (the job log's file name). Pure: containers
+    are copied, ``value`` is left as it is."""
+    if isinstance(value, dict):
+        return {k: with_job_id(v, job_id) for k, v in value.items()}
+    if isinstance(value, list):
+        return [with_job_id(v, job_id) for v in value]
+    if isinstance(value, str) and JOB_ID_TOKEN in value:
+        return value.replace(JOB_ID_TOKEN, job_id)
+    return value
+
+
 def typed_hydra_node(hydra_node: dict[str, Any]) -> Any:
     """``hydra_node`` as a ``DictConfig`` typed as Hydra's ``HydraConf`` (merged onto the
     structured schema, struct mode off: Hydra's composed node carries keys beyond the schema).

@@ -49,7 +49,7 @@ def id_filter(ids: Iterable[Any]) -> dict[str, Any]:
     longest :data:`MAX_ID_RANGES` of them) as one ``_id`` range, the other ids in one ``$in``.
 
     ``{"_id": {"$in": ids}}`` with 100,000 ids is a 0.8 MB command that the server turns into
-    100,000 index seeks (issue 20: ``delete`` of 100,000 experiments spent more time on that
+    100,000 index seeks (``delete`` of 100,000 experiments spent more time on that
     than on deleting); the ranges of one ``seml`` selection are a few. A range requires an
     integer ``_id`` (``$type`` int or long): MongoDB compares numbers by value, so without it
     a forged document with ``_id: 2.5`` would match ``1-3``. Ids an experiment collection

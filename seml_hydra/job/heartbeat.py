@@ -1,4 +1,4 @@
-"""What one save of the experiment's Sacred run sends to MongoDB (pure; issue 20, point 4).
+"""What one save of the experiment's Sacred run sends to MongoDB (pure).
 
 Sacred 0.8.7's ``MongoObserver`` writes its whole run entry with ``$set`` on every heartbeat
 (every 10 s) and at the end: the captured output (up to :data:`MAX_CAPTURED_CHARS`), ``info``,

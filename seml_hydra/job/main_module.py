@@ -28,7 +28,7 @@ import linecache
 import logging
 import sys
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -66,11 +66,12 @@ def refuse_launch_while_loading() -> None:
         )
 
 
-def script_path(seml: Mapping[str, Any]) -> str | None:
+def script_path(seml: Mapping[str, Any], files: Sequence[Sequence[Any]]) -> str | None:
     """The script's path relative to the snapshot root (``seml.main_file``, POSIX) when the
-    snapshot holds it, else None (pure). ``seml``: a document's ``seml`` block."""
+    snapshot ``files`` (``[[relative path, GridFS id], ...]``) holds it, else None (pure).
+    ``seml``: a document's ``seml`` block."""
     rel = seml.get("main_file")
-    names = {str(r) for r, _ in seml.get("source_files") or []}
+    names = {str(r) for r, _ in files}
     return rel if isinstance(rel, str) and rel in names else None
 
 

@@ -11,7 +11,7 @@ import datetime
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from seml_hydra.job import heartbeat, metrics
@@ -50,11 +50,13 @@ def run_observed(
     extra_observers: Sequence[Mapping[str, Any]] = (),
     *,
     fence: Mapping[str, Any] | None = None,
+    sources: Callable[[], list[list[Any]]] | None = None,
 ) -> Any:
     """Run ``task`` as a Sacred run whose ``MongoObserver`` overwrites document ``doc['_id']``.
 
     ``fence``: a filter every save of the observer must also match (``seml_hydra.job.claim.fence``), else the
-    save writes nothing.
+    save writes nothing. ``sources``: asked when the run starts, the code snapshot files the run
+    lists as Sacred's ``experiment.sources`` (:func:`sacred_experiment_info`); None: none.
 
     Sacred 0.8.7 (``observers/mongo.py``) loads the whole document when asked to overwrite and
     writes it back with ``$set`` on every heartbeat, which would undo fields other processes
@@ -112,7 +114,11 @@ def run_observed(
 
         def started_event(self, ex_info: Any, *args: Any, **kwargs: Any) -> Any:
             return super().started_event(
-                sacred_experiment_info(ex_info, doc.get("seml") or {}), *args, **kwargs
+                sacred_experiment_info(
+                    ex_info, doc.get("seml") or {}, sources() if sources is not None else []
+                ),
+                *args,
+                **kwargs,
             )
 
         def save_sources(self, ex_info: Mapping[str, Any]) -> list[list[Any]]:
@@ -257,16 +263,19 @@ def run_observed(
         _ACTIVE_OBSERVERS.remove(observer)
 
 
-def sacred_experiment_info(ex_info: Mapping[str, Any], seml: Mapping[str, Any]) -> dict[str, Any]:
+def sacred_experiment_info(
+    ex_info: Mapping[str, Any], seml: Mapping[str, Any], sources: Sequence[Sequence[Any]] = ()
+) -> dict[str, Any]:
     """Sacred's ``experiment`` block of a run (``ex_info``) with the app's script as Sacred
     would record it for a run of the script itself (pure): ``base_dir`` the script's folder,
-    ``mainfile`` its name (relative to ``base_dir``, as Sacred has it) and ``sources`` the code
-    snapshot, ``seml.source_files`` (``[[path relative to the project root, GridFS id], ...]``;
-    the observer stores them as Sacred's copies: :func:`sacred_source_copies`). ``seml``: the
-    document's ``seml`` block; without ``executable`` the block is returned as Sacred made it,
-    but for ``sources``."""
+    ``mainfile`` its name (relative to ``base_dir``, as Sacred has it) and ``sources`` the
+    files of the code snapshot given as ``sources`` (``[[path relative to the project root,
+    GridFS id], ...]``: the runner gives those of the modules loaded when the run starts, as
+    Sacred's own discovery lists them; the observer stores them as Sacred's copies:
+    :func:`sacred_source_copies`). ``seml``: the document's ``seml`` block; without
+    ``executable`` the block is returned as Sacred made it, but for ``sources``."""
     info = dict(ex_info)
-    info["sources"] = [[str(rel), file_id] for rel, file_id in seml.get("source_files") or []]
+    info["sources"] = [[str(rel), file_id] for rel, file_id in sources]
     executable = seml.get("executable")
     if executable:
         info["base_dir"] = os.path.dirname(str(executable))

@@ -17,15 +17,16 @@ import logging
 import os
 import pickle
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff, storable_result, task_config
-from seml_hydra.core.hydra_node import job_config
+from seml_hydra.core.hydra_node import JOB_ID_TOKEN, job_config, with_job_id
 from seml_hydra.core.paths import UnsafePathError, job_dir_problem
-from seml_hydra.job import rank, requeue, stats
+from seml_hydra.core.shell import seml_for
+from seml_hydra.job import pruning, rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
 from seml_hydra.job.collector import StartUpCollector
 from seml_hydra.job.devices import local_gpu_environment
@@ -48,7 +49,14 @@ from seml_hydra.store.client import connect, skip_exit_join
 from seml_hydra.store.payload import Payload, load_payload
 from seml_hydra.store.retry import retrying
 from seml_hydra.store.settings import resolve_db_settings
-from seml_hydra.store.snapshot import SourceSnapshotError, materialized, snapshot_key
+from seml_hydra.store.snapshot import (
+    SourceSnapshotError,
+    imported_files,
+    load_snapshot,
+    materialized,
+    snapshot_key,
+)
+from seml_hydra.store.sources import imported_module_files
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +162,7 @@ class JobRunner:
         if failed:
             raise RankExperimentsFailed(
                 f"experiment(s) {', '.join(failed)} of collection {self.collection!r} failed; "
-                f"see `seml {self.collection} print-fail-trace -id {failed[0]}`"
+                f"see `{seml_for(self.collection)} print-fail-trace -id {failed[0]}`"
             )
         return outcomes
 
@@ -230,29 +238,43 @@ class JobRunner:
         its outcome on this rank."""
         exp_id = doc["_id"]
         seml = doc.get("seml") or {}
-        source_files = seml.get("source_files")
-        if not source_files:
-            return self._run_claimed(db, collection, doc)
-        job_key = snapshot_key(execution["cluster"], source_files)  # shared by the batch's tasks
-        script = script_path(seml)
         try:
-            snapshot = materialized(db, source_files, job_key, script_dir(script or ""))
+            found = retrying(lambda: load_snapshot(db, seml), "reading the code snapshot's list")
+        except SourceSnapshotError:  # its manifest is gone
+            return self._snapshot_failed(collection, exp_id, execution)
+        if found is None:  # launched with snapshot=false
+            return self._run_claimed(db, collection, doc)
+        script = script_path(seml, found.files)
+        # the job key is shared by the batch's tasks: one directory per node for them all
+        job_key = snapshot_key(execution["cluster"], found.files)
+        try:
+            snapshot = materialized(db, found.files, job_key, script_dir(script or ""), found.root)
             directory = snapshot.__enter__()
         except SourceSnapshotError:
-            where = rank_label(os.environ)
-            log.exception("Experiment %s could not start on rank %s", exp_id, where)
-            restart = int(execution.get("restart") or 0)
-            record_rank_failure(collection, exp_id, where, traceback.format_exc(), restart)
-            fail_if_a_rank_failed(collection, exp_id, restart)
-            return states.FAILED
+            return self._snapshot_failed(collection, exp_id, execution)
         log.info("Running experiment %s from its code snapshot in %s", exp_id, directory)
+
+        def sources() -> list[list[Any]]:  # when the Sacred run starts
+            return imported_files(found.files, directory, imported_module_files())
+
         try:
             main = None
             if script is not None:
                 main = load_script(directory, script, str(seml.get("executable") or script))
-            return self._run_claimed(db, collection, doc, main)
+            return self._run_claimed(db, collection, doc, main, sources)
         finally:
             snapshot.__exit__(None, None, None)
+
+    def _snapshot_failed(self, collection: Any, exp_id: int, execution: Mapping[str, Any]) -> str:
+        """Record that experiment ``exp_id`` could not start from its code snapshot (called in
+        the ``except`` of a :class:`SourceSnapshotError`: its trace is this rank's failure);
+        returns FAILED."""
+        where = rank_label(os.environ)
+        log.exception("Experiment %s could not start on rank %s", exp_id, where)
+        restart = int(execution.get("restart") or 0)
+        record_rank_failure(collection, exp_id, where, traceback.format_exc(), restart)
+        fail_if_a_rank_failed(collection, exp_id, restart)
+        return states.FAILED
 
     def _claim(
         self, collection: Any, exp_id: int, execution: dict[str, Any]
@@ -272,10 +294,37 @@ class JobRunner:
         """Called inside the ``except`` of a failed task, before its failure is recorded
         (``seml start --debug --post-mortem`` opens pdb here); nothing in a job."""
 
-    def _run_claimed(self, db: Any, collection: Any, doc: dict[str, Any], main: Any = None) -> str:
+    def _with_job_id(
+        self, collection: Any, doc: dict[str, Any], node: dict[str, Any], plan: Any, fenced: Any
+    ) -> dict[str, Any]:
+        """The point's Hydra ``node`` with this job's id where ``${hydra.job.id}`` of its
+        ``hydra.sweep.subdir`` was left at staging (``core.hydra_node.with_job_id``); the
+        primary rank records the output directory it makes in ``hydra.output_dir``."""
+        node = with_job_id(node, str(plan.job_id or "local"))
+        if plan.is_primary:
+            output_dir = node["runtime"]["output_dir"]
+            retrying(
+                lambda: collection.update_one(
+                    {"_id": doc["_id"], **fenced}, {"$set": {"hydra.output_dir": output_dir}}
+                ),
+                f"recording the output directory of experiment {doc['_id']}",
+            )
+            doc["hydra"]["output_dir"] = output_dir  # the observer's copy says the same
+        return node
+
+    def _run_claimed(
+        self,
+        db: Any,
+        collection: Any,
+        doc: dict[str, Any],
+        main: Any = None,
+        sources: Callable[[], list[list[Any]]] | None = None,
+    ) -> str:
         """Plan this rank, set it up and run the claimed experiment ``doc``; returns its outcome
         on this rank. ``main``: the app's script module (``job.main_module.load_script``), what
-        the payload's script objects and ``__main__`` resolve to; None: their by-value copies."""
+        the payload's script objects and ``__main__`` resolve to; None: their by-value copies.
+        ``sources``: the snapshot files the Sacred run lists (``experiment.sources``), asked
+        when it starts; None: none."""
         exp_id = doc["_id"]
         fenced = fence(doc)
         plan = None
@@ -295,6 +344,8 @@ class JobRunner:
                 lambda: load_payload(db, self.payload_id, main), "loading the batch payload"
             )
             node = adapt_hydra_node(apply_diff(base, doc["hydra"].get("node_diff", [])), plan)
+            if JOB_ID_TOKEN in str(doc["hydra"].get("output_dir") or ""):
+                node = self._with_job_id(collection, doc, node, plan, fenced)
             typed = payload.typed_hydra_base
             cfg = job_config(
                 task_config(doc),
@@ -347,11 +398,15 @@ class JobRunner:
             return value
 
         usage = stats.sample(reset_gpu_peak=True) if plan.is_primary else None
+        pruner = (node.get("launcher") or {}).get("pruner")
+        pruning.bind(collection, doc, pruner, plan, fenced)  # seml_hydra.report
         try:
             with script_as_main(main):
                 if plan.attach_observers:
                     extra = (node.get("launcher") or {}).get("observers") or []
-                    run_observed(db, self.collection, doc, task, extra, fence=fenced)
+                    run_observed(
+                        db, self.collection, doc, task, extra, fence=fenced, sources=sources
+                    )
                 else:
                     task()
             outcome = states.COMPLETED
@@ -379,6 +434,7 @@ class JobRunner:
                 )
         finally:
             rank.set_current_plan(None)
+            pruning.unbind()
         if plan.world_size > 1 and not plan.is_primary:  # after its failure, if any
             record_rank_end(collection, exp_id, plan.global_rank, restart, outcome)
         if usage is not None:  # SEML's collect_stats (seml_hydra.job.stats)

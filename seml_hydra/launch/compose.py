@@ -31,8 +31,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core.documents import same
+from seml_hydra.core.errors import UserError
 from seml_hydra.core.overrides import parse_override
-from seml_hydra.launch.compose_fast import Combination, PatchOrigin, Split
+from seml_hydra.launch.compose_fast import (
+    JOB_ID_INTERPOLATION,
+    Combination,
+    PatchOrigin,
+    Split,
+    mark_job_id,
+    token_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -173,22 +181,56 @@ def compose_full(
     """One point by Hydra's full composition: ``(app config, hydra node)``, resolved."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict, read_write
+    from omegaconf.errors import InterpolationToMissingValueError
 
     cfg = config_loader.load_sweep_config(master_config, list(overrides))
     with open_dict(cfg):
         cfg.hydra.job.num = job_num
     HydraConfig.instance().set_config(cfg)
-    sweep_dir = str(OmegaConf.select(cfg, "hydra.sweep.dir"))
-    subdir = str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
-    with read_write(cfg.hydra.runtime), open_dict(cfg.hydra.runtime):
-        cfg.hydra.runtime.output_dir = os.path.abspath(os.path.join(sweep_dir, subdir))
-    HydraConfig.instance().set_config(cfg)
-    container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False, enum_to_str=True)
+    text = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("dir")
+    if isinstance(text, str) and JOB_ID_INTERPOLATION.search(text):
+        raise JobIdError(job_id_message("hydra.sweep.dir", text))
+    marked = mark_job_id(cfg)  # ${hydra.job.id} in the subdir: the job puts its id there
+    try:
+        sweep_dir = str(OmegaConf.select(cfg, "hydra.sweep.dir"))
+        subdir = str(OmegaConf.select(cfg, "hydra.sweep.subdir"))
+        with read_write(cfg.hydra.runtime), open_dict(cfg.hydra.runtime):
+            cfg.hydra.runtime.output_dir = os.path.abspath(os.path.join(sweep_dir, subdir))
+        HydraConfig.instance().set_config(cfg)
+        container = OmegaConf.to_container(
+            cfg, resolve=True, throw_on_missing=False, enum_to_str=True
+        )
+    except InterpolationToMissingValueError as error:
+        if "hydra.job.id" not in str(error):
+            raise
+        raise JobIdError(job_id_message(str(error.full_key))) from None
+    if marked:  # only the Hydra node may hold the job id's token: the config is stored as is
+        found = token_path({k: v for k, v in container.items() if k != "hydra"})
+        if found is not None:
+            raise JobIdError(job_id_message(".".join(found)))
     assert isinstance(container, dict)
     hydra_node = container.pop("hydra")
     # jobs run from elsewhere (the code snapshot): output paths must not be relative
     hydra_node["sweep"]["dir"] = os.path.abspath(str(hydra_node["sweep"]["dir"]))
     return container, hydra_node
+
+
+class JobIdError(UserError):
+    """A config that needs ``${hydra.job.id}`` at staging (:func:`job_id_message`)."""
+
+
+def job_id_message(key: str, text: str | None = None) -> str:
+    """The refusal of ``${hydra.job.id}`` in ``key`` (unresolved ``text`` when known; pure):
+    the launcher resolves every point's config at staging, before Slurm gives the job its id
+    (hydra-submitit-launcher resolves it in the job). Only ``hydra.sweep.subdir`` gets the id
+    in the job (``compose_fast.mark_job_id``)."""
+    return (
+        f"{key if text is None else f'{key}={text}'} uses ${{hydra.job.id}}, the Slurm job "
+        "id, which does not exist yet when seml-hydra resolves the config (at staging); only "
+        "hydra.sweep.subdir gets it in the job (e.g. hydra.sweep.subdir=${hydra.job.num}_"
+        "${hydra.job.id}). Elsewhere use ${hydra.job.num} instead (unique within the sweep); "
+        "the job's Slurm id is recorded in its document (hydra.job_id). Nothing was staged."
+    )
 
 
 _SCALARS = (str, int, float, bool, type(None))

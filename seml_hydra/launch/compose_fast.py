@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from seml_hydra.core.hydra_node import JOB_ID_TOKEN
+
 
 class NotFast(Exception):
     """This point (or combination) cannot take the fast path."""
@@ -83,6 +85,7 @@ class Combination:
 
         cfg = config_loader.load_sweep_config(master_config, list(group_key))
         OmegaConf.set_readonly(cfg.hydra, False)
+        mark_job_id(cfg)
         self.cfg = cfg
         # HydraConfig's view (``${hydra:...}``): a copy of the hydra node whose root is ``cfg``
         view = OmegaConf.masked_copy(cfg, "hydra")
@@ -450,6 +453,41 @@ def _interpolation_refs(
     if pieces is not None and position < len(text):
         pieces.append(text[position:])
     return refs, pieces
+
+
+#: ``${hydra.job.id}`` or ``${hydra:job.id}`` in an unresolved string
+JOB_ID_INTERPOLATION = re.compile(r"\$\{\s*hydra\s*[.:]\s*job\.id\s*\}")
+
+
+def mark_job_id(cfg: Any) -> bool:
+    """Set ``hydra.job.id`` of a composed, unresolved config to ``JOB_ID_TOKEN`` when its
+    ``hydra.sweep.subdir`` uses ``${hydra.job.id}`` (hydra-submitit-launcher's
+    ``${hydra.job.num}_${hydra.job.id}``): the Slurm job id exists only in the job, which puts
+    it in the token's place (``core.hydra_node.with_job_id``). Returns whether it did."""
+    from omegaconf import OmegaConf, open_dict, read_write
+
+    text = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
+    if not (isinstance(text, str) and JOB_ID_INTERPOLATION.search(text)):
+        return False
+    with read_write(cfg.hydra), open_dict(cfg.hydra):
+        cfg.hydra.job.id = JOB_ID_TOKEN
+    return True
+
+
+def token_path(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """The path of the first string of a resolved container that holds ``JOB_ID_TOKEN``, or
+    None (pure)."""
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return path if isinstance(value, str) and JOB_ID_TOKEN in value else None
+    for key, item in items:
+        found = token_path(item, (*path, str(key)))
+        if found is not None:
+            return found
+    return None
 
 
 def _leaf(cfg: Any, path: tuple[str, ...]) -> Any:

@@ -40,7 +40,7 @@ class LaunchDocs:
         collection_name: the collection (``--comment``, and the job name's prefix).
         base_hydra: the first point's resolved ``hydra`` node: every point's ``node_diff``
             is taken against it (it is stored with the payload as ``metadata.hydra_base``).
-        seml: the ``seml`` block (:func:`seml_doc`, plus ``source_files`` of the snapshot).
+        seml: the ``seml`` block (:func:`seml_doc`, plus ``source_manifest`` naming the snapshot).
         git: ``{path, commit, dirty}`` of the app's working dir, or None outside git.
         add_time: staging time (UTC), the same for all documents of the launch.
         base_origin: the base point's ``SweepPoint.origin`` (fast path), or None.

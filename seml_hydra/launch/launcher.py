@@ -16,6 +16,7 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf
 
 from seml_hydra.core.errors import UserError
+from seml_hydra.core.shell import seml_for
 from seml_hydra.store.masking import mask_credentials
 from seml_hydra.store.retry import is_connection_error, short_reason
 
@@ -35,7 +36,7 @@ def connection_lost_message(collection: Any, reason: str, staging_started: bool)
         "running, the others stay STAGED, and the sweep's later points may not be stored. "
         "Once the database is back, launch the same sweep again: it stores the missing points "
         "and submits the STAGED ones, without duplicates (check with "
-        f"`seml {collection} status`; `seml {collection} start` would submit only the points "
+        f"`{seml_for(collection)} status`; `{seml_for(collection)} start` would submit only the points "
         "stored so far)."
     )
 
@@ -106,7 +107,7 @@ class SemlLauncher(Launcher):
             collection = self.params.get("collection")
             message = (
                 "Interrupted. Experiments that were not submitted stay STAGED: submit them with "
-                f"`seml {collection} start`, or launch the sweep again."
+                f"`{seml_for(collection)} start`, or launch the sweep again."
                 if self._staging_started
                 else "Interrupted before anything was staged: nothing was stored or submitted."
             )

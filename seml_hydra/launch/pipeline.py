@@ -19,16 +19,18 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
 from seml_hydra.core import states
-from seml_hydra.core.documents import experiment_hash, to_bson_safe
+from seml_hydra.core.documents import experiment_hash, sacred_key_problem, to_bson_safe
 from seml_hydra.core.errors import UserError
+from seml_hydra.core.overrides import parse_override
 from seml_hydra.core.paths import job_dir_problem
 from seml_hydra.core.ranges import format_ids
+from seml_hydra.core.shell import seml_for
 from seml_hydra.job import failfast
 from seml_hydra.launch import document
 from seml_hydra.launch.after import batch_dependency
 from seml_hydra.launch.compose import iter_point_chunks
 from seml_hydra.launch.recovery import recover_interrupted_submissions
-from seml_hydra.launch.sbatch import script_text_problem, validate_launcher
+from seml_hydra.launch.sbatch import script_text_problem, slurm_only_fields, validate_launcher
 from seml_hydra.launch.stage import (
     DELETE_CHUNK,
     Stager,
@@ -60,10 +62,14 @@ from seml_hydra.store.payload import (
 from seml_hydra.store.retry import retrying
 from seml_hydra.store.settings import resolve_db_settings
 from seml_hydra.store.sources import (
+    MANIFEST_TYPE,
     config_dirs_of,
     imported_module_files,
+    left_out_line,
     new_lease,
+    project_python_files,
     project_root,
+    put_manifest,
     release_lease,
     script_in_snapshot,
     select_sources,
@@ -111,14 +117,14 @@ def submission_failed_message(reason: str, collection: str) -> str:
             f"Slurm could not be used from here: {reason}\nThe experiment(s) not submitted stay "
             "STAGED "
             f"in collection {collection}; launch the sweep again once Slurm answers (`sinfo`), "
-            f"or submit them with `seml {collection} start`."
+            f"or submit them with `{seml_for(collection)} start`."
         )
     return (
         f"sbatch refused the job: {reason}\nThe experiment(s) not submitted stay STAGED in "
         f"collection {collection}. Change the resources sbatch refused "
         "(hydra.launcher.partition, mem_gb, gres, additional_parameters... or the slurm "
         "preset) and launch the sweep again: it submits the staged experiments with the "
-        f"new options (`seml {collection} start` would reuse the old ones)."
+        f"new options (`{seml_for(collection)} start` would reuse the old ones)."
     )
 
 
@@ -162,7 +168,7 @@ def submitted_note(arrays: Sequence[Any], collection: str) -> str:
     count = sum(len(exp_ids) for a in arrays for _, exp_ids in a.jobs.values())
     return (
         f"\nThe {count} experiment(s) submitted before it (job(s) {ids}) run; this launch does "
-        f"not wait for them: follow them with `seml {collection} status`."
+        f"not wait for them: follow them with `{seml_for(collection)} status`."
     )
 
 
@@ -210,6 +216,8 @@ def launch_points(
     )
     try:
         first = checked_chunk(next(chunks), launcher.executor)
+        if launcher.executor == "local":
+            _warn_slurm_only_fields(first, console)
         blob = pickled_batch_payload(launcher, first[0].hydra)
         settings = resolve_db_settings(params.get("db"))
         if settings.is_embedded:
@@ -255,6 +263,11 @@ def checked_chunk(points: list[Any], executor: str) -> list[Any]:
                 )
             point.origin = known[1]
         point.hydra = masked
+    clean: set[int] = set()  # ids of config containers without a key Sacred refuses
+    for point in points:
+        path = sacred_key_problem(point.config, clean)
+        if path is not None:
+            raise LaunchError(config_key_message(path, point.overrides))
     checked: dict[int, Any] = {}  # id -> node (kept alive while its id is a key)
     judged: set[str] = set()
     for point in points:
@@ -295,6 +308,32 @@ def check_job_dirs(hydra: Mapping[str, Any], judged: set[str]) -> None:
         if problem is not None:
             raise LaunchError(f"{problem}; nothing was staged")
         judged.add(str(value))
+
+
+def config_key_message(path: Sequence[str], overrides: Sequence[str]) -> str:
+    """The refusal of a config key Sacred would refuse in every job (pure; ``path``: from
+    ``documents.sacred_key_problem``): the key, where it is, and where it came from, the
+    point's override (of ``overrides``) that sets it or a value above it, else the app's
+    config."""
+    key, parents = path[-1], path[:-1]
+    where = f" (under {'/'.join(parents)})" if parents else ""
+    source = "the app's config (its config files, structured configs or defaults)"
+    best = 0
+    for text in overrides:
+        try:
+            override = parse_override(text)
+        except Exception:  # Hydra parsed it before; a text it did not is not the source
+            continue
+        if override.package is not None:
+            continue
+        parts = override.key_or_group.split(".")
+        if len(parts) > best and list(path[: len(parts)]) == parts:
+            best, source = len(parts), f"the override {text!r}"
+    return (
+        f"config key {key!r}{where} comes from {source}: Sacred refuses config keys that "
+        "contain '.' or start with '$' (or are its jsonpickle tags such as 'py/object'), so "
+        "every job would fail. Rename the key; nothing was staged."
+    )
 
 
 class DependencyCheck:
@@ -381,6 +420,44 @@ def masked_hydra_node(hydra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def launched_from_command_line() -> bool:
+    """Whether this launch came from an app's command line (``@hydra.main``: Hydra's
+    ``_run_hydra`` is on the call stack), rather than from Python code that calls Hydra with
+    its own overrides (hydra-zen's ``launch(...)``, Hydra's compose API): then running the
+    script again would run its whole sweep, not one point."""
+    try:
+        from hydra._internal.utils import _run_hydra
+    except ImportError:  # another Hydra version: assume the usual command line
+        return True
+    code = _run_hydra.__code__
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _warn_slurm_only_fields(points: Sequence[Any], console: Any) -> None:
+    """Say once which Slurm-only launcher fields (``sbatch.slurm_only_fields``) the points
+    of a ``seml_local`` launch set: the local executor runs without them."""
+    found: dict[str, None] = {}
+    seen: set[int] = set()
+    for point in points:
+        if id(point.launcher) not in seen:
+            seen.add(id(point.launcher))
+            found.update(dict.fromkeys(slurm_only_fields(point.launcher)))
+    if found:
+        from rich.markup import escape
+
+        names = ", ".join(f"hydra.launcher.{k}" for k in found)
+        console.print(
+            f"[yellow]Warning:[/] {escape(names)} only {'reach' if len(found) > 1 else 'reaches'} "
+            "Slurm; seml_local runs its "
+            "jobs on this machine without them (use hydra/launcher=seml to submit to Slurm)."
+        )
+
+
 def _warn_password_on_command_line(argv: Sequence[str], console: Any) -> None:
     if any(mask_credentials(arg) != arg for arg in argv):
         console.print(
@@ -426,24 +503,27 @@ class _Launch:
 
     # -- staging -------------------------------------------------------------------------
     def _snapshot(self, batch_id: int, lease: dict[str, Any], seml: dict[str, Any]) -> None:
-        """Store the app's sources in GridFS (``seml_hydra.store.sources``), each file carrying
-        ``lease``, into ``seml``: ``source_files``, and ``main_file`` (the script's path in the
-        snapshot, ``sources.script_in_snapshot``) when it holds the script; say what was
-        skipped."""
+        """Store the project's sources in GridFS (``seml_hydra.store.sources``: its Python
+        files, the modules imported from it and its Hydra config), each file carrying ``lease``,
+        and their list once, as the launch's manifest (``sources.put_manifest``); into
+        ``seml``: ``source_manifest``, and ``main_file`` (the script's path in the snapshot,
+        ``sources.script_in_snapshot``) when it holds the script. Say in one line what was
+        left out and why."""
         hydra = self.base.hydra
         launcher = self.base.launcher
         app_dir = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv[0] else os.getcwd()
         root = project_root(app_dir, launcher.get("project_root"))
+        max_kb = int(launcher.get("snapshot_max_file_kb", 1024))
+        project, not_searched = project_python_files(root)
         files, skipped = select_sources(
-            imported_module_files(),
-            config_dirs_of(hydra),
-            root,
-            int(launcher.get("snapshot_max_file_kb", 1024)),
+            imported_module_files(), config_dirs_of(hydra), root, max_kb, project
         )
-        for path, reason in skipped:
-            self.console.print(f"Not in the code snapshot: {path} ({reason})")
-        seml["source_files"] = upload_sources(self.db, self.collection_name, batch_id, files, lease)
-        main_file = script_in_snapshot(seml["executable"], root, seml["source_files"])
+        self.console.print(left_out_line(skipped, not_searched, max_kb), markup=False)
+        listed = upload_sources(self.db, self.collection_name, batch_id, files, lease)
+        seml["source_manifest"] = put_manifest(
+            self.db, self.collection_name, batch_id, root, listed, lease
+        )
+        main_file = script_in_snapshot(seml["executable"], root, listed)
         if main_file is not None:
             seml["main_file"] = main_file
 
@@ -458,7 +538,7 @@ class _Launch:
         query = {
             "metadata.collection_name": self.collection_name,
             "metadata.batch_id": batch_id,
-            "metadata.type": "source_file",
+            "metadata.type": {"$in": ["source_file", MANIFEST_TYPE]},
         }
         for f in list(self.db["fs.files"].find(query, {"_id": 1})):
             fs.delete(f["_id"])
@@ -488,6 +568,8 @@ class _Launch:
         seml = document.seml_doc(
             self.base, payload_id=payload_id, executor=self.launcher.executor, argv=sys.argv
         )
+        if not launched_from_command_line():
+            seml["launched_from_python"] = True  # print-command has no command line to give
         if self.base.launcher.get("snapshot", True):
             self._snapshot(batch_id, lease, seml)
         docs = document.LaunchDocs(
@@ -581,7 +663,12 @@ class _Launch:
         )
 
     def _say_staged(self, result: Any) -> None:
-        where = f"collection [bold]{self.collection_name}[/] ({self.settings.describe()})"
+        from rich.markup import escape
+
+        where = (
+            f"collection [bold]{escape(self.collection_name)}[/] "
+            f"({escape(self.settings.describe())})"
+        )
         if result.new_ids:
             self.console.print(
                 f"Staged {len(result.new_ids)} new experiment(s) in {where}, batch "
@@ -649,7 +736,8 @@ class _Launch:
                 self.fail_fast[array.fail_fast["group"]] = array.fail_fast["max_failures"]
             self.console.print(
                 f"Submitted {len(array.jobs)} job(s) as {array.cluster} job {array.array_id} "
-                f"({array.name}); output in {array.folder}"
+                f"({array.name}); output in {array.folder}",
+                markup=False,
             )
         return jobs
 
@@ -689,9 +777,23 @@ class _Launch:
             )
             returns.append(ret)
         self.console.print(
-            f"Not waiting (wait=false). Follow with `seml {self.collection_name} status`."
+            f"Not waiting (wait=false). Follow with `{seml_for(self.collection_name)} status`.",
+            markup=False,
         )
         return returns
+
+    def _make_sweep_dir(self) -> None:
+        """Create ``hydra.sweep.dir`` as Hydra's basic launcher does: sweepers write there
+        after the launch (Optuna's ``optimization_results.yaml``) even when every point was
+        in the collection already and no job made it. Raises ``LaunchError``."""
+        sweep_dir = str(self.base.hydra["sweep"]["dir"])
+        try:
+            os.makedirs(sweep_dir, exist_ok=True)
+        except OSError as error:
+            raise LaunchError(
+                f"cannot create the sweep dir {sweep_dir}: {error.strerror}; set "
+                "hydra.sweep.dir to a directory you can write"
+            ) from None
 
     def run(self, job_overrides: Sequence[Sequence[str]]) -> list[JobReturn]:
         """Stage, submit and wait (or not); one ``JobReturn`` per point of ``job_overrides``
@@ -699,6 +801,7 @@ class _Launch:
         with fewer_collections():
             result = self.stage()
             jobs = self.submit()
+            self._make_sweep_dir()
             if not self.params["wait"]:
                 return self._submissions(job_overrides, result, jobs)
         ids = result.ids

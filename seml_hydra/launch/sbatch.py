@@ -23,6 +23,7 @@ from typing import Any
 
 from seml_hydra import config
 from seml_hydra.config import SemlLauncherConf
+from seml_hydra.core.pruning import parse_pruner
 from seml_hydra.job.devices import check_visible_gpus
 from seml_hydra.job.entry import guarded_python
 from seml_hydra.job.failfast import max_failures_problem
@@ -187,6 +188,7 @@ def validate_launcher(launcher: Mapping[str, Any], executor: str = "slurm") -> N
     if problem is not None:
         raise ValueError(f"{problem}; nothing was staged")
     dependency_type(launcher.get("after_kind", "ok"))
+    parse_pruner(launcher.get("pruner"))
     check_visible_gpus(launcher)
     if launcher.get("after") is not None:
         parse_after(launcher["after"], "")
@@ -232,6 +234,21 @@ def validate_launcher(launcher: Mapping[str, Any], executor: str = "slurm") -> N
             "experiments_per_job=1 or nodes=1 tasks_per_node=1."
         )
     check_script_values(launcher, sbatch=executor == "slurm")
+
+
+#: the fields only the Slurm launcher uses (sbatch options, the script's setup, srun's
+#: arguments, Slurm's signal); ``seml_local`` runs without them (``gpus_per_task`` it uses)
+SLURM_ONLY_FIELDS = (*(k for k in SLURM_KEYS if k != "gpus_per_task"), "gpu_bind")
+_DEFAULTS = {
+    f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    for f in _FIELDS
+}
+
+
+def slurm_only_fields(launcher: Mapping[str, Any]) -> list[str]:
+    """The :data:`SLURM_ONLY_FIELDS` of ``launcher`` (a ``hydra.launcher`` node) set to
+    something else than their default, in field order (pure): what ``seml_local`` ignores."""
+    return [k for k in SLURM_ONLY_FIELDS if k in launcher and launcher[k] != _DEFAULTS[k]]
 
 
 def job_name(collection_name: str, batch_id: int, prefix: str | None = None) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from seml_hydra.core import states
+from seml_hydra.core.errors import UserError
 from seml_hydra.store.collections import next_ids
 
 #: run fields Sacred and the run step write; cleared when a finished experiment is reset
@@ -44,7 +45,45 @@ RUN_FIELDS = (
     "format",
     "stats",
     "fail_fast",
+    "pruning",
+    "pruned",
 )
+
+
+#: MongoDB's largest document (``maxBsonObjectSize``), bytes
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+
+
+class DocumentTooLargeError(UserError):
+    """A sweep point's document is above :data:`MAX_DOCUMENT_BYTES` (:func:`oversized_message`)."""
+
+
+def oversized_message(docs: Iterable[Mapping[str, Any]]) -> str | None:
+    """The refusal of the first of ``docs`` whose BSON is above :data:`MAX_DOCUMENT_BYTES`
+    (its point's overrides, its size and the largest value of its ``config``, descending
+    into mappings), or ``None`` when every one fits (pure; encodes every document, so it is
+    called once an insert has failed)."""
+    import bson
+
+    for doc in docs:
+        size = len(bson.encode(doc))
+        if size <= MAX_DOCUMENT_BYTES:
+            continue
+        path, value = ["config"], doc.get("config")
+        while isinstance(value, Mapping) and value:
+            sizes = {k: len(bson.encode({"v": v})) for k, v in value.items()}
+            key = max(sizes, key=sizes.__getitem__)
+            path.append(str(key))
+            value = value[key]
+        largest = len(bson.encode({"v": value}))
+        overrides = " ".join((doc.get("hydra") or {}).get("overrides") or []) or "(no overrides)"
+        return (
+            f"the sweep point {overrides} makes a document of {size / 2**20:.1f} MiB, above "
+            f"MongoDB's {MAX_DOCUMENT_BYTES // 2**20} MiB limit; its largest config value is "
+            f"{'.'.join(path)} ({largest / 2**20:.1f} MiB): keep large data in files and put "
+            "their path in the config. Nothing was staged."
+        )
+    return None
 
 
 #: points composed, hashed, built and inserted at a time (:class:`Stager`); the environment
@@ -226,6 +265,13 @@ def next_batch_id(db: Any, collection_name: str) -> int:
     return next_ids(db, f"{collection_name}.batch_id", 1, floor=_max_of(collection, "batch_id"))[0]
 
 
+def _refuse_oversized(docs: Iterable[Mapping[str, Any]]) -> None:
+    """Raise :class:`DocumentTooLargeError` when one of ``docs`` is too large to store."""
+    message = oversized_message(docs)
+    if message is not None:
+        raise DocumentTooLargeError(message) from None
+
+
 class Stager:
     """Write the documents of one launch, chunk by chunk (:meth:`add_chunk`), then re-run and
     re-submit the existing experiments the points map to (:meth:`finish`).
@@ -296,16 +342,19 @@ class Stager:
         ``_id``: SEML 0.5's ``seml add`` numbers ``max + 1`` and may take an id reserved here
         before this insert) stopped the ordered insert at that document, which is not ours:
         only the ones before it are removed."""
-        from pymongo.errors import BulkWriteError
+        from pymongo.errors import BulkWriteError, PyMongoError
 
         try:
             self.collection.insert_many(docs, ordered=True)
         except BulkWriteError as error:
             inserted = ids[: int(error.details.get("nInserted", len(ids)))]
             self.collection.delete_many({"_id": {"$in": inserted}, "status": states.STAGED})
+            _refuse_oversized(docs)
             raise
-        except BaseException:
+        except BaseException as error:
             self.collection.delete_many({"_id": {"$in": ids}, "status": states.STAGED})
+            if isinstance(error, PyMongoError):  # the driver's or the server's size check
+                _refuse_oversized(docs)
             raise
 
     def _settle(self) -> None:

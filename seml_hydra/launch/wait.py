@@ -17,6 +17,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff, task_config
+from seml_hydra.core.shell import seml_for
 from seml_hydra.job import failfast
 from seml_hydra.launch.recovery import recover_interrupted_submissions
 from seml_hydra.slurm import client as slurm
@@ -71,13 +72,35 @@ def pending_reasons(collection: Any, ids: Sequence[int]) -> dict[str, str]:
     return {r.job_id: r.reason for r in rows if r.state == "PENDING" and r.reason}
 
 
-def count_states(collection: Any, ids: Sequence[int]) -> dict[str, int]:
-    """``{status: count}`` of the experiments ``ids``: one aggregate query."""
+class StateCounts(dict):
+    """``{status: count}``, with ``pruned``: how many of the COMPLETED ones were stopped early
+    (a ``pruned`` field: ``seml_hydra.report``)."""
+
+    pruned: int = 0
+
+
+def count_states(collection: Any, ids: Sequence[int]) -> StateCounts:
+    """``{status: count}`` of the experiments ``ids`` and how many COMPLETED ones were stopped
+    early (:class:`StateCounts`): one aggregate query."""
     pipeline = [
         {"$match": {"_id": {"$in": list(ids)}}},
-        {"$group": {"_id": "$status", "n": {"$sum": 1}}},
+        {
+            "$group": {
+                "_id": {
+                    "status": "$status",
+                    "pruned": {"$ne": [{"$type": "$pruned"}, "missing"]},
+                },
+                "n": {"$sum": 1},
+            }
+        },
     ]
-    return {row["_id"]: row["n"] for row in collection.aggregate(pipeline)}
+    counts = StateCounts()
+    for row in collection.aggregate(pipeline):
+        status = row["_id"]["status"]
+        counts[status] = counts.get(status, 0) + row["n"]
+        if row["_id"]["pruned"] and status == states.COMPLETED:
+            counts.pruned += row["n"]
+    return counts
 
 
 #: the waiter spends at most about 1/this of its time in the state count: the pause between two
@@ -185,6 +208,11 @@ def wait_for(
     def render(counts: Mapping[str, int]) -> Text:
         done = sum(counts.get(s, 0) for s in states.TERMINAL)
         parts = [f"{s.lower()}: {counts[s]}" for s in states.ALL if counts.get(s)]
+        pruned = getattr(counts, "pruned", 0)
+        if pruned:  # stopped early (seml_hydra.report), among the COMPLETED ones
+            parts.insert(
+                parts.index(f"completed: {counts[states.COMPLETED]}") + 1, f"pruned: {pruned}"
+            )
         elapsed = int(time.monotonic() - start)
         return Text(
             f"{collection_name}: {done}/{len(unique)} finished ({', '.join(parts)}) [{elapsed}s]"
@@ -216,9 +244,10 @@ def wait_for(
                         "checking Slurm for killed jobs",
                     )
                     if detected.recovered:
-                        then = f"submit them with `seml {collection_name} start` (this launch "
+                        then = f"submit them with `{seml_for(collection_name)} start` (this launch "
                         console.print(
-                            recovered_message(detected.recovered, then + "keeps waiting).")
+                            recovered_message(detected.recovered, then + "keeps waiting)."),
+                            markup=False,
                         )
                     if detected.foreign:
                         for line in foreign_lines(detected.foreign, detected.cluster):
@@ -239,7 +268,8 @@ def wait_for(
             console.line()  # after the last progress line
         console.print(
             f"Detached. Nothing was cancelled; follow the experiments with "
-            f"`seml {collection_name} status` (or `seml queue`)."
+            f"`{seml_for(collection_name)} status` (or `seml queue`).",
+            markup=False,
         )
         raise SystemExit(130) from None
 
@@ -274,7 +304,9 @@ def _say_stuck(
     for job, reason in stuck:
         if (job, reason) not in told:
             told.add((job, reason))
-            console.print(f"{stuck_message(job, reason, name)}, or press Ctrl-C to detach.")
+            console.print(
+                f"{stuck_message(job, reason, name)}, or press Ctrl-C to detach.", markup=False
+            )
 
 
 class _Pending:

@@ -177,7 +177,7 @@ def cancel(
     cannot start and claim an experiment before the ``scancel`` (one released meanwhile runs
     until then, and its experiment is deleted with the others), and a ``delete`` killed before
     its ``scancel`` leaves them PENDING with their task held, where the next ``delete`` finds
-    them: the mark's write of every document (2-6 s for 100,000, issue 20) would be deleted a
+    them: the mark's write of every document (2-6 s for 100,000) would be deleted a
     moment later. They are not in ``interrupted``. When Slurm fails, every experiment is marked
     before the error, as with ``mark_held``."""
 

@@ -35,6 +35,7 @@ from seml_hydra.store.collections import (
 )
 from seml_hydra.store.payload import PAYLOAD_KIND, delete_orphan_payloads
 from seml_hydra.store.sources import (
+    MANIFEST_TYPE,
     delete_unused_files,
     has_live_lease,
     orphan_chunks,
@@ -217,7 +218,8 @@ def every_collection(db: Any) -> list[str]:
     found = {n for n in names if is_listed_collection(n)}
     found.update(n[len(METRICS_PREFIX) :] for n in names if n.startswith(METRICS_PREFIX))
     files = db["fs.files"]
-    found.update(files.distinct("metadata.collection_name", {"metadata.type": "source_file"}))
+    snapshots = {"metadata.type": {"$in": ["source_file", MANIFEST_TYPE]}}
+    found.update(files.distinct("metadata.collection_name", snapshots))
     found.update(files.distinct("metadata.collection", {"metadata.kind": PAYLOAD_KIND}))
     for f in files.find({"filename": {"$regex": f"^{ARTIFACT_PREFIX}"}}, {"filename": 1}):
         found.add(f["filename"][len(ARTIFACT_PREFIX) :].split("/", 1)[0])

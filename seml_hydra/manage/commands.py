@@ -176,11 +176,21 @@ class RunCommand:
     status: Any
     working_dir: str | None
     argv: list[str]
+    from_python: bool = False
 
     @property
     def shell(self) -> str:
         """``cd <working_dir> && python <executable> <overrides>``, each word quoted with
-        :func:`shell_word` (no ``cd`` when the document names no working dir)."""
+        :func:`shell_word` (no ``cd`` when the document names no working dir). An experiment
+        launched from Python (``seml.launched_from_python``: hydra-zen's ``launch(...)``) has
+        no such command (the script would run its whole sweep again): a ``#`` line saying so,
+        with the point's overrides to give to ``launch(..., overrides=[...])``."""
+        if self.from_python:
+            return (
+                "# launched from Python (e.g. hydra-zen's launch()), not from a command line: "
+                "running the script would run its whole sweep again; this point's overrides, "
+                f"for launch(..., overrides=[...]): {self.argv[2:]!r}"
+            )
         line = " ".join(map(shell_word, self.argv))
         return f"cd {shell_word(self.working_dir)} && {line}" if self.working_dir else line
 
@@ -218,6 +228,7 @@ def run_command(doc: Mapping[str, Any], *, unresolved: bool = False) -> RunComma
         status=doc.get("status"),
         working_dir=workdir if isinstance(workdir, str) and workdir else None,
         argv=["python", executable, *overrides],
+        from_python=seml.get("launched_from_python") is True,  # type: ignore[union-attr]
     )
 
 
@@ -230,6 +241,7 @@ COMMAND_FIELDS = {
     "hydra.choices": 1,
     "seml.executable": 1,
     "seml.working_dir": 1,
+    "seml.launched_from_python": 1,
 }
 
 

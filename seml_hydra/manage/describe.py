@@ -217,8 +217,8 @@ def set_description(
 ) -> list[Any]:
     """Set ``seml.description`` of the experiments matching ``query`` to ``text`` (resolved per
     experiment by :func:`resolve_description` unless ``resolve`` is false); returns their ids.
-    Raises :class:`ManageError` when nothing matches or a description does not resolve (then
-    nothing is written)."""
+    Raises :class:`ManageError` when nothing matches, a description does not resolve or a
+    matching document's ``seml`` is not a document (then nothing is written)."""
     if not text.strip():
         raise ManageError("The description is empty; `description delete` removes one.")
     needs_doc = resolve and "${" in text
@@ -226,6 +226,17 @@ def set_description(
     if not docs:
         raise ManageError("No experiments match the filters.")
     texts = {d["_id"]: resolve_description(text, d) if resolve else text for d in docs}
+    garbled = select(
+        collection,
+        and_(query, {"seml": {"$exists": True, "$not": {"$type": "object"}}}),
+        {"_id": 1},
+    )
+    if garbled:  # $set seml.description would fail on these after writing the others
+        raise ManageError(
+            f"Experiment(s) {', '.join(str(d['_id']) for d in garbled)} have a `seml` field "
+            "that is not a document (forged or garbled), where the description goes: fix or "
+            "delete them, or leave them out of the selection. Nothing was written."
+        )
     from pymongo import UpdateOne
 
     collection.bulk_write(

@@ -21,7 +21,7 @@ from seml_hydra.manage.describe import (
 from seml_hydra.manage.selection import ManageError, id_ranges_by_state
 from seml_hydra.slurm import client as slurm
 from seml_hydra.store.collections import ensure_job_indexes
-from seml_hydra.store.snapshot import SourceSnapshotError, write_sources
+from seml_hydra.store.snapshot import SourceSnapshotError, load_snapshot, write_sources
 from seml_hydra.store.snapshot import foreign_files as foreign
 from seml_hydra.track import census
 from seml_hydra.track.cache import is_listed_collection, refresh_collection_cache
@@ -71,18 +71,35 @@ def status(collection: Any, query: Mapping[str, Any] | None = None) -> dict[str,
     return id_ranges_by_state(select(collection, dict(query or {}), {"_id": 1, "status": 1}))
 
 
-def snapshot_of(docs: Sequence[Mapping[str, Any]]) -> list[list[Any]] | None:
-    """The one code snapshot (``seml.source_files``) the documents share (pure).
+def _snapshot_name(seml: Any) -> tuple | None:
+    """What tells a document's code snapshot apart (pure): its manifest's id
+    (``seml.source_manifest``), else the list documents of earlier versions carry
+    (``seml.source_files``), else None."""
+    if not isinstance(seml, Mapping):
+        return None
+    if seml.get("source_manifest") is not None:
+        return ("manifest", str(seml["source_manifest"]))
+    files = seml.get("source_files")
+    if files:
+        return tuple((str(rel), str(fid)) for rel, fid in files)
+    return None
+
+
+def snapshot_of(docs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The ``seml`` block naming the one code snapshot the documents share (pure): its
+    manifest (``seml.source_manifest``) or, for documents of earlier versions, its list
+    (``seml.source_files``); ``store.snapshot.load_snapshot`` reads it.
 
     Returns ``None`` when none of them has one. Raises :class:`ManageError` listing the batch
     ids when they have different snapshots: the filter must pick one.
     """
     snapshots: dict[tuple, list[int]] = {}
+    first: dict[tuple, Mapping[str, Any]] = {}
     for doc in docs:
-        files = (doc.get("seml") or {}).get("source_files")
-        if files:
-            key = tuple((str(rel), str(fid)) for rel, fid in files)
-            snapshots.setdefault(key, []).append(doc.get("batch_id"))
+        name = _snapshot_name(doc.get("seml"))
+        if name is not None:
+            snapshots.setdefault(name, []).append(doc.get("batch_id"))
+            first.setdefault(name, doc["seml"])
     if not snapshots:
         return None
     if len(snapshots) > 1:
@@ -91,26 +108,29 @@ def snapshot_of(docs: Sequence[Mapping[str, Any]]) -> list[list[Any]] | None:
             f"The selected experiments have {len(snapshots)} different code snapshots (batches "
             f"{', '.join(map(str, batches))}); pick one with -b BATCH_ID or -id ID."
         )
-    for doc in docs:  # the ObjectIds themselves, from the first document that has them
-        files = (doc.get("seml") or {}).get("source_files")
-        if files:
-            return [list(entry) for entry in files]
-    return None
+    return next(iter(first.values()))
 
 
 def snapshot_for(collection: Any, query: Mapping[str, Any]) -> list[list[Any]]:
-    """The code snapshot of the selected experiments (for ``restore-sources``).
+    """The code snapshot's files (``[[relative path, GridFS id], ...]``) of the selected
+    experiments (for ``restore-sources``), from their launch's manifest or, for documents of
+    earlier versions, their own list.
 
-    Raises :class:`ManageError` when nothing matches, nothing has a snapshot, or several
-    snapshots match.
+    Raises :class:`ManageError` when nothing matches, nothing has a snapshot, several
+    snapshots match or the manifest is gone.
     """
-    docs = select(collection, query, {"seml.source_files": 1, "batch_id": 1})
+    fields = {"seml.source_files": 1, "seml.source_manifest": 1, "batch_id": 1}
+    docs = select(collection, query, fields)
     if not docs:
         raise ManageError("No experiments match the filters.")
-    files = snapshot_of(docs)
-    if files is None:
-        raise ManageError("The selected experiments have no code snapshot (seml.source_files).")
-    return files
+    seml = snapshot_of(docs)
+    try:
+        found = load_snapshot(collection.database, seml) if seml is not None else None
+    except SourceSnapshotError as error:
+        raise ManageError(f"Cannot restore the sources: {error}.") from None
+    if found is None or not found.files:
+        raise ManageError("The selected experiments have no code snapshot.")
+    return found.files
 
 
 def check_restore_target(target: Path) -> None:

@@ -84,7 +84,7 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     their status (INTERRUPTED), so a selection by state (``delete -s RUNNING``) made again
     after the cancel would match none of them. The ids go to MongoDB as ranges
     (``core.ranges.id_filter``: a selection of 100,000 experiments is a few ``_id`` ranges, not
-    a 0.8 MB ``$in`` the server seeks id by id, issue 20). What they left in the database is
+    a 0.8 MB ``$in`` the server seeks id by id). What they left in the database is
     read in groups (:func:`run_leftovers`): the documents themselves are read only for their
     ids."""
     ids = [d["_id"] for d in collection.find(dict(query), {"_id": 1}).sort("_id", 1)]
@@ -98,6 +98,7 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     # only files the deleted experiments used: a launch staging into the collection right
     # now has uploaded its payload and snapshot before inserting the documents using them
     snapshot = {str(e[1]) for d in leftovers.seml for e in _source_files(d) if len(e) > 1}
+    snapshot |= {str(d["seml"]["source_manifest"]) for d in leftovers.seml if _manifest(d)}
     delete_orphan_payloads(collection.database, collection.name, payload_ids(leftovers.seml))
     ran = leftovers.run_ids
     runs = leftovers.runs + [{"_id": i} for i in ids if i not in ran]
@@ -109,8 +110,8 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
 @dataclass
 class Leftovers:
     """What the experiments of a ``delete`` refer to outside their documents: ``seml``, one
-    ``{"seml": {payload_file, source_files}}`` per distinct pair (a launch's experiments share
-    one); ``runs``, the documents (``_id``, ``experiment.sources``, ``artifacts``,
+    ``{"seml": {payload_file, source_files, source_manifest}}`` per distinct triple (a launch's
+    experiments share one); ``runs``, the documents (``_id``, ``experiment.sources``, ``artifacts``,
     ``info.metrics``) of the experiments that have any of these (those that ran)."""
 
     seml: list[dict[str, Any]]
@@ -126,15 +127,19 @@ _RUN_FILES = {"_id": 1, "experiment.sources": 1, "artifacts": 1, "info.metrics":
 
 
 def seml_files_pipeline(query: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The aggregation pipeline of the distinct ``{payload_file, source_files}`` pairs of the
-    documents matching ``query`` (pure): one ``$group`` by the pair, straight after the
-    ``$match``; a row's ``_id`` is the pair, a field the documents lack absent from it.
+    """The aggregation pipeline of the distinct ``{payload_file, source_files, source_manifest}``
+    of the documents matching ``query`` (pure): one ``$group`` by them, straight after the
+    ``$match``; a row's ``_id`` is the triple, a field the documents lack absent from it.
 
     No ``$project`` and no ``$sort`` before the ``$group``, and no ids collected: projecting
     the ``seml.source_files`` of 100,000 documents (a launch's snapshot: 72 ``[path, id]`` pairs
-    in each) into documents to sort them took mongod 3 s of a 7 s ``delete`` (issue 20); the
+    in each) into documents to sort them took mongod 3 s of a 7 s ``delete``; the
     ``$group`` alone reads each array once."""
-    pair = {"payload_file": "$seml.payload_file", "source_files": "$seml.source_files"}
+    pair = {
+        "payload_file": "$seml.payload_file",
+        "source_files": "$seml.source_files",
+        "source_manifest": "$seml.source_manifest",
+    }
     return [{"$match": dict(query)}, {"$group": {"_id": pair}}]
 
 
@@ -155,6 +160,12 @@ def run_leftovers(collection: Any, query: Mapping[str, Any]) -> Leftovers:
         },
     )
     return Leftovers(seml, select(collection, ran, _RUN_FILES))
+
+
+def _manifest(doc: Mapping[str, Any]) -> bool:
+    """Whether a document names its launch's snapshot manifest (``seml.source_manifest``)."""
+    seml = doc.get("seml")
+    return isinstance(seml, Mapping) and seml.get("source_manifest") is not None
 
 
 def _source_files(doc: Mapping[str, Any]) -> list[Any]:
@@ -193,26 +204,56 @@ def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> 
     delete_metrics(db, name, docs)
 
 
+def _named_snapshots(collection: Any) -> tuple[set[str], set[str]]:
+    """``(manifest ids, file ids)``, as strings, that the experiments of ``collection`` name:
+    their ``seml.source_manifest`` and the entries of the lists documents of earlier versions
+    carry (``seml.source_files``). One pass over the collection, grouped by distinct pair (a
+    launch's experiments share one)."""
+    named = {"$or": [{f"seml.{k}": {"$exists": True}} for k in ("source_manifest", "source_files")]}
+    pair = {"m": "$seml.source_manifest", "f": "$seml.source_files"}
+    manifests, files = set(), set()
+    for row in collection.aggregate(
+        [{"$match": named}, {"$group": {"_id": pair}}], allowDiskUse=True
+    ):
+        if row["_id"].get("m") is not None:
+            manifests.add(str(row["_id"]["m"]))
+        entries = row["_id"].get("f")
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, list) and len(entry) > 1:
+                files.add(str(entry[1]))
+    return manifests, files
+
+
 def delete_orphan_sources(
     db: Any, name: str, only: set[str] | None = None, dry_run: bool = False
 ) -> list[Any]:
-    """Delete the code snapshot files of collection ``name`` (``metadata.type: source_file``,
-    written by SEML 0.5 or by us) that no experiment of the collection refers to any more;
-    with ``only``, just those of these file ids. A file a launch has just reused (leased,
-    ``sources.delete_unused_files``) is kept. Returns the ids deleted (with ``dry_run``:
-    those it would delete, deleting nothing)."""
+    """Delete the code snapshots of collection ``name`` that no experiment of the collection
+    refers to any more: first the launches' manifests (``store.sources.MANIFEST_TYPE``) no
+    experiment names, then the snapshot files (``metadata.type: source_file``, written by SEML
+    0.5 or by us) neither a remaining manifest nor an experiment's own list (documents of
+    earlier versions) names. With ``only`` (ids as strings), just those manifests and files,
+    and the files of those manifests. A file or manifest a launch has just stored or reused
+    (leased, ``sources.delete_unused_files``) is kept. Returns the ids of the snapshot files
+    deleted, not of the manifests (with ``dry_run``: those it would delete, deleting
+    nothing)."""
+    act = sources.unused_files if dry_run else sources.delete_unused_files
+    collection = {"metadata.collection_name": name}
+    if only is not None:  # the files of the manifests named, read before these go
+        named = sources.manifest_files(db, restricted_to(collection, only))
+        only = set(only) | {f for ids in named.values() for f in ids}
+    manifests = act(
+        db,
+        restricted_to({**collection, "metadata.type": sources.MANIFEST_TYPE}, only),
+        lambda: _named_snapshots(db[name])[0],
+    )
+    gone = {str(m) for m in manifests}
 
     def used() -> set[str]:
-        found = set()
-        for doc in db[name].find(
-            {"seml.source_files": {"$exists": True}}, {"seml.source_files": 1}
-        ):
-            found.update(str(entry[1]) for entry in _source_files(doc) if len(entry) > 1)
-        return found
+        listed = _named_snapshots(db[name])[1]
+        kept = sources.manifest_files(db, collection)
+        return listed | {f for m, ids in kept.items() if m not in gone for f in ids}
 
-    candidates: dict[str, Any] = {"metadata.collection_name": name, "metadata.type": "source_file"}
-    act = sources.unused_files if dry_run else sources.delete_unused_files
-    return act(db, restricted_to(candidates, only), used)
+    return act(db, restricted_to({**collection, "metadata.type": "source_file"}, only), used)
 
 
 def matching_collections(db: Any, pattern: str) -> list[str]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.core.shell import seml_for
 from seml_hydra.job.failfast import max_failures_problem
 from seml_hydra.job.worker import runnable_query
 from seml_hydra.manage.selection import ManageError
@@ -67,7 +68,7 @@ def debug_document(collection: Any, query: Mapping[str, Any], name: str) -> dict
     if status != states.STAGED:
         raise ManageError(
             f"Experiment {doc['_id']} is {doc.get('status')}, not STAGED: --debug runs a STAGED "
-            f"experiment (put it back with `seml {name} reset -id {doc['_id']}`)."
+            f"experiment (put it back with `{seml_for(name)} reset -id {doc['_id']}`)."
         )
     if not (doc.get("seml") or {}).get("payload_file"):
         raise ManageError(no_payload_message(doc))

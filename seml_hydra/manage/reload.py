@@ -1,13 +1,15 @@
 """``reload-sources``: fix the code of staged or failed experiments without staging them again
 (SEML's ``seml <collection> reload-sources``).
 
-The project's current files replace the code snapshot (``seml.source_files``) of the selected
+The project's current files replace the code snapshot (a new manifest, ``seml.source_manifest``;
+documents of earlier versions had the list itself, ``seml.source_files``) of the selected
 STAGED, FAILED, KILLED and INTERRUPTED experiments; ``reset`` + ``start`` then run the new code.
 Which files, and from where, is what the launch chose (``store.sources``), worked out again from
 what the documents record: the project root of the app (``seml.executable``'s directory, or
 ``seml.working_dir``, and the launch's ``hydra.launcher.project_root``, from the base Hydra node
-stored with the batch payload), the modules of the old snapshot as they are now plus the other
-``.py`` files beside them (a module the fix adds), and the YAML files of the app's config
+stored with the batch payload), the project's Python files (``sources.project_python_files``),
+the modules of the old snapshot as they are now plus the other ``.py`` files beside them (a
+module the fix adds), and the YAML files of the app's config
 directories. Unlike SEML, nothing of the app is imported or run to find them.
 
 The root and config directories come from the batch payload, which whoever can write the
@@ -33,12 +35,15 @@ from seml_hydra.core.ranges import format_ids
 from seml_hydra.manage.lifecycle import delete_orphan_sources
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.store.payload import hydra_base
+from seml_hydra.store.snapshot import SourceSnapshotError, load_snapshot
 from seml_hydra.store.sources import (
     DEFAULT_MAX_FILE_KB,
     SourceFile,
     config_dirs_of,
     new_lease,
+    project_python_files,
     project_root,
+    put_manifest,
     release_lease,
     select_sources,
     upload_sources,
@@ -152,7 +157,8 @@ def plan_reload(collection: Any, query: Mapping[str, Any]) -> ReloadPlan:
     forge: the command shows them and asks before :func:`apply_reload`.
 
     Raises:
-        ManageError: nothing matches; only experiments in other states match; a batch has no
+        ManageError: nothing matches; only experiments in other states match; one has no
+            integer ``batch_id`` (a forged or garbled document); a batch has no
             code snapshot (launched with ``snapshot=false``) or its payload is gone; its
             project is not on this machine or has none of the files; a config dir is not
             inside the project root.
@@ -163,6 +169,14 @@ def plan_reload(collection: Any, query: Mapping[str, Any]) -> ReloadPlan:
     ok, other = split_reloadable(docs)
     if not ok:
         raise ManageError(refusal(other))
+    no_batch = [d["_id"] for d in ok if type(d.get("batch_id")) is not int]
+    if no_batch:
+        raise ManageError(
+            f"Experiment(s) {', '.join(map(str, no_batch))} of {collection.name} have no batch "
+            "id (a forged or garbled document) and reload-sources reloads batch by batch: "
+            "select the others (-b <batch>), or delete these and launch their points again. "
+            "Nothing was changed."
+        )
     by_batch: dict[Any, list[Mapping[str, Any]]] = {}
     for doc in ok:
         by_batch.setdefault(doc.get("batch_id"), []).append(doc)
@@ -190,22 +204,26 @@ def apply_reload(collection: Any, plan: ReloadPlan, keep_old: bool = False) -> R
     old_ids: set[str] = set()
     for batch in plan.batches:
         old = {
-            str(rel): str(fid)
-            for d in batch.docs
-            for rel, fid in d["seml"].get("source_files") or []
+            str(rel): str(fid) for d in batch.docs for rel, fid in _snapshot_files(db, d["seml"])
         }
         lease = new_lease()
         try:
             new = upload_sources(db, collection.name, batch.batch_id, batch.files, lease)
+            manifest = put_manifest(db, collection.name, batch.batch_id, batch.root, new, lease)
             ids = [d["_id"] for d in batch.docs]
             collection.update_many(
                 and_({"_id": {"$in": ids}}, {"status": {"$in": list(RELOADABLE)}}),
-                {"$set": {"seml.source_files": new}},
+                {"$set": {"seml.source_manifest": manifest}, "$unset": {"seml.source_files": ""}},
             )
         finally:
             release_lease(db, lease["id"])
         new_ids = {str(fid) for _, fid in new}
         old_ids.update(fid for fid in old.values() if fid not in new_ids)
+        old_ids.update(
+            str(d["seml"]["source_manifest"])
+            for d in batch.docs
+            if d["seml"].get("source_manifest") is not None
+        )
         changed = [rel for rel, fid in new if old.get(rel) != str(fid)]
         result.batches.append(
             BatchReload(
@@ -229,6 +247,17 @@ def reload_sources(
     return apply_reload(collection, plan_reload(collection, query), keep_old)
 
 
+def _snapshot_files(db: Any, seml: Mapping[str, Any]) -> list[list[Any]]:
+    """The files of a document's code snapshot (``store.snapshot.load_snapshot``: its launch's
+    manifest, or its own list); ``[]`` when it has none. Raises :class:`ManageError` when its
+    manifest is gone."""
+    try:
+        found = load_snapshot(db, seml)
+    except SourceSnapshotError as error:
+        raise ManageError(f"Cannot reload the sources: {error}.") from None
+    return found.files if found is not None else []
+
+
 def outside_root(config_dirs: Iterable[Path], root: Path) -> list[Path]:
     """The ``config_dirs`` (absolute, resolved) that are neither ``root`` (resolved) nor
     inside it (pure)."""
@@ -239,7 +268,7 @@ def _plan(db: Any, batch_id: Any, batch: list[Mapping[str, Any]]) -> BatchPlan:
     """The :class:`BatchPlan` of one batch (raises as :func:`plan_reload`)."""
     seml = batch[0].get("seml") or {}
     ids = format_ids([d["_id"] for d in batch])
-    old = [str(entry[0]) for entry in seml.get("source_files") or [] if entry]
+    old = [str(entry[0]) for entry in _snapshot_files(db, seml) if entry]
     if not old:
         raise ManageError(
             f"Experiment(s) {ids} (batch {batch_id}) have no code snapshot (launched with "
@@ -276,6 +305,7 @@ def _plan(db: Any, batch_id: Any, batch: list[Mapping[str, Any]]) -> BatchPlan:
         config_dirs,
         root,
         int(launcher.get("snapshot_max_file_kb", DEFAULT_MAX_FILE_KB)),
+        project_python_files(root)[0],
     )
     if not files:
         raise ManageError(

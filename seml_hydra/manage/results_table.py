@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from seml_hydra.core.documents import task_config
+from seml_hydra.core.shell import seml_for
 from seml_hydra.core.states import COMPLETED
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.store.results import flatten, get_results, need_pandas
@@ -28,6 +30,8 @@ from seml_hydra.track.outputs import terminal_safe
 #: the prefixes of the columns: config keys (only those that vary) and result fields (all)
 CONFIG = "config."
 RESULT = "result"
+#: the column of the step an experiment was stopped early at (``seml_hydra.report``)
+PRUNED_STEP = "pruned.step"
 
 
 def _canonical(value: Any) -> str:
@@ -94,12 +98,15 @@ def _keys(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def table_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The columns of the results table of ``rows`` (flattened documents), pure: ``_id``;
-    ``status`` when the rows are in more than one state; the config keys that vary
+    ``status`` when the rows are in more than one state; ``pruned.step`` (where it was stopped
+    early: ``seml_hydra.report``) when a row was; the config keys that vary
     (:func:`varying_keys`); every result field (``result`` when a result is a plain value,
     ``result.<field>...`` for a mapping), in first-seen order."""
     columns = ["_id"]
     if len({row.get("status") for row in rows}) > 1:
         columns.append("status")
+    if any(PRUNED_STEP in row for row in rows):
+        columns.append(PRUNED_STEP)
     columns += varying_keys(rows, CONFIG)
     results = [key for key in _keys(rows) if key == RESULT or key.startswith(RESULT + ".")]
     return columns + results
@@ -238,9 +245,20 @@ class ResultsTable:
 def build_table(
     docs: Sequence[Mapping[str, Any]], sort: str | None = None, descending: bool = False
 ) -> ResultsTable:
-    """The :class:`ResultsTable` of ``docs`` (documents as stored, nested), pure."""
-    rows = [flatten(doc) for doc in docs]
+    """The :class:`ResultsTable` of ``docs`` (documents as stored, nested), pure. The
+    ``config.seed`` staging added to an app without a seed (``hydra.added_seed``) is left
+    out, as the task never saw it (``core.documents.task_config``); ``hydra`` is no column."""
+    rows = [flatten(_table_doc(doc)) for doc in docs]
     return ResultsTable(table_columns(rows), sort_rows(rows, sort, descending))
+
+
+def _table_doc(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    if "hydra" not in doc:
+        return doc
+    out = {k: v for k, v in doc.items() if k != "hydra"}
+    if isinstance(doc.get("config"), Mapping):
+        out["config"] = task_config(doc)
+    return out
 
 
 def results_table(
@@ -270,7 +288,8 @@ def results_table(
         A :class:`ResultsTable`, or a DataFrame.
 
     Raises:
-        ManageError: no experiment matches, or ``sort`` is no column.
+        ManageError: no experiment matches, one has a status that is not a string (a forged
+            or garbled document), or ``sort`` is no column.
         ImportError: ``to_data_frame=True`` without pandas.
     """
     pandas = need_pandas("results_table") if to_data_frame else None
@@ -280,7 +299,7 @@ def results_table(
     docs = get_results(
         collection,
         filter=query,
-        fields=["_id", "status", "config", "result"],
+        fields=["_id", "status", "config", "result", "hydra.added_seed", "pruned"],
         states=states,
         progress=progress,
         db=db,
@@ -289,6 +308,13 @@ def results_table(
         chosen = "/".join(states or ()) + " " if states else ""
         hint = " (-s picks other states)" if states == [COMPLETED] else ""
         raise ManageError(f"No {chosen}experiments in {collection} match{hint}.")
+    garbled = [d.get("_id") for d in docs if not isinstance(d.get("status"), str)]
+    if garbled:
+        raise ManageError(
+            f"Experiment(s) {', '.join(map(str, garbled))} of {collection} have a status that "
+            "is not a text (the document was forged or garbled): fix its status or delete it "
+            f"(`{seml_for(collection)} delete -id <id>`)."
+        )
     table = build_table(docs, sort, descending)
     if pandas is None:
         return table

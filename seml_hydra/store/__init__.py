@@ -17,9 +17,11 @@ the packages above it call it. Its modules, lowest first (each imports only thos
 - ``client``      ``connect``, ``get_collection``: one cached client per settings, through the
   tunnel if needed.
 - ``job_db``      what the jobs resolve the database from (never a secret in a pickle).
-- ``sources``     code snapshots, login side: selecting, uploading, leases, deleting unused.
+- ``sources``     code snapshots, login side: selecting the project's files, uploading, the
+  launch's manifest (its file list, once), leases, deleting unused.
 - ``bytecode``    the node's cache of snapshot modules' compiled code, by content.
-- ``snapshot``    code snapshots, node side: writing one out, running a job inside it.
+- ``snapshot``    code snapshots, node side: a document's snapshot (manifest or own list),
+  writing one out, running a job inside it.
 - ``sacred_sources`` Sacred's ``experiment.sources`` of a run: GridFS copies of the snapshot's
   files, found or stored in a few queries.
 - ``payload``     the batch payload in GridFS: pickled, stored, loaded once per process, its

@@ -17,7 +17,7 @@ from urllib.parse import quote_plus
 from seml_hydra.store import tunnel
 from seml_hydra.store.collections import validate_collection_name
 from seml_hydra.store.errors import DatabaseError
-from seml_hydra.store.masking import SSH_SECRET_KEYS, scrub
+from seml_hydra.store.masking import scrub
 from seml_hydra.store.retry import retry_budget_s, retrying, short_reason
 from seml_hydra.store.settings import HOW_TO_CONFIGURE, DbSettings
 
@@ -51,12 +51,6 @@ def reset_client_cache() -> None:
         _CLIENTS.clear()
     for client in clients:
         client.close()
-
-
-def _scrub(text: str, settings: DbSettings) -> str:
-    """``text`` without the secrets of ``settings`` (its password, its SSH secrets)."""
-    ssh_secrets = [v for k, v in settings.ssh or () if k in SSH_SECRET_KEYS]
-    return scrub(text, [settings.password, *ssh_secrets])
 
 
 def skip_exit_join() -> None:
@@ -121,9 +115,7 @@ def connect(
                 tunnel.ensure_tunnel(dict(settings.ssh), (settings.host, settings.port)), safe=""
             )
         except tunnel.TunnelError as err:
-            raise DatabaseError(
-                _scrub(f"{err} Settings from {settings.source}.", settings)
-            ) from None
+            raise DatabaseError(scrub(f"{err} Settings from {settings.source}.")) from None
         options["directConnection"] = True
         options["serverSelectionTimeoutMS"] = max(ms, int(TUNNEL_SELECTION_TIMEOUT_S * 1000))
     try:
@@ -137,7 +129,7 @@ def connect(
             client = pymongo.MongoClient(host=host, port=port, **options)
     except (errors.ConfigurationError, TypeError, ValueError) as err:
         raise DatabaseError(
-            _scrub(f"Invalid MongoDB settings {settings.describe()}: {err}", settings)
+            scrub(f"Invalid MongoDB settings {settings.describe()}: {err}")
         ) from None
 
     budget = retry_budget_s() if retry else 0.0
@@ -156,24 +148,21 @@ def connect(
                 f"{settings.source}). Check the user name and password there."
             ) from None
         raise DatabaseError(
-            _scrub(f"MongoDB at {settings.describe()} refused the connection: {err}", settings)
+            scrub(f"MongoDB at {settings.describe()} refused the connection: {err}")
         ) from None
     except errors.ConnectionFailure as err:  # includes ServerSelectionTimeoutError
         client.close()
         raise DatabaseError(
-            _scrub(
+            scrub(
                 f"Cannot reach MongoDB at {settings.server()} (settings from {settings.source}) "
-                f"within {max(timeout_s, budget):g} s: {short_reason(err)}. Start mongod "
-                "there, or point seml-hydra at "
-                f"a reachable server: {HOW_TO_CONFIGURE}.",
-                settings,
+                f"within {max(timeout_s, budget):g} s: {short_reason(err)}."
             )
+            # the hint's own USER:PASSWORD placeholder is no password to mask
+            + f" Start mongod there, or point seml-hydra at a reachable server: {HOW_TO_CONFIGURE}."
         ) from None
     except errors.PyMongoError as err:
         client.close()
-        raise DatabaseError(
-            _scrub(f"MongoDB error at {settings.describe()}: {err}", settings)
-        ) from None
+        raise DatabaseError(scrub(f"MongoDB error at {settings.describe()}: {err}")) from None
 
     with _CLIENTS_LOCK:
         cached = _CLIENTS.setdefault(key, client)

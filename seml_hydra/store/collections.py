@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from seml_hydra.core.shell import seml_for
 from seml_hydra.store.errors import InvalidCollectionName
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ def validate_collection_name(name: str) -> str:
         raise bad("it must not start or end with '.'")
     if name in CLI_WORDS or name.startswith("-"):
         raise bad(
-            f"`seml {name} ...` is the seml command's own, so the collection could not be "
+            f"`{seml_for(name)} ...` is the seml command's own, so the collection could not be "
             "managed; choose another name (hydra.launcher.collection=...)"
         )
     if is_reserved_collection(name):
@@ -204,12 +205,14 @@ def next_ids(
 #: the Slurm array of a submission or a run (``seml queue``, ``cancel``: the experiments of
 #: the jobs squeue lists) and the mark of a submission under way (``slurm.0.submitting``, which
 #: every ``status`` looks for: ``launch.recovery.recover_interrupted_submissions``; sparse: only
-#: the experiments being submitted have it); created by :func:`ensure_job_indexes`
+#: the experiments being submitted have it) and the step of an experiment stopped early
+#: (``pruned.step``, which ``status`` counts apart; sparse); created by :func:`ensure_job_indexes`
 JOB_INDEXES = (
     ("status", False),
     ("slurm.array_id", False),
     ("execution.array_id", False),
     ("slurm.0.submitting", True),
+    ("pruned.step", True),
 )
 
 

@@ -17,8 +17,8 @@ __all__ = ["job_db_config", "job_db_environment"]
 def job_db_config(
     settings: DbSettings, launcher_db: Mapping[str, Any] | None
 ) -> dict[str, Any] | None:
-    """What jobs resolve the database from on their node (issue: "jobs reach the database the
-    way the launcher did"), never holding a secret (it is pickled into the submitit folder):
+    """What jobs resolve the database from on their node (jobs reach the database the
+    way the launcher did), never holding a secret (it is pickled into the submitit folder):
 
     - the launch's own ``db`` config (``url``, ``config_file``, ``database``) when it had one,
       except a ``url`` with a password (also a masked one, as ``seml start`` reads it back from

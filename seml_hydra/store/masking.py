@@ -9,9 +9,7 @@ package, so the tunnel process (:mod:`seml_hydra.store.tunnel_worker`) can use i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Any
-from urllib.parse import quote
 
 __all__ = [
     "SSH_SECRET_KEYS",
@@ -102,19 +100,43 @@ def url_has_password(url: Any) -> bool:
         return False
 
 
-def scrub(text: str, secrets: Iterable[str | None]) -> str:
-    """``text`` with every MongoDB URL password masked (:func:`mask_credentials`) and every
-    one of ``secrets`` (also percent-encoded, as in a URI) replaced by ``***``.
+#: a password given as a key and its value in a message: ``password=VALUE``, ``password: VALUE``
+#: (YAML), ``'ssh_password': 'VALUE'`` (a dict's repr), ``('ssh_password', 'VALUE')`` (a pair's
+#: repr), ``tlsCertificateKeyFilePassword=VALUE`` (a URI option): any key ending in
+#: ``password``, ``passwd``, ``passphrase`` or exactly ``pwd``; the value is quoted (to its
+#: closing quote, or the end of the line when it has none) or runs to a space or one of ``,;&)}]``
+_KEY_PASSWORD = re.compile(
+    r"""(?P<head>(?<![\w./-])(?P<q>['"]?)(?:[\w.-]*(?:password|passwd|passphrase)|pwd)(?P=q)"""
+    r"""\s*(?:[=:]|(?<=['"]),)\s*)"""
+    r"""(?P<value>'[^'\n]*'?|"[^"\n]*"?|[^\s,;&)}\]'"]+)""",
+    re.IGNORECASE,
+)
+
+
+def _mask_value(match: re.Match[str]) -> str:
+    value = match["value"]
+    if value[0] not in "'\"":
+        return f"{match['head']}***"
+    closed = len(value) > 1 and value[-1] == value[0]
+    return f"{match['head']}{value[0]}***{value[0] if closed else ''}"
+
+
+def scrub(text: str) -> str:
+    """``text`` with every password *field* in it masked: the password of each MongoDB URL
+    (:func:`mask_credentials`) and the value of each password key (``password=...``,
+    ``password: ...``, ``'ssh_password': '...'``, ``('ssh_private_key_password', '...')``,
+    ``...Password=...`` URI options), each replaced by ``***``.
+
+    Only these fields are touched, never other occurrences of a password's text: a short or
+    common password (``a``, ``seml``) or one that is also a host name must not turn the rest of
+    a message into a riddle that spells it out (``C***nnot re***ch``,
+    ``~/.config/***/mongodb.config``). Pure; for the messages of errors from pymongo, the SSH
+    library and the tunnel process.
 
     Args:
-        text: a message, e.g. an error of pymongo or of the SSH library.
-        secrets: the passwords to hide; None or empty ones are skipped.
+        text: a message, e.g. ``"bad option password='x' for mongodb://a:x@h/db"``.
 
     Returns:
-        The scrubbed text. Pure.
+        The masked text, e.g. ``"bad option password='***' for mongodb://a:***@h/db"``.
     """
-    text = mask_credentials(text)
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***").replace(quote(secret, safe=""), "***")
-    return text
+    return _KEY_PASSWORD.sub(_mask_value, mask_credentials(text))

@@ -17,8 +17,9 @@ def delete_metrics(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> Non
     collection (``database.metrics_collection_name``) by ``run_id``, and the entries of
     ``info.metrics`` by their ids in the shared ``metrics`` collection (where runs before
     per-collection metrics, and SEML's, wrote; ``metrics.run_id`` alone is ambiguous across
-    collections). Used by ``delete`` and wherever an experiment is reset to run again (a
-    re-run must not mix its metrics with the failed attempt's). Raises pymongo errors."""
+    collections; a view named ``metrics``, :func:`is_view`, is left alone). Used by ``delete``
+    and wherever an experiment is reset to run again (a re-run must not mix its metrics with
+    the failed attempt's). Raises pymongo errors."""
     from bson import ObjectId
     from bson.errors import InvalidId
 
@@ -34,5 +35,17 @@ def delete_metrics(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> Non
     ids = [d["_id"] for d in docs]
     if ids:
         db[metrics_collection_name(name)].delete_many({"run_id": {"$in": ids}})
-    if metrics:
+    if metrics and not is_view(db, "metrics"):
         db["metrics"].delete_many({"_id": {"$in": metrics}})
+
+
+def is_view(db: Any, name: str) -> bool:
+    """Whether ``name`` in ``db`` is a MongoDB view (read-only: writes to it fail). Omniboard's
+    recipe adds a view named ``metrics`` over ``seml_hydra_metrics.<collection>``, whose
+    documents :func:`delete_metrics` deletes there, by ``run_id``. Raises pymongo errors."""
+    return any(
+        c.get("type") == "view"
+        for c in db.list_collections(
+            filter={"name": name}, nameOnly=True, authorizedCollections=True
+        )
+    )

@@ -34,7 +34,7 @@ from urllib.parse import parse_qs, unquote
 
 from seml_hydra.store import embedded
 from seml_hydra.store.errors import DatabaseError
-from seml_hydra.store.masking import SSH_SECRET_KEYS, host_port, mask_uri, split_uri
+from seml_hydra.store.masking import SSH_SECRET_KEYS, host_port, mask_uri, scrub, split_uri
 
 __all__ = [
     "DEFAULT_DATABASE",
@@ -419,7 +419,8 @@ def _settings_from_config_file(path: Path) -> DbSettings:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise DatabaseError(
-            f"MongoDB config file {path} is not valid YAML: {err}. {hint}"
+            # YAML's error quotes the faulty line, which may be the password's
+            f"MongoDB config file {path} is not valid YAML: {scrub(str(err))}. {hint}"
         ) from None
     if not isinstance(data, dict):
         raise DatabaseError(

@@ -1,11 +1,13 @@
-"""Code snapshots, the node side: write a snapshot (``seml.source_files``, stored by
-:mod:`seml_hydra.store.sources`) into a directory, and run a job inside it.
+"""Code snapshots, the node side: find a document's snapshot (its launch's manifest, or the
+list older documents carry: :func:`load_snapshot`; stored by :mod:`seml_hydra.store.sources`),
+write it into a directory, and run a job inside it.
 
 On the node, each job writes the snapshot once per node into a directory it creates inside this
 user's private runtime directory (mode 0700, checked with ``lstat``: nobody else can plant a
-module there), puts it (and its ``src/``) first on ``sys.path``, runs from it, and removes only
-that directory (and what killed jobs of this user left) (:func:`materialized`). (It imports from
-the snapshot; its working directory stays Hydra's.) ``seml <col> download-sources`` writes a
+module there), puts it (and its ``src/``) first on ``sys.path``, maps every other entry of
+``sys.path`` inside the live project onto the snapshot, runs from it, and removes only that
+directory (and what killed jobs of this user left) (:func:`materialized`). (It imports from
+the snapshot; its working directory stays Hydra's.) ``seml <col> restore-sources`` writes a
 snapshot with :func:`write_sources` too.
 """
 
@@ -22,7 +24,8 @@ import shutil
 import socket
 import stat
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -30,6 +33,7 @@ from seml_hydra.core.errors import UserError
 from seml_hydra.core.processes import process_alive, process_start
 from seml_hydra.store.bytecode import CACHE_DIR, restore_bytecode, store_bytecode
 from seml_hydra.store.retry import retrying
+from seml_hydra.store.sources import is_project_file, read_manifest
 from seml_hydra.store.tunnel import RuntimeDirError, private_dir_problem, runtime_dir
 
 log = logging.getLogger(__name__)
@@ -37,6 +41,103 @@ log = logging.getLogger(__name__)
 
 class SourceSnapshotError(UserError, RuntimeError):
     """The snapshot cannot be stored or written; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A document's code snapshot: ``files`` (``[[relative path, GridFS id], ...]``) and
+    ``root``, the project root at launch (a string; None for documents older than manifests
+    when it cannot be told)."""
+
+    files: list[list[Any]]
+    root: str | None
+
+
+def load_snapshot(db: Any, seml: Mapping[str, Any]) -> Snapshot | None:
+    """The code snapshot a document's ``seml`` block names: its launch's manifest
+    (``seml.source_manifest``, ``store.sources.read_manifest``), else the list documents of
+    earlier versions carry (``seml.source_files``; the root then from ``seml.executable`` and
+    ``seml.main_file``, when it has them). None when it names none (``snapshot=false``).
+
+    Raises :class:`SourceSnapshotError` when the manifest it names is gone; pymongo errors."""
+    manifest_id = seml.get("source_manifest")
+    if manifest_id is not None:
+        manifest = read_manifest(db, manifest_id)
+        if manifest is None:
+            raise SourceSnapshotError(
+                f"the code snapshot's manifest {manifest_id} is not in GridFS (deleted, or the "
+                "document was edited): stage the experiment again"
+            )
+        return Snapshot(manifest["files"], manifest["root"])
+    files = seml.get("source_files")
+    if not files:
+        return None
+    return Snapshot([list(e) for e in files], legacy_root(seml))
+
+
+def legacy_root(seml: Mapping[str, Any]) -> str | None:
+    """The project root of a document without a manifest (pure): ``seml.executable`` less its
+    path in the snapshot, ``seml.main_file`` (``/p/sub/app.py`` less ``sub/app.py``), or None
+    when they do not say it."""
+    executable, main_file = seml.get("executable"), seml.get("main_file")
+    if not isinstance(executable, str) or not isinstance(main_file, str):
+        return None
+    exe, rel = PurePosixPath(executable), PurePosixPath(main_file)
+    if (
+        rel.is_absolute()
+        or len(exe.parts) <= len(rel.parts)
+        or exe.parts[-len(rel.parts) :] != rel.parts
+    ):
+        return None
+    return str(PurePosixPath(*exe.parts[: -len(rel.parts)]))
+
+
+def snapshot_path(
+    entries: Sequence[str],
+    live_root: str | None,
+    directory: Path,
+    cwd: str,
+    interpreter: Sequence[str] = (sys.prefix, sys.base_prefix),
+) -> list[str]:
+    """``sys.path`` ``entries`` with every entry inside the live project ``live_root`` (the
+    root itself or a folder under it; ``""`` is ``cwd``) replaced by the same folder in the
+    snapshot ``directory``: the launch folder, the script's folder, ``PYTHONPATH`` and the
+    paths an editable install of the project adds all import the launch-time files, never the
+    live tree. Kept as they are: entries elsewhere, those of installed packages and
+    virtualenvs under the root (``store.sources.is_project_file``) and those under the
+    ``interpreter``'s prefixes (its standard library and environment, whatever root a forged
+    manifest names); nothing is replaced without ``live_root``. Reads the file system only to
+    tell virtualenvs."""
+    if not live_root:
+        return list(entries)
+    root = Path(os.path.realpath(live_root))
+    prefixes = [Path(os.path.realpath(p)) for p in interpreter]
+    out = []
+    for entry in entries:
+        path = Path(os.path.realpath(os.path.join(cwd, entry) if entry else cwd))
+        inside = path == root or is_project_file(path / "x", root)
+        if inside and not any(p == path or p in path.parents for p in prefixes):
+            out.append(str(directory.joinpath(*path.relative_to(root).parts)))
+        else:
+            out.append(entry)
+    return out
+
+
+def imported_files(
+    files: Sequence[Sequence[Any]], directory: Path, module_files: Sequence[str]
+) -> list[list[Any]]:
+    """The entries of a snapshot's ``files`` (``[[relative path, GridFS id], ...]``) written
+    into ``directory`` whose file is one of ``module_files`` (``__file__`` of the loaded
+    modules), in the snapshot's order: what Sacred's default source discovery (``imported``)
+    lists as a run's ``experiment.sources``, the source files of the modules loaded when the
+    run starts (pure but for resolving links in the paths)."""
+    base = os.path.realpath(directory)
+    loaded = {os.path.realpath(name) for name in module_files if name}
+    return [
+        [str(rel), file_id]
+        for rel, file_id in files
+        if os.path.join(base, *PurePosixPath(str(rel)).parts) in loaded
+    ]
 
 
 def read_sources(
@@ -329,7 +430,11 @@ def snapshot_key(cluster: str, source_files: Sequence[Sequence[Any]]) -> str:
 
 @contextlib.contextmanager
 def materialized(
-    db: Any, source_files: Sequence[Sequence[Any]], job_key: str, script_dir: str = ""
+    db: Any,
+    source_files: Sequence[Sequence[Any]],
+    job_key: str,
+    script_dir: str = "",
+    live_root: str | None = None,
 ) -> Iterator[Path]:
     """Run inside the snapshot: once per node per job, in a private directory this job creates.
 
@@ -352,7 +457,11 @@ def materialized(
     ``lstat`` (this user's, not open to others, not symlinks); then the directory and its
     ``src/`` come first on ``sys.path``, after the snapshot's copy of the script's directory
     ``script_dir`` (relative to the snapshot root, ``""``: the root) in the first place, where
-    Python puts the script's directory. The working directory stays what Hydra makes it (the
+    Python puts the script's directory; every other entry inside the live project
+    ``live_root`` (the project root at launch: the launch folder submitit's ``-m`` puts first,
+    ``PYTHONPATH``, an editable install's path) is replaced by the same folder in the snapshot
+    (:func:`snapshot_path`), so no module of the project is imported from the live tree, not
+    even one the task imports only when it runs. All of it is undone on leaving. The working directory stays what Hydra makes it (the
     launch directory, or the output directory with ``hydra.job.chdir=true``): SEML runs from
     its temporary copy, but a Hydra app's relative paths (data, caches) mean the launch
     directory, and those files are not in the snapshot anyway.
@@ -415,13 +524,13 @@ def materialized(
     added = [str(directory / "src"), str(directory)]
     if script_dir:
         added.insert(0, str(directory.joinpath(*PurePosixPath(script_dir).parts)))
-    sys.path[:0] = added
+    before = list(sys.path)
+    sys.path[:] = added + snapshot_path(before, live_root, directory, os.getcwd())
+    ours = set(sys.path)
     try:
         yield directory
-    finally:
-        for entry in added:
-            with contextlib.suppress(ValueError):
-                sys.path.remove(entry)
+    finally:  # the entries the run added itself stay
+        sys.path[:] = before + [e for e in sys.path if e not in ours and e not in before]
         _leave(lock, registry, stem, directory, me)
 
 

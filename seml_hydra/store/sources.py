@@ -1,20 +1,30 @@
 """Code snapshots, the login-node side: jobs run the code as it was at launch (SEML 0.5's source
 files, in GridFS).
 
-At staging, the app's own files - the Python modules it imported from under its project root
-(not site-packages, not a virtualenv) and its Hydra config directory - are stored in GridFS once
-per content hash and collection (:func:`select_sources`, :func:`upload_sources`), and listed in
-each document as ``seml.source_files`` = ``[[relative path, file id], ...]`` (SEML's field, so
-``seml <col> download-sources`` of SEML 0.5.7 reads them). A launch holds a lease on the files
-until its documents name them, so that a concurrent ``delete``/``drop``
-(:func:`delete_unused_files`) leaves them alone. On the node, :mod:`seml_hydra.store.snapshot`
-writes the snapshot out and runs from it.
+At staging, the project's own files - every Python file under its project root that git tracks
+or would track (untracked but not ignored; outside git, every ``.py`` file under the root), the
+modules the app imported from there, not site-packages and not a virtualenv, and its Hydra
+config directory - are stored in GridFS once per content hash and collection
+(:func:`project_python_files`, :func:`select_sources`, :func:`upload_sources`), as SEML's
+``stash_all_py_files`` does: a module the task imports only when it runs is in it too.
+
+The file list ``[[relative path, file id], ...]`` is stored once per launch, as the
+*manifest* (:func:`put_manifest`): a GridFS file of no content whose ``metadata`` holds the
+list and the project root, with the ``collection_name`` and ``batch_id`` of the snapshot's
+files, so SEML 0.5.7's ``delete`` removes it with them. Each document names it
+(``seml.source_manifest``) instead of carrying the list, so documents do not grow with the
+snapshot. Documents of earlier versions carry the list itself (``seml.source_files``, SEML's
+field); every reader accepts both (``store.snapshot.load_snapshot``). A launch holds a lease on
+the files and the manifest until its documents name them, so that a concurrent
+``delete``/``drop`` (:func:`delete_unused_files`) leaves them alone. On the node,
+:mod:`seml_hydra.store.snapshot` writes the snapshot out and runs from it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,6 +33,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from seml_hydra.core.processes import run_captured
 from seml_hydra.store.gitinfo import git_toplevel
 
 #: files larger than this are not snapshotted (and reported), in KB
@@ -30,6 +41,13 @@ DEFAULT_MAX_FILE_KB = 1024
 #: config files taken from the Hydra config directory
 CONFIG_SUFFIXES = (".yaml", ".yml")
 _PACKAGE_DIRS = ("site-packages", "dist-packages")
+#: at most this many Python files of a project outside git are looked at (a project root that
+#: is a home directory would otherwise be walked whole)
+MAX_WALKED_FILES = 10000
+#: ... and at most this many files and folders are walked through (data folders beside the code)
+MAX_WALKED_ENTRIES = 200000
+#: ``metadata.type`` of a launch's manifest, the list of its snapshot's files
+MANIFEST_TYPE = "source_manifest"
 
 
 @dataclass(frozen=True)
@@ -61,25 +79,109 @@ def config_dirs_of(hydra: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _inside_venv(path: Path, root: Path) -> bool:
-    """True when a directory between ``root`` and ``path`` is a virtualenv (has pyvenv.cfg)."""
+def _inside_venv(path: Path, root: Path, venvs: dict[Path, bool] | None = None) -> bool:
+    """True when a directory between ``root`` and ``path`` is a virtualenv (has pyvenv.cfg).
+    ``venvs``: answers already found per directory, filled in (one look per directory for a
+    whole project's files)."""
+    venvs = {} if venvs is None else venvs
     for parent in path.parents:
         if parent == root:
             return False
-        if (parent / "pyvenv.cfg").exists():
+        if parent not in venvs:
+            venvs[parent] = (parent / "pyvenv.cfg").exists()
+        if venvs[parent]:
             return True
     return False
 
 
-def is_project_file(path: str | Path, root: Path) -> bool:
-    """``path`` is under ``root`` and not part of an installed package or a virtualenv."""
-    p = Path(path).resolve()
+def is_project_file(
+    path: str | Path, root: Path, *, resolved: bool = False, venvs: dict[Path, bool] | None = None
+) -> bool:
+    """``path`` is under ``root`` and not part of an installed package or a virtualenv.
+    ``resolved``: ``path`` is already resolved (no symbolic link in it); ``venvs``: the cache of
+    :func:`_inside_venv`."""
+    p = Path(path) if resolved else Path(path).resolve()
     if root not in p.parents:
         return False
     rel_parts = p.relative_to(root).parts
     if any(part in _PACKAGE_DIRS for part in rel_parts):
         return False
-    return not _inside_venv(p, root)
+    return not _inside_venv(p, root, venvs)
+
+
+def project_python_files(root: Path) -> tuple[list[str], str | None]:
+    """The project's Python files under ``root`` (absolute paths), as SEML's
+    ``stash_all_py_files`` takes them, and what was left out of the search (or None).
+
+    In a git work tree: the ``.py`` files git tracks or would track under ``root`` (``git
+    ls-files --cached --others --exclude-standard``: untracked files that ``.gitignore`` does
+    not ignore); git-ignored files (a virtualenv, data, outputs) are left out. Outside git:
+    every ``.py`` file under ``root``, hidden directories, ``__pycache__`` and virtualenvs left
+    out, at most :data:`MAX_WALKED_FILES` of them found among at most
+    :data:`MAX_WALKED_ENTRIES` files and folders (then the second value says so). Files of
+    installed packages and virtualenvs are dropped later (:func:`is_project_file`).
+    """
+    root = Path(root)
+    try:
+        out = run_captured(
+            [
+                "git",
+                "-C",
+                str(root),
+                "ls-files",
+                "-z",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+                "--",
+                "*.py",
+            ],
+            timeout_s=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        out = None
+    if out is not None and out.returncode == 0:
+        names = [n for n in out.stdout.split("\0") if n]
+        return [str(root / n) for n in dict.fromkeys(names)], "git-ignored files"
+    found: list[str] = []
+    seen = 0
+    for directory, dirs, files in os.walk(root):
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d != "__pycache__"
+            and d not in _PACKAGE_DIRS
+            and not os.path.exists(os.path.join(directory, d, "pyvenv.cfg"))
+        )
+        found += [os.path.join(directory, f) for f in sorted(files) if f.endswith(".py")]
+        seen += len(files) + len(dirs)
+        if len(found) >= MAX_WALKED_FILES or seen >= MAX_WALKED_ENTRIES:
+            return found[:MAX_WALKED_FILES], (
+                f"what is past the first {min(seen, MAX_WALKED_ENTRIES)} entries or "
+                f"{MAX_WALKED_FILES} Python files of {root} (not a git work tree: set "
+                "hydra.launcher.project_root to the project's folder)"
+            )
+    return found, "hidden folders and virtualenvs"
+
+
+def left_out_line(
+    skipped: Sequence[tuple[str, str]], not_searched: str | None, max_file_kb: int
+) -> str:
+    """The one line a launch prints about what its code snapshot left out and why (pure):
+    the files above the size cap (``skipped`` of :func:`select_sources`, by name, the first
+    three), what the search of the project left out (``not_searched`` of
+    :func:`project_python_files`), and that only Python files and the Hydra config's YAML
+    files are taken."""
+    parts = []
+    if skipped:
+        names = ", ".join(os.path.basename(path) for path, _ in skipped[:3])
+        more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+        parts.append(f"{len(skipped)} file(s) above {max_file_kb} KB ({names}{more})")
+    if not_searched:
+        parts.append(not_searched)
+    parts.append("files other than .py and the Hydra config's YAML")
+    return "Not in the code snapshot: " + "; ".join(parts) + "."
 
 
 def select_sources(
@@ -87,6 +189,7 @@ def select_sources(
     config_dirs: Iterable[str | Path],
     root: Path,
     max_file_kb: int = DEFAULT_MAX_FILE_KB,
+    project_files: Iterable[str] = (),
 ) -> tuple[list[SourceFile], list[tuple[str, str]]]:
     """Choose the files of a snapshot.
 
@@ -95,15 +198,21 @@ def select_sources(
         config_dirs: the app's Hydra config directories; their YAML files are taken.
         root: the project root.
         max_file_kb: size cap per file in KB.
+        project_files: the project's Python files (:func:`project_python_files`).
 
     Returns ``(files, skipped)``: files sorted by relative path, and ``(path, reason)`` of what
-    was left out for its size. Only imported modules (``.py``) and config files are considered,
-    so data, checkpoints and binaries in the project are never swept in.
+    was left out for its size. Only Python modules (``.py``) and config files are considered,
+    so data, checkpoints and binaries in the project are never swept in; a listed file that is
+    not there (deleted since git knew it) is passed over.
     """
     candidates: set[Path] = set()
-    for name in module_files:
-        if name and name.endswith(".py") and is_project_file(name, root):
-            candidates.add(Path(name).resolve())
+    venvs: dict[Path, bool] = {}
+    for name in dict.fromkeys([*module_files, *project_files]):
+        if not name or not name.endswith(".py"):
+            continue
+        path = Path(os.path.realpath(name))
+        if is_project_file(path, root, resolved=True, venvs=venvs) and path.is_file():
+            candidates.add(path)
     for directory in config_dirs:
         d = Path(directory).resolve()
         if d.is_dir() and is_project_file(d / "x", root):
@@ -155,7 +264,7 @@ def upload_sources(
     lease: Mapping[str, Any] | None = None,
 ) -> list[list[Any]]:
     """Store ``files`` in GridFS, reusing a file of this collection and batch with the same path
-    and content hash; returns ``seml.source_files`` (``[[relative path, ObjectId], ...]``).
+    and content hash; returns the snapshot's file list (``[[relative path, ObjectId], ...]``).
 
     Metadata follows SEML 0.5 (``collection_name``, ``batch_id``, ``type: source_file``) plus
     ``content_hash`` (MD5 of the bytes) for the deduplication. A file is never reused across
@@ -166,39 +275,164 @@ def upload_sources(
     :func:`release_lease`: a concurrent ``delete``/``drop`` (:func:`delete_unused_files`) then
     leaves it alone although no document names it yet. A file a deleter has marked is never
     reused (a new copy is stored instead).
-    """
-    import gridfs  # lazy: pymongo is slow to import
 
-    fs = gridfs.GridFS(db)
+    A few round trips whatever the number of files (a whole project's modules): one update
+    leasing the reusable files (atomic per file with a deleter's mark), one query for them,
+    then the new files written as GridFS writes them (:func:`_put_files`).
+    """
+    data = [f.path.read_bytes() for f in files]
+    digests = [hashlib.md5(d).hexdigest() for d in data]
+    query: dict[str, Any] = {
+        "filename": {"$in": sorted({f.rel_path for f in files})},
+        "metadata.collection_name": collection_name,
+        "metadata.batch_id": batch_id,
+        "metadata.content_hash": {"$in": sorted(set(digests))},
+        "metadata.type": "source_file",
+        **_not_being_deleted(),
+    }
+    fs_files = db["fs.files"]
+    if lease is not None:  # atomic with a deleter's mark (see delete_unused_files)
+        fs_files.update_many(query, {"$push": {"metadata.leases": dict(lease)}})
+        query = {**query, "metadata.leases.id": lease["id"]}
+    existing = {}
+    for f in fs_files.find(query, {"filename": 1, "metadata.content_hash": 1}):
+        existing.setdefault((f["filename"], f["metadata"]["content_hash"]), f["_id"])
+    new = []
     out = []
-    for f in files:
-        data = f.path.read_bytes()
-        digest = hashlib.md5(data).hexdigest()
-        query = {
-            "filename": f.rel_path,
-            "metadata.collection_name": collection_name,
-            "metadata.batch_id": batch_id,
-            "metadata.content_hash": digest,
-            **_not_being_deleted(),
-        }
-        if lease is None:
-            existing = db["fs.files"].find_one(query, {"_id": 1})
-        else:  # atomic with a deleter's mark (see delete_unused_files)
-            existing = db["fs.files"].find_one_and_update(
-                query, {"$push": {"metadata.leases": dict(lease)}}, {"_id": 1}
-            )
-        if existing is not None:
-            out.append([f.rel_path, existing["_id"]])
-            continue
-        metadata = {
-            "collection_name": collection_name,
-            "batch_id": batch_id,
-            "type": "source_file",
-            "content_hash": digest,
-        }
-        if lease is not None:
-            metadata["leases"] = [dict(lease)]
-        out.append([f.rel_path, fs.put(data, filename=f.rel_path, metadata=metadata)])
+    for f, content, digest in zip(files, data, digests):
+        file_id = existing.get((f.rel_path, digest))
+        if file_id is None:
+            metadata = {
+                "collection_name": collection_name,
+                "batch_id": batch_id,
+                "type": "source_file",
+                "content_hash": digest,
+            }
+            if lease is not None:
+                metadata["leases"] = [dict(lease)]
+            file_id = _new_id()
+            existing[(f.rel_path, digest)] = file_id
+            new.append((file_id, f.rel_path, content, metadata))
+        out.append([f.rel_path, file_id])
+    _put_files(db, new)
+    return out
+
+
+def _new_id() -> Any:
+    from bson import ObjectId
+
+    return ObjectId()
+
+
+#: GridFS's default chunk size (pymongo's ``DEFAULT_CHUNK_SIZE``), in bytes
+_CHUNK_SIZE = 255 * 1024
+
+
+def _put_files(db: Any, files: Sequence[tuple[Any, str, bytes, Mapping[str, Any]]]) -> None:
+    """Write ``(id, filename, content, metadata)`` files into GridFS as ``GridFS.put`` writes
+    each (the GridFS specification's layout: chunks of :data:`_CHUNK_SIZE` bytes in
+    ``fs.chunks``, then the file's document in ``fs.files``, so a reader never sees a file
+    whose chunks are not all there), in two bulk inserts instead of several round trips per
+    file. The indexes GridFS keeps are made first (idempotent)."""
+    if not files:
+        return
+    from bson import Binary
+
+    db["fs.chunks"].create_index([("files_id", 1), ("n", 1)], unique=True)
+    db["fs.files"].create_index([("filename", 1), ("uploadDate", 1)])
+    chunks = [
+        {"files_id": file_id, "n": n, "data": Binary(content[start : start + _CHUNK_SIZE])}
+        for file_id, _, content, _ in files
+        for n, start in enumerate(range(0, len(content), _CHUNK_SIZE))
+    ]
+    if chunks:
+        db["fs.chunks"].insert_many(chunks, ordered=False)
+    now = datetime.now(timezone.utc)
+    db["fs.files"].insert_many(
+        [
+            {
+                "_id": file_id,
+                "filename": name,
+                "length": len(content),
+                "chunkSize": _CHUNK_SIZE,
+                "uploadDate": now,
+                "metadata": dict(metadata),
+            }
+            for file_id, name, content, metadata in files
+        ],
+        ordered=False,
+    )
+
+
+def put_manifest(
+    db: Any,
+    collection_name: str,
+    batch_id: int,
+    root: Path,
+    source_files: Sequence[Sequence[Any]],
+    lease: Mapping[str, Any] | None = None,
+) -> Any:
+    """Store a launch's snapshot file list once, as its manifest; returns the manifest's id,
+    which each document names as ``seml.source_manifest``.
+
+    The manifest is a GridFS file of no content whose ``metadata`` holds ``type``
+    (:data:`MANIFEST_TYPE`), ``collection_name`` and ``batch_id`` (those of its files: SEML
+    0.5.7's ``delete`` removes it with them), ``root`` (the project root at launch, a string:
+    the job maps this folder's entries of ``sys.path`` onto the snapshot) and ``files``
+    (``[[relative path, file id], ...]``), carrying ``lease`` as the files do. Raises pymongo
+    errors."""
+    metadata: dict[str, Any] = {
+        "collection_name": collection_name,
+        "batch_id": batch_id,
+        "type": MANIFEST_TYPE,
+        "root": str(root),
+        "files": [[str(rel), file_id] for rel, file_id in source_files],
+    }
+    if lease is not None:
+        metadata["leases"] = [dict(lease)]
+    manifest_id = _new_id()
+    _put_files(db, [(manifest_id, "seml-source-manifest", b"", metadata)])
+    return manifest_id
+
+
+def read_manifest(db: Any, manifest_id: Any) -> dict[str, Any] | None:
+    """``{"root": str or None, "files": [[relative path, file id], ...]}`` of the manifest
+    ``manifest_id`` (:func:`put_manifest`), or None when there is none with that id (deleted,
+    or a forged id: one that is not an ObjectId, such as a query operator, finds none).
+    Raises pymongo errors."""
+    from bson import ObjectId
+
+    if not isinstance(manifest_id, ObjectId):
+        return None
+    found = db["fs.files"].find_one(
+        {"_id": manifest_id, "metadata.type": MANIFEST_TYPE},
+        {"metadata.root": 1, "metadata.files": 1},
+    )
+    if found is None:
+        return None
+    metadata = found.get("metadata") or {}
+    files = metadata.get("files")
+    root = metadata.get("root")
+    return {
+        "root": root if isinstance(root, str) else None,
+        "files": [list(e) for e in files if isinstance(e, list) and len(e) == 2]
+        if isinstance(files, list)
+        else [],
+    }
+
+
+def manifest_files(db: Any, query: Mapping[str, Any]) -> dict[str, list[str]]:
+    """``{manifest id: [file id, ...]}`` (ids as strings) of the manifests matching ``query``
+    (an ``fs.files`` filter, restricted to :data:`MANIFEST_TYPE`): what they keep in use.
+    One query. Raises pymongo errors."""
+    found = db["fs.files"].find(
+        {"$and": [dict(query), {"metadata.type": MANIFEST_TYPE}]}, {"metadata.files": 1}
+    )
+    out = {}
+    for m in found:
+        files = (m.get("metadata") or {}).get("files")
+        entries = files if isinstance(files, list) else []
+        out[str(m["_id"])] = [str(e[1]) for e in entries if isinstance(e, list) and len(e) == 2]
     return out
 
 

@@ -391,13 +391,30 @@ def _spawn(
     except ValueError:
         answer = None
     if not answer or not answer.get("ok"):
-        if proc.poll() is None:
-            proc.terminate()
+        _end(proc)
         why = (answer or {}).get("error") or (
             f"the tunnel process gave no answer within {timeout:.0f} s"
         )
         raise TunnelError(f"SSH tunnel to MongoDB failed: {why} (log: {log_path}).")
     return proc, str(answer["socket"])
+
+
+def _end(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """End a tunnel process that failed or gave no answer: SIGTERM, and SIGKILL when it is still
+    there after ``grace_s`` seconds, so that none is left holding the tunnel's lock."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        _warn(f"seml-hydra: the SSH tunnel process {proc.pid} ignored SIGTERM; killing it")
+        proc.kill()
+        proc.wait()
+    if proc.stdin is not None:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
 
 
 def _read_line(proc: subprocess.Popen[bytes], timeout: float) -> str:

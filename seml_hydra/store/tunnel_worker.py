@@ -21,7 +21,13 @@ Life of the process:
    again (host key checked again) and hand the new transport to the listening socket, which
    never closes: the socket stays the same and MongoDB clients reconnect through it;
 4. end when the parent ends (``PR_SET_PDEATHSIG``, a changed parent pid, or EOF on stdin), on
-   SIGTERM/SIGINT, removing its state file.
+   SIGTERM/SIGINT, removing its state file; during step 2 too (the signal ends the start where
+   it waits, as :class:`Stopped`), so no process is left holding the lock of a tunnel that never
+   opened.
+
+A login the SSH host refuses (every key and the password offered) is not retried: the answer
+says whom it refused, the server's words (``Permission denied (publickey)``) and each key
+offered (sshtunnel only logs it, then waits forever in its ``stop()``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import json
 import logging
 import os
 import random
+import shlex
 import signal
 import sys
 import threading
@@ -44,7 +51,7 @@ from seml_hydra.store.known_hosts import (
     known_hosts_name,
     load_known_hosts,
 )
-from seml_hydra.store.masking import SSH_SECRET_KEYS, scrub
+from seml_hydra.store.masking import scrub
 
 #: keys of the configuration that are ours (or SEML's), not ``SSHTunnelForwarder`` arguments
 OWN_KEYS = (
@@ -73,6 +80,16 @@ class HostKeyRejected(TunnelFailed):
     (Not a ``paramiko.SSHException``, so sshtunnel does not swallow it.)"""
 
 
+class LoginRefused(TunnelFailed):
+    """The SSH host refused every key (and the password) offered; not retried. (Not a
+    ``paramiko.SSHException``, so sshtunnel does not swallow it.)"""
+
+
+class Stopped(TunnelFailed):
+    """A signal (the parent's SIGTERM, ``PR_SET_PDEATHSIG``) or the end of the parent's stdin
+    came before the tunnel was up: raised in the main thread wherever it waits."""
+
+
 def _set_pdeathsig() -> None:
     """Ask Linux to send SIGTERM when the parent (thread) exits."""
     if not sys.platform.startswith("linux"):
@@ -95,7 +112,6 @@ class Tunnel:
         self.config = config
         self.remote = (str(config["remote"][0]), int(config["remote"][1]))
         self.ssh = dict(config["ssh"])
-        self.secrets = [str(self.ssh[k]) for k in SSH_SECRET_KEYS if self.ssh.get(k)]
         #: the local end: a Unix socket in the private runtime directory
         self.socket_path = socket_path
         self.known_hosts = known_hosts_files(self.ssh.get("ssh_known_hosts"))
@@ -103,6 +119,14 @@ class Tunnel:
         self.retries_delay = float(self.ssh.get("retries_delay", 1.0))
         self.interval = float(self.ssh.get("health_check_interval", 3.0))
         self.forwarder: Any = None
+        #: fingerprint -> file, of the key ``ssh_pkey`` names (loaded by :meth:`_make_forwarder`)
+        self.key_files: dict[str, str] = {}
+        #: the logins the SSH host refused in the current connection attempt
+        self.refusals: list[dict[str, Any]] = []
+        #: why the current connection attempt failed before any login (sshtunnel only logs it)
+        self.connect_error: str | None = None
+        #: why the key of ``ssh_pkey`` could not be offered (:func:`load_private_key`), or None
+        self.key_problem: str | None = None
 
         #: set by a connection that found the SSH connection down: reconnect now
         self.wake = threading.Event()
@@ -131,7 +155,23 @@ class Tunnel:
             def _get_transport(self) -> Any:
                 transport = super()._get_transport()
                 tunnel.guard_transport(transport, self.ssh_host, self.ssh_port, self.ssh_username)
+                tunnel.record_refusals(transport, self.ssh_username)
                 return transport
+
+            def _connect_to_gateway(self) -> None:
+                import paramiko
+
+                tunnel.refusals.clear()
+                tunnel.connect_error = None
+                try:
+                    super()._connect_to_gateway()
+                except (paramiko.SSHException, OSError) as err:
+                    tunnel.connect_error = scrub(str(err) or type(err).__name__)
+                    raise
+                if not self.is_active:
+                    # every login was refused: sshtunnel only logs it, then binds the local
+                    # socket all the same, whose shutdown() in stop() would wait forever
+                    raise LoginRefused(tunnel.refusal_message())
 
             def _make_ssh_forward_handler_class(self, remote_address_: Any) -> Any:
                 base = super()._make_ssh_forward_handler_class(remote_address_)
@@ -198,6 +238,74 @@ class Tunnel:
 
         transport.start_client = checked_start_client
 
+    def record_refusals(self, transport: Any, user: str | None) -> None:
+        """Make ``transport`` note each login the SSH host refuses in :attr:`refusals` (what was
+        offered, the server's list of methods, paramiko's reason): sshtunnel swallows them."""
+        import paramiko
+
+        connect = transport.connect
+
+        def recorded_connect(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return connect(*args, **kwargs)
+            except paramiko.AuthenticationException as err:
+                allowed = getattr(err, "allowed_types", None)
+                if allowed is None and transport.is_active():
+                    try:  # the server lists its methods in its answer to "none"
+                        transport.auth_none(user or "")
+                    except paramiko.BadAuthenticationType as none_err:
+                        allowed = none_err.allowed_types
+                    except Exception:  # noqa: BLE001 - paramiko's reason is enough
+                        pass
+                pkey = kwargs.get("pkey")
+                self.refusals.append(
+                    {
+                        "offered": self.describe_key(pkey) if pkey else "the ssh_password",
+                        "allowed": None if allowed is None else list(allowed),
+                        "reason": scrub(str(err) or type(err).__name__),
+                    }
+                )
+                raise
+
+        transport.connect = recorded_connect
+
+    def describe_key(self, pkey: Any) -> str:
+        """``the key FILE (TYPE SHA256:...)`` for the key of ``ssh_pkey``, else where sshtunnel
+        found it (the SSH agent, ``host_pkey_directories``: ``~/.ssh/id_*``)."""
+        fingerprint = _fingerprint(pkey)
+        what = f"{pkey.get_name()} {fingerprint}"
+        path = self.key_files.get(fingerprint)
+        if path is not None:
+            return f"the key {path} ({what})"
+        where = self.ssh.get("host_pkey_directories") or "~/.ssh"
+        return f"the key {what} (from the SSH agent or {where})"
+
+    def refusal_message(self) -> str:
+        """Why the login failed, for the user, from :attr:`refusals`: whom the SSH host refused,
+        its words (OpenSSH's ``Permission denied (METHODS)``, else paramiko's reason), every key
+        or password offered, and what to check."""
+        user = self.ssh.get("ssh_username") or "(no ssh_username)"
+        unloaded = f" ({self.key_problem})" if self.key_problem else ""
+        if not self.refusals:
+            return (
+                f"no login of user {user!r} on the SSH host {self.describe_gateway()} could be "
+                f"tried (no key or password to offer){unloaded}"
+            )
+        last = self.refusals[-1]
+        words = last["reason"]
+        if last["allowed"] is not None:
+            words = f"Permission denied ({','.join(last['allowed'])})"
+        offered = [r["offered"] for r in self.refusals]
+        tried = offered[0] if len(offered) == 1 else ", ".join(offered[:-1]) + f" and {offered[-1]}"
+        host, port = self.gateway()
+        key = self.ssh.get("ssh_pkey")
+        check = f"ssh {'-i ' + shlex.quote(str(key)) + ' ' if key else ''}-p {port} {user}@{host}"
+        return (
+            f"the SSH host {host}:{port} refused the login of user {user!r}: {words}; tried "
+            f"{tried}{unloaded}. Add the key's public half to the authorized_keys of {user} there, or set "
+            f"ssh_username/ssh_pkey in ssh_config to a login it accepts (check with `{check}`)"
+        )
+
     def wait_for_transport(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         while not self.transport_alive():
@@ -214,6 +322,17 @@ class Tunnel:
         for key in ("ssh_pkey", "ssh_config_file"):
             if isinstance(kwargs.get(key), str):
                 kwargs[key] = os.path.expanduser(kwargs[key])
+        self.key_problem = None
+        if isinstance(kwargs.get("ssh_pkey"), str):  # loaded here, to say why it cannot be
+            passphrase = self.ssh.get("ssh_private_key_password") or self.ssh.get("ssh_password")
+            try:
+                kwargs["ssh_pkey"] = load_private_key(kwargs["ssh_pkey"], passphrase)
+            except TunnelFailed as err:  # as sshtunnel: the other keys and the password remain
+                self.key_problem = str(err)
+                log.warning("%s; offering the other keys and the password, if any", err)
+                del kwargs["ssh_pkey"]
+            else:
+                self.key_files[_fingerprint(kwargs["ssh_pkey"])] = self.ssh["ssh_pkey"]
         kwargs.setdefault("set_keepalive", 5.0)
         try:
             return self._forwarder_class()(
@@ -223,8 +342,9 @@ class Tunnel:
                 mute_exceptions=False,
                 **kwargs,
             )
-        except (ValueError, TypeError) as err:  # unknown arguments, bad address...
-            raise TunnelFailed(f"invalid ssh_config: {scrub(str(err), self.secrets)}") from None
+        except (ValueError, TypeError) as err:  # unknown arguments, bad address, no key...
+            why = f" ({self.key_problem})" if self.key_problem else ""
+            raise TunnelFailed(f"invalid ssh_config: {scrub(str(err))}{why}") from None
 
     def open(self) -> str:
         """Open the tunnel (retried with a jittered exponential back-off; a refused host key is
@@ -239,7 +359,7 @@ class Tunnel:
                 forwarder.start()
                 break
             except BaseSSHTunnelForwarderError as err:
-                error = scrub(str(err) or type(err).__name__, self.secrets)
+                error = self.connect_error or scrub(str(err) or type(err).__name__)
                 forwarder.stop(force=True)
                 self.forwarder = None
             if attempt + 1 < self.retries_max:
@@ -265,12 +385,15 @@ class Tunnel:
         )
         return self.socket_path
 
-    def describe_gateway(self) -> str:
+    def gateway(self) -> tuple[str, int]:
+        """The SSH host's ``(host, port)``."""
         host = self.ssh.get("ssh_address_or_host")
         if isinstance(host, (list, tuple)):
-            host, port = host[0], host[1]
-        else:
-            port = self.ssh.get("ssh_port", 22)
+            return str(host[0]), int(host[1])
+        return str(host), int(self.ssh.get("ssh_port", 22))
+
+    def describe_gateway(self) -> str:
+        host, port = self.gateway()
         user = self.ssh.get("ssh_username")
         return f"{user + '@' if user else ''}{host}:{port}"
 
@@ -292,9 +415,9 @@ class Tunnel:
             chan.close()
             return True, ""
         except paramiko.ChannelException as err:  # the SSH host refused: MongoDB unreachable
-            return False, scrub(f"{err}", self.secrets)
+            return False, scrub(f"{err}")
         except Exception as err:  # transport dead, timeout
-            return False, scrub(f"{type(err).__name__}: {err}", self.secrets)
+            return False, scrub(f"{type(err).__name__}: {err}")
 
     def reconnect(self) -> None:
         """Replace the SSH connection; the listening socket stays open."""
@@ -326,6 +449,47 @@ class Tunnel:
                 self.forwarder.stop(force=True)
             except Exception:  # noqa: BLE001
                 pass
+
+
+def _fingerprint(pkey: Any) -> str:
+    """``SHA256:...`` of a paramiko key (``MD5:..`` before paramiko 3), as ``ssh-keygen -l``."""
+    return getattr(pkey, "fingerprint", None) or f"MD5:{pkey.get_fingerprint().hex(':')}"
+
+
+def load_private_key(path: str, passphrase: str | None) -> Any:
+    """The private key in ``path`` (ed25519, ECDSA or RSA, OpenSSH or PEM format) as paramiko
+    loads it, decrypted with ``passphrase``. (sshtunnel, loading it itself, only logs why it
+    cannot; the tunnel offers the other keys then too, but says why this one was not.)
+
+    Raises:
+        TunnelFailed: the file cannot be read, is encrypted and no passphrase is set, or is
+            no key of those types (or the passphrase is wrong); the message names the file.
+    """
+    import paramiko
+
+    problems = []
+    kinds = [paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey]
+    kinds += [paramiko.DSSKey] if hasattr(paramiko, "DSSKey") else []  # paramiko < 4
+    for cls in kinds:
+        try:
+            return cls.from_private_key_file(path, password=passphrase)
+        except paramiko.PasswordRequiredException:
+            raise TunnelFailed(
+                f"the SSH key {path} (ssh_pkey) is encrypted and ssh_config sets no "
+                "ssh_private_key_password for it"
+            ) from None
+        except OSError as err:
+            raise TunnelFailed(
+                f"cannot read the SSH key {path} (ssh_pkey): {err.strerror or err}"
+            ) from None
+        except (paramiko.SSHException, ValueError) as err:
+            problems.append(scrub(str(err) or type(err).__name__))
+    why = "not an ed25519, ECDSA or RSA private key"
+    if passphrase:
+        why = f"a wrong ssh_private_key_password, or {why}"
+    raise TunnelFailed(
+        f"cannot load the SSH key {path} (ssh_pkey): {why} ({'; '.join(dict.fromkeys(problems))})"
+    )
 
 
 def _remove_stale_socket(path: str) -> None:
@@ -402,19 +566,24 @@ def main(argv: list[str] | None = None) -> int:
         out.flush()
 
     stop = threading.Event()
+    starting = True  # until the tunnel is up, a signal ends the start where it waits
 
     def on_signal(signum: int, _frame: Any) -> None:
         stop.set()
+        if starting:
+            raise Stopped(f"stopped by {signal.Signals(signum).name} before the tunnel was up")
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
 
-    line = sys.stdin.readline()
     try:
-        config = json.loads(line)
+        config = json.loads(sys.stdin.readline())
     except ValueError:
         answer({"ok": False, "error": "the tunnel process got no configuration"})
+        return 1
+    except Stopped as err:
+        log.error("%s", err)
         return 1
 
     def watch_stdin() -> None:  # EOF: the parent is gone
@@ -424,22 +593,27 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError):
             pass
         stop.set()
+        if starting:  # interrupt the start in the main thread (on_signal)
+            os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch_stdin, name="stdin-eof", daemon=True).start()
 
     state_path = Path(args.state)
-    tunnel = Tunnel(config, args.socket)
     try:
+        tunnel = Tunnel(config, args.socket)
+        if stop.is_set():  # the parent went before the handlers were set
+            raise Stopped("the parent ended before the tunnel was up")
         lock_fd = _acquire_alive_lock(Path(args.lock), 5.0)
         tunnel.open()
-    except TunnelFailed as err:
-        log.error("%s", err)
-        answer({"ok": False, "error": str(err)})
-        return 1
+        starting = False
     except Exception as err:  # noqa: BLE001 - report, never with secrets
-        msg = scrub(f"{type(err).__name__}: {err}", tunnel.secrets)
-        log.error("%s", msg)
-        answer({"ok": False, "error": msg})
+        starting = False
+        msg = str(err) if isinstance(err, TunnelFailed) else f"{type(err).__name__}: {err}"
+        log.error("%s", scrub(msg))
+        try:
+            answer({"ok": False, "error": scrub(msg)})
+        except OSError:  # the parent is gone
+            pass
         return 1
     state = {
         "pid": os.getpid(),
@@ -498,7 +672,7 @@ def _health_loop(tunnel: Tunnel, parent: int, stop: threading.Event) -> None:
             except Exception as err:  # noqa: BLE001 - keep trying
                 log.warning(
                     "reconnect failed (%s); retrying in %.1f s",
-                    scrub(str(err), tunnel.secrets),
+                    scrub(str(err)),
                     delay,
                 )
                 stop.wait(delay)

@@ -1,5 +1,5 @@
 """The experiments counted from an index alone: ``status`` and ``queue`` without reading a
-document (issue 20: 100,000 experiments feel like 100).
+document (100,000 experiments feel like 100).
 
 ``store.collections.CENSUS_INDEX`` is a compound index on ``status``, ``seml.description``, the
 positional ``slurm.0.*`` job fields, ``execution.array_id`` and ``_id``: not multikey, so

@@ -1,5 +1,5 @@
 """Experiments grouped by what decides their liveness: one MongoDB aggregate instead of one
-decoded document per experiment (issue 20: the CLI works on groups, not documents).
+decoded document per experiment (the CLI works on groups, not documents).
 
 All experiments of one Slurm task (``experiments_per_job > 1``: thousands per task) share the
 fields ``track.jobs`` and ``track.outputs`` read to judge them: ``status``, ``execution``,

@@ -13,6 +13,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids
+from seml_hydra.core.shell import seml_for
 from seml_hydra.slurm.parse import is_alive, parse_job_id
 
 #: a heartbeat younger than this (seconds) proves a run alive when Slurm has no record of its
@@ -41,14 +42,16 @@ def task_of(doc: Mapping[str, Any]) -> tuple[str, str] | None:
     rejects ``"<id>_0"`` for such a job).
 
     A claimed experiment's ``execution`` (written by the job itself) wins over the submission's
-    ``slurm[0]``. The cluster is ``"local"`` for submitit's local executor (no Slurm job).
+    ``slurm[0]``; an ``execution`` without a cluster (written by an older version) takes
+    ``slurm[0]``'s, so another cluster's experiment is not taken for this one's. The cluster is ``"local"`` for submitit's local executor (no Slurm job).
     """
     slurm = doc.get("slurm")
     first = slurm[0] if isinstance(slurm, list) and slurm else slurm
     first = first if isinstance(first, Mapping) else {}
     execution = doc.get("execution") or {}
     if isinstance(execution, Mapping) and execution.get("array_id") is not None:
-        cluster = str(execution.get("cluster") or "slurm")
+        # an execution block of an older version names no cluster: the submission's does
+        cluster = str(execution.get("cluster") or first.get("cluster") or "slurm")
         array, task = execution["array_id"], execution.get("task_id", 0)
     elif first.get("array_id") is not None and first.get("task_id") is not None:
         cluster = str(first.get("cluster") or "slurm")
@@ -356,7 +359,7 @@ def stuck_message(job: str, reason: str, name: str) -> str:
     (``seml <name> release``; an administrator's hold, as root or by the administrator)."""
     head = f"Slurm will not start job {job} ({reason}): {STUCK_REASONS[reason]}"
     if reason == "JobHeldUser":
-        return f"{head}. Release it with `seml {name} release`"
+        return f"{head}. Release it with `{seml_for(name)} release`"
     if reason == "JobHeldAdmin":
-        return f"{head}. It starts once released: `seml {name} release` as root, or ask them"
-    return f"{head}. Cancel it with `seml {name} cancel` and change the resources"
+        return f"{head}. It starts once released: `{seml_for(name)} release` as root, or ask them"
+    return f"{head}. Cancel it with `{seml_for(name)} cancel` and change the resources"

@@ -95,7 +95,7 @@ def detect_killed(
     The experiments are judged per group (``track.groups.task_groups``: one aggregate; all
     experiments of a Slurm task that agree on what the decision reads are one group), and each
     lost group is marked with one ``update_many``: the time and memory grow with the number of
-    Slurm tasks, not of experiments (issue 20).
+    Slurm tasks, not of experiments.
 
     ``recover(collection, query)``, when given, runs first and returns the ids it put back to
     STAGED (``recovered``): the launcher and ``seml`` pass

@@ -328,3 +328,141 @@ def test_full_disk_in_the_submitit_folder_says_so_and_documents_stay_staged(
     assert "sbatch refused" not in proc.stderr
     assert "mem_gb" not in proc.stderr
     assert [d["status"] for d in test_db["fail"].find()] == ["STAGED"]
+
+
+@pytest.mark.parametrize(
+    "overrides, phrase",
+    [
+        (
+            ["x=1", "+tags={v1.0: 1}"],
+            "config key 'v1.0' (under tags) comes from the override '+tags",
+        ),
+        (["x=1", "+meta={a: {$ref: 2}}"], "config key '$ref' (under meta/a) comes from the over"),
+        # the bad key only in the second staging chunk: the first chunk's document goes again
+        (["x=1", "+meta=choice({a: 1},{v1.0: 1})"], "config key 'v1.0' (under meta) comes from"),
+    ],
+)
+def test_a_config_key_sacred_refuses_is_refused_before_staging_naming_its_override(
+    test_db, tmp_path, overrides, phrase
+):
+    """Hydra and OmegaConf accept keys with ``.`` or a leading ``$``; Sacred refuses them in
+    every job ("Invalid key"). The launch refuses them, naming the key and the override it came
+    from, and stages nothing."""
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml_local",
+        *overrides,
+        cwd=tmp_path,
+        env={"SEML_HYDRA_STAGE_CHUNK": "1"},
+    )
+    assert_clean_error(proc, phrase, "Rename the key; nothing was staged")
+    assert test_db["fail"].count_documents({}) == 0
+    assert not list(test_db["fs.files"].find({}))
+
+
+def test_a_config_key_sacred_refuses_in_the_apps_config_is_named_with_its_origin(test_db, tmp_path):
+    app = tmp_path / "dotted.py"
+    app.write_text(
+        "import hydra\n\n\n"
+        '@hydra.main(version_base="1.3", config_path=".", config_name="dotted")\n'
+        "def main(cfg):\n    return 1\n\n\n"
+        'if __name__ == "__main__":\n    main()\n'
+    )
+    (tmp_path / "dotted.yaml").write_text("x: 1\nversions:\n  v2.1: new\n")
+    proc = run_test_app(str(app), "hydra/launcher=seml_local", "x=1,2", cwd=tmp_path)
+    assert_clean_error(proc, "config key 'v2.1' (under versions) comes from the app's config")
+    assert test_db.list_collection_names() == []
+
+
+def test_the_slurm_job_id_in_a_config_value_is_refused_naming_the_alternative(test_db, tmp_path):
+    """``${hydra.job.id}`` exists only in the job, while the launcher resolves the config at
+    staging: outside ``hydra.sweep.subdir`` it is refused in one line naming the key and
+    ``${hydra.job.num}``, not with OmegaConf's traceback (nor stored as a placeholder, when
+    the subdir uses it too)."""
+    for subdir in ([], ["hydra.sweep.subdir=${hydra.job.num}_${hydra.job.id}"]):
+        proc = run_app(
+            "fail.py",
+            "-m",
+            "hydra/launcher=seml_local",
+            "x=1,2",
+            "+run_name=run_${hydra.job.id}",
+            *subdir,
+            cwd=tmp_path,
+        )
+        assert_clean_error(
+            proc,
+            "Error: run_name uses ${hydra.job.id}",
+            "use ${hydra.job.num} instead",
+            "Nothing was staged",
+        )
+        assert test_db.list_collection_names() == []
+
+
+def test_a_point_whose_document_would_pass_16_mb_is_refused_and_nothing_is_staged(
+    test_db, tmp_path
+):
+    """A 17 MB config value (here made by the app's resolver): MongoDB refuses the document;
+    the launch says which point and which value, in one line, and leaves nothing stored."""
+    app = tmp_path / "big.py"
+    app.write_text(
+        "import hydra\nfrom omegaconf import OmegaConf\n\n"
+        'OmegaConf.register_new_resolver("big", lambda n: "a" * int(n))\n\n\n'
+        '@hydra.main(version_base="1.3", config_path=".", config_name="big")\n'
+        "def main(cfg):\n    return 1\n\n\n"
+        'if __name__ == "__main__":\n    main()\n'
+    )
+    (tmp_path / "big.yaml").write_text("x: 1\ndata:\n  small: 1\n  blob: ${big:17000000}\n")
+    proc = run_test_app(
+        str(app),
+        "hydra/launcher=seml_local",
+        "x=1,2",
+        cwd=tmp_path,
+        env={"SEML_HYDRA_STAGE_CHUNK": "1"},
+    )
+    assert_clean_error(
+        proc,
+        "the sweep point x=1 makes a document of 16.2 MiB, above MongoDB's 16 MiB limit",
+        "largest config value is config.data.blob (16.2 MiB)",
+        "Nothing was staged",
+    )
+    assert test_db["big"].count_documents({}) == 0
+    assert test_db["fs.files"].count_documents({}) == 0
+
+
+def test_a_collection_name_with_a_space_and_markup_is_quoted_and_shown_as_it_is(test_db, tmp_path):
+    """The hints name the collection shell-quoted (copied, ``seml my runs status`` would
+    manage the collection ``my``), and rich markup in the name is printed, not applied."""
+    name = "my [bold]runs"
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml_local",
+        "hydra.launcher.wait=false",
+        f"hydra.launcher.collection='{name}'",
+        "fail_on=-1",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"Staged 1 new experiment(s) in collection {name} (" in proc.stdout, proc.stdout
+    assert "Follow with `seml 'my [bold]runs' status`." in proc.stdout, proc.stdout
+    assert test_db[name].count_documents({}) == 1
+
+
+def test_slurm_only_fields_given_to_the_local_launcher_are_named_in_a_warning(test_db, tmp_path):
+    proc = run_app(
+        "fail.py",
+        "-m",
+        "hydra/launcher=seml_local",
+        "fail_on=-1",
+        "hydra.launcher.setup=[module load x]",
+        "hydra.launcher.partition=debug",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "Warning: hydra.launcher.partition, hydra.launcher.setup only reach Slurm; seml_local "
+        "runs its jobs on this machine without them" in proc.stdout
+    ), proc.stdout
+    plain = run_app("fail.py", "-m", "hydra/launcher=seml_local", "fail_on=-1", cwd=tmp_path)
+    assert plain.returncode == 0 and "Warning" not in plain.stdout + plain.stderr, plain.stdout

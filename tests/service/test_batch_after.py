@@ -1,4 +1,4 @@
-"""Batches that wait for each other on the testbed (issue 18.4): ``hydra.launcher.after``
+"""Batches that wait for each other on the testbed: ``hydra.launcher.after``
 submits the arrays with a Slurm dependency on an earlier batch's arrays; batch 2 starts only
 after batch 1 completed; a batch 1 that failed leaves batch 2 ``DependencyNeverSatisfied``,
 which ``seml status`` and ``seml queue`` report; an unknown or failed batch is refused before

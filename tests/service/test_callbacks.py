@@ -1,4 +1,4 @@
-"""Callbacks and the output layout behave as with Hydra's basic launcher (issue 17.6): the
+"""Callbacks and the output layout behave as with Hydra's basic launcher: the
 app's ``on_job_start``/``on_job_end`` run for every point, in the job, and each point's files
 are under ``multirun/<date>/<time>/<num>/``."""
 

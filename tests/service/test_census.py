@@ -1,5 +1,5 @@
 """The census index (``track.census``) decides as the documents do, on the real MongoDB and the
-Slurm testbed (issue 20): ``status`` 's KILLED detection, its table and ``queue`` 's experiments
+Slurm testbed: ``status`` 's KILLED detection, its table and ``queue`` 's experiments
 per job come out the same from a collection with the index (read from its keys) as from a copy
 without it (every document read, the path before the census), on a mix of experiments: PENDING
 of live and dead tasks, RUNNING with stale and fresh heartbeats, a requeued experiment whose old

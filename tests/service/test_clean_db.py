@@ -13,7 +13,13 @@ from typer.testing import CliRunner
 from seml_hydra.cli import app
 from seml_hydra.store.collections import COUNTERS_COLLECTION
 from seml_hydra.store.payload import put_payload
-from seml_hydra.store.sources import SourceFile, new_lease, release_lease, upload_sources
+from seml_hydra.store.sources import (
+    SourceFile,
+    new_lease,
+    put_manifest,
+    release_lease,
+    upload_sources,
+)
 
 runner = CliRunner()
 
@@ -184,3 +190,59 @@ def test_clean_db_removes_old_chunks_of_deleted_files_but_not_an_upload_under_wa
     assert db["fs.chunks"].count_documents({}) == db["fs.chunks"].count_documents(
         {"files_id": upload._id}
     )
+
+
+def launch_snapshot(db, tmp_path, name, batch, texts, leased=False):
+    """A launch's snapshot of files ``{rel: text}``: its files and its manifest; returns
+    ``(manifest id, [file ids])`` as strings."""
+    root = tmp_path / f"{name}{batch}"
+    files = []
+    for rel, text in texts.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+        files.append(SourceFile(rel, root / rel, len(text)))
+    lease = new_lease()
+    listed = upload_sources(db, name, batch, files, lease)
+    manifest = put_manifest(db, name, batch, root, listed, lease)
+    if not leased:
+        release_lease(db, lease["id"])
+    return str(manifest), [str(i) for _, i in listed]
+
+
+def test_a_launchs_manifest_keeps_its_files_until_no_experiment_names_it(test_db, tmp_path):
+    """Experiments name their launch's manifest (``seml.source_manifest``), not the files:
+    ``clean-db`` keeps the files a named manifest lists and removes an orphan manifest with
+    its files; ``delete`` takes the manifest and its files along with the last experiment
+    naming it; a launch still staging (its lease) is left alone."""
+    from bson import ObjectId
+
+    from seml_hydra.manage.lifecycle import delete
+
+    db = test_db
+    named, named_files = launch_snapshot(db, tmp_path, "m", 1, {"a.py": "A", "pkg/b.py": "B"})
+    orphan, orphan_files = launch_snapshot(db, tmp_path, "m", 2, {"a.py": "A2"})
+    staging, staging_files = launch_snapshot(db, tmp_path, "m", 3, {"c.py": "C"}, leased=True)
+    db["m"].insert_many(
+        [
+            {
+                "_id": i,
+                "batch_id": 1,
+                "status": "COMPLETED",
+                "seml": {"source_manifest": ObjectId(named)},
+            }
+            for i in (1, 2)
+        ]
+    )
+    out = seml("m", "clean-db", "-y")
+    assert out.exit_code == 0, out.output
+    assert "Removed m: 1 source file(s)" in out.output
+    left = file_ids(db)
+    assert {named, *named_files, staging, *staging_files} <= left
+    assert {orphan, *orphan_files}.isdisjoint(left)
+
+    delete(db["m"], {"_id": 1})
+    assert {named, *named_files} <= file_ids(db)  # experiment 2 still names it
+    delete(db["m"], {"_id": 2})
+    left = file_ids(db)
+    assert {named, *named_files}.isdisjoint(left)
+    assert {staging, *staging_files} <= left

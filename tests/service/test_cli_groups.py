@@ -1,4 +1,4 @@
-"""The ``seml`` commands work on groups, not documents (issue 20), on the real MongoDB and the
+"""The ``seml`` commands work on groups, not documents, on the real MongoDB and the
 Slurm testbed: a held array of 2 tasks x 6 experiments is judged, cancelled, listed and deleted
 with a MongoDB traffic that does not grow with the number of experiments (one row per Slurm
 task from the server, one ``update_many`` per task), and with the same outcome as before.

@@ -233,3 +233,27 @@ def test_commands_chain_on_one_collection_and_the_first_error_stops_the_chain(tr
     assert train.find_one({"_id": 1})["seml"]["description"] == "first"
     out = seml("train", "description", "delete", "-id", "1", "description", "list")
     assert "Deleted the description of 1 experiment(s): 1" in out and "first" not in out
+
+
+def test_print_command_of_a_hydra_zen_launch_gives_the_overrides_not_the_script(test_db, tmp_path):
+    """hydra-zen's ``launch(...)`` passes its own overrides: ``python script.py x=1`` would run
+    the script's whole sweep again. print-command says so and gives the point's overrides; an
+    app's command line (``@hydra.main``) still gets its command."""
+    script = tmp_path / "zen_launch.py"
+    script.write_text(
+        "from hydra_zen import launch, make_config, zen\n\n\n"
+        "def task(x: int) -> int:\n    return x * 10\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    launch(make_config(x=1), zen(task), multirun=True, version_base='1.3',\n"
+        "           overrides=['hydra/launcher=seml_local', 'hydra.launcher.collection=zl',\n"
+        "                      'hydra.launcher.poll_interval_s=0.3', 'x=1,2'])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = seml("zl", "print-command", "-id", "2")
+    assert "# launched from Python (e.g. hydra-zen's launch()), not from a command line" in out
+    assert "overrides=[...]): ['x=2']" in out
+    assert "python " not in out
+    assert test_db["zl"].find_one({"_id": 2})["seml"]["launched_from_python"] is True

@@ -1,4 +1,4 @@
-"""The experiment's seed in ``config.seed``, as Sacred keeps it (issue 17.4: Omniboard shows
+"""The experiment's seed in ``config.seed``, as Sacred keeps it (Omniboard shows
 ``config.seed``), while the task's cfg stays the app's own: an app without a ``seed`` key never
 sees one, an app with one sees its own value, which is the experiment's seed."""
 

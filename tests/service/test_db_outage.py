@@ -1,4 +1,4 @@
-"""MongoDB away for a while loses nothing (issue #15, point 4).
+"""MongoDB away for a while loses nothing.
 
 Real mongod processes, started privately by these tests (the shared testbed mongod on 27017 is
 never stopped), and the real Slurm testbed:

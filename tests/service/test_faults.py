@@ -587,3 +587,28 @@ def test_recovery_leaves_the_unrecorded_array_of_a_live_submission_of_the_batch_
         assert squeue_tasks(array)[array][0] == "PENDING"
     finally:
         subprocess.run(["scancel", array], check=True)
+
+
+def test_an_execution_block_without_a_cluster_takes_the_submissions_cluster(slurm, test_db):
+    """Documents of mixed versions: the job of an older version wrote ``execution`` with ids
+    but no cluster, while the submission (``slurm[0]``) names cluster ``elsewhere``. The
+    experiment is another cluster's: status does not judge it by this cluster's job ids."""
+    from datetime import datetime, timedelta, timezone
+
+    from typer.testing import CliRunner
+
+    from seml_hydra.cli import app
+    from seml_hydra.track.jobs import HEARTBEAT_STALE_S
+
+    stale = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(
+        seconds=HEARTBEAT_STALE_S + 5
+    )
+    task = {"array_id": 9_100_001, "task_id": 0}
+    test_db["mixed"].insert_one(
+        {"_id": 1, "status": "RUNNING", "execution": task, "heartbeat": stale}
+        | {"slurm": [{**task, "cluster": "elsewhere"}]}
+    )
+    result = CliRunner().invoke(app, ["mixed", "status"])
+    assert result.exit_code == 0, result.output
+    assert "1 experiment(s) run on cluster elsewhere (1)" in result.output, result.output
+    assert test_db["mixed"].find_one()["status"] == "RUNNING"

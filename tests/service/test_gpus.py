@@ -1,4 +1,4 @@
-"""GPUs bound to ranks on the testbed's fake GPUs (issue 18.1/18.2: tools/testbed/up.sh gives
+"""GPUs bound to ranks on the testbed's fake GPUs (tools/testbed/up.sh gives
 each node 2 GRES ``gpu`` backed by device files). ``examples/ranks.py`` reports each rank's
 ``CUDA_VISIBLE_DEVICES`` and the device ``seml_hydra.local_device()`` picks."""
 

@@ -1,4 +1,4 @@
-"""Heartbeat load (issue 20, point 4): a beat of the experiment's Sacred run sends the output
+"""Heartbeat load: a beat of the experiment's Sacred run sends the output
 printed since the last beat, not the whole ``captured_out``, and the document still holds the
 whole capped output, in order, readable while RUNNING and at the end.
 

@@ -1,4 +1,4 @@
-"""The job's start-up (issue 20 point 3): Python's cyclic garbage collector is off from the
+"""The job's start-up: Python's cyclic garbage collector is off from the
 runner's call to the first task, which starts with it on and the start-up's objects frozen
 (``seml_hydra.job.collector``), and the experiment completes as before (run through
 ``hydra/launcher=seml_local``: the same ``JobRunner`` as a Slurm job, in a process of its own);

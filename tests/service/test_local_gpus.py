@@ -1,5 +1,5 @@
-"""``seml_local`` spreads the machine's GPUs over its jobs and ranks (issue 18.1,
-``hydra.launcher.visible_gpus``). There is no GPU here: the ids are made up, and
+"""``seml_local`` spreads the machine's GPUs over its jobs and ranks
+(``hydra.launcher.visible_gpus``). There is no GPU here: the ids are made up, and
 ``examples/ranks.py`` reports each rank's ``CUDA_VISIBLE_DEVICES`` and the device
 ``seml_hydra.local_device()`` picks, which is all the binding is about."""
 

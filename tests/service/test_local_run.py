@@ -1,4 +1,4 @@
-"""Experiments run outside a Slurm job, on the real MongoDB (issue 19.4-19.6): resource
+"""Experiments run outside a Slurm job, on the real MongoDB: resource
 statistics of every run (``stats``, SEML's ``collect_stats``); ``seml <col> start --debug -id N``
 (one STAGED experiment in the foreground, ``--post-mortem``); ``start --local`` /
 ``launch-worker`` (a worker claiming STAGED experiments atomically, ``-n``, ``--worker-gpus``,

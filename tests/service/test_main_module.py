@@ -1,4 +1,4 @@
-"""The app's script on the node (issue 17, points 1-3; ``seml_hydra.job.main_module``): a
+"""The app's script on the node (``seml_hydra.job.main_module``): a
 single-file app whose configs name ``__main__`` targets runs on both launchers, a failing task's
 trace names the app's file, line and source line, and an app in a subfolder of the project root
 imports its sibling modules from the code snapshot."""
@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_python, statuses, wait_until
+from conftest import ROOT, run_python, snapshot_files, statuses, wait_until
 
 ZEN_APP = ROOT / "tests" / "apps" / "zen_app.py"
 
@@ -95,7 +95,7 @@ def test_an_app_in_a_subfolder_imports_its_sibling_from_the_snapshot(slurm, test
         cwd=tmp_path,
     )
     (doc,) = test_db["sub"].find()
-    assert "sub/models.py" in [rel for rel, _ in doc["seml"]["source_files"]]
+    assert "sub/models.py" in [rel for rel, _ in snapshot_files(test_db, doc)]
     (tmp_path / "proj" / "sub" / "models.py").write_text("VALUE = 2\n")  # after the launch
     subprocess.run(["scontrol", "release", str(doc["slurm"][0]["array_id"])], check=True)
     wait_until(

@@ -9,7 +9,7 @@ import warnings
 from datetime import datetime
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, snapshot_files
 
 from seml_hydra.store.results import StoredObjectWarning, get_results
 
@@ -319,7 +319,7 @@ def test_a_relaunched_point_joins_the_batch_whose_source_files_it_names(test_db,
     assert run_flaky_app(tmp_path).returncode == 0
     rerun = test_db["flaky_metrics_app"].find_one({"_id": 1})
     assert rerun["status"] == "COMPLETED" and rerun["batch_id"] == 2
-    file_ids = [file_id for _, file_id in rerun["seml"]["source_files"]]
+    file_ids = [file_id for _, file_id in snapshot_files(test_db, rerun)]
     assert file_ids
     for f in test_db["fs.files"].find({"_id": {"$in": file_ids}}):
         assert f["metadata"]["batch_id"] == 2

@@ -1,4 +1,4 @@
-"""Stored data from before the sub-package layout keeps working (issue 16): a batch staged and
+"""Stored data from before the sub-package layout keeps working: a batch staged and
 a job file pickled by seml-hydra at commit 0b03e4b, when the run step was the module
 ``seml_hydra.run`` (fixtures made by ``tests/fixtures/old_layout/make_old_payload.py``). Their
 pickles name ``seml_hydra.run.Payload`` and ``seml_hydra.run.JobRunner``, and the app's task

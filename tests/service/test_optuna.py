@@ -80,3 +80,21 @@ def test_a_point_optuna_suggests_again_returns_the_stored_result(test_db, tmp_pa
     results = optimization_results(tmp_path)
     assert results["best_params"] == {"kind": "a"}
     assert results["best_value"] == pytest.approx(objective(0.0, "a"))
+
+
+def test_a_study_run_again_with_every_point_stored_writes_its_results(test_db, tmp_path):
+    """The second run submits nothing (every trial's point is COMPLETED in the collection):
+    the launcher creates the sweep dir as Hydra's basic launcher does, so Optuna can write
+    ``optimization_results.yaml`` there."""
+    first = optuna_sweep(
+        "seml_local", "again", "kind=choice(a,b)", "hydra.sweep.dir=multirun/x/first", cwd=tmp_path
+    )
+    assert first.returncode == 0, first.stderr
+    second = optuna_sweep(
+        "seml_local", "again", "kind=choice(a,b)", "hydra.sweep.dir=multirun/x/second", cwd=tmp_path
+    )
+    assert second.returncode == 0, second.stderr
+    assert "Submitted" not in second.stdout
+    results = yaml.safe_load((tmp_path / "multirun/x/second/optimization_results.yaml").read_text())
+    assert results["best_params"] == {"kind": "a"}
+    assert test_db["again"].count_documents({}) == 2

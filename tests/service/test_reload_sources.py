@@ -6,12 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import run_app, wait_until
+from conftest import run_app, snapshot_files, wait_until
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app
 from seml_hydra.store.payload import put_payload
-from seml_hydra.store.sources import new_lease, release_lease, select_sources, upload_sources
+from seml_hydra.store.sources import (
+    new_lease,
+    put_manifest,
+    release_lease,
+    select_sources,
+    upload_sources,
+)
 
 runner = CliRunner()
 
@@ -99,9 +105,11 @@ def test_a_failed_job_runs_the_reloaded_code_after_reset_and_start(slurm, test_d
 # ------------------------------------------------------------------ without Slurm
 
 
-@pytest.fixture
-def staged(test_db, tmp_path):
-    """A batch of 3 experiments (1 FAILED, 2 COMPLETED, 3 STAGED) as a launch stores them."""
+@pytest.fixture(params=["manifest", "list"])
+def staged(test_db, tmp_path, request):
+    """A batch of 3 experiments (1 FAILED, 2 COMPLETED, 3 STAGED) as a launch stores them: the
+    file list once, in a manifest the documents name, or (documents of earlier versions) in
+    each document."""
     app_py = write_project(tmp_path / "proj")
     root = app_py.parent
     lease = new_lease()
@@ -116,12 +124,15 @@ def staged(test_db, tmp_path):
         [str(root / "app.py"), str(root / "helper.py")], [root / "conf"], root
     )
     source_files = upload_sources(test_db, "c", 1, files, lease)
+    snapshot = {"source_files": source_files}
+    if request.param == "manifest":
+        snapshot = {"source_manifest": put_manifest(test_db, "c", 1, root, source_files, lease)}
     release_lease(test_db, lease["id"])
     seml_block = {
         "executable": str(app_py),
         "working_dir": str(root),
         "payload_file": payload,
-        "source_files": source_files,
+        **snapshot,
     }
     test_db["c"].insert_many(
         [
@@ -134,7 +145,7 @@ def staged(test_db, tmp_path):
 
 def snapshot_ids(db, exp_id) -> dict[str, str]:
     doc = db["c"].find_one({"_id": exp_id})
-    return {rel: str(fid) for rel, fid in doc["seml"]["source_files"]}
+    return {rel: str(fid) for rel, fid in snapshot_files(db, doc)}
 
 
 def test_reload_replaces_only_reloadable_snapshots_and_keeps_files_still_used(test_db, staged):

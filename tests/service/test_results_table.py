@@ -127,3 +127,23 @@ def test_results_table_data_frame_has_the_cli_columns(filled):
     )
     assert list(df.columns) == results_table("res", states=both, db=filled).columns
     assert df["_id"].tolist() == [4, 3, 2, 1]
+
+
+def test_results_leave_out_the_seed_staging_added_to_an_app_without_one(test_db, tmp_path):
+    """``examples/fail.py`` has no ``seed``: staging adds a drawn one per experiment to
+    ``config`` (Sacred's place for it), which the task never sees; the table does not show
+    it as a varying config column. An app's own seed stays a column."""
+    from conftest import run_app
+
+    proc = run_app(
+        "fail.py", "-m", "hydra/launcher=seml_local", "fail_on=-1", "x=1,2", cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert {d["hydra"].get("added_seed") for d in test_db["fail"].find()} == {True}
+    out = seml("fail", "results", "--format", "csv")
+    assert out.exit_code == 0, out.output
+    assert out.output.splitlines() == ["_id,config.x,result", "1,1,10", "2,2,20"]
+    test_db["own"].insert_many([exp(1, 0.1, 0.5, seed=1), exp(2, 0.1, 0.6, seed=2)])
+    assert seml("own", "results", "--format", "csv").output.splitlines()[0] == (
+        "_id,config.seed,result.acc,result.loss"
+    )

@@ -1,5 +1,5 @@
-"""Everything the launcher and the ``seml`` command do to MongoDB and Slurm is safe to retry
-(issue #8, point 5): running a command twice, or again after it was killed half-way, never
+"""Everything the launcher and the ``seml`` command do to MongoDB and Slurm is safe to retry:
+running a command twice, or again after it was killed half-way, never
 duplicates or loses an experiment, and leaves no experiment PENDING without a Slurm job.
 
 Real MongoDB and the real Slurm testbed. Every test starts from a "parked" sweep: two
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ALIVE, ROOT, wait_until
+from conftest import ALIVE, ROOT, snapshot_files, wait_until
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app
@@ -356,7 +356,10 @@ def test_a_command_run_twice_changes_nothing_the_second_time(sweep, command):
     case = TWICE[command]
     for step in case.before:
         step(sweep)
-    says = {"name": sweep.name, "files": len(sweep.coll.find_one()["seml"]["source_files"])}
+    says = {
+        "name": sweep.name,
+        "files": len(snapshot_files(sweep.coll.database, sweep.coll.find_one())),
+    }
     first = case.run(sweep)
     assert case.first.format(**says) in first
     after_first = sweep.everything()

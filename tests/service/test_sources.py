@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import snapshot_files as files_of
 
 from seml_hydra.manage.inspection import snapshot_of
 from seml_hydra.manage.selection import ManageError
@@ -465,8 +466,13 @@ def test_snapshot_of_refuses_several_snapshots_and_names_the_batches():
     ]
     with pytest.raises(ManageError, match="batches 1, 2"):
         snapshot_of(docs)
-    assert snapshot_of(docs[:1]) == [["a.py", "id1"]]
+    assert snapshot_of(docs[:1]) == {"source_files": [["a.py", "id1"]]}
     assert snapshot_of([{"batch_id": 1, "seml": {}}]) is None
+    # a launch's manifest, and an older document's list: two snapshots
+    manifest = {"batch_id": 3, "seml": {"source_manifest": "m1"}}
+    assert snapshot_of([manifest, {**manifest, "batch_id": 4}]) == {"source_manifest": "m1"}
+    with pytest.raises(ManageError, match="batches 1, 3"):
+        snapshot_of([docs[0], manifest])
 
 
 def test_restore_sources_command_writes_the_launched_files_and_refuses_bad_selections(
@@ -481,16 +487,25 @@ def test_restore_sources_command_writes_the_launched_files_and_refuses_bad_selec
     snap1 = sources.upload_sources(test_db, "exps", 1, files)
     (root / "train.py").write_text("changed\n")
     snap2 = sources.upload_sources(test_db, "exps", 2, files)
+    manifest = sources.put_manifest(test_db, "exps", 2, root, snap2)
+    gone = sources.put_manifest(test_db, "exps", 3, root, snap2)
+    test_db["fs.files"].delete_one({"_id": gone})
+    # batch 1 as documents of earlier versions have it (the list in each), batch 2 as a launch
+    # stores it now (a manifest the documents name)
     test_db["exps"].insert_many(
         [
             {"_id": 1, "batch_id": 1, "status": "COMPLETED", "seml": {"source_files": snap1}},
-            {"_id": 2, "batch_id": 2, "status": "COMPLETED", "seml": {"source_files": snap2}},
+            {"_id": 2, "batch_id": 2, "status": "COMPLETED", "seml": {"source_manifest": manifest}},
+            {"_id": 3, "batch_id": 3, "status": "COMPLETED", "seml": {"source_manifest": gone}},
         ]
     )
     runner = CliRunner()
     out = tmp_path / "restored"
     result = runner.invoke(app, ["exps", "restore-sources", str(out)])
-    assert result.exit_code == 1 and "batches 1, 2" in result.output
+    assert result.exit_code == 1 and "batches 1, 2, 3" in result.output
+    result = runner.invoke(app, ["exps", "restore-sources", str(out), "-b", "3"])
+    assert result.exit_code == 1 and f"manifest {gone} is not in GridFS" in result.output
+    assert "Traceback" not in result.output and not out.exists()
     result = runner.invoke(app, ["exps", "restore-sources", str(out), "-b", "1"])
     assert result.exit_code == 0, result.output
     assert (out / "train.py").read_text() == "import mypkg\n"
@@ -715,7 +730,7 @@ def test_a_real_launch_survives_a_delete_or_drop_while_it_stages(test_db, tmp_pa
     first = launch(1)
     assert first.returncode == 0, first.stderr[-3000:]
     doc = test_db["data_app"].find_one({"config.x": 1})
-    assert doc["seml"]["source_files"]
+    assert files_of(test_db, doc)
     racing = {
         "delete": "manage.delete(db['data_app'], {'config.x': 1}, cancel_first=False)",
         "drop": "manage.drop(db, ['data_app'])",

@@ -907,3 +907,144 @@ def test_a_revoked_or_certificate_only_host_key_is_refused_saying_why(tunnel_env
         open_db()
     assert "certificate-based host keys are not supported" in str(error.value)
     assert f"ssh-keyscan -p {sshd['port']} 127.0.0.1 >> ~/.ssh/known_hosts" in str(error.value)
+
+
+# --------------------------------------------------------------------------- refused logins, stops
+
+
+def _seml(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``seml ARGS`` in a subprocess with ``env`` over this one's."""
+    return subprocess.run(
+        [sys.executable, "-c", "from seml_hydra.cli import main; main()", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _locks_free(runtime: Path) -> bool:
+    """Every tunnel ``alive`` lock in ``runtime`` is free (no process holds it)."""
+    locks = list(runtime.glob("tunnel-*.alive.lock"))
+    return bool(locks) and not any(tunnel._alive_lock_held(lock) for lock in locks)
+
+
+def test_a_key_the_ssh_host_refuses_fails_at_once_saying_why_and_leaves_the_lock_free(
+    tunnel_env, sshd, tmp_path
+):
+    """``ssh_pkey`` a key the SSH host does not accept: ``seml list`` fails in seconds (not after
+    40 s of "no answer") with the server's words, whom it refused and the key offered; no
+    tunnel process is left holding the tunnel's lock, so once the key is the right one (same
+    configuration, same lock) the next command works without killing anything."""
+    import shutil
+    import time
+
+    key = tmp_path / "id_refused"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    fingerprint = subprocess.run(
+        ["ssh-keygen", "-l", "-f", f"{key}.pub"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
+    cfg = json.loads(json.dumps(tunnel_env["config"]))
+    cfg["ssh_config"]["ssh_pkey"] = str(key)
+    del cfg["ssh_config"]["ssh_private_key_password"]
+    tunnel_env["path"].write_text(yaml.safe_dump(cfg))
+    runtime = tunnel_env["runtime"]
+
+    started = time.monotonic()
+    refused = _seml(tunnel_env["env"], "list")
+    took = time.monotonic() - started
+    out = refused.stdout + refused.stderr
+    assert refused.returncode == 1, out
+    assert "SSH tunnel to MongoDB failed: the SSH host 127.0.0.1:" in out
+    assert "refused the login of user 'root': Permission denied (publickey)" in out
+    assert f"tried the key {key} (ssh-ed25519 {fingerprint})" in out
+    assert "Traceback" not in out and cfg["password"] not in out
+    assert took < 20, f"the refusal took {took:.0f} s"  # no retries, no 40 s wait
+    assert worker_pids(runtime) == []  # no tunnel process left behind
+    assert _locks_free(runtime)
+
+    shutil.copyfile(sshd["key"], key)  # the cause fixed: a key the SSH host accepts
+    fixed = _seml(tunnel_env["env"], "list")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    wait_until("the tunnel to end with seml", lambda: not worker_pids(runtime), 30, 0.1)
+
+
+class SilentServer(threading.Thread):
+    """A TCP server on a free port of 127.0.0.1 that accepts connections and never says a word
+    (an SSH host that hangs): the tunnel process waits in its SSH start."""
+
+    def __init__(self) -> None:
+        import socket
+
+        super().__init__(daemon=True)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.conns.append(self.sock.accept()[0])
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        self.stop.set()
+        self.join(5)
+        for conn in self.conns:
+            conn.close()
+        self.sock.close()
+
+
+def test_the_tunnel_process_ends_on_sigterm_and_with_its_parent_while_its_ssh_start_waits(
+    tunnel_env,
+):
+    """An SSH host that never answers: the tunnel process, waiting in its SSH start, ends within
+    seconds on SIGTERM (the command says so) and when the command that started it is killed
+    (``PR_SET_PDEATHSIG``, EOF on its stdin), leaving the tunnel's lock free each time."""
+    runtime = tunnel_env["runtime"]
+    silent = SilentServer()
+    silent.start()
+    procs: list[subprocess.Popen] = []
+    try:
+        cfg = json.loads(json.dumps(tunnel_env["config"]))
+        cfg["ssh_config"]["ssh_port"] = silent.port
+        tunnel_env["path"].write_text(yaml.safe_dump(cfg))
+
+        def start_waiting() -> tuple[subprocess.Popen, int]:
+            seen = len(silent.conns)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "from seml_hydra.cli import main; main()", "list"],
+                env={**os.environ, **tunnel_env["env"]},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            procs.append(proc)
+            wait_until("the SSH start to wait", lambda: len(silent.conns) > seen, 60, 0.05)
+            (worker,) = worker_pids(runtime)
+            return proc, worker
+
+        def ended(worker: int):  # gone, and its lock free (its files close after its memory)
+            return lambda: worker not in worker_pids(runtime) and _locks_free(runtime)
+
+        proc, worker = start_waiting()
+        os.kill(worker, signal.SIGTERM)
+        wait_until("the tunnel process to end", ended(worker), 10, 0.05)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 1 and "stopped by SIGTERM before the tunnel was up" in err, err
+
+        proc, worker = start_waiting()
+        proc.kill()  # the command ends without a word to its tunnel process
+        proc.communicate()
+        wait_until("the orphan to end", ended(worker), 10, 0.05)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        silent.close()

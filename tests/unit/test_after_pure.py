@@ -1,4 +1,4 @@
-"""Batch dependencies (issue 18.4), the pure parts: ``hydra.launcher.after`` parsed, the
+"""Batch dependencies, the pure parts: ``hydra.launcher.after`` parsed, the
 ``--dependency`` built from the earlier batch's documents, its refusals, squeue's %E read
 back and shown by ``seml queue``. No Slurm, no MongoDB."""
 

@@ -456,6 +456,22 @@ def test_connect_unreachable_fails_with_helpful_message():
     assert SECRET not in msg
 
 
+@pytest.mark.parametrize("password", ["a", "seml", "127.0.0.1"])
+def test_the_unreachable_message_is_intact_whatever_the_password(password):
+    """A password that is a letter, a word of the paths or the server's own address is masked
+    in its field only: the message around it is not turned into ``C***nnot re***ch`` or
+    ``~/.config/***/mongodb.config`` (which spell the password out)."""
+    source = "/home/u/.config/seml/mongodb.config"
+    settings = DbSettings(
+        host="127.0.0.1", port=1, database="x", username="bob", password=password, source=source
+    )
+    with pytest.raises(DatabaseError) as exc:
+        connect(settings, timeout_s=0.3)
+    msg = str(exc.value)
+    assert msg.startswith(f"Cannot reach MongoDB at 127.0.0.1:1 (settings from {source}) within")
+    assert "***" not in msg.split("SEML_MONGODB_URI=")[0]
+
+
 # --------------------------------------------------------------------------- cheap import
 
 

@@ -1,4 +1,4 @@
-"""The pure parts of riding out a MongoDB outage (issue #15, point 4): the retry helper's
+"""The pure parts of riding out a MongoDB outage: the retry helper's
 backoff and budget, multi-host URIs, metrics kept for the next heartbeat (the outages
 themselves: tests/service/test_db_outage.py)."""
 

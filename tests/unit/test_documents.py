@@ -618,3 +618,28 @@ def test_dict_diff_leaves_no_garbage_cycle():
     finally:
         if enabled:
             gc.enable()
+
+
+@pytest.mark.parametrize(
+    "config, path",
+    [
+        ({"a": 1, "b": {"c": [1, {"d": 2}]}}, None),
+        ({"tags": {"v1.0": 1}}, ["tags", "v1.0"]),
+        ({"a": [{"ok": 1}, {"$ref": 1}]}, ["a", "1", "$ref"]),
+        ({"x": {"py/object": "os.system"}}, ["x", "py/object"]),
+        ({"x": {1.5: "a"}}, ["x", "1.5"]),
+        ({"x": {"json://1": 0}}, ["x", "json://1"]),
+        ({"a$b": 1, "seed": 3}, None),
+    ],
+)
+def test_sacred_key_problem_finds_the_first_key_sacred_refuses(config, path):
+    assert documents.sacred_key_problem(config) == path
+
+
+def test_sacred_key_problem_walks_a_shared_clean_subtree_once():
+    shared = {"k": 1}
+    first, second = {"a": shared}, {"b": shared, "c": {"x.y": 1}}  # alive: ids stay theirs
+    clean: set[int] = set()
+    assert documents.sacred_key_problem(first, clean) is None
+    assert id(shared) in clean
+    assert documents.sacred_key_problem(second, clean) == ["c", "x.y"]

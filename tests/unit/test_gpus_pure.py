@@ -1,4 +1,4 @@
-"""GPUs bound to ranks (issue 18.1), the pure parts: ``gpus_per_task`` and ``gpu_bind`` in the
+"""GPUs bound to ranks, the pure parts: ``gpus_per_task`` and ``gpu_bind`` in the
 sbatch script and on the srun line submitit writes, the ``gpu_2tasks`` preset's shape, and
 ``seml_hydra.local_device`` (which GPU a rank uses). No Slurm, no MongoDB."""
 

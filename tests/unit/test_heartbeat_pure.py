@@ -1,4 +1,4 @@
-"""What one save of the Sacred run sends (seml_hydra.job.heartbeat, issue 20 point 4): the new
+"""What one save of the Sacred run sends (seml_hydra.job.heartbeat): the new
 output as a chunk whose append gives exactly the captured_out Sacred holds, below and above the
 cap, and only the changed fields. The server's side of the append (the update pipeline) is
 checked against the same function in tests/service/test_heartbeat_bytes.py."""

@@ -1,5 +1,5 @@
 """The package's import graph: no cycles between its modules, counting every import (at module
-top and inside functions), and the sub-packages import only those below them (issue 16)."""
+top and inside functions), and the sub-packages import only those below them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``seml_local`` spreads the machine's GPUs over its jobs and ranks (issue 18.1,
-``hydra.launcher.visible_gpus``), the pure parts: which GPUs job i / rank r gets, the job's
+"""``seml_local`` spreads the machine's GPUs over its jobs and ranks
+(``hydra.launcher.visible_gpus``), the pure parts: which GPUs job i / rank r gets, the job's
 environment, what each rank process sets, and the refused values. No MongoDB, no processes."""
 
 from __future__ import annotations

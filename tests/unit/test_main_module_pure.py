@@ -109,9 +109,9 @@ def test_the_scripts_path_in_the_snapshot(tmp_path):
     assert script_in_snapshot(str(app), tmp_path, files[1:]) is None  # not snapshotted
     assert script_in_snapshot("/elsewhere/app.py", tmp_path, files) is None
     assert script_in_snapshot("", tmp_path, files) is None
-    assert script_path({"main_file": "sub/app.py", "source_files": files}) == "sub/app.py"
-    assert script_path({"main_file": "gone.py", "source_files": files}) is None
-    assert script_path({"source_files": files}) is None  # staged before main_file existed
+    assert script_path({"main_file": "sub/app.py"}, files) == "sub/app.py"
+    assert script_path({"main_file": "gone.py"}, files) is None
+    assert script_path({}, files) is None  # staged before main_file existed
     assert script_dir("sub/app.py") == "sub"
     assert script_dir("a/b/app.py") == "a/b"
     assert script_dir("app.py") == ""

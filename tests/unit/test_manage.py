@@ -295,9 +295,9 @@ def test_a_plain_id_is_listed_through_its_tasks_and_takes_their_sacct_states():
 
 def test_seml_files_pipeline_groups_the_pairs_straight_after_the_match():
     """``delete`` reads the payload and snapshot of its experiments with one ``$group`` by the
-    ``{payload_file, source_files}`` pair right after the ``$match``: no ``$project`` or
+    ``{payload_file, source_files, source_manifest}`` right after the ``$match``: no ``$project`` or
     ``$sort`` of every document's snapshot (72 ``[path, id]`` pairs each in the benchmark's
-    launch: 3 s of mongod's time for 100,000 experiments), no id lists (issue 20)."""
+    launch: 3 s of mongod's time for 100,000 experiments), no id lists."""
     from seml_hydra.manage.lifecycle import seml_files_pipeline
 
     query = {"_id": {"$gte": 1, "$lte": 9}}
@@ -308,6 +308,7 @@ def test_seml_files_pipeline_groups_the_pairs_straight_after_the_match():
                 "_id": {
                     "payload_file": "$seml.payload_file",
                     "source_files": "$seml.source_files",
+                    "source_manifest": "$seml.source_manifest",
                 }
             }
         },

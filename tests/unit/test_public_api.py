@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import seml_hydra
-from seml_hydra.job import metrics, rank, requeue, runner
+from seml_hydra.job import metrics, pruning, rank, requeue, runner
 from seml_hydra.store import results
 
 
@@ -17,6 +17,7 @@ from seml_hydra.store import results
     [
         ("current_plan", rank),
         ("log_scalar", metrics),
+        ("report", pruning),
         ("on_requeue", requeue),
         ("requeues", requeue),
         ("get_results", results),

@@ -426,3 +426,22 @@ def test_job_config_falls_back_to_the_full_merge_when_a_change_is_refused(
     assert OmegaConf.to_container(fast, resolve=False) == OmegaConf.to_container(
         full, resolve=False
     )
+
+
+def test_with_job_id_puts_the_job_id_in_every_string_holding_the_token():
+    from seml_hydra.core.hydra_node import JOB_ID_TOKEN, with_job_id
+
+    node = {
+        "sweep": {"dir": "/m", "subdir": f"0_{JOB_ID_TOKEN}"},
+        "runtime": {"output_dir": f"/m/0_{JOB_ID_TOKEN}"},
+        "job": {"id": JOB_ID_TOKEN, "num": 0},
+        "handlers": [{"filename": f"/m/0_{JOB_ID_TOKEN}/app.log"}],
+    }
+    out = with_job_id(node, "12_3")
+    assert out == {
+        "sweep": {"dir": "/m", "subdir": "0_12_3"},
+        "runtime": {"output_dir": "/m/0_12_3"},
+        "job": {"id": "12_3", "num": 0},
+        "handlers": [{"filename": "/m/0_12_3/app.log"}],
+    }
+    assert node["job"]["id"] == JOB_ID_TOKEN  # the input is left as it is

@@ -1,6 +1,6 @@
 """Pure helpers of seml_hydra.store written once: the reserved collection names (what the
-``seml list`` listing hides is what an experiments collection may not be called) and scrubbing
-secrets from messages (the client's errors and the tunnel process's). No services."""
+``seml list`` listing hides is what an experiments collection may not be called) and masking
+password fields in messages (the client's errors and the tunnel process's). No services."""
 
 from __future__ import annotations
 
@@ -40,22 +40,59 @@ def test_an_experiments_name_is_listed_and_accepted(name):
     assert validate_collection_name(name) == name
 
 
-def test_scrub_hides_secrets_raw_and_percent_encoded_and_url_passwords():
+def test_scrub_masks_url_passwords_raw_and_percent_encoded():
     secret = "p@ss/wörd"
     text = (
-        f"auth failed for {secret}; uri mongodb://alice:{quote(secret, safe='')}@h:1/db; "
-        "other mongodb://bob:hunter2@h2/db"
+        f"auth failed; uri mongodb://alice:{quote(secret, safe='')}@h:1/db; "
+        "other mongodb+srv://bob:hunter2@h2/db"
     )
-    out = scrub(text, [secret, None, ""])
-    assert secret not in out and quote(secret, safe="") not in out and "hunter2" not in out
     assert (
-        out == "auth failed for ***; uri mongodb://alice:***@h:1/db; other mongodb://bob:***@h2/db"
+        scrub(text)
+        == "auth failed; uri mongodb://alice:***@h:1/db; other mongodb+srv://bob:***@h2/db"
     )
 
 
-def test_scrub_leaves_text_without_secrets_alone():
-    assert scrub("hydra/launcher=seml at 127.0.0.1:27017", ["", None]) == (
-        "hydra/launcher=seml at 127.0.0.1:27017"
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("bad option password='x y' here", "bad option password='***' here"),
+        (
+            "ssh=(('ssh_password', 'pw'), ('ssh_port', 22))",
+            "ssh=(('ssh_password', '***'), ('ssh_port', 22))",
+        ),
+        (
+            '{"ssh_private_key_password": "a,b", "x": 1}',
+            '{"ssh_private_key_password": "***", "x": 1}',
+        ),
+        ("?tlsCertificateKeyFilePassword=s3&w=1", "?tlsCertificateKeyFilePassword=***&w=1"),
+        ('line 5:\n    password: "unterminated\n', 'line 5:\n    password: "***\n'),
+        ("createUser pwd=xyz)", "createUser pwd=***)"),
+        ("mongodb://password:pw@h/db", "mongodb://password:***@h/db"),
+    ],
+)
+def test_scrub_masks_the_value_of_password_keys(text, masked):
+    assert scrub(text) == masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Cannot reach MongoDB at a.example:27017: a timeout",  # password 'a'
+        "settings from ~/.config/seml/mongodb.config, hydra/launcher=seml",  # password 'seml'
+        "Cannot reach MongoDB at db1:27017 (db1 refused)",  # password 'db1', also the host
+        "Check the user name and password there.",
+    ],
+)
+def test_scrub_leaves_text_outside_password_fields_alone(text):
+    """A short or common password, or one that is also a host name, shows up in a message only
+    as itself in its field: masking its every occurrence spelled it out (``C***nnot re***ch``)."""
+    assert scrub(text) == text
+
+
+def test_scrub_masks_the_password_field_of_a_url_whose_password_is_also_its_host():
+    assert (
+        scrub("at mongodb://db1:db1@db1:27017/db1 (db1)")
+        == "at mongodb://db1:***@db1:27017/db1 (db1)"
     )
 
 

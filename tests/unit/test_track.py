@@ -108,6 +108,7 @@ def test_every_collection_command_shows_its_selector_options():
         "results": selectors,
         "reload-sources": selectors,
         "clean-db": set(),
+        "usage": selectors,
         "launch-worker": without_states,
     }
     assert set(group.commands) == set(expected)
@@ -133,3 +134,10 @@ def test_recovered_message_names_the_ids_and_what_to_do_next():
     assert recovered_message([5], "submit them with `seml c start`.").endswith(
         ": 5 are STAGED again; submit them with `seml c start`."
     )
+
+
+def test_the_hints_of_a_stuck_job_quote_the_collection():
+    from seml_hydra.track.jobs import stuck_message
+
+    assert "Release it with `seml 'a b;c' release`" in stuck_message("1_0", "JobHeldUser", "a b;c")
+    assert "`seml train release` as root" in stuck_message("1_0", "JobHeldAdmin", "train")

@@ -1,0 +1,178 @@
+"""The early-stopping rules (``seml_hydra.core.pruning``) against their published definitions:
+ASHA's promotion of the top 1/eta at each rung (Li et al., MLSys 2020) with the stopping
+variant Optuna's SuccessiveHalvingPruner uses, and the median stopping rule as Optuna's
+MedianPruner applies it, checked against Optuna's own code on random cases; and the launcher
+field's refusals."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import optuna
+import pytest
+from optuna.pruners._successive_halving import _is_trial_promotable_to_next_rung
+from optuna.study import StudyDirection
+from optuna.trial import TrialState, create_trial
+
+from seml_hydra.core import pruning
+from seml_hydra.core.pruning import asha_promotes, median_prunes, parse_pruner, rungs_reached
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+# Optuna 2.10 marks create_trial/add_trial experimental
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+
+
+def asha(**params):
+    return parse_pruner({"rule": "asha", "metric": "loss", **params})
+
+
+def median(**params):
+    return parse_pruner({"rule": "median", "metric": "loss", **params})
+
+
+# -- ASHA ------------------------------------------------------------------------------------
+
+
+def test_asha_rungs_are_at_min_step_times_powers_of_the_reduction_factor():
+    p = asha()
+    assert [pruning.rung_step(p, k) for k in range(4)] == [1, 3, 9, 27]
+    assert [pruning.rung_step(asha(min_step=2, reduction_factor=4), k) for k in range(3)] == [
+        2,
+        8,
+        32,
+    ]
+
+
+def test_a_report_decides_every_rung_it_reached_and_none_at_or_past_max_step():
+    p = asha()
+    assert rungs_reached(p, 0, 0) == []
+    assert rungs_reached(p, 1, 0) == [0]
+    assert rungs_reached(p, 2, 1) == []
+    assert rungs_reached(p, 10, 0) == [0, 1, 2]  # a report that skipped rungs decides them all
+    assert rungs_reached(p, 10, 2) == [2]
+    assert rungs_reached(p, 27, 3) == [3]  # no max_step: 27 is a rung
+    assert rungs_reached(asha(max_step=27), 27, 3) == []  # the end of the run, not a rung
+
+
+def test_asha_keeps_the_top_third_of_a_rung():
+    # 9 values at the rung (eta 3): the best 3 go on, the others stop
+    values = [5.0, 1.0, 7.0, 3.0, 9.0, 2.0, 8.0, 4.0, 6.0]
+    kept = [v for v in values if asha_promotes(v, values, 3, "min")]
+    assert sorted(kept) == [1.0, 2.0, 3.0]
+    kept = [v for v in values if asha_promotes(v, values, 3, "max")]
+    assert sorted(kept) == [7.0, 8.0, 9.0]
+
+
+def test_asha_is_asynchronous_the_first_ones_at_a_rung_go_on_while_best():
+    # fewer than eta values at the rung: the best so far goes on (a stopped task cannot be
+    # resumed later, as the paper's paused configurations are)
+    assert asha_promotes(4.0, [4.0], 3, "min")
+    assert asha_promotes(3.0, [4.0, 3.0], 3, "min")
+    assert not asha_promotes(5.0, [4.0, 5.0], 3, "min")
+    # ties go on
+    assert asha_promotes(4.0, [4.0, 4.0, 4.0], 3, "min")
+
+
+def test_asha_stops_a_nan_and_counts_nan_competitors_as_worst():
+    assert not asha_promotes(math.nan, [math.nan], 3, "min")
+    assert asha_promotes(9.0, [math.nan, math.nan, 9.0], 3, "min")
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+@pytest.mark.parametrize("eta", [2, 3, 4])
+def test_asha_promotes_as_optunas_successive_halving(mode, eta):
+    direction = StudyDirection.MINIMIZE if mode == "min" else StudyDirection.MAXIMIZE
+    rng = random.Random(eta)
+    for _ in range(500):
+        competing = [float(rng.randint(0, 9)) for _ in range(rng.randint(1, 12))]
+        value = rng.choice(competing)
+        expected = _is_trial_promotable_to_next_rung(value, list(competing), eta, direction)
+        assert asha_promotes(value, competing, eta, mode) == expected, (value, competing)
+
+
+# -- median ----------------------------------------------------------------------------------
+
+
+def test_median_stops_a_best_value_worse_than_the_completed_median():
+    p = median()
+    assert median_prunes(3.0, [1.0, 2.0, 4.0, 5.0, 6.0], 5, 3, p) is False  # median 4
+    assert median_prunes(5.0, [1.0, 2.0, 4.0, 5.0, 6.0], 5, 3, p) is True
+    assert median_prunes(4.0, [1.0, 2.0, 4.0, 5.0, 6.0], 5, 3, p) is False  # equal: goes on
+    maximize = median(mode="max")
+    assert median_prunes(3.0, [1.0, 2.0, 4.0, 5.0, 6.0], 5, 3, maximize) is True
+
+
+def test_median_waits_for_min_experiments_and_warmup_steps():
+    values = [1.0, 1.0, 1.0, 1.0, 1.0]
+    assert median_prunes(9.0, values[:4], 4, 3, median()) is False  # 4 < 5 completed
+    assert median_prunes(9.0, values, 5, 3, median()) is True
+    assert median_prunes(9.0, values, 5, 3, median(warmup_steps=4)) is False
+    assert median_prunes(9.0, values, 5, 4, median(warmup_steps=4)) is True
+    assert median_prunes(9.0, [], 5, 3, median()) is False  # nobody reported this step
+
+
+def _optuna_median_decision(completed, mine, step, n_startup, warmup, direction):
+    study = optuna.create_study(
+        direction=direction,
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=n_startup, n_warmup_steps=warmup),
+    )
+    for curve in completed:
+        study.add_trial(
+            create_trial(state=TrialState.COMPLETE, value=0.0, intermediate_values=curve)
+        )
+    trial = study.ask()
+    for s, v in mine.items():
+        trial.report(v, s)
+    return study.pruner.prune(study, study._storage.get_trial(trial._trial_id))
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_median_decides_as_optunas_median_pruner(mode):
+    rng = random.Random(7 if mode == "min" else 8)
+    for _ in range(150):
+        steps = list(range(6))
+        completed = [
+            {s: float(rng.randint(0, 9)) for s in steps if rng.random() < 0.8}
+            for _ in range(rng.randint(0, 8))
+        ]
+        step = rng.choice(steps)
+        mine = {s: float(rng.randint(0, 9)) for s in steps if s <= step}
+        n_startup, warmup = rng.randint(0, 5), rng.randint(0, 3)
+        expected = _optuna_median_decision(completed, mine, step, n_startup, warmup, mode + "imize")
+        p = median(mode=mode, min_experiments=n_startup, warmup_steps=warmup)
+        at_step = [c[step] for c in completed if step in c]
+        best = pruning.best_value(list(mine.values()), mode)
+        assert median_prunes(best, at_step, len(completed), step, p) == expected
+
+
+# -- the launcher field ----------------------------------------------------------------------
+
+
+def test_null_is_off_and_defaults_are_filled_in():
+    assert parse_pruner(None) is None
+    p = asha()
+    assert (p.rule, p.metric, p.mode) == ("asha", "loss", "min")
+    assert dict(p.params) == {"min_step": 1, "reduction_factor": 3, "max_step": None}
+    assert dict(median().params) == {"warmup_steps": 0, "min_experiments": 5}
+
+
+@pytest.mark.parametrize(
+    ("node", "message"),
+    [
+        ({"rule": "asha"}, "has no metric"),
+        ({"rule": "asha", "metric": ""}, "has no metric"),
+        ({"rule": "hyperband", "metric": "loss"}, "rule='hyperband': unknown rule"),
+        ({"metric": "loss"}, "rule=None: unknown rule"),
+        ({"rule": "asha", "metric": "loss", "mode": "lowest"}, "must be min or max"),
+        ({"rule": "asha", "metric": "loss", "warmup_steps": 2}, "not a parameter of rule asha"),
+        ({"rule": "asha", "metric": "loss", "reduction_factor": 1}, "integer >= 2"),
+        ({"rule": "asha", "metric": "loss", "min_step": 0}, "integer >= 1"),
+        ({"rule": "median", "metric": "loss", "min_experiments": -1}, "integer >= 0"),
+        ("asha", "must be a mapping"),
+    ],
+)
+def test_a_bad_pruner_is_refused_in_one_line(node, message):
+    with pytest.raises(ValueError, match=message) as caught:
+        parse_pruner(node)
+    assert "\n" not in str(caught.value)
