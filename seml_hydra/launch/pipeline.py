@@ -152,7 +152,7 @@ def fail_fast_message(
         ids = f": ids {format_ids(stopped)}" if stopped else ""
         lines.append(
             f"{failfast.reason(failed)} (max_failures={limit}); stopped {len(stopped)} other "
-            f"experiment(s) of this launch (INTERRUPTED){ids}. See `seml {collection} "
+            f"experiment(s) of this launch (INTERRUPTED){ids}. See `{seml_for(collection)} "
             f"print-fail-trace -id {failed[0]}`."
         )
     return "\n".join(lines) or None

@@ -186,21 +186,24 @@ def test_a_task_that_claims_after_the_limit_does_not_run(slurm, test_db, tmp_pat
         "x=0,1,2,3",
     )
     coll = test_db["gate"]
-    coll.update_many({"_id": {"$in": [3, 4]}}, {"$set": {"status": "FAILED"}})
-    seml("gate", "release")
-    reason = "fail-fast: 2 experiments failed: ids 3, 4"
-    wait_until(
-        "experiments 1 and 2 ended",
-        lambda: statuses(coll) == {1: "INTERRUPTED", 2: "INTERRUPTED", 3: "FAILED", 4: "FAILED"},
-        timeout=120,
-    )
-    stopped = list(coll.find({"_id": {"$in": [1, 2]}}))
-    assert all(doc["fail_fast"]["reason"] == reason for doc in stopped)
-    # the first task to claim stopped both (the other one PENDING, then refused its claim)
-    assert any("execution" in doc for doc in stopped)
-    assert started_points(marker) == set()  # claimed, never run (and nothing is left to run)
-    # the tasks of 3 and 4 stay held (release acts on PENDING experiments' tasks only)
-    subprocess.run(["scancel", *map(str, arrays_of(coll))], check=False)
+    try:
+        coll.update_many({"_id": {"$in": [3, 4]}}, {"$set": {"status": "FAILED"}})
+        seml("gate", "release")
+        reason = "fail-fast: 2 experiments failed: ids 3, 4"
+        wait_until(
+            "experiments 1 and 2 ended",
+            lambda: (
+                statuses(coll) == {1: "INTERRUPTED", 2: "INTERRUPTED", 3: "FAILED", 4: "FAILED"}
+            ),
+            timeout=120,
+        )
+        stopped = list(coll.find({"_id": {"$in": [1, 2]}}))
+        assert all(doc["fail_fast"]["reason"] == reason for doc in stopped)
+        # the first task to claim stopped both (the other one PENDING, then refused its claim)
+        assert any("execution" in doc for doc in stopped)
+        assert started_points(marker) == set()  # claimed, never run (and nothing is left to run)
+    finally:  # the tasks of 3 and 4 stay held (release acts on PENDING experiments' only)
+        subprocess.run(["scancel", *map(str, arrays_of(coll))], check=False)
 
 
 def test_start_with_max_failures_stops_what_it_submits(slurm, test_db, tmp_path):
