@@ -140,9 +140,9 @@ def test_the_failing_job_cancels_the_running_ones(slurm, test_db, tmp_path):
 
 
 def test_the_waiting_launcher_stops_the_launch_when_no_job_did(slurm, test_db, tmp_path):
-    """A failure no job could act on (its job died after recording it: here written by the
-    test while both tasks run, none left to claim): the waiting launcher stops the rest and
-    exits non-zero."""
+    """A failure no job could act on (its job died right after recording it: here the test
+    cancels the task and writes FAILED; no task is left to claim): the waiting launcher stops
+    the rest and exits non-zero."""
     proc = start_app(
         "tests/apps/gate.py",
         "-m",
@@ -156,10 +156,11 @@ def test_the_waiting_launcher_stops_the_launch_when_no_job_did(slurm, test_db, t
     coll = test_db["gate"]
     try:
         wait_running(coll, proc, count=2, timeout=120)
-        # Sacred's first save (start_time) is behind us: it would write RUNNING over FAILED
-        wait_until(
-            "both runs started", lambda: coll.count_documents({"start_time": {"$ne": None}}) == 2
-        )
+        # experiment 1's job dies right after recording its failure (a live run's next
+        # heartbeat would write RUNNING again)
+        job = coll.find_one({"_id": 1})["slurm"][0]["job_id"]
+        subprocess.run(["scancel", job], check=True)
+        wait_until(f"task {job} is gone", lambda: job not in squeue_tasks(job.split("_")[0]), 60)
         coll.update_one({"_id": 1}, {"$set": {"status": "FAILED"}})
         out, err = proc.communicate(timeout=60)
     finally:
