@@ -108,6 +108,10 @@ class SemlLauncherConf:
     wait: bool = launcher_only(True)
     # seconds between two MongoDB polls while waiting (stretched when counting is slow)
     poll_interval_s: float = launcher_only(0.25)
+    # fail-fast: once this many experiments of the launch ended FAILED, its other experiments
+    # stop (INTERRUPTED, running ones cancelled) and a waiting launcher exits non-zero; the jobs
+    # keep the rule, so it holds with wait=false too (seml_hydra.job.failfast); null = off
+    max_failures: int | None = launcher_only(None)
     # sweep points run one after another in one array task (1 = one experiment per task)
     experiments_per_job: int = launcher_only(1)
     # at most this many array tasks run at once (sbatch --array=...%k); null = no limit

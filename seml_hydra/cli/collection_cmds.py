@@ -140,6 +140,11 @@ def status(target: Target, projection: Projection = None) -> None:
             table.add_row(f"[{color}]  of which pruned[/]", str(len(pruned)), _ids(pruned))
     table.add_row("[bold]total[/]", str(sum(len(r.ids) for r in rows)), "")
     console().print(table)
+    if any(r.state == states.INTERRUPTED for r in rows):
+        from seml_hydra.manage.status_view import fail_fast_stops
+
+        for reason, ids in fail_fast_stops(target.collection, query):
+            console().print(f"[yellow]{_ids(ids)} stopped by {shown(reason)}[/]")
     if arrays and shutil.which("squeue"):
         for message in stuck_messages(arrays, name):
             console().print(f"[yellow]{shown(message)}[/]")
@@ -197,6 +202,16 @@ def start(
     ] = False,
     worker_gpus: WorkerGpus = None,
     steal_slurm: StealSlurm = False,
+    max_failures: Annotated[
+        int | None,
+        typer.Option(
+            "--max-failures",
+            help="Fail-fast: once N of the experiments submitted now ended FAILED, stop the "
+            "others (INTERRUPTED, running ones cancelled). Default: each launch's "
+            "hydra.launcher.max_failures.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Submit STAGED experiments to Slurm (e.g. after `reset`), from the database alone; also
     those an interrupted submission left PENDING without a job. With --debug or --local, run
@@ -210,6 +225,7 @@ def start(
         worker_gpus=worker_gpus,
         sacred_id=target.selection.sacred_id,
         steal_slurm=steal_slurm,
+        max_failures=max_failures,
     )
     if debug:
         return _debug(target, post_mortem)
@@ -223,7 +239,9 @@ def start(
     recovered = recover_interrupted_submissions(target.collection, sel.query())
     if recovered:
         console().print(recovered_message(recovered))
-    arrays = do_start(target.db, name, sel.query(), limit=num_experiments)
+    arrays = do_start(
+        target.db, name, sel.query(), limit=num_experiments, max_failures=max_failures
+    )
     if not arrays:
         console().print(f"No STAGED experiments in {name} match: nothing to start.")
         return

@@ -171,15 +171,19 @@ def claim_after_earlier_run(
     record_execution: bool = True,
     max_wait_s: float = EARLIER_RUN_WAIT_S,
     poll_s: float = EARLIER_RUN_POLL_S,
+    world_size: int = 1,
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """:func:`claim`, waiting while an earlier run of this array task still runs the experiment.
+    """:func:`claim`, waiting while an earlier run of this array task still runs the experiment,
+    then the fail-fast check (:func:`stopped_at_claim`).
 
     After Slurm requeued a job whose processes live on (its node's slurmd died), the requeued
     task (larger ``execution["restart"]``) finds the experiment RUNNING in the earlier run. It
     polls every ``poll_s`` seconds until the earlier run ends it (then ``(None, "it is
     COMPLETED, not PENDING")``: nothing runs twice), or its heartbeat turns stale (then the claim
     takes it over, see :func:`claim_filter`), at most ``max_wait_s`` seconds (then ``(None,
-    why)``: the earlier run keeps it). Returns what :func:`claim` returns.
+    why)``: the earlier run keeps it). Returns what :func:`claim` returns; ``(None, the
+    fail-fast reason)`` when the experiment's launch reached its ``max_failures`` (then the
+    experiment is INTERRUPTED: :func:`stopped_at_claim`, ``world_size`` this job's ranks).
     """
     deadline = time.monotonic() + max_wait_s
     waited = False
@@ -193,6 +197,10 @@ def claim_after_earlier_run(
         if doc is not None or current is None or not _earlier_run(current, execution):
             if waited:
                 log.warning("Experiment %s: done waiting for the earlier run", exp_id)
+            if doc is not None:
+                stopped = stopped_at_claim(collection, doc, execution, world_size)
+                if stopped is not None:
+                    return None, stopped
             return doc, why
         if time.monotonic() >= deadline:
             return None, f"{why}; gave up waiting after {max_wait_s:.0f} s"
@@ -207,6 +215,27 @@ def claim_after_earlier_run(
             )
             waited = True
         time.sleep(poll_s)
+
+
+def stopped_at_claim(
+    collection: Any, doc: Mapping[str, Any], execution: Mapping[str, Any], world_size: int = 1
+) -> str | None:
+    """The fail-fast check of a task that just claimed ``doc``: when the FAILED experiments of
+    its launch (``doc["fail_fast"]``, ``seml_hydra.job.failfast``) reached ``max_failures``, the
+    launch is stopped (``failfast.enforce``: this experiment too is INTERRUPTED) and the reason
+    is returned, so the task does not run it; else None (no query without ``fail_fast``).
+
+    So a task that starts after the threshold never runs, with or without the launcher. A job of
+    several ranks (``world_size`` > 1) has its own Slurm task cancelled as well: every rank ends,
+    none is left waiting for another in a collective."""
+    from seml_hydra.job import failfast
+
+    fail_fast = doc.get(failfast.FIELD)
+    if not fail_fast:
+        return None
+    own = (execution.get("array_id"), execution.get("task_id"))
+    stop = failfast.enforce(collection, fail_fast, own_task=own, cancel_own=world_size > 1)
+    return None if stop is None else stop.reason
 
 
 def _earlier_run(current: Mapping[str, Any], execution: Mapping[str, Any]) -> bool:

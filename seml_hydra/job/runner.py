@@ -30,6 +30,8 @@ from seml_hydra.job import kept, pruning, rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
 from seml_hydra.job.collector import StartUpCollector
 from seml_hydra.job.devices import local_gpu_environment
+from seml_hydra.job.failfast import FIELD as FAIL_FAST
+from seml_hydra.job.failfast import enforce as enforce_fail_fast
 from seml_hydra.job.failures import (
     await_other_ranks,
     fail_if_a_rank_failed,
@@ -39,7 +41,7 @@ from seml_hydra.job.failures import (
 )
 from seml_hydra.job.main_module import load_script, script_as_main, script_dir, script_path
 from seml_hydra.job.observed import bounded_result, freeze_observers, run_observed
-from seml_hydra.job.slurm_env import execution_identity, rank_label, restart_count
+from seml_hydra.job.slurm_env import execution_identity, placement, rank_label, restart_count
 from seml_hydra.store.client import connect, skip_exit_join
 
 # ``Payload`` is also what ``seml_hydra.run.Payload`` (this module's name before the sub-package
@@ -215,16 +217,30 @@ class JobRunner:
         return submitit.helpers.DelayedSubmission(self, exp_ids)
 
     def _run_one(self, db: Any, collection: Any, exp_id: int, execution: dict[str, Any]) -> str:
-        """Claim experiment ``exp_id`` and run it, inside its code snapshot when it has one
-        (``seml_hydra.store.snapshot.materialized``: once per node for the tasks running it at
-        the same time, removed after the last one), with
-        the snapshot's copy of the app's script as ``__main__`` when the snapshot holds it
-        (``seml_hydra.job.main_module``)."""
+        """Claim experiment ``exp_id`` and run it (:meth:`_run_claimed_doc`). When it FAILED and
+        its launch set ``max_failures`` (``fail_fast``), this job counts the launch's failures
+        and stops the launch's other experiments at the limit (``seml_hydra.job.failfast``)."""
         doc, why = self._claim(collection, exp_id, execution)
         kept.write_kept(budget_s=0)  # MongoDB answered: what an outage kept goes first
         if doc is None:
             log.warning("Not running experiment %s of %s: %s", exp_id, self.collection, why)
             return f"SKIPPED: {why}"
+        outcome = self._run_claimed_doc(db, collection, doc, execution)
+        if outcome == states.FAILED and doc.get(FAIL_FAST):
+            # the failure is recorded: this job stops the launch at its max_failures
+            own = (execution.get("array_id"), execution.get("task_id"))
+            enforce_fail_fast(collection, doc[FAIL_FAST], own_task=own)
+        return outcome
+
+    def _run_claimed_doc(
+        self, db: Any, collection: Any, doc: dict[str, Any], execution: dict[str, Any]
+    ) -> str:
+        """Run the claimed ``doc``, inside its code snapshot when it has one
+        (``seml_hydra.store.snapshot.materialized``: once per node for the tasks running it at
+        the same time, removed after the last one), with the snapshot's copy of the app's script
+        as ``__main__`` when the snapshot holds it (``seml_hydra.job.main_module``); returns
+        its outcome on this rank."""
+        exp_id = doc["_id"]
         seml = doc.get("seml") or {}
         try:
             found = retrying(lambda: load_snapshot(db, seml), "reading the code snapshot's list")
@@ -271,7 +287,11 @@ class JobRunner:
         ``(document, None)`` or ``(None, why)``. A local worker claims STAGED ones instead
         (``seml_hydra.job.worker``)."""
         return claim_after_earlier_run(
-            collection, exp_id, execution, record_execution=rank_label(os.environ) == "0"
+            collection,
+            exp_id,
+            execution,
+            record_execution=rank_label(os.environ) == "0",
+            world_size=_world_size(),
         )
 
     def _on_task_error(self) -> None:
@@ -449,6 +469,14 @@ class JobRunner:
                 f"recording the working directory of experiment {exp_id}",
             )
         return outcome
+
+
+def _world_size() -> int:
+    """This job's number of ranks from the environment (1 when it cannot tell)."""
+    try:
+        return placement(os.environ).world_size
+    except ValueError:
+        return 1
 
 
 def _output_files() -> dict[str, str]:

@@ -11,19 +11,21 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
+from seml_hydra.core import states
 from seml_hydra.core.documents import experiment_hash, sacred_key_problem, to_bson_safe
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.overrides import parse_override
 from seml_hydra.core.paths import launch_paths_problem, unsafe_import_dir
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.core.shell import seml_for
+from seml_hydra.job import failfast
 from seml_hydra.launch import document
 from seml_hydra.launch.after import batch_dependency
 from seml_hydra.launch.compose import iter_point_chunks
@@ -124,6 +126,36 @@ def submission_failed_message(reason: str, collection: str) -> str:
         "preset) and launch the sweep again: it submits the staged experiments with the "
         f"new options (`{seml_for(collection)} start` would reuse the old ones)."
     )
+
+
+def fail_fast_message(
+    docs: Iterable[Mapping[str, Any]], groups: Mapping[str, int], collection: str
+) -> str | None:
+    """The waiting launcher's message when a fail-fast group of this launch (``groups``:
+    ``{group: max_failures}``, ``job.failfast``) reached its limit among the finished ``docs``
+    (pure): the failures, how many other experiments were stopped and how to read the traces,
+    e.g. ``fail-fast: 2 experiments failed: ids 1, 2 (max_failures=2); stopped 6 other
+    experiment(s) of this launch (INTERRUPTED): ids 3-8. See `seml c print-fail-trace -id 1`.``;
+    None when no group did."""
+    docs = list(docs)
+    lines = []
+    for group, limit in groups.items():
+        mine = [d for d in docs if (d.get(failfast.FIELD) or {}).get("group") == group]
+        failed = sorted(d["_id"] for d in mine if d.get("status") == states.FAILED)
+        if len(failed) < limit:
+            continue
+        stopped = sorted(
+            d["_id"]
+            for d in mine
+            if d.get("status") == states.INTERRUPTED and d[failfast.FIELD].get("reason")
+        )
+        ids = f": ids {format_ids(stopped)}" if stopped else ""
+        lines.append(
+            f"{failfast.reason(failed)} (max_failures={limit}); stopped {len(stopped)} other "
+            f"experiment(s) of this launch (INTERRUPTED){ids}. See `{seml_for(collection)} "
+            f"print-fail-trace -id {failed[0]}`."
+        )
+    return "\n".join(lines) or None
 
 
 def submitted_note(arrays: Sequence[Any], collection: str) -> str:
@@ -475,6 +507,8 @@ class _Launch:
         self.recovered: list[int] = []
         #: re-run / re-submitted experiment id -> its launcher node, while staging
         self._launcher_of: dict[int, Any] = {}
+        #: this launch's fail-fast groups, ``{group: max_failures}`` (``job.failfast``)
+        self.fail_fast: dict[str, int] = {}
 
     # -- staging -------------------------------------------------------------------------
     def _snapshot(self, batch_id: int, lease: dict[str, Any], seml: dict[str, Any]) -> None:
@@ -731,6 +765,8 @@ class _Launch:
                     style="red",
                     markup=False,
                 )
+            if array.fail_fast:
+                self.fail_fast[array.fail_fast["group"]] = array.fail_fast["max_failures"]
         return jobs
 
     def _say_deleted(self, jobs: dict[str, tuple[Any, list[int]]]) -> None:
@@ -826,11 +862,15 @@ class _Launch:
             console=self.console,
             collection_name=self.collection_name,
             slurm_check_s=SLURM_CHECK_S if shutil.which("squeue") else None,
+            fail_fast=self.fail_fast,
         )
         docs = retrying(
             lambda: {d["_id"]: d for d in self.collection.find({"_id": {"$in": ids}})},
             "reading the results",
         )
+        stopped = fail_fast_message(docs.values(), self.fail_fast, self.collection_name)
+        if stopped is not None:
+            raise LaunchError(stopped)
         base = self.base.hydra
         returns = []
         for overrides, exp_id in zip(job_overrides, ids):

@@ -26,6 +26,7 @@ from seml_hydra.config import SemlLauncherConf
 from seml_hydra.core.pruning import parse_pruner
 from seml_hydra.job.devices import check_visible_gpus
 from seml_hydra.job.entry import guarded_python
+from seml_hydra.job.failfast import max_failures_problem
 from seml_hydra.launch.after import dependency_type, parse_after
 
 _FIELDS = dataclasses.fields(SemlLauncherConf)
@@ -40,6 +41,7 @@ EXECUTOR_KEYS = tuple(f.name for f in _FIELDS if f.metadata.get(config.ROLE) == 
 #: launcher-only fields that still change what a job is submitted with (its name, srun line)
 LAUNCHER_RESOURCE_KEYS = (
     *("experiments_per_job", "name", "after", "after_kind", "gpu_bind", "visible_gpus"),
+    "max_failures",  # its experiments form their own fail-fast group (job.failfast)
 )
 #: launcher field -> its sbatch option in ``slurm[0].sbatch_options`` (``SBATCH`` metadata)
 SBATCH_NAMES: Mapping[str, str] = {
@@ -161,7 +163,8 @@ def validate_launcher(launcher: Mapping[str, Any], executor: str = "slurm") -> N
     ``+hydra.launcher.mem_gbb=4``), non-positive counts, times or sizes, reserved sbatch options in
     ``additional_parameters``; ``experiments_per_job > 1`` with more than one task (mutually
     exclusive, as in SEML's multi-task change); non-positive counts; a control character (a
-    newline...) in a value that goes into the job script (:func:`check_script_values`).
+    newline...) in a value that goes into the job script (:func:`check_script_values`); a
+    ``max_failures`` that is not an integer >= 1 (``job.failfast.max_failures_problem``).
     """
     unknown = sorted(set(launcher) - set(LAUNCHER_FIELDS) - {"_target_"})
     if unknown:
@@ -181,6 +184,9 @@ def validate_launcher(launcher: Mapping[str, Any], executor: str = "slurm") -> N
         value = launcher.get(key)
         if value is not None and (isinstance(value, bool) or not value > 0):
             raise ValueError(f"hydra.launcher.{key}={value!r}: must be positive (or null)")
+    problem = max_failures_problem(launcher.get("max_failures"))
+    if problem is not None:
+        raise ValueError(f"{problem}; nothing was staged")
     dependency_type(launcher.get("after_kind", "ok"))
     parse_pruner(launcher.get("pruner"))
     check_visible_gpus(launcher)

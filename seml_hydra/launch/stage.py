@@ -54,6 +54,7 @@ RUN_FIELDS = (
     "command",
     "format",
     "stats",
+    "fail_fast",
     "pruning",
     "pruned",
 )

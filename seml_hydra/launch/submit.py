@@ -20,6 +20,7 @@ import functools
 import io
 import logging
 import os
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.paths import job_dir_problem
 from seml_hydra.core.scoped import temporarily
+from seml_hydra.job import failfast
 from seml_hydra.job.devices import GPUS_PER_TASK_VAR, LOCAL_GPUS_VAR, local_job_environment
 from seml_hydra.job.runner import JobRunner
 from seml_hydra.launch.after import batch_dependency
@@ -224,6 +226,7 @@ def submit_group(
     cluster_name: str | None = None,
     executor_args: Mapping[str, Any] | None = None,
     per_job_env: Callable[[int], Mapping[str, str]] | None = None,
+    fail_fast: Mapping[str, Any] | None = None,
 ) -> tuple[list[Any], list[list[int]], list[str]]:
     """Submit one resource group as one array job; returns ``(submitit Jobs, id groups,
     cancelled job ids)``: one job per group submitted, in order, which are ``id_groups`` less
@@ -250,6 +253,8 @@ def submit_group(
     whose experiments is still there (:func:`orphaned_tasks`) are cancelled before their
     deferred start (:func:`cancel_orphaned`: the whole array when every task is; a failure is
     logged), and left out of the returned jobs.
+    ``fail_fast`` (``job.failfast.mark``) is written into the documents with the move to PENDING
+    (before any task can claim them); without it an earlier submission's is removed.
     """
     import submitit
 
@@ -257,12 +262,14 @@ def submit_group(
     # the old job of a re-run experiment must not be taken for its new one meanwhile
     stale = ("array_id", "task_id", "job_id", "num_tasks", "output_files_template")
     mark = submission_mark(folder)
+    moved: dict[str, Any] = {"status": states.PENDING, "slurm.0.submitting": mark}
+    cleared = {f"slurm.0.{k}": "" for k in stale}
+    if fail_fast:
+        moved[failfast.FIELD] = dict(fail_fast)
+    else:
+        cleared[failfast.FIELD] = ""
     update = collection.update_many(
-        {"_id": {"$in": all_ids}, "status": states.STAGED},
-        {
-            "$set": {"status": states.PENDING, "slurm.0.submitting": mark},
-            "$unset": {f"slurm.0.{k}": "" for k in stale},
-        },
+        {"_id": {"$in": all_ids}, "status": states.STAGED}, {"$set": moved, "$unset": cleared}
     )
     # only what this update moved: a concurrent launch or `seml start` may have moved (and
     # submitted) some of them first; every later write is filtered on this submission's mark
@@ -296,7 +303,10 @@ def submit_group(
     except BaseException as error:  # Ctrl-C during sbatch too: never PENDING without a job
         collection.update_many(
             {"_id": {"$in": all_ids}, "status": states.PENDING, **ours},
-            {"$set": {"status": states.STAGED}, "$unset": {"slurm.0.submitting": ""}},
+            {
+                "$set": {"status": states.STAGED},
+                "$unset": {"slurm.0.submitting": "", failfast.FIELD: ""},
+            },
         )
         if not isinstance(error, Exception):  # Ctrl-C: maybe after sbatch made the array
             if cluster == "slurm":
@@ -568,7 +578,8 @@ def group_requests(requests: Sequence[SubmitRequest]) -> list[RequestGroup]:
 @dataclass
 class SubmittedArray:
     """One submitted array job: its id, job name, output folder, and ``{job id: (submitit Job,
-    experiment ids)}`` of its tasks."""
+    experiment ids)}`` of its tasks; ``fail_fast``: the ``{group, max_failures}`` its
+    experiments carry (``job.failfast.mark``), None without ``max_failures``."""
 
     array_id: str
     name: str
@@ -579,6 +590,7 @@ class SubmittedArray:
     #: experiments were deleted while they were submitted (``submit_group``; a failure to
     #: cancel is logged instead); ``jobs`` holds none of them
     orphans: list[str] = dataclasses.field(default_factory=list)
+    fail_fast: dict[str, Any] | None = None
 
 
 def submit_requests(
@@ -592,11 +604,14 @@ def submit_requests(
     arrays. Raises :class:`SubmissionError` for the first group sbatch refuses (its documents
     are back to STAGED; groups submitted before it stay submitted), and before any sbatch when
     a value that would go into a job script holds a control character. ``options``: the
-    keyword arguments of :func:`submit_groups`, ``db_cfg`` (pickled with the runner: no secret)
+    keyword arguments of :func:`submit_groups`, ``db_cfg`` (pickled with the runner: no secret),
+    ``launch_id``
     and ``job_env`` (the jobs' environment: the secret, if any), from
     ``seml_hydra.store.job_db.job_db_config`` / ``job_db_environment``. A launcher with
     ``after`` gets the Slurm dependency on that batch's arrays (``launch.after``), resolved
-    now; :class:`SubmissionError` when it can no longer be satisfied.
+    now; :class:`SubmissionError` when it can no longer be satisfied. The experiments one call
+    submits with the same ``max_failures`` are one fail-fast group (``job.failfast``: "one
+    launch").
     """
     return submit_groups(collection, collection_name, group_requests(requests), **options)
 
@@ -608,9 +623,12 @@ def submit_groups(
     *,
     db_cfg: Mapping[str, Any] | None,
     job_env: Mapping[str, str] | None = None,
+    launch_id: str | None = None,
 ) -> list[SubmittedArray]:
     """:func:`submit_requests` of requests already grouped (:class:`RequestGroups`: the
-    launcher's, built chunk by chunk while it stages). Same arrays, errors and order."""
+    launcher's, built chunk by chunk while it stages). Same arrays, errors and order.
+    ``launch_id`` names the fail-fast groups of the submission (``job.failfast``; default: one
+    of its own per call), for a caller that submits one launch in several calls."""
     for group in groups:  # `seml start` rebuilds launchers from documents: check them again
         try:
             first = group.first
@@ -620,7 +638,16 @@ def submit_groups(
             raise ScriptValueError(f"{error} Nothing was submitted.") from None
     arrays: list[SubmittedArray] = []
     try:
-        arrays.extend(_submit_arrays(collection, collection_name, groups, db_cfg, job_env))
+        arrays.extend(
+            _submit_arrays(
+                collection,
+                collection_name,
+                groups,
+                db_cfg,
+                job_env,
+                launch_id or uuid.uuid4().hex[:12],
+            )
+        )
     except SubmissionError as error:  # the arrays before it were submitted and run
         error.submitted = arrays
         raise
@@ -633,6 +660,7 @@ def _submit_arrays(
     groups: Sequence[RequestGroup],
     db_cfg: Mapping[str, Any] | None,
     job_env: Mapping[str, str] | None,
+    launch: str,
 ) -> Iterator[SubmittedArray]:
     """The arrays of :func:`submit_groups`, each yielded once submitted (the ones before an
     error are submitted and run)."""
@@ -645,6 +673,8 @@ def _submit_arrays(
         launcher = first.launcher
         name = job_name(collection_name, first.batch_id, launcher.get("name"))
         id_groups = chunk(sorted(group.exp_ids), launcher["experiments_per_job"])
+        limit_failures = launcher.get("max_failures")
+        fail_fast = failfast.mark(f"{launch}-{limit_failures}", limit_failures)
         runner = JobRunner(
             db_cfg=dict(db_cfg) if db_cfg else None,
             collection=collection_name,
@@ -702,6 +732,7 @@ def _submit_arrays(
                 cluster_name=name_of_cluster if first.cluster == "slurm" else None,
                 executor_args=executor_arguments(launcher, first.cluster),
                 per_job_env=local_gpus(launcher, local_jobs) if first.cluster == "local" else None,
+                fail_fast=fail_fast,
             )
             if first.cluster == "local":
                 local_jobs += len(jobs)
@@ -717,4 +748,5 @@ def _submit_arrays(
                 cluster=first.cluster,
                 jobs={str(j.job_id): (j, list(g)) for j, g in zip(jobs, part)},
                 orphans=orphans,
+                fail_fast=fail_fast,
             )

@@ -18,6 +18,7 @@ from typing import Any
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff, task_config
 from seml_hydra.core.shell import seml_for
+from seml_hydra.job import failfast
 from seml_hydra.launch.recovery import recover_interrupted_submissions
 from seml_hydra.slurm import client as slurm
 from seml_hydra.store.results import restore_results
@@ -134,6 +135,7 @@ def wait_for(
     console: Any,
     collection_name: str,
     slurm_check_s: float | None = None,
+    fail_fast: Mapping[str, int] | None = None,
 ) -> None:
     """Block until every experiment in ``ids`` is in a terminal state, showing live progress.
 
@@ -148,7 +150,10 @@ def wait_for(
     this one waits for. A KILLED experiment counts as finished only once squeue no longer
     lists its Slurm task alive (:func:`unconfirmed_killed`: another tool's KILLED, e.g. SEML
     0.5.7's ``status``, of a job that runs on). An experiment deleted
-    meanwhile stops being waited for. Raises ``SystemExit(130)``
+    meanwhile stops being waited for. ``fail_fast``: this launch's fail-fast groups
+    (``{group: max_failures}``, ``job.failfast``): whenever the FAILED count grew to a group's
+    limit, the launcher applies the rule too (``failfast.enforce``; the jobs apply it
+    themselves, this covers a job that died before it could). Raises ``SystemExit(130)``
     on Ctrl-C after saying how to follow the experiments; nothing is cancelled.
 
     While MongoDB is unreachable every database step is retried
@@ -184,6 +189,21 @@ def wait_for(
         return value
 
     last_count_s = [0.0]
+    failures_seen = [0]
+
+    def enforce_fail_fast(failed: int) -> bool:
+        """Apply the fail-fast rule when ``failed`` grew to a limit; whether it stopped any."""
+        if not fail_fast or failed <= failures_seen[0] or failed < min(fail_fast.values()):
+            return False
+        failures_seen[0] = failed
+        stops = [
+            db(
+                lambda g=group, n=limit: failfast.enforce(collection, failfast.mark(g, n)),
+                "applying fail-fast",
+            )
+            for group, limit in fail_fast.items()
+        ]
+        return any(stop is not None and stop.stopped for stop in stops)
 
     def timed_count() -> dict[str, int]:
         """The state counts; the duration of this attempt alone in ``last_count_s`` (an outage
@@ -219,6 +239,8 @@ def wait_for(
                     )
                 if finished + (len(unique) - sum(counts.values())) >= len(unique):
                     break  # every experiment finished or was deleted meanwhile
+                if enforce_fail_fast(counts.get(states.FAILED, 0)):
+                    continue
                 if pending_jobs and db(
                     lambda: mark_dead_jobs(collection, pending_jobs), "checking local jobs"
                 ):

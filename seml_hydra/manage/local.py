@@ -9,6 +9,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.shell import seml_for
+from seml_hydra.job.failfast import max_failures_problem
 from seml_hydra.job.worker import runnable_query
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.manage.start import no_payload_message
@@ -24,11 +25,13 @@ def check_options(
     worker_gpus: str | None,
     sacred_id: Any,
     steal_slurm: bool = False,
+    max_failures: int | None = None,
 ) -> None:
     """Refuse option combinations ``start`` cannot honour (pure; SEML's ``start_experiments``
     refuses the same): ``--debug`` with ``--local``, ``--debug`` without ``-id``,
     ``--post-mortem`` without ``--debug``/``--local``, ``--worker-gpus`` or ``--steal-slurm``
-    without ``--local``. Raises ManageError."""
+    without ``--local``; ``--max-failures`` below 1, or with ``--debug``/``--local`` (it
+    applies to what ``start`` submits). Raises ManageError."""
     if debug and local:
         raise ManageError("--debug runs one experiment, --local a worker: use one of them.")
     if debug and sacred_id is None:
@@ -41,6 +44,14 @@ def check_options(
         raise ManageError("--worker-gpus only works with --local (or launch-worker).")
     if steal_slurm and not local:
         raise ManageError("--steal-slurm only works with --local (or launch-worker).")
+    problem = max_failures_problem(max_failures, "--max-failures")
+    if problem is not None:
+        raise ManageError(f"{problem}; nothing was submitted.")
+    if max_failures is not None and (debug or local):
+        raise ManageError(
+            "--max-failures stops what start submits to Slurm; it does not work with "
+            "--debug or --local."
+        )
 
 
 def debug_document(collection: Any, query: Mapping[str, Any], name: str) -> dict[str, Any]:

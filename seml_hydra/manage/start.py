@@ -4,6 +4,7 @@ document's Hydra diff rebuild each submission request)."""
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff
 from seml_hydra.core.paths import launch_paths_problem
+from seml_hydra.job.failfast import max_failures_problem
 from seml_hydra.launch.submit import SubmitRequest, submit_requests
 from seml_hydra.manage.selection import ManageError, state_values
 from seml_hydra.store.job_db import job_db_config, job_db_environment
@@ -61,9 +63,12 @@ def no_payload_message(doc: Mapping[str, Any]) -> str:
     )
 
 
-def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str, Any]]:
+def build_requests(
+    db: Any, docs: Sequence[Mapping[str, Any]], max_failures: int | None = None
+) -> list[tuple[str, Any]]:
     """``(working_dir, SubmitRequest)`` per STAGED document, rebuilt from the database alone:
-    the launcher node is the batch payload's base Hydra node with the document's diff applied.
+    the launcher node is the batch payload's base Hydra node with the document's diff applied,
+    its ``max_failures`` replaced by ``max_failures`` when given.
     Raises ManageError for a document staged by SEML itself (no ``seml.payload_file``), an
     unknown executor, or a payload that is gone."""
 
@@ -91,6 +96,8 @@ def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str
                 ) from None
         node = apply_diff(bases[payload], (doc.get("hydra") or {}).get("node_diff", []))
         launcher = dict(node["launcher"])
+        if max_failures is not None:
+            launcher["max_failures"] = max_failures
         workdir = str(seml.get("working_dir") or os.getcwd())
         folder = str(launcher.get("submitit_folder"))
         if not os.path.isabs(folder):
@@ -108,12 +115,22 @@ def build_requests(db: Any, docs: Sequence[Mapping[str, Any]]) -> list[tuple[str
 
 
 def start(
-    db: Any, collection_name: str, query: Mapping[str, Any], *, limit: int = 0
+    db: Any,
+    collection_name: str,
+    query: Mapping[str, Any],
+    *,
+    limit: int = 0,
+    max_failures: int | None = None,
 ) -> list[StartedArray]:
     """Submit the matching STAGED experiments (at most ``limit``, 0 = all) from the database
     alone, one array job per batch and resource set. Submission runs in the launch's working
-    directory (jobs start where the sweep was launched). Raises ``SubmissionError`` when sbatch
-    refuses (those experiments stay STAGED)."""
+    directory (jobs start where the sweep was launched). ``max_failures``: fail-fast for what
+    this call submits (``job.failfast``; None: each launch's own ``max_failures``). Raises
+    ``SubmissionError`` when sbatch refuses (those experiments stay STAGED), ``ManageError``
+    for a ``max_failures`` below 1."""
+    problem = max_failures_problem(max_failures, "--max-failures")
+    if problem is not None:
+        raise ManageError(f"{problem}; nothing was submitted.")
 
     q = and_(query, {"status": {"$in": state_values([states.STAGED])}})
     docs = list(db[collection_name].find(q).sort("_id", 1))
@@ -131,9 +148,10 @@ def start(
         )
     settings = resolve_db_settings(None)
     by_dir: dict[str, list[Any]] = {}
-    for workdir, request in build_requests(db, docs):
+    for workdir, request in build_requests(db, docs, max_failures):
         by_dir.setdefault(workdir, []).append(request)
     started = []
+    launch_id = uuid.uuid4().hex[:12]  # one fail-fast launch (job.failfast) for every array
     for workdir, requests in by_dir.items():
         launch_db = requests[0].launcher.get("db")
         with _cwd(workdir):
@@ -143,6 +161,7 @@ def start(
                 requests,
                 db_cfg=job_db_config(settings, launch_db),
                 job_env=job_db_environment(settings, launch_db),
+                launch_id=launch_id,
             )
         for array in arrays:
             if not array.jobs:  # cancelled at once: its experiments were deleted meanwhile

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from seml_hydra.core import states
+from seml_hydra.job.failfast import FIELD as FAIL_FAST
 from seml_hydra.manage.describe import status_groups
 from seml_hydra.slurm import client as slurm
 from seml_hydra.track import census
@@ -47,6 +48,21 @@ def status_table(
     if groups is None:
         groups = status_groups(collection, query, keys)
     return groups, pending_arrays(doc for doc, _ in groups)
+
+
+def fail_fast_stops(collection: Any, query: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
+    """``(reason, ids)`` of the matching INTERRUPTED experiments a fail-fast stop ended
+    (``job.failfast``: ``fail_fast.reason``), one entry per reason, sorted by their first id:
+    one aggregate. Raises pymongo errors."""
+    match = and_(query, {"status": states.INTERRUPTED, f"{FAIL_FAST}.reason": {"$type": "string"}})
+    rows = collection.aggregate(
+        [
+            {"$match": match},
+            {"$group": {"_id": f"${FAIL_FAST}.reason", "ids": {"$push": "$_id"}}},
+        ]
+    )
+    stops = [(str(row["_id"]), sorted(row["ids"], key=str)) for row in rows]
+    return sorted(stops, key=lambda stop: str(stop[1][0]))
 
 
 def pruned_ids(collection: Any, query: Mapping[str, Any]) -> list[Any]:

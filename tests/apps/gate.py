@@ -2,7 +2,9 @@
 
 python tests/apps/gate.py -m hydra/launcher=seml gate=/tmp/go x=1,2 [+marker=/tmp/starts]
 
-With ``+marker=FILE`` every start of the task appends a line (pid, host) to FILE.
+With ``+marker=FILE`` every start of the task appends a line (pid, host, x) to FILE; with
+``+fail_below=N`` the points with ``x < N`` raise (the first points of a sweep crash): at
+once, or with ``+fail_gate=FILE`` once FILE exists.
 """
 
 import os
@@ -17,8 +19,14 @@ from omegaconf import DictConfig
 def main(cfg: DictConfig) -> int:
     if cfg.get("marker"):
         with open(cfg.marker, "a") as starts:
-            starts.write(f"{os.getpid()} {socket.gethostname()}\n")
+            starts.write(f"{os.getpid()} {socket.gethostname()} {cfg.x}\n")
     deadline = time.monotonic() + cfg.max_wait_s
+    if cfg.x < cfg.get("fail_below", 0):
+        while cfg.get("fail_gate") and not os.path.exists(cfg.fail_gate):
+            if time.monotonic() > deadline:
+                return -1  # the test gave up: end without a failure
+            time.sleep(0.2)
+        raise ValueError(f"x == {cfg.x} < fail_below")
     while cfg.gate and not os.path.exists(cfg.gate) and time.monotonic() < deadline:
         time.sleep(0.2)
     print(f"gate open, x={cfg.x}")

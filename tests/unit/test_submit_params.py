@@ -692,7 +692,7 @@ def test_sbatch_options_and_resource_key_of_a_full_config_are_unchanged():
     # the fields FULL leaves unset count as null
     unset = ("cpus_per_gpu", "exclusive", "mail_type", "mail_user", "mem_per_cpu", "mem_per_gpu")
     unset += ("name", "nodelist", "python", "srun_args", "stderr_to_stdout", "after")
-    unset += ("gpus_per_task", "gpu_bind", "visible_gpus")
+    unset += ("gpus_per_task", "gpu_bind", "visible_gpus", "max_failures")
     assert json.loads(resource_key(launcher(**FULL))) == {
         "account": "lab",
         "additional_parameters": {"mail-type": "END"},
