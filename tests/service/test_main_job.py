@@ -321,7 +321,7 @@ def test_an_experiment_deleted_while_the_launcher_waits_is_reported_with_its_ove
     proc = start_app("tests/apps/gate.py", "-m", "hydra/launcher=seml", f"gate={gate}", "x=1,2",
                      *FAST, cwd=tmp_path)  # fmt: skip
     try:
-        wait_running(test_db["gate"], proc, count=2)
+        wait_running(test_db["gate"], proc, count=2, timeout=240)  # a busy shared cluster
         result = CliRunner().invoke(app, ["gate", "delete", "-id", "1", "-y"])
         assert result.exit_code == 0, result.output
         gate.touch()

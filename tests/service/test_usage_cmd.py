@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slurm
 def test_an_oversized_request_is_told_by_the_launcher_and_usage(slurm, test_db, tmp_path):
     proc = run_points(3, "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=60", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "Batch 1 used less than a quarter of its request (memory " in proc.stdout
+    assert "used less than a quarter of its request (memory " in proc.stdout
     assert "`seml fail usage` suggests smaller requests." in proc.stdout
     [group] = json.loads(seml_ok("fail", "usage", "--format", "json"))
     assert group["experiments"] == group["ran"] == 3
