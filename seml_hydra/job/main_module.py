@@ -96,7 +96,7 @@ def load_script(snapshot: Path, rel_path: str, shown_as: str) -> types.ModuleTyp
         return _LOADED[rel_path]
     path = snapshot.joinpath(*PurePosixPath(rel_path).parts)
     source = path.read_text()
-    module = types.ModuleType("__main__")
+    module: types.ModuleType | None = types.ModuleType("__main__")
     module.__file__ = str(path)
     module.__builtins__ = __builtins__  # type: ignore[attr-defined]
     lines = source.splitlines(keepends=True)
@@ -139,7 +139,7 @@ def without_main_guard(source: str) -> ast.Module:
     tree = ast.parse(source)
     body: list[ast.stmt] = []
     for node in tree.body:
-        body.extend(node.orelse if _is_main_guard(node) else [node])
+        body.extend(node.orelse if isinstance(node, ast.If) and _is_main_guard(node) else [node])
     tree.body = body
     return tree
 

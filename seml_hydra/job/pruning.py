@@ -26,6 +26,7 @@ returns False; with no ``pruner`` it logs and returns False.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -155,6 +156,11 @@ def report(name: str, value: float, step: int) -> bool:
     return bound.stopped
 
 
+def _find_all(collection: Any, query: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
+    """The documents matching ``query``, with only the field at ``path`` (and ``_id``)."""
+    return list(collection.find(query, {path: 1}))
+
+
 def _decide(bound: _Bound, value: float, step: int) -> bool:
     """The primary rank's decision for a report of the watched metric (records it first)."""
     assert bound.pruner is not None
@@ -179,7 +185,7 @@ def _decide(bound: _Bound, value: float, step: int) -> bool:
                 "_id": {"$ne": bound.exp_id},
                 key: {"$exists": True},
             }
-            docs = retrying(lambda o=others, k=key: list(collection.find(o, {k: 1})), what)
+            docs = retrying(functools.partial(_find_all, collection, others, key), what)
             competing = [float(d["pruning"]["rungs"][str(rung)]) for d in docs] + [value]
             bound.rungs_decided = rung + 1
             if not pruning.asha_promotes(
