@@ -96,12 +96,13 @@ def load_script(snapshot: Path, rel_path: str, shown_as: str) -> types.ModuleTyp
         return _LOADED[rel_path]
     path = snapshot.joinpath(*PurePosixPath(rel_path).parts)
     source = path.read_text()
-    module: types.ModuleType | None = types.ModuleType("__main__")
+    module = types.ModuleType("__main__")
     module.__file__ = str(path)
     module.__builtins__ = __builtins__  # type: ignore[attr-defined]
     lines = source.splitlines(keepends=True)
     linecache.cache[shown_as] = (len(source), None, lines, shown_as)
     _LOADING.append(rel_path)
+    loaded: types.ModuleType | None = module
     try:
         with script_as_main(module):
             exec(compile(without_main_guard(source), shown_as, "exec"), module.__dict__)
@@ -113,11 +114,11 @@ def load_script(snapshot: Path, rel_path: str, shown_as: str) -> types.ModuleTyp
             type(error).__name__,
             error,
         )
-        module = None
+        loaded = None
     finally:
         _LOADING.pop()
-    _LOADED[rel_path] = module
-    return module
+    _LOADED[rel_path] = loaded
+    return loaded
 
 
 def _is_main_guard(node: ast.stmt) -> bool:
