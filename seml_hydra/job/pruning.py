@@ -31,11 +31,14 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import pruning, states
 from seml_hydra.job import metrics
 from seml_hydra.store.retry import retrying
+
+if TYPE_CHECKING:
+    from pymongo.collection import Collection
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +159,9 @@ def report(name: str, value: float, step: int) -> bool:
     return bound.stopped
 
 
-def _find_all(collection: Any, query: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
+def _find_all(
+    collection: Collection[dict[str, Any]], query: Mapping[str, Any], path: str
+) -> list[dict[str, Any]]:
     """The documents matching ``query``, with only the field at ``path`` (and ``_id``)."""
     return list(collection.find(query, {path: 1}))
 

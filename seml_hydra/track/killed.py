@@ -12,7 +12,7 @@ import socket
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import states
 from seml_hydra.core.processes import process_alive
@@ -43,6 +43,9 @@ from seml_hydra.track.outputs import (
     read_output_tail,
 )
 from seml_hydra.track.query import and_
+
+if TYPE_CHECKING:
+    from pymongo.collection import Collection
 
 
 @dataclass
@@ -390,7 +393,7 @@ def alive_killed(collection: Any, ids: Sequence[int]) -> list[int]:
 
 
 def mark_dead_jobs(
-    collection: Any, jobs: MutableMapping[str, tuple[Any, Sequence[int]]]
+    collection: Collection[dict[str, Any]], jobs: MutableMapping[str, tuple[Any, Sequence[int]]]
 ) -> list[int]:
     """Mark KILLED the experiments of finished submitit jobs that are still PENDING/RUNNING
     (the launcher's wait, for its local jobs).
