@@ -501,8 +501,8 @@ class Stager:
             )
             docs = [make_document(i - start, e) for i, e in zip(plan.new, chunk_new)]
             if not self.force:  # one document per hash (UNIQUE_INDEX): see finish()
-                for doc in docs:
-                    doc[UNIQUE_FIELD] = True
+                for new_doc in docs:
+                    new_doc[UNIQUE_FIELD] = True
             self._settle()  # one insert at a time, in id order
             self.new_ids.extend(chunk_new)
             if self._overlap:

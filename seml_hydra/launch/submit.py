@@ -343,7 +343,7 @@ def submit_group(
             f"recording the submitted job(s) {', '.join(str(j.job_id) for j in jobs)}",
         )
     )
-    id_groups = [list(g) for g in id_groups]
+    submitted = [list(g) for g in id_groups]
     orphans: list[str] = []
     # fewer matched than moved: a delete took some (or an attempt before the last succeeded)
     if written[-1].acknowledged and written[-1].matched_count < len(all_ids):
@@ -354,15 +354,15 @@ def submit_group(
                 {"_id": {"$in": all_ids}, "slurm.0.job_id": {"$in": job_ids}}, {"_id": 1}
             )
         }
-        orphaned = orphaned_tasks(id_groups, recorded)
+        orphaned = orphaned_tasks(submitted, recorded)
         if orphaned:
             orphans = cancel_orphaned(jobs, orphaned, cluster)
             gone = set(orphaned)
             jobs = [j for i, j in enumerate(jobs) if i not in gone]
-            id_groups = [g for i, g in enumerate(id_groups) if i not in gone]
+            submitted = [g for i, g in enumerate(submitted) if i not in gone]
     if deferred and jobs:
         start_submitted(sorted({str(job.job_id).split("_")[0] for job in jobs}))
-    return jobs, id_groups, orphans
+    return jobs, submitted, orphans
 
 
 def always_arrays(executor: Any) -> None:

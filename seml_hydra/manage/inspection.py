@@ -381,8 +381,9 @@ def orphan_arrays(collection: Any, arrays: Mapping[str, str | None]) -> set[str]
     last = (counter or {}).get("value")
     if not isinstance(last, int):  # no launch of ours staged into it
         return set()
-    batches = {a: batch_of_job(n, collection.name) for a, n in arrays.items()}
-    candidates = {a for a, b in batches.items() if b is not None and b <= last}
+    all_batches = {a: batch_of_job(n, collection.name) for a, n in arrays.items()}
+    batches = {a: b for a, b in all_batches.items() if b is not None and b <= last}
+    candidates = set(batches)
     if not candidates:
         return set()
     values = [*(int(a) for a in candidates), *candidates]
