@@ -87,11 +87,13 @@ else
 fi
 .venv/bin/python -c 'import hydra, submitit, pymongo, torch, xdist; from seml_hydra.job.sacred_compat import import_sacred; import_sacred()' # the install worked
 step "installed"
-# lint and the documentation site first: seconds, and a red one needs no services to show
+# lint, types and the documentation site first: seconds, and a red one needs no services to show
 .venv/bin/ruff check --no-cache .
 .venv/bin/ruff format --no-cache --check .
+# the type checker ([tool.mypy] in pyproject.toml: strict on core, slurm, track, launch.sbatch)
+.venv/bin/python -m mypy
 NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --quiet -d "$(mktemp -d /tmp/seml-hydra-site.XXXXXX)"
-step "ruff and mkdocs build --strict passed"
+step "ruff, mypy and mkdocs build --strict passed"
 bash tools/testbed/up.sh >/tmp/seml-hydra-testbed.log 2>&1 || { tail -30 /tmp/seml-hydra-testbed.log; exit 1; }
 step "testbed up (log: /tmp/seml-hydra-testbed.log)"
 # a throwaway sshd on 127.0.0.1 for the SSH tunnel tests

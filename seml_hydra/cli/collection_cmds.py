@@ -171,8 +171,8 @@ StealSlurm = Annotated[
         "started (that task is removed from the array).",
     ),
 ]
-StartAtMost = num_experiments_option("Start at most this many; 0 = all.")
-RunAtMost = num_experiments_option("Run at most this many; 0 = all.")
+StartAtMost = Annotated[int, num_experiments_option("Start at most this many; 0 = all.")]
+RunAtMost = Annotated[int, num_experiments_option("Run at most this many; 0 = all.")]
 
 
 @command()

@@ -180,10 +180,10 @@ def configure(
     settings = _replace_source(settings, path)
     out.print(f"Wrote {path} (mode 0600): {settings.describe().rsplit(' (from ', 1)[0]}")
     if settings.ssh is not None:
-        port = "" if int(ssh_port or 22) == 22 else f" -p {ssh_port}"
+        port_flag = "" if int(ssh_port or 22) == 22 else f" -p {ssh_port}"
         out.print(
             "The SSH host's key must be in ~/.ssh/known_hosts (checked before logging in): "
-            f"connect once with `ssh{port} {ssh_username}@{ssh_host}` if it is not."
+            f"connect once with `ssh{port_flag} {ssh_username}@{ssh_host}` if it is not."
         )
     if check:
         from seml_hydra.store.client import connect

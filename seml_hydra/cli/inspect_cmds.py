@@ -19,7 +19,7 @@ from seml_hydra.cli.options import Projection, Target, Yes, num_experiments_opti
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.track.outputs import terminal_safe
 
-AtMost = num_experiments_option("At most this many; 0 = all.", min=0)
+AtMost = Annotated[int, num_experiments_option("At most this many; 0 = all.", min=0)]
 
 
 def _rule(title: str) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
+from typer.models import OptionInfo
 
 from seml_hydra.cli.core import collection_name
 
@@ -40,7 +41,7 @@ def optional_option(
 
 #: the integers MongoDB stores (BSON int64): a larger ``-id`` or ``-b`` is a usage error naming
 #: the range, not pymongo's OverflowError traceback
-INT64 = {"min": -(2**63), "max": 2**63 - 1}
+INT64: dict[str, Any] = {"min": -(2**63), "max": 2**63 - 1}
 SacredId = optional_option(
     int, "-id", "--sacred-id", help="Only the experiment with this _id.", **INT64
 )
@@ -76,18 +77,21 @@ Yes = Annotated[
 ]
 
 
-def num_experiments_option(help_text: str, **option: Any) -> Any:
+def num_experiments_option(help_text: str, **option: Any) -> OptionInfo:
     """The ``-n/--num-experiments`` option (an ``int``, declare it ``= 0``: 0 means all) with
-    the help text of the command that uses it, e.g. ``"Start at most this many; 0 = all."``.
+    the help text of the command that uses it, e.g. ``"Start at most this many; 0 = all."``,
+    for an alias ``AtMost = Annotated[int, num_experiments_option(...)]`` (an alias a type
+    checker reads).
 
     Args:
         help_text: the option's help line.
         **option: further ``typer.Option`` keywords (e.g. ``min=0``).
 
     Returns:
-        An ``Annotated[int, typer.Option(...)]`` alias for the command's parameter.
+        The ``typer.Option(...)`` of the alias.
     """
-    return Annotated[int, typer.Option("-n", "--num-experiments", help=help_text, **option)]
+    info: OptionInfo = typer.Option("-n", "--num-experiments", help=help_text, **option)
+    return info
 
 
 #: the selector options, in the order help shows them: parameter name -> its option

@@ -50,16 +50,17 @@ def reload_sources(
             f"Left alone {len(ids)} {shown(state)} experiment(s) ({format_ids(ids)}): they keep "
             "the code they ran with."
         )
-    for batch in result.batches:
-        changed = f"{len(batch.changed)} new or changed" if batch.changed else "none changed"
+    for reloaded in result.batches:
+        changed = f"{len(reloaded.changed)} new or changed" if reloaded.changed else "none changed"
         out.print(
-            f"Reloaded the sources of {len(batch.ids)} experiment(s) ({format_ids(batch.ids)}) "
-            f"of batch {batch.batch_id}: {len(batch.files)} file(s), {changed}"
-            + (f" ({shown(', '.join(batch.changed))})" if batch.changed else "")
+            f"Reloaded the sources of {len(reloaded.ids)} experiment(s) "
+            f"({format_ids(reloaded.ids)}) of batch {reloaded.batch_id}: "
+            f"{len(reloaded.files)} file(s), {changed}"
+            + (f" ({shown(', '.join(reloaded.changed))})" if reloaded.changed else "")
         )
-        for rel in batch.missing:
+        for rel in reloaded.missing:
             out.print(f"  {shown(rel)} is no longer in the project: left out")
-        for path, reason in batch.skipped:
+        for path, reason in reloaded.skipped:
             out.print(f"  Not in the code snapshot: {shown(path)} ({shown(reason)})")
     if result.removed:
         out.print(f"Removed {len(result.removed)} old source file(s) no experiment uses.")

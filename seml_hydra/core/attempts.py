@@ -106,12 +106,12 @@ def move_pipeline(
     removes ``unset_fields`` (dotted paths; a path through an array, ``slurm.array_id``,
     removes the field from every element), in one atomic write per document (pure)."""
     values = {name: {"$literal": value} for name, value in set_fields.items()}
-    pipeline: list[dict[str, Any]] = [
-        {"$set": {"attempts": history_expression(moved_by)}},
-        {"$set": values} if values else None,
-        {"$unset": list(unset_fields)} if unset_fields else None,
-    ]
-    return [stage for stage in pipeline if stage is not None]
+    pipeline: list[dict[str, Any]] = [{"$set": {"attempts": history_expression(moved_by)}}]
+    if values:
+        pipeline.append({"$set": values})
+    if unset_fields:
+        pipeline.append({"$unset": list(unset_fields)})
+    return pipeline
 
 
 def history(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -175,7 +175,9 @@ def current_entry(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The current run of ``doc`` as a history entry would hold it (pure; the fields of
     :func:`entry_expression` but ``moved_by``/``moved_time``, plus ``current: True``), for
     showing it after the history. A field the run has not written is left out."""
-    execution = doc.get("execution") if isinstance(doc.get("execution"), Mapping) else {}
+    execution = doc.get("execution")
+    if not isinstance(execution, Mapping):
+        execution = {}
     host = doc.get("host")
     trace = doc.get("fail_trace")
     found = {

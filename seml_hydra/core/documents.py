@@ -363,11 +363,11 @@ def patch_tree(base: Mapping[str, Any], paths: Iterable[Sequence[Any]]) -> Patch
     for key in base:  # base's own order: dict_diff's order
         if key not in children:
             continue
-        rest = children[key]
-        if rest is None:
+        below_paths = children[key]
+        if below_paths is None:
             out.append((key,))
             continue
-        below = patch_tree(base[key], rest)
+        below = patch_tree(base[key], below_paths)
         if below is None:
             return None
         out.extend((key, *leaf) for leaf in below)

@@ -77,7 +77,7 @@ def parse_pruner(node: Any) -> Pruner | None:
     if not isinstance(node, Mapping):
         raise ValueError(f"hydra.launcher.pruner={node!r}: must be a mapping, {example}")
     rule = node.get("rule")
-    if rule not in RULES:
+    if not isinstance(rule, str) or rule not in RULES:
         raise ValueError(
             f"hydra.launcher.pruner.rule={rule!r}: unknown rule; use one of "
             f"{', '.join(RULES)}, {example}"
@@ -116,7 +116,10 @@ def better(a: float, b: float, mode: str) -> bool:
 
 def rung_step(pruner: Pruner, rung: int) -> int:
     """The step of ASHA rung ``rung`` (0, 1, ...): ``min_step * reduction_factor**rung``."""
-    return pruner.params["min_step"] * pruner.params["reduction_factor"] ** rung
+    min_step: int = pruner.params["min_step"]
+    factor: int = pruner.params["reduction_factor"]
+    step: int = min_step * factor**rung
+    return step
 
 
 def rungs_reached(pruner: Pruner, step: int, decided: int) -> list[int]:

@@ -116,7 +116,8 @@ def _claim_once(
     """:func:`claim`, also returning the document as read after a refusal (None otherwise)."""
     from pymongo import ReturnDocument
 
-    stamp = {"restart": int(execution.get("restart") or 0), "claim_time": _utcnow()}
+    stamp: dict[str, Any] = {"restart": int(execution.get("restart") or 0), "claim_time": _utcnow()}
+    update: dict[str, Any]
     if record_execution:
         update = {"status": states.RUNNING, "execution": {**execution, **stamp}}
     else:

@@ -132,7 +132,8 @@ def output_chunk(stored: str, new: str, cap: int = MAX_CAPTURED_CHARS) -> str | 
 def _by_end(old: str, kept: str, size: int) -> list[int]:
     """Candidate overlaps (longest first): where the last ``size`` characters of ``old`` end in
     ``kept``."""
-    probe, end, out = old[len(old) - size :], min(len(old), len(kept)), []
+    probe, end = old[len(old) - size :], min(len(old), len(kept))
+    out: list[int] = []
     while len(out) < PROBE_TRIES and (start := kept.rfind(probe, 0, end)) >= 0:
         out.append(start + size)
         end = start + size - 1
@@ -142,7 +143,8 @@ def _by_end(old: str, kept: str, size: int) -> list[int]:
 def _by_start(old: str, kept: str, size: int) -> list[int]:
     """Candidate overlaps (longest first): where the first ``size`` characters of ``kept``
     start in ``old``."""
-    probe, begin, out = kept[:size], max(0, len(old) - len(kept)), []
+    probe, begin = kept[:size], max(0, len(old) - len(kept))
+    out: list[int] = []
     while len(out) < PROBE_TRIES and (start := old.find(probe, begin)) >= 0:
         out.append(len(old) - start)
         begin = start + 1

@@ -14,6 +14,7 @@ may be kept: a kept write may have reached the server before the connection drop
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -86,7 +87,7 @@ def write_kept(budget_s: float | None = None) -> bool:
         write = _KEPT[0]
         try:
             retrying(
-                lambda w=write: w.collection.update_one(w.filter, w.update),
+                functools.partial(write.collection.update_one, write.filter, write.update),
                 write.what,
                 budget_s=budget_s,
             )

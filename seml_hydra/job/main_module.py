@@ -102,6 +102,7 @@ def load_script(snapshot: Path, rel_path: str, shown_as: str) -> types.ModuleTyp
     lines = source.splitlines(keepends=True)
     linecache.cache[shown_as] = (len(source), None, lines, shown_as)
     _LOADING.append(rel_path)
+    loaded: types.ModuleType | None = module
     try:
         with script_as_main(module):
             exec(compile(without_main_guard(source), shown_as, "exec"), module.__dict__)
@@ -113,11 +114,11 @@ def load_script(snapshot: Path, rel_path: str, shown_as: str) -> types.ModuleTyp
             type(error).__name__,
             error,
         )
-        module = None
+        loaded = None
     finally:
         _LOADING.pop()
-    _LOADED[rel_path] = module
-    return module
+    _LOADED[rel_path] = loaded
+    return loaded
 
 
 def _is_main_guard(node: ast.stmt) -> bool:
@@ -139,7 +140,7 @@ def without_main_guard(source: str) -> ast.Module:
     tree = ast.parse(source)
     body: list[ast.stmt] = []
     for node in tree.body:
-        body.extend(node.orelse if _is_main_guard(node) else [node])
+        body.extend(node.orelse if isinstance(node, ast.If) and _is_main_guard(node) else [node])
     tree.body = body
     return tree
 

@@ -120,6 +120,8 @@ def run_observed(
         run's length (Sacred 0.8.7 resends the whole entry, up to the 1 MB output cap)."""
 
         _lock = threading.RLock()
+        #: True once the job is being requeued: nothing more is saved (freeze_observers)
+        frozen = False
         _finished = False
         #: set when the final save begins: the heartbeat thread saves nothing more
         _closing = False
@@ -234,7 +236,7 @@ def run_observed(
                     self.run_entry["captured_out_incomplete"] = True
             capture = getattr(run, "_output_file", None)
             rest = getattr(capture, "final", None)
-            if rest and getattr(capture, "closed", False):
+            if rest and capture is not None and getattr(capture, "closed", False):
                 capture.final = None
                 if isinstance(rest, bytes):
                     rest = rest.decode("utf-8", "replace")
@@ -350,7 +352,9 @@ def _untee_log_handlers() -> None:
     writes to Sacred's tee, whose buffer is closed after the run: every later log line (the
     final save's retries, the next experiment's claim) would end in a "Logging error"."""
     for handler in logging.getLogger().handlers:
-        stream = getattr(handler, "stream", None)
+        if not isinstance(handler, logging.StreamHandler):
+            continue
+        stream = handler.stream
         out = getattr(stream, "_self_out", None)
         if out is not None and getattr(out, "closed", False):
             handler.setStream(stream.__wrapped__)

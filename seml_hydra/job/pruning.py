@@ -26,15 +26,19 @@ returns False; with no ``pruner`` it logs and returns False.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import pruning, states
 from seml_hydra.job import metrics
 from seml_hydra.store.retry import retrying
+
+if TYPE_CHECKING:
+    from pymongo.collection import Collection
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +159,13 @@ def report(name: str, value: float, step: int) -> bool:
     return bound.stopped
 
 
+def _find_all(
+    collection: Collection[dict[str, Any]], query: Mapping[str, Any], path: str
+) -> list[dict[str, Any]]:
+    """The documents matching ``query``, with only the field at ``path`` (and ``_id``)."""
+    return list(collection.find(query, {path: 1}))
+
+
 def _decide(bound: _Bound, value: float, step: int) -> bool:
     """The primary rank's decision for a report of the watched metric (records it first)."""
     assert bound.pruner is not None
@@ -179,7 +190,7 @@ def _decide(bound: _Bound, value: float, step: int) -> bool:
                 "_id": {"$ne": bound.exp_id},
                 key: {"$exists": True},
             }
-            docs = retrying(lambda o=others, k=key: list(collection.find(o, {k: 1})), what)
+            docs = retrying(functools.partial(_find_all, collection, others, key), what)
             competing = [float(d["pruning"]["rungs"][str(rung)]) for d in docs] + [value]
             bound.rungs_decided = rung + 1
             if not pruning.asha_promotes(

@@ -97,7 +97,7 @@ def _deferred_imports() -> Iterator[None]:
     sys.modules.update(stand_ins)
     mime_types, find_library = mimetypes.MimeTypes, ctypes.util.find_library
     mimetypes.MimeTypes = LazyMimeTypes  # type: ignore[misc,assignment]
-    ctypes.util.find_library = lambda name: (  # type: ignore[assignment]
+    ctypes.util.find_library = lambda name: (
         c_library_name(find_library) if name == "c" else find_library(name)
     )
     try:
@@ -205,7 +205,8 @@ def experiment(name: str) -> Any:
 def _frames(context: int = 1) -> list[tuple[Any, ...]]:
     """``inspect.stack()`` reduced to what Sacred reads (``stack()[i][0]``, a frame): one
     1-tuple per frame, from the caller outwards, without file names or source lines."""
-    frames, frame = [], sys._getframe(1)
+    frames: list[tuple[Any, ...]] = []
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         frames.append((frame,))
         frame = frame.f_back
@@ -221,8 +222,9 @@ def _without_source_lookup(make: Any) -> Any:
 
     frames_only = types.SimpleNamespace(**vars(inspect))
     frames_only.stack = _frames
-    module.inspect = frames_only  # type: ignore[attr-defined]
+    # a stand-in for the inspect module: Sacred only calls its stack()
+    module.inspect = frames_only  # type: ignore[assignment]
     try:
         return make()
     finally:
-        module.inspect = inspect  # type: ignore[attr-defined]
+        module.inspect = inspect

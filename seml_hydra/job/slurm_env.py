@@ -211,7 +211,15 @@ def slurm_job_ids(env: Mapping[str, str]) -> tuple[str, str | None, int | None]:
 
 def _place_slurm(env: Mapping[str, str]) -> Placement:
     job_id, array_job_id, array_task_id = slurm_job_ids(env)
-    ids = {"job_id": job_id, "array_job_id": array_job_id, "array_task_id": array_task_id}
+
+    def placed(ranks: tuple[int, int, int, int, int]) -> Placement:
+        return Placement(
+            *ranks,
+            SOURCE_SLURM,
+            job_id=job_id,
+            array_job_id=array_job_id,
+            array_task_id=array_task_id,
+        )
 
     in_step = _get(env, "SLURM_STEP_ID") is not None or _get(env, "SLURM_STEPID") is not None
     if not in_step:
@@ -225,7 +233,7 @@ def _place_slurm(env: Mapping[str, str]) -> Placement:
             )
             if _parse_int("SLURM_PROCID", procid, expected, minimum=0) != 0:
                 raise RankEnvironmentError("SLURM_PROCID", procid, expected, "not 0")
-        return Placement(0, 0, 1, 0, 1, SOURCE_SLURM, **ids)
+        return placed((0, 0, 1, 0, 1))
     ranks = _read_ranks(
         env,
         ("SLURM_NTASKS", "SLURM_NPROCS"),
@@ -233,7 +241,7 @@ def _place_slurm(env: Mapping[str, str]) -> Placement:
         ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"),
         ("this srun step", "this job"),
     )
-    return Placement(*ranks, SOURCE_SLURM, **ids)
+    return placed(ranks)
 
 
 def _place_submitit_local(env: Mapping[str, str]) -> Placement:

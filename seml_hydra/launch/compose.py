@@ -26,7 +26,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,7 @@ from seml_hydra.launch.compose_fast import (
     mark_job_id,
     token_path,
 )
+from seml_hydra.launch.containers import to_dict, to_list
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ def iter_point_chunks(
     job_overrides: Sequence[Sequence[str]],
     initial_job_idx: int,
     size: int,
-) -> Iterator[list[SweepPoint]]:
+) -> Generator[list[SweepPoint], None, None]:
     """The composed points of :func:`compose_points`, ``size`` at a time, composed lazily: a
     chunk is composed when it is asked for, so only the chunks the caller keeps are held
     (``launch.pipeline`` stages each one before it asks for the next).
@@ -187,7 +188,7 @@ def compose_full(
     with open_dict(cfg):
         cfg.hydra.job.num = job_num
     HydraConfig.instance().set_config(cfg)
-    text = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("dir")
+    text = to_dict(cfg.hydra.sweep, resolve=False).get("dir")
     if isinstance(text, str) and JOB_ID_INTERPOLATION.search(text):
         raise JobIdError(job_id_message("hydra.sweep.dir", text))
     marked = mark_job_id(cfg)  # ${hydra.job.id} in the subdir: the job puts its id there
@@ -197,9 +198,7 @@ def compose_full(
         with read_write(cfg.hydra.runtime), open_dict(cfg.hydra.runtime):
             cfg.hydra.runtime.output_dir = os.path.abspath(os.path.join(sweep_dir, subdir))
         HydraConfig.instance().set_config(cfg)
-        container = OmegaConf.to_container(
-            cfg, resolve=True, throw_on_missing=False, enum_to_str=True
-        )
+        container = to_dict(cfg, resolve=True, throw_on_missing=False, enum_to_str=True)
     except InterpolationToMissingValueError as error:
         if "hydra.job.id" not in str(error):
             raise
@@ -248,11 +247,9 @@ class _Composer:
         #: override string -> its :meth:`_classify` (a grid has few distinct strings)
         self._kinds: dict[str, tuple[str, Any, Any]] = {}
         try:
-            from omegaconf import OmegaConf
-
-            hydra_overrides = OmegaConf.to_container(master_config.hydra.overrides.hydra)
+            hydra_overrides = to_list(master_config.hydra.overrides.hydra)
             _, self.repo = config_loader._parse_overrides_and_create_caching_repo(
-                master_config.hydra.job.config_name, list(hydra_overrides)
+                master_config.hydra.job.config_name, hydra_overrides
             )
         except Exception as error:  # another Hydra version: compose everything in full
             log.debug("fast composition disabled: %s", error)

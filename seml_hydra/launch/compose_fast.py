@@ -25,9 +25,10 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from seml_hydra.core.hydra_node import JOB_ID_TOKEN
+from seml_hydra.launch.containers import to_dict
 
 
 class NotFast(Exception):
@@ -103,15 +104,14 @@ class Combination:
         #: hydra paths a point patched -> their PatchOrigin (shared by the points of a plan)
         self.origins: dict[tuple[tuple[Any, ...], ...], PatchOrigin] = {}
         # the base container: resolved with this job number and its output dir
-        HydraConfig.instance().cfg = view
+        # Hydra types it HydraConf but holds the config's view of its node, as its own
+        # HydraConfig.set_config does (with an ignore of its own)
+        HydraConfig.instance().cfg = view  # type: ignore[assignment]
         self._write_inputs(job_num, None, None)
         subdir = str(_resolved(cfg, SWEEP_SUBDIR))
         self.sweep_dir = os.path.abspath(str(_resolved(cfg, SWEEP_DIR)))
         self._write_output_dir(os.path.abspath(os.path.join(self.sweep_dir, subdir)))
-        container = OmegaConf.to_container(
-            cfg, resolve=True, throw_on_missing=False, enum_to_str=True
-        )
-        assert isinstance(container, dict)
+        container = to_dict(cfg, resolve=True, throw_on_missing=False, enum_to_str=True)
         container["hydra"]["sweep"]["dir"] = self.sweep_dir
         self.base = container
         conf = container["hydra"]["job"]["config"]["override_dirname"]
@@ -151,7 +151,9 @@ class Combination:
             overrides=split.app, kv_sep=kv_sep, item_sep=item_sep, exclude_keys=exclude
         )
         saved: list[tuple[Any, Any, Any, Any]] = []
-        HydraConfig.instance().cfg = self.view
+        # Hydra types it HydraConf but holds the config's view of its node, as its own
+        # HydraConfig.set_config does (with an ignore of its own)
+        HydraConfig.instance().cfg = self.view  # type: ignore[assignment]
         patches: dict[tuple[Any, ...], Any] = {
             JOB_NUM: job_num,
             TASK: list(split.task),
@@ -464,9 +466,9 @@ def mark_job_id(cfg: Any) -> bool:
     ``hydra.sweep.subdir`` uses ``${hydra.job.id}`` (hydra-submitit-launcher's
     ``${hydra.job.num}_${hydra.job.id}``): the Slurm job id exists only in the job, which puts
     it in the token's place (``core.hydra_node.with_job_id``). Returns whether it did."""
-    from omegaconf import OmegaConf, open_dict, read_write
+    from omegaconf import open_dict, read_write
 
-    text = OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir")
+    text = to_dict(cfg.hydra.sweep, resolve=False).get("subdir")
     if not (isinstance(text, str) and JOB_ID_INTERPOLATION.search(text)):
         return False
     with read_write(cfg.hydra), open_dict(cfg.hydra):
@@ -583,9 +585,13 @@ def _patch_tree(paths: Sequence[tuple[Any, ...]]) -> tuple[tuple[Any, Any], ...]
     return freeze(root)
 
 
+#: a container of a config: a mapping or a list
+_Container = TypeVar("_Container", dict[str, Any], list[Any])
+
+
 def _apply_patches(
-    base: dict[str, Any], tree: tuple[tuple[Any, Any], ...], values: list[Any]
-) -> dict[str, Any]:
+    base: _Container, tree: tuple[tuple[Any, Any], ...], values: list[Any]
+) -> _Container:
     """:func:`_patched` along a :func:`_patch_tree` (``values`` in the paths' order): the same
     copy of ``base``, without looking up every prefix of every path."""
     root = dict(base) if isinstance(base, dict) else list(base)
@@ -594,7 +600,7 @@ def _apply_patches(
             root[key] = values[sub]
         else:
             root[key] = _apply_patches(root[key], sub, values)
-    return root  # type: ignore[return-value]
+    return root
 
 
 def _patched(base: dict[str, Any], patches: dict[tuple[Any, ...], Any]) -> dict[str, Any]:
@@ -603,7 +609,7 @@ def _patched(base: dict[str, Any], patches: dict[tuple[Any, ...], Any]) -> dict[
     root = dict(base)
     copied: dict[tuple[Any, ...], Any] = {(): root}
     for path, value in patches.items():
-        node = root
+        node: dict[str, Any] | list[Any] = root
         for depth in range(len(path) - 1):
             prefix = path[: depth + 1]
             child = copied.get(prefix)

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.shell import seml_for
+from seml_hydra.launch.containers import to_dict, to_list
 from seml_hydra.store.masking import mask_credentials
 from seml_hydra.store.retry import is_connection_error, short_reason
 
@@ -143,11 +144,11 @@ def mask_db_credentials(config: Any) -> None:
     with read_write(hydra), open_dict(hydra):
         overrides = OmegaConf.select(hydra, "overrides.hydra", default=None)
         if overrides is not None:
-            for i, text in enumerate(OmegaConf.to_container(overrides)):
+            for i, text in enumerate(to_list(overrides)):
                 if isinstance(text, str) and mask_credentials(text) != text:
                     overrides[i] = mask_credentials(text)
         db = OmegaConf.select(hydra, "launcher.db", default=None)
         if OmegaConf.is_dict(db):
-            url = OmegaConf.to_container(db).get("url")
+            url = to_dict(db).get("url")
             if isinstance(url, str) and mask_credentials(url) != url:
                 db.url = mask_credentials(url)

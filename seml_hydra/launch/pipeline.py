@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import sys
+import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -281,9 +282,9 @@ def checked_chunk(points: list[Any], executor: str) -> list[Any]:
                 )
             point.origin = known[1]
         point.hydra = masked
-    clean: set[int] = set()  # ids of config containers without a key Sacred refuses
+    sacred_clean: set[int] = set()  # ids of config containers without a key Sacred refuses
     for point in points:
-        path = sacred_key_problem(point.config, clean)
+        path = sacred_key_problem(point.config, sacred_clean)
         if path is not None:
             raise LaunchError(config_key_message(path, point.overrides))
     checked: dict[int, Any] = {}  # id -> node (kept alive while its id is a key)
@@ -439,7 +440,7 @@ def launched_from_command_line() -> bool:
     except ImportError:  # another Hydra version: assume the usual command line
         return True
     code = _run_hydra.__code__
-    frame = sys._getframe()
+    frame: types.FrameType | None = sys._getframe()
     while frame is not None:
         if frame.f_code is code:
             return True

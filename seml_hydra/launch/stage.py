@@ -259,14 +259,14 @@ def plan_chunk(
         if isinstance(earlier, int):  # a repeat of a new point of this launch: one experiment
             plan.existing[index] = {"_id": None, "same_as": earlier}
             continue
-        doc = earlier if earlier is not None else by_hash.get(h)
-        if doc is None:
+        stored = earlier if earlier is not None else by_hash.get(h)
+        if stored is None:
             seen[h] = index
             plan.new.append(index)
             continue
-        seen[h] = doc
-        plan.existing[index] = doc
-        status = states.ALIASES.get(doc["status"], doc["status"])
+        seen[h] = stored
+        plan.existing[index] = stored
+        status = states.ALIASES.get(stored["status"], stored["status"])
         if status in states.RERUNNABLE:
             plan.rerun.append(index)
         elif status == states.STAGED:
@@ -502,8 +502,8 @@ class Stager:
             )
             docs = [make_document(i - start, e) for i, e in zip(plan.new, chunk_new)]
             if not self.force:  # one document per hash (UNIQUE_INDEX): see finish()
-                for doc in docs:
-                    doc[UNIQUE_FIELD] = True
+                for new_doc in docs:
+                    new_doc[UNIQUE_FIELD] = True
             self._settle()  # one insert at a time, in id order
             self.new_ids.extend(chunk_new)
             if self._overlap:
@@ -584,7 +584,8 @@ class Stager:
         awaited: dict[str, list[int]] = {}
         for exp_id, doc in self.awaited_docs.items():
             awaited.setdefault(doc["status"], []).append(exp_id)
-        rerun_ids, resubmit_ids = [], []
+        rerun_ids: list[Any] = []
+        resubmit_ids: list[Any] = []
         moved: list[dict[str, Any]] = []
         for exp_id, (doc, is_rerun, fields) in self.updates.items():
             # a re-run's earlier run goes into its attempt history in this same write

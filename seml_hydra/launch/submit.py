@@ -275,8 +275,8 @@ def submit_group(
     # submitted) some of them first; every later write is filtered on this submission's mark
     ours = {"slurm.0.submitting.token": mark["token"]}
     if not moved_all(update, all_ids):  # read back which (else: all of them, no read)
-        moved = {d["_id"] for d in collection.find({"_id": {"$in": all_ids}, **ours}, {"_id": 1})}
-        id_groups = [g for g in ([i for i in group if i in moved] for group in id_groups) if g]
+        taken = {d["_id"] for d in collection.find({"_id": {"$in": all_ids}, **ours}, {"_id": 1})}
+        id_groups = [g for g in ([i for i in group if i in taken] for group in id_groups) if g]
         if not id_groups:
             return [], [], []
         all_ids = [i for group in id_groups for i in group]
@@ -353,7 +353,7 @@ def submit_group(
             f"recording the submitted job(s) {', '.join(str(j.job_id) for j in jobs)}",
         )
     )
-    id_groups = [list(g) for g in id_groups]
+    submitted = [list(g) for g in id_groups]
     orphans: list[str] = []
     # fewer matched than moved: a delete took some (or an attempt before the last succeeded)
     if written[-1].acknowledged and written[-1].matched_count < len(all_ids):
@@ -364,15 +364,15 @@ def submit_group(
                 {"_id": {"$in": all_ids}, "slurm.0.job_id": {"$in": job_ids}}, {"_id": 1}
             )
         }
-        orphaned = orphaned_tasks(id_groups, recorded)
+        orphaned = orphaned_tasks(submitted, recorded)
         if orphaned:
             orphans = cancel_orphaned(jobs, orphaned, cluster)
             gone = set(orphaned)
             jobs = [j for i, j in enumerate(jobs) if i not in gone]
-            id_groups = [g for i, g in enumerate(id_groups) if i not in gone]
+            submitted = [g for i, g in enumerate(submitted) if i not in gone]
     if deferred and jobs:
         start_submitted(sorted({str(job.job_id).split("_")[0] for job in jobs}))
-    return jobs, id_groups, orphans
+    return jobs, submitted, orphans
 
 
 def always_arrays(executor: Any) -> None:

@@ -108,8 +108,8 @@ def tasks_to_cancel(
     out = set()
     for doc in cancelled:
         task = task_of(doc)
-        if is_slurm_task(task) and task[1] not in spared:  # type: ignore[index]
-            out.add(task[1])  # type: ignore[index]
+        if is_slurm_task(task) and task[1] not in spared:
+            out.add(task[1])
     return sorted(out, key=job_sort_key)
 
 
@@ -387,7 +387,8 @@ def pending_tasks(
     if not tasks and not seml_arrays:
         return [], []
     arrays = sorted({t.split("_")[0] for t in tasks} | seml_arrays, key=int)
-    held, free = set(), set()
+    held: set[str] = set()
+    free: set[str] = set()
     for row in our_squeue_rows(arrays, collection.name, strangers):
         if row.state != "PENDING":
             continue

@@ -125,12 +125,12 @@ def status_groups(
 
 
 def group_rows(
-    groups: Sequence[tuple[Mapping[str, Any], list[Any]]], keys: Sequence[str] = ()
+    groups: Sequence[tuple[Mapping[str, Any], Sequence[Any]]], keys: Sequence[str] = ()
 ) -> list[StateRow]:
     """:func:`state_rows` of :func:`status_groups` (pure): each group counts as its first
     experiment for the order of descriptions and values, and brings all its ids."""
     rows = state_rows([{**doc, "_id": ids[0]} for doc, ids in groups], keys)
-    by_state: dict[str, list[list[Any]]] = {}
+    by_state: dict[str, list[Sequence[Any]]] = {}
     for doc, ids in groups:
         by_state.setdefault(state_of(doc.get("status")), []).append(ids)
     for row in rows:
@@ -138,7 +138,7 @@ def group_rows(
     return rows
 
 
-def _merged(parts: list[list[Any]]) -> list[Any]:
+def _merged(parts: Sequence[Sequence[Any]]) -> list[Any]:
     """The ids of ``parts`` (each in ``_id`` order), sorted by ``id_sort_key``: joined when
     they are integer runs that do not overlap (one launch's arrays), sorted otherwise."""
     parts = sorted(parts, key=lambda ids: id_sort_key(ids[0]))

@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import states
 from seml_hydra.core.paths import unsafe_path_part
@@ -29,6 +29,9 @@ from seml_hydra.track.groups import task_groups
 from seml_hydra.track.jobs import array_of, row_jobs, state_of, task_of
 from seml_hydra.track.outputs import OUTPUT_TAIL_BYTES, output_file, read_document_output
 from seml_hydra.track.query import PROJECTION, select
+
+if TYPE_CHECKING:
+    from pymongo.database import Database
 
 
 @dataclass
@@ -93,8 +96,8 @@ def snapshot_of(docs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     Returns ``None`` when none of them has one. Raises :class:`ManageError` listing the batch
     ids when they have different snapshots: the filter must pick one.
     """
-    snapshots: dict[tuple, list[int]] = {}
-    first: dict[tuple, Mapping[str, Any]] = {}
+    snapshots: dict[tuple[Any, ...], list[int | None]] = {}
+    first: dict[tuple[Any, ...], Mapping[str, Any]] = {}
     for doc in docs:
         name = _snapshot_name(doc.get("seml"))
         if name is not None:
@@ -192,7 +195,7 @@ class Output:
     start of a file longer than :data:`OUTPUT_TAIL_BYTES`."""
 
     exp_id: int
-    status: str
+    status: str | None
     path: str | None
     text: str | None
     problem: str | None = None
@@ -248,12 +251,14 @@ def read_outputs(
             max_bytes=OUTPUT_TAIL_BYTES,
             head=bool(head),
         )
-        if read.data is None and captured is None:
+        if read.data is not None:
+            text = read.data.decode("utf-8", errors="replace")
+        elif captured is not None:
+            path = f"{path} ({read.problem}); Sacred's captured_out"
+            text = captured
+        else:
             out.append(Output(exp_id, status, path, None, read.problem))
             continue
-        if read.data is None:
-            path = f"{path} ({read.problem}); Sacred's captured_out"
-        text = captured if read.data is None else read.data.decode("utf-8", errors="replace")
         skipped = 0 if head else read.skipped
         incomplete = read.data is None and doc.get("captured_out_incomplete") is True
         lines = _lines(text, head, tail)
@@ -376,8 +381,9 @@ def orphan_arrays(collection: Any, arrays: Mapping[str, str | None]) -> set[str]
     last = (counter or {}).get("value")
     if not isinstance(last, int):  # no launch of ours staged into it
         return set()
-    batches = {a: batch_of_job(n, collection.name) for a, n in arrays.items()}
-    candidates = {a for a, b in batches.items() if b is not None and b <= last}
+    all_batches = {a: batch_of_job(n, collection.name) for a, n in arrays.items()}
+    batches = {a: b for a, b in all_batches.items() if b is not None and b <= last}
+    candidates = set(batches)
     if not candidates:
         return set()
     values = [*(int(a) for a in candidates), *candidates]
@@ -402,7 +408,7 @@ def orphan_arrays(collection: Any, arrays: Mapping[str, str | None]) -> set[str]
 
 
 def queue(
-    db: Any | None,
+    db: Database[dict[str, Any]] | None,
     job_ids: Sequence[str] | None = None,
     *,
     all_jobs: bool = False,
@@ -418,9 +424,62 @@ def queue(
     rows = slurm.squeue_jobs(
         job_ids=list(job_ids) if job_ids else None, states=slurm_states, extra_fields=("E",)
     )
-    names = set()
+    names: set[str] = set()
+    exp_of: dict[tuple[str, str], list[int]] = {}
     if db is not None:
         names = {n for n in db.list_collection_names() if is_listed_collection(n)}
+        exp_of = _experiments_by_task(db, rows, names)
+    out = []
+    for row in rows:
+        known = row.comment if row.comment in names else None
+        if known is None and not all_jobs:
+            continue
+        ids: list[int] = []
+        if known is not None:
+            for job in row_jobs(row):
+                ids.extend(exp_of.get((known, job), []))
+            if row.state == "PENDING" and row.array_job_id is not None:
+                ids.extend(exp_of.get((known, f"{row.array_job_id}_*"), []))
+        out.append(
+            QueueRow(
+                collection=known,
+                job_id=row.job_id,
+                state=row.state,
+                reason=row.reason,
+                nodes=row.nodelist,
+                elapsed_s=row.elapsed_s,
+                name=row.name,
+                exp_ids=sorted(set(ids)),
+                dependency=row.dependency,
+                array_id=str(row.array_job_id or row.job_id_raw),
+            )
+        )
+    if db is not None:  # without a database no row has a collection
+        _mark_orphans(db, out)
+    return out
+
+
+def _mark_orphans(db: Database[dict[str, Any]], out: Sequence[QueueRow]) -> None:
+    """Set ``orphan`` on the rows of ``out`` whose array no row of theirs runs an experiment of
+    and :func:`orphan_arrays` finds orphaned."""
+    busy = {(r.collection, r.array_id) for r in out if r.exp_ids}
+    idle: dict[str, dict[str, str | None]] = {}
+    for r in out:
+        if r.collection is not None and (r.collection, r.array_id) not in busy:
+            idle.setdefault(r.collection, {})[r.array_id] = r.name
+    for name, arrays in idle.items():
+        orphans = orphan_arrays(db[name], arrays)
+        for r in out:
+            if r.collection == name and r.array_id in orphans:
+                r.orphan = True
+
+
+def _experiments_by_task(
+    db: Database[dict[str, Any]], rows: Sequence[Any], names: set[str]
+) -> dict[tuple[str, str], list[int]]:
+    """``{(collection, Slurm task): experiment ids}`` of the squeue ``rows`` whose comment is
+    one of the collections ``names``, one aggregate per collection (:func:`queue_groups`); a
+    pending experiment of SEML 0.5 is under ``(collection, "<array>_*")``."""
     by_collection: dict[str, list[Any]] = {}
     for row in rows:
         if row.comment in names:
@@ -438,42 +497,7 @@ def queue(
             elif doc.get("status") == states.PENDING and array_of(doc):
                 # SEML 0.5: a pending experiment waits for any pending task of its array
                 exp_of.setdefault((name, f"{array_of(doc)}_*"), []).extend(ids)
-    out = []
-    for row in rows:
-        known = row.comment in names
-        if not known and not all_jobs:
-            continue
-        ids: list[int] = []
-        if known:
-            for job in row_jobs(row):
-                ids.extend(exp_of.get((row.comment, job), []))
-            if row.state == "PENDING" and row.array_job_id is not None:
-                ids.extend(exp_of.get((row.comment, f"{row.array_job_id}_*"), []))
-        out.append(
-            QueueRow(
-                collection=row.comment if known else None,
-                job_id=row.job_id,
-                state=row.state,
-                reason=row.reason,
-                nodes=row.nodelist,
-                elapsed_s=row.elapsed_s,
-                name=row.name,
-                exp_ids=sorted(set(ids)),
-                dependency=row.dependency,
-                array_id=str(row.array_job_id or row.job_id_raw),
-            )
-        )
-    busy = {(r.collection, r.array_id) for r in out if r.exp_ids}
-    idle: dict[str, dict[str, str | None]] = {}
-    for r in out:
-        if r.collection is not None and (r.collection, r.array_id) not in busy:
-            idle.setdefault(r.collection, {})[r.array_id] = r.name
-    for name, arrays in idle.items():
-        orphans = orphan_arrays(db[name], arrays)
-        for r in out:
-            if r.collection == name and r.array_id in orphans:
-                r.orphan = True
-    return out
+    return exp_of
 
 
 #: the fields :func:`attempt_histories` reads (the whole history, the current run's fields)

@@ -92,7 +92,7 @@ def reset(collection: Any, query: Mapping[str, Any]) -> ResetResult:
     ran = [
         {**d, "attempt": attempts.number_after(d.get("last_attempt"))}
         for d in docs
-        if states.ALIASES.get(d.get("status"), d.get("status")) != states.STAGED
+        if states.ALIASES.get(str(d.get("status")), d.get("status")) != states.STAGED
     ]
     tag_metrics(collection.database, collection.name, ran)
     return ResetResult(ids, [d["_id"] for d in ran])
@@ -223,7 +223,7 @@ def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> 
     files = [f for f in files if f is not None]
     if files:
         # Sacred stores a source file once per content (any run, any collection may share it)
-        shared = set()
+        shared: set[str] = set()
         for other in db.list_collection_names():
             if not is_listed_collection(other):
                 continue

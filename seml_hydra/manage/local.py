@@ -129,6 +129,8 @@ class SlurmStealer:
         if not is_slurm_task(task):
             return
         first = doc["slurm"][0] if isinstance(doc.get("slurm"), list) else doc.get("slurm")
+        if not isinstance(first, Mapping):
+            return  # its task is the claim's (``execution``): nothing was submitted for it
         waiting = self.collection.count_documents(
             {
                 "_id": {"$ne": doc["_id"]},

@@ -92,7 +92,8 @@ def split_reloadable(
     docs: Iterable[Mapping[str, Any]],
 ) -> tuple[list[Mapping[str, Any]], dict[str, list[Any]]]:
     """``(reloadable documents, {other state: ids})`` of ``docs`` (pure)."""
-    ok, other = [], {}
+    ok: list[Mapping[str, Any]] = []
+    other: dict[str, list[Any]] = {}
     for doc in docs:
         state = states.ALIASES.get(str(doc.get("status")), str(doc.get("status")))
         if state in RELOADABLE:

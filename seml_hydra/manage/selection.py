@@ -86,7 +86,7 @@ def build_filter(
     """The MongoDB filter of the common options (pure). All given parts must match (AND);
     ``filter_states`` empty or None means every state."""
     query: dict[str, Any] = dict(filter_dict or {})
-    parts = []
+    parts: list[dict[str, Any]] = []
     if sacred_id is not None:
         parts.append({"_id": sacred_id})
     if batch_id is not None:

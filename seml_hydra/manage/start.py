@@ -43,7 +43,9 @@ def no_payload_message(doc: Mapping[str, Any]) -> str:
     0.5.7's own ``reset``, which keeps only the fields SEML knows
     (``get_experiment_reset_op``: ``hydra``, ``seed`` and ``seml.payload_file`` go); the two
     look alike, so the message names both, ours first when the document names an executable."""
-    seml = doc.get("seml") if isinstance(doc.get("seml"), Mapping) else {}
+    seml = doc.get("seml")
+    if not isinstance(seml, Mapping):
+        seml = {}
     executable = seml.get("executable")
     ours = (
         "this experiment's seml-hydra fields (payload, hydra, seed) are gone, as SEML's own "

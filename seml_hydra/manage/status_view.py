@@ -34,12 +34,12 @@ def pending_arrays(docs: Iterable[Mapping[str, Any]]) -> list[str]:
 
 def status_table(
     collection: Any, query: Mapping[str, Any], keys: Sequence[str] = ()
-) -> tuple[list[tuple[dict[str, Any], Sequence[Any]]], list[str]]:
+) -> tuple[Sequence[tuple[dict[str, Any], Sequence[Any]]], list[str]]:
     """What ``status`` shows: ``(groups, arrays)``, the groups of ``manage.describe.status_groups``
     and the :func:`pending_arrays` among them. Without a filter nor ``keys`` they come from the
     census index alone (``track.census.state_groups``: no document read), else, or when the
     census cannot answer, from one aggregate over the documents. Raises pymongo errors."""
-    groups = None
+    groups: Sequence[tuple[dict[str, Any], Sequence[Any]]] | None = None
     if not query and not keys:
         try:
             groups = census.state_groups(collection)

@@ -402,7 +402,7 @@ def ensure_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0
         state = _read_state(data_dir)
         stale = _our_unusable_server(data_dir, state) if state is not None else None
         creds = credentials(data_dir)
-        if stale is not None:
+        if stale is not None and state is not None:
             port = state["port"]
             answer = _serves_dbpath(port, data_dir / "db", creds, 10.0) if creds else False
             if answer:  # ours after all, only slow to answer the first probe
@@ -485,6 +485,8 @@ def stop_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0) 
         state = _read_state(data_dir)
         server = find_running_embedded(data_dir) if state is not None else None
         pid = state.get("pid") if state is not None else None
+        if not isinstance(pid, int):
+            pid = None  # state.json always records one; a file without is not ours
         if server is not None:
             client = _client(server.port, credentials(data_dir) or ("", ""), 5.0)
             try:
@@ -493,11 +495,16 @@ def stop_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0) 
                 pass  # the server closes the connection while shutting down
             finally:
                 client.close()
-        elif state is not None and _our_unusable_server(data_dir, state) is not None:
+        elif (
+            state is not None
+            and pid is not None
+            and _our_unusable_server(data_dir, state) is not None
+        ):
             os.kill(pid, signal.SIGTERM)
         else:
             (data_dir / STATE_FILE).unlink(missing_ok=True)
             return False
-        wait_gone(pid, timeout_s, data_dir)
+        if pid is not None:
+            wait_gone(pid, timeout_s, data_dir)
         (data_dir / STATE_FILE).unlink(missing_ok=True)
         return True

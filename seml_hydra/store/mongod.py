@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from seml_hydra.core.processes import process_alive, read_pid_file, run_captured
@@ -228,7 +229,7 @@ def bootstrap_user(
             )
         pid = read_pid_file(pidfile)
         ms = max(1, int(timeout_s * 1000))
-        client = pymongo.MongoClient(
+        client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
             "mongodb://" + quote(str(sock), safe=""),
             directConnection=True,
             serverSelectionTimeoutMS=ms,

@@ -225,9 +225,10 @@ def load_payload(
         from bson import ObjectId
 
         grid_out = gridfs.GridFS(db).get(ObjectId(payload_id))
+        metadata: Any = grid_out.metadata  # written with the file by the launcher
         _LOADED[payload_id] = (
             loads_with_main(grid_out.read(), main),
-            grid_out.metadata["hydra_base"],
+            metadata["hydra_base"],
         )
     return _LOADED[payload_id]
 
@@ -250,7 +251,12 @@ def hydra_base(db: Any, payload_id: str) -> dict[str, Any]:
     import gridfs
     from bson import ObjectId
 
-    return gridfs.GridFS(db).find_one({"_id": ObjectId(payload_id)}).metadata["hydra_base"]
+    found = gridfs.GridFS(db).find_one({"_id": ObjectId(payload_id)})
+    if found is None:
+        raise AttributeError(f"payload {payload_id} is gone")
+    metadata: Any = found.metadata  # written with the file by the launcher
+    base: dict[str, Any] = metadata["hydra_base"]
+    return base
 
 
 def hydra_base_for(
@@ -306,7 +312,7 @@ def restricted_to(candidates: dict[str, Any], only: set[str] | None) -> dict[str
     from bson import ObjectId
     from bson.errors import InvalidId
 
-    ids = []
+    ids: list[Any] = []
     for file_id in only:
         try:
             ids.append(ObjectId(file_id))

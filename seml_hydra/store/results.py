@@ -97,7 +97,8 @@ def get_results(
     if filter is not None and not isinstance(filter, Mapping):
         if fields is not None:
             raise ValueError("get_results: a list as `filter` is taken as `fields`; not both.")
-        filter, fields = None, list(filter)
+        fields = list(filter)
+        filter = None
     if filter_dict is not None:
         if filter is not None:
             raise ValueError("get_results: give `filter` or `filter_dict`, not both.")
@@ -208,7 +209,7 @@ def get_metrics(
     if db is None:
         db = connect(resolve_db_settings(None))
     query = {} if ids is None else {"_id": {"$in": list(ids)}}
-    fields = {"_id": 1, "info.metrics": 1}
+    fields: dict[str, Any] = {"_id": 1, "info.metrics": 1}
     if attempt is not None:
         fields["last_attempt"] = LAST_NUMBER
     docs = list(db[collection].find(query, fields))

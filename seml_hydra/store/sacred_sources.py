@@ -38,7 +38,7 @@ def sacred_source_copies(db: Any, source_files: Sequence[Sequence[Any]]) -> list
         for f in files.find({"_id": {"$in": ids}}, {"metadata.content_hash": 1})
     }
     present = [(str(rel), file_id) for rel, file_id in source_files if file_id in recorded]
-    copies = _existing_copies(files, [(rel, recorded[i]) for rel, i in present if recorded[i]])
+    copies = _existing_copies(files, [(rel, md5) for rel, i in present if (md5 := recorded[i])])
     missing = [i for rel, i in present if (rel, recorded[i]) not in copies]
     contents = gridfs_contents(db, missing) if missing else {}
     out = []

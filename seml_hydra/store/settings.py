@@ -29,7 +29,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import parse_qs, unquote
 
 from seml_hydra.store import embedded
@@ -280,6 +280,7 @@ def _replace(settings: DbSettings, **changes: Any) -> DbSettings:
 
 def _embedded_settings(env: Mapping[str, str], start: bool) -> DbSettings:
     data_dir = embedded.default_data_dir(env)
+    server: embedded.EmbeddedServer | None
     if start:
         server = embedded.ensure_embedded_mongod(data_dir)
     else:
@@ -351,7 +352,16 @@ def _settings_from_uri(uri: str, source: str) -> DbSettings:
     )
 
 
-def _login(parts: Mapping[str, str], source: str) -> dict[str, str | None]:
+class _Login(TypedDict):
+    """The login fields of :class:`DbSettings` a URI gives (:func:`_login`)."""
+
+    database: str
+    username: str | None
+    password: str | None
+    auth_source: str | None
+
+
+def _login(parts: Mapping[str, str], source: str) -> _Login:
     """The ``database``, ``username``, ``password`` and ``auth_source`` fields of a URI split by
     ``split_uri`` (pure): the path's database (else :data:`DEFAULT_DATABASE`; an invalid name
     raises ``DatabaseError`` naming ``source``), the userinfo's user and password
@@ -360,7 +370,7 @@ def _login(parts: Mapping[str, str], source: str) -> dict[str, str | None]:
     user, colon, pw = parts["userinfo"].partition(":")
     username = unquote(user) if user else None
     path = unquote(parts["path"])
-    auth_source = parse_qs(parts["query"]).get("authSource", [None])[-1]
+    auth_source: str | None = parse_qs(parts["query"]).get("authSource", [None])[-1]
     if auth_source is None and username is not None:
         auth_source = path or "admin"
     return {

@@ -294,7 +294,7 @@ def upload_sources(
     if lease is not None:  # atomic with a deleter's mark (see delete_unused_files)
         fs_files.update_many(query, {"$push": {"metadata.leases": dict(lease)}})
         query = {**query, "metadata.leases.id": lease["id"]}
-    existing = {}
+    existing: dict[tuple[str, str], Any] = {}
     for f in fs_files.find(query, {"filename": 1, "metadata.content_hash": 1}):
         existing.setdefault((f["filename"], f["metadata"]["content_hash"]), f["_id"])
     new = []

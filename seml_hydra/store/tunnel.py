@@ -207,8 +207,10 @@ def runtime_dir(env: Mapping[str, str] | None = None, max_path_bytes: int | None
             return path
         refused.append((path, problem))
     key = tuple(str(p) for p in candidates)
-    path = _PROCESS_DIRS.get(key)
-    if path is None or private_dir_problem(path):
+    known = _PROCESS_DIRS.get(key)
+    if known is not None and not private_dir_problem(known):
+        path = known
+    else:
         try:
             path = Path(tempfile.mkdtemp(prefix=f"seml-hydra-{os.getuid()}-"))
         except OSError as err:

@@ -61,7 +61,7 @@ def plain(value: Any) -> bool:
     return value is None or isinstance(value, str) or type(value) is int
 
 
-def key_values(doc: Mapping[str, Any], fields: Sequence[str] = CENSUS_FIELDS) -> tuple:
+def key_values(doc: Mapping[str, Any], fields: Sequence[str] = CENSUS_FIELDS) -> tuple[Any, ...]:
     """The values at ``fields`` (dotted paths) of a document read through the index (pure):
     MongoDB returns a covered ``slurm.0.array_id`` as ``{"slurm": {"0": {"array_id": ...}}}``;
     a part that is missing gives None. Raises :class:`Unplain` for a value :func:`plain`
@@ -179,7 +179,7 @@ def plain_bson(data: bytes) -> bool:
     return True
 
 
-def _first(collection: Any, lo: list, hi: list) -> dict[str, Any] | None:
+def _first(collection: Any, lo: list[Any], hi: list[Any]) -> dict[str, Any] | None:
     """The first index entry in ``[lo, hi)`` (covered: no document is read), or None. Raises
     :class:`Unplain` for an entry holding a value of another type (:func:`plain_bson`)."""
     import bson
@@ -225,7 +225,7 @@ class Entry:
     """A distinct key of the census index: the values of its first ``len(key)`` fields and the
     ``_id`` of its first experiment in index order (its smallest)."""
 
-    key: tuple
+    key: tuple[Any, ...]
     first_id: Any
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeGuard
 
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids
@@ -118,7 +118,7 @@ def is_listed(job: str, alive: set[str] | frozenset[str]) -> bool:
     return job in alive or ("_" not in job and any(a.split("_")[0] == job for a in alive))
 
 
-def is_slurm_task(task: tuple[str, str] | None) -> bool:
+def is_slurm_task(task: tuple[str, str] | None) -> TypeGuard[tuple[str, str]]:
     """True for a task Slurm knows (not submitit's local executor, not missing)."""
     if task is None or task[0] == "local":
         return False
@@ -180,7 +180,7 @@ def decide_killed(
         task = task_of(doc)
         if not is_slurm_task(task):
             continue
-        job = task[1]  # type: ignore[index]
+        job = task[1]
         if is_listed(job, alive):
             continue
         recorded = sacct_states.get(job, [])
@@ -324,8 +324,8 @@ def foreign_experiments(docs: Iterable[Mapping[str, Any]], here: str) -> dict[st
     out: dict[str, list[int]] = {}
     for doc in docs:
         task = task_of(doc)
-        if is_slurm_task(task) and task[0] not in (*UNNAMED_CLUSTERS, here):  # type: ignore[index]
-            out.setdefault(task[0], []).append(doc["_id"])  # type: ignore[index]
+        if is_slurm_task(task) and task[0] not in (*UNNAMED_CLUSTERS, here):
+            out.setdefault(task[0], []).append(doc["_id"])
     return out
 
 

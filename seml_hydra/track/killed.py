@@ -9,10 +9,10 @@ launcher's own submitit jobs once submitit reports them done. The decisions are 
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import states
 from seml_hydra.core.processes import process_alive
@@ -43,6 +43,9 @@ from seml_hydra.track.outputs import (
     read_output_tail,
 )
 from seml_hydra.track.query import and_
+
+if TYPE_CHECKING:
+    from pymongo.collection import Collection
 
 
 @dataclass
@@ -172,8 +175,8 @@ def _vouched(docs: Sequence[Mapping[str, Any]]) -> set[int]:
     for i, task in tasks.items():
         first = docs[i].get("slurm", [{}])[0]
         if is_slurm_task(task):
-            ours = task[0] in UNNAMED_CLUSTERS or task[0] == here  # type: ignore[index]
-            if ours and is_listed(task[1], alive):  # type: ignore[index]
+            ours = task[0] in UNNAMED_CLUSTERS or task[0] == here
+            if ours and is_listed(task[1], alive):
                 out.add(i)
         elif task is not None:  # the local executor's, or not a Slurm job id: never judged
             out.add(i)
@@ -389,7 +392,9 @@ def alive_killed(collection: Any, ids: Sequence[int]) -> list[int]:
     return sorted((i for i, t in tasks.items() if is_listed(t[1], alive)), key=id_sort_key)
 
 
-def mark_dead_jobs(collection: Any, jobs: Mapping[str, tuple[Any, Sequence[int]]]) -> list[int]:
+def mark_dead_jobs(
+    collection: Collection[dict[str, Any]], jobs: MutableMapping[str, tuple[Any, Sequence[int]]]
+) -> list[int]:
     """Mark KILLED the experiments of finished submitit jobs that are still PENDING/RUNNING
     (the launcher's wait, for its local jobs).
 

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core.ranges import id_sort_key
+
+if TYPE_CHECKING:
+    from pymongo.collection import Collection
 
 #: the fields the liveness and lifecycle decisions read of a document
 PROJECTION = {
@@ -29,12 +32,14 @@ def and_(query: Mapping[str, Any], condition: Mapping[str, Any]) -> dict[str, An
     return out
 
 
-def select(collection: Any, query: Mapping[str, Any], projection: Any = None) -> list[dict]:
+def select(
+    collection: Collection[dict[str, Any]], query: Mapping[str, Any], projection: Any = None
+) -> list[dict[str, Any]]:
     """Documents matching ``query``, sorted by ``_id``."""
     return list(collection.find(dict(query), projection or PROJECTION).sort("_id", 1))
 
 
-def grouped_pipeline(query: Mapping[str, Any], fields: Mapping[str, Any]) -> list[dict]:
+def grouped_pipeline(query: Mapping[str, Any], fields: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The aggregation pipeline of :func:`grouped` (pure): match ``query``, project on
     ``fields`` (a find projection: paths to 1, or computed fields), sort by ``_id``, group by the
     projected top-level fields (``"ids"``: the ``_id`` s of each group, in order)."""
@@ -48,8 +53,8 @@ def grouped_pipeline(query: Mapping[str, Any], fields: Mapping[str, Any]) -> lis
 
 
 def grouped(
-    collection: Any, query: Mapping[str, Any], fields: Mapping[str, Any]
-) -> list[tuple[dict, list]]:
+    collection: Collection[dict[str, Any]], query: Mapping[str, Any], fields: Mapping[str, Any]
+) -> list[tuple[dict[str, Any], list[Any]]]:
     """The documents matching ``query`` grouped by their projection on ``fields``, in one
     aggregate: ``[(projected document without _id, [_id, ...]), ...]``, groups in the order of
     their first ``_id``, each group's ids in order. The projected document is what

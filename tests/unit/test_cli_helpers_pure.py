@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 from typer.testing import CliRunner
 
@@ -28,8 +30,8 @@ def test_report_ids_without_a_none_message_reports_zero(capsys):
 
 # module-level, as the commands declare them: typer reads the (string) annotations in the
 # module's namespace
-AtMost = num_experiments_option("Show at most this many; 0 = all.")
-NotNegative = num_experiments_option("Show at most this many; 0 = all.", min=0)
+AtMost = Annotated[int, num_experiments_option("Show at most this many; 0 = all.")]
+NotNegative = Annotated[int, num_experiments_option("Show at most this many; 0 = all.", min=0)]
 
 
 def _show(num_experiments: int) -> None:

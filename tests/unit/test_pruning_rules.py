@@ -164,6 +164,8 @@ def test_null_is_off_and_defaults_are_filled_in():
         ({"rule": "asha", "metric": ""}, "has no metric"),
         ({"rule": "hyperband", "metric": "loss"}, "rule='hyperband': unknown rule"),
         ({"metric": "loss"}, "rule=None: unknown rule"),
+        # a list (unhashable) is no rule name either, not a TypeError from the lookup
+        ({"rule": ["asha"], "metric": "loss"}, r"rule=\['asha'\]: unknown rule"),
         ({"rule": "asha", "metric": "loss", "mode": "lowest"}, "must be min or max"),
         ({"rule": "asha", "metric": "loss", "warmup_steps": 2}, "not a parameter of rule asha"),
         ({"rule": "asha", "metric": "loss", "reduction_factor": 1}, "integer >= 2"),
