@@ -50,14 +50,27 @@ def _group_has_others(gid: int, uid: int) -> bool:
     return bool(set(group.gr_mem) - {name}) or group.gr_name != name
 
 
-def _others_can_write(st: os.stat_result, uid: int) -> str | None:
-    """Who besides the owner may create, rename or delete entries of the directory ``st``
-    (``"every user"``, ``"group <name>"``), or None. A sticky directory (``/tmp``) lets
-    others add entries but not touch yours: it counts as safe."""
+def _has_acl(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` carries a POSIX access ACL (then its group mode bits are the ACL's
+    mask: what the users and groups it names may do at most)."""
+    try:
+        os.getxattr(path, "system.posix_acl_access", follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
+def _others_can_write(st: os.stat_result, uid: int, path: str | os.PathLike[str]) -> str | None:
+    """Who besides the owner may create, rename or delete entries of the directory ``st`` at
+    ``path`` (``"every user"``, ``"users its ACL names"``, ``"group <name>"``), or None. A
+    sticky directory (``/tmp``) lets others add entries but not touch yours: it counts as
+    safe."""
     if st.st_mode & stat.S_ISVTX:
         return None
     if st.st_mode & stat.S_IWOTH:
         return "every user"
+    if st.st_mode & stat.S_IWGRP and _has_acl(path):
+        return "users its ACL names"
     if st.st_mode & stat.S_IWGRP and _group_has_others(st.st_gid, uid):
         try:
             return f"group {grp.getgrgid(st.st_gid).gr_name}"
@@ -95,9 +108,19 @@ def unsafe_path_part(path: str | os.PathLike[str], uid: int | None = None) -> st
                 break
             is_link = stat.S_ISLNK(st.st_mode)
             if st.st_uid not in (me, 0):
-                kind = "a symbolic link" if is_link else "a directory"
+                kind = (
+                    "a symbolic link"
+                    if is_link
+                    else "a directory"
+                    if stat.S_ISDIR(st.st_mode)
+                    else "a file"
+                )
                 return f"{prefix} is {kind} of another user (uid {st.st_uid})"
-            writers = None if is_link or not stat.S_ISDIR(st.st_mode) else _others_can_write(st, me)
+            writers = (
+                None
+                if is_link or not stat.S_ISDIR(st.st_mode)
+                else _others_can_write(st, me, prefix)
+            )
             if writers is not None:
                 return (
                     f"{prefix} is a directory {writers} can write "
@@ -119,10 +142,23 @@ def unsafe_import_dir(path: str | os.PathLike[str], uid: int | None = None) -> s
         st = os.stat(path)
     except OSError:
         return None
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & stat.S_IWOTH or (mode & stat.S_IWGRP and _group_has_others(st.st_gid, me)):
-        return f"{path} is a directory other users can add files to (mode {mode:04o})"
+    if _writable_by_others(st, me, path):
+        return f"{path} is a directory other users can add files to (mode {_mode(st):04o})"
     return None
+
+
+def _mode(st: os.stat_result) -> int:
+    return stat.S_IMODE(st.st_mode)
+
+
+def _writable_by_others(st: os.stat_result, uid: int, path: str | os.PathLike[str]) -> bool:
+    """Whether users other than ``uid`` may write ``st`` (at ``path``): o+w, or g+w when the
+    group holds other users or a POSIX ACL names more writers (sticky or not)."""
+    mode = _mode(st)
+    return bool(
+        mode & stat.S_IWOTH
+        or (mode & stat.S_IWGRP and (_group_has_others(st.st_gid, uid) or _has_acl(path)))
+    )
 
 
 def unsafe_file(path: str | os.PathLike[str], uid: int | None = None) -> str | None:
@@ -144,9 +180,8 @@ def unsafe_file(path: str | os.PathLike[str], uid: int | None = None) -> str | N
         return f"{path} is not a regular file (a symbolic link or a special file)"
     if st.st_uid != me:
         return f"{path} belongs to another user (uid {st.st_uid})"
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & stat.S_IWOTH or (mode & stat.S_IWGRP and _group_has_others(st.st_gid, me)):
-        return f"{path} can be written by other users (mode {mode:04o})"
+    if _writable_by_others(st, me, path):
+        return f"{path} can be written by other users (mode {_mode(st):04o})"
     return None
 
 
@@ -176,12 +211,24 @@ def unsafe_executable(path: str | os.PathLike[str], uid: int | None = None) -> s
         st = os.stat(path)
     except OSError:
         return None  # not there: the job's own error says so
-    mode = stat.S_IMODE(st.st_mode)
     if st.st_uid not in (me, 0):
         return f"{path} belongs to another user (uid {st.st_uid})"
-    if mode & stat.S_IWOTH or (mode & stat.S_IWGRP and _group_has_others(st.st_gid, me)):
-        return f"{path} can be written by other users (mode {mode:04o})"
+    if _writable_by_others(st, me, path):
+        return f"{path} can be written by other users (mode {_mode(st):04o})"
     return None
+
+
+def _program_problem(program: str) -> str | None:
+    """:func:`unsafe_executable` of an existing ``program``; for one not there yet, whether
+    another user could create it (its nearest existing directory lets others add files:
+    :func:`unsafe_import_dir`)."""
+    if os.path.lexists(program):
+        return unsafe_executable(program)
+    parent = Path(os.path.abspath(program)).parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    problem = unsafe_import_dir(parent)
+    return None if problem is None else f"{program} does not exist and {problem}"
 
 
 def launch_paths_problem(hydra: Mapping[str, Any], judged: set[str]) -> str | None:
@@ -206,9 +253,10 @@ def launch_paths_problem(hydra: Mapping[str, Any], judged: set[str]) -> str | No
         words = shlex.split(str(python)) if python else []
     except ValueError:
         words = []
-    program = next((w for w in words if w != "exec"), None)
-    if program and "/" in program and program not in judged:
-        problem = unsafe_executable(program)
+    for program in (w for w in words if "/" in w and not w.startswith("-")):
+        if program in judged:
+            continue
+        problem = _program_problem(program)
         if problem is not None:
             return (
                 f"hydra.launcher.python={python}: {problem}; another user could change the "

@@ -63,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     unsafe_cwd = unsafe_import_dir(cwd)
     if unsafe_cwd is None:  # where -m would have put it: the launch directory's modules
         sys.path.insert(0, cwd)
-    else:
+    else:  # nor on that of the Python processes the task starts (multiprocessing's workers)
+        os.environ["PYTHONSAFEPATH"] = "1"
         print(
             f"seml-hydra: the job's working directory is not on the import path: {unsafe_cwd}",
             file=sys.stderr,

@@ -239,19 +239,18 @@ def launch_points(
 
 
 def check_launch_directory(executor: str) -> None:
-    """Refuse a ``seml_local`` launch from a working directory other users can add files to
-    (``core.paths.unsafe_import_dir``: ``/tmp`` itself, a 0777 folder): submitit starts its local
-    jobs as ``python -m submitit.local._local`` there, and ``-m`` imports a ``submitit``
-    package planted in it before anything is checked. Slurm jobs start without the directory on
-    ``sys.path`` (``job.entry.BOOTSTRAP``). Raises ``LaunchError``."""
-    if executor != "local":
-        return
+    """Refuse a launch from a working directory other users can add files to
+    (``core.paths.unsafe_import_dir``: ``/tmp`` itself, a 0777 folder, one an ACL opens): the
+    jobs run there, and every Python they or their task start with ``-m`` or ``-c``
+    (submitit's local controller, multiprocessing's workers) imports a package planted there
+    before anything is checked. ``executor``: unused, every executor runs its jobs here.
+    Raises ``LaunchError``."""
     problem = unsafe_import_dir(os.getcwd())
     if problem is not None:
         raise LaunchError(
-            f"Not launching seml_local jobs from here: {problem}, so another user could put "
-            "a module there that the jobs would import and run as you. cd to a directory of "
-            "yours and launch again; nothing was staged"
+            f"Not launching from here: {problem}, so another user could put a module there "
+            f"that your {executor} jobs (or the Python processes they start) would import and "
+            "run as you. cd to a directory of yours and launch again; nothing was staged"
         )
 
 

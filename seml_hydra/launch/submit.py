@@ -113,12 +113,22 @@ def is_job_files_error(error: BaseException) -> bool:
     return os.path.basename(str(error.filename or "")) != "sbatch"
 
 
+def absolute_path_entries(value: str) -> tuple[str, list[str]]:
+    """``(PYTHONPATH with only its absolute entries, the others)`` (pure): an empty or relative
+    entry means the job's working directory, which Python searches before anything of ours runs
+    (``sitecustomize`` too), whatever the job later makes of its working directory."""
+    entries = value.split(os.pathsep)
+    kept = [e for e in entries if os.path.isabs(e)]
+    return os.pathsep.join(kept), [e for e in entries if not os.path.isabs(e)]
+
+
 @contextlib.contextmanager
 def clean_environment(extra: Mapping[str, str] | None = None) -> Iterator[None]:
     """Temporarily drop the variables a job must not inherit (sbatch exports the environment)
     and set ``extra`` (e.g. ``seml_hydra.store.job_db.job_db_environment``: a secret reaches the job
     through the environment of ``sbatch`` / the local job process, never a file or a command
-    line); everything is restored afterwards."""
+    line); everything is restored afterwards. ``PYTHONPATH`` loses its empty and relative
+    entries (:func:`absolute_path_entries`), with a warning."""
     extra = dict(extra or {})
     saved = {
         k: v
@@ -129,6 +139,17 @@ def clean_environment(extra: Mapping[str, str] | None = None) -> Iterator[None]:
     }
     for key in saved:
         del os.environ[key]
+    pythonpath = os.environ.get("PYTHONPATH")
+    if pythonpath is not None and "PYTHONPATH" not in extra:
+        kept, dropped = absolute_path_entries(pythonpath)
+        if dropped:
+            log.warning(
+                "PYTHONPATH entries %s are relative to the job's working directory: left out "
+                "of the jobs' PYTHONPATH (give them as absolute paths)",
+                dropped,
+            )
+            saved["PYTHONPATH"] = pythonpath
+            os.environ["PYTHONPATH"] = kept
     os.environ.update(extra)
     try:
         yield

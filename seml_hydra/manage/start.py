@@ -11,7 +11,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff
-from seml_hydra.core.paths import launch_paths_problem
+from seml_hydra.core.paths import launch_paths_problem, unsafe_import_dir
 from seml_hydra.job.failfast import max_failures_problem
 from seml_hydra.launch.submit import SubmitRequest, submit_requests
 from seml_hydra.manage.selection import ManageError, state_values
@@ -108,6 +108,9 @@ def build_requests(
         if sweep.get("dir") is not None and not os.path.isabs(str(sweep["dir"])):
             sweep["dir"] = os.path.join(workdir, str(sweep["dir"]))
         problem = launch_paths_problem({**node, "launcher": launcher, "sweep": sweep}, judged)
+        if problem is None and workdir not in judged:
+            problem = unsafe_import_dir(workdir)  # the jobs run (and import) there
+            judged.add(workdir)
         if problem is not None:  # checked at launch; it may have changed since
             raise ManageError(f"Experiment {doc['_id']}: {problem}; nothing was started.")
         out.append(

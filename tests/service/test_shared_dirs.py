@@ -123,28 +123,36 @@ PLANTED = (
 def test_a_module_planted_in_the_launch_directory_never_runs_in_a_job(
     slurm, test_db, tmp_path, shared_tmp, other_user
 ):
-    """Launched from a directory every user may add files to (sticky, as /tmp): another user's
-    ``seml_hydra`` and ``submitit`` packages there are not what the job imports (``python -m``
-    would put the directory first on ``sys.path``); seml_local refuses to launch from there."""
+    """A launch from a directory every user may add files to (sticky, as /tmp) is refused;
+    one opened to them after the launch: another user's ``seml_hydra``, ``submitit`` and
+    ``multiprocessing`` packages there are not what the job imports (``python -m`` would put
+    the directory first on ``sys.path``), nor what the processes its task starts import."""
     shared_tmp.mkdir()
     shared_tmp.chmod(0o1777)
+    pwned = tmp_path / "pwned"
+    env = {"PWNED": str(pwned)}
+    sweep = f"hydra.sweep.dir={tmp_path}/multirun"
+    for launcher in ("seml", "seml_local"):
+        refused = run_app("fail.py", "-m", f"hydra/launcher={launcher}", "fail_on=-1", "x=1",
+                          sweep, cwd=shared_tmp, env=env)  # fmt: skip
+        assert refused.returncode == 1 and "Not launching from here" in refused.stderr
+    assert test_db["fail"].count_documents({}) == 0
+    shared_tmp.chmod(0o755)  # a directory of yours at launch time...
+    held = run_app("fail.py", "-m", "hydra/launcher=seml", "fail_on=-1", "x=1", sweep,
+                   "hydra.launcher.wait=false", "+hydra.launcher.additional_parameters.hold=true",
+                   cwd=shared_tmp, env=env)  # fmt: skip
+    assert held.returncode == 0, held.stdout + held.stderr
+    shared_tmp.chmod(0o1777)  # ... that every user may add files to before the job starts
     for package in ("seml_hydra", "submitit"):
         other_user.run("mkdir", str(shared_tmp / package), check=True)
         other_user.run(
             "sh", "-c", f"cat > {shared_tmp / package}/__init__.py", input=PLANTED, check=True
         )
-    pwned = tmp_path / "pwned"
-    env = {"PWNED": str(pwned)}
-    sweep = f"hydra.sweep.dir={tmp_path}/multirun"
-    proc = run_app("fail.py", "-m", "hydra/launcher=seml", "fail_on=-1", "x=1", sweep,
-                   cwd=shared_tmp, env=env)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    array = test_db["fail"].find_one({"_id": 1})["slurm"][0]["array_id"]
+    subprocess.run(["scontrol", "release", str(array)], check=True)
+    wait_until("the job ends", lambda: squeue_tasks(array) == {})
     assert statuses(test_db["fail"]) == {1: "COMPLETED"}
     assert not pwned.exists()
-    local = run_app("fail.py", "-m", "hydra/launcher=seml_local", "fail_on=-1", "x=2", sweep,
-                    cwd=shared_tmp, env=env)  # fmt: skip
-    assert local.returncode == 1 and "Not launching seml_local jobs from here" in local.stderr
-    assert not pwned.exists() and test_db["fail"].count_documents({}) == 1
 
 
 def test_seml_start_refuses_a_sweep_dir_others_can_write_since_the_launch(slurm, test_db, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from seml_hydra.core.paths import job_dir_problem, unsafe_file, unsafe_path_part
+from seml_hydra.core.paths import job_dir_problem, unsafe_file, unsafe_import_dir, unsafe_path_part
 from seml_hydra.job import entry
 
 OTHER_UID = 54321  # no such user needed: ownership is a number
@@ -160,3 +160,39 @@ def test_a_python_program_others_can_change_is_refused_at_launch(tmp_path):
     problem = launch_paths_problem(node, set())
     assert problem.startswith(f"hydra.launcher.python=exec {wrapper}: {wrapper} can be written")
     assert launch_paths_problem({"launcher": {"python": "python3"}}, set()) is None
+
+
+def test_a_directory_an_acl_opens_to_another_user_is_named(tmp_path):
+    import subprocess
+
+    opened = private(tmp_path / "p")
+    opened.chmod(0o755)
+    subprocess.run(["setfacl", "-m", f"u:{OTHER_UID}:rwx", str(opened)], check=True)
+    assert unsafe_path_part(opened / "multirun") == (
+        f"{opened} is a directory users its ACL names can write (mode 0775, no sticky bit)"
+    )
+    assert "users its ACL names can write" in unsafe_import_dir(opened)
+
+
+def test_relative_pythonpath_entries_are_left_out_of_the_jobs_environment():
+    from seml_hydra.launch.submit import absolute_path_entries
+
+    assert absolute_path_entries(":/opt/x:.:src:/y") == ("/opt/x:/y", ["", ".", "src"])
+    assert absolute_path_entries("/a") == ("/a", [])
+
+
+def test_every_program_the_python_field_names_is_judged(tmp_path):
+    from seml_hydra.core.paths import launch_paths_problem
+
+    open_dir = private(tmp_path / "open")
+    open_dir.chmod(0o1777)
+    wrapper = open_dir / "wrap.sh"
+    wrapper.write_text("#!/bin/sh\n")
+    wrapper.chmod(0o777)
+    for python in (f"bash {wrapper}", f"/usr/bin/env {wrapper}"):
+        problem = launch_paths_problem({"launcher": {"python": python}}, set())
+        assert problem is not None and "can be written by other users" in problem, python
+    missing = f"{open_dir}/later-python"  # another user could create it before a job starts
+    problem = launch_paths_problem({"launcher": {"python": missing}}, set())
+    assert problem is not None and "does not exist and" in problem
+    assert launch_paths_problem({"launcher": {"python": "/usr/bin/env python3"}}, set()) is None
