@@ -21,7 +21,7 @@ def main(cfg: DictConfig) -> int:
         with open(cfg.marker, "a") as starts:
             starts.write(f"{os.getpid()} {socket.gethostname()} {cfg.x}\n")
     deadline = time.monotonic() + cfg.max_wait_s
-    if cfg.x < cfg.get("fail_below", 0):
+    if cfg.get("fail_below") is not None and cfg.x < cfg.fail_below:
         while cfg.get("fail_gate") and not os.path.exists(cfg.fail_gate):
             if time.monotonic() > deadline:
                 return -1  # the test gave up: end without a failure

@@ -113,10 +113,11 @@ def test_write_sources_refuses_paths_outside_the_target(test_db, tmp_path):
 def test_restore_sources_into_a_directory_another_user_can_write_follows_no_link(
     test_db, tmp_path, other_user
 ):
-    """A 0777 target: another user plants symlinks at the temporary names of the next pids
-    (``.app.py.<pid>.tmp``), a symlink at a file of the snapshot and one at a directory of it,
-    all pointing into a victim directory. ``restore-sources`` writes nothing there: the linked
-    file is replaced by the snapshot's, the linked directory is refused in one line."""
+    """A 0777 target is refused in one line. One that was 0777 while another user planted
+    symlinks at the temporary names of the next pids (``.app.py.<pid>.tmp``), a symlink at a
+    file of the snapshot and one at a directory of it, all pointing into a victim directory:
+    ``restore-sources`` writes nothing there, the linked file is replaced by the snapshot's,
+    the linked directory is refused in one line."""
     import shutil
 
     import gridfs
@@ -146,12 +147,18 @@ def test_restore_sources_into_a_directory_another_user_can_write_follows_no_link
         other_user.run("sh", "-c", plant, check=True)
         runner = CliRunner()
         result = runner.invoke(app, ["exps", "restore-sources", str(target), "-y"])
+        assert result.exit_code == 1 and "every user can write" in result.output
+        assert not list(victim.glob("written-*")) and not (target / "app.py").exists()
+        target.chmod(0o755)  # closed again: what was planted meanwhile stays
+        result = runner.invoke(app, ["exps", "restore-sources", str(target), "-y"])
         assert result.exit_code == 0, result.output
         assert not list(victim.glob("written-*"))
         assert (target / "app.py").read_bytes() == b"APP\n"
         # a file of the snapshot that is a link: the link is replaced, its target untouched
         (target / "app.py").unlink()
+        target.chmod(0o777)
         other_user.run("ln", "-s", str(victim / "secret.txt"), str(target / "app.py"), check=True)
+        target.chmod(0o755)
         result = runner.invoke(app, ["exps", "restore-sources", str(target), "-y"])
         assert result.exit_code == 0, result.output
         assert (victim / "secret.txt").read_text() == "VICTIM\n"
@@ -159,7 +166,9 @@ def test_restore_sources_into_a_directory_another_user_can_write_follows_no_link
         assert (target / "app.py").read_bytes() == b"APP\n"
         # a directory of the snapshot that is a link (out of the target): refused
         shutil.rmtree(target / "lib")
+        target.chmod(0o777)
         other_user.run("ln", "-s", str(victim), str(target / "lib"), check=True)
+        target.chmod(0o755)
         result = runner.invoke(app, ["exps", "restore-sources", str(target), "-y"])
         assert result.exit_code == 1
         assert "symbolic link" in result.output and "Traceback" not in result.output
@@ -167,7 +176,9 @@ def test_restore_sources_into_a_directory_another_user_can_write_follows_no_link
         # inside the target, to another directory of it: refused as well
         (target / "lib").unlink()
         (target / "elsewhere").mkdir()
+        target.chmod(0o777)
         other_user.run("ln", "-s", str(target / "elsewhere"), str(target / "lib"), check=True)
+        target.chmod(0o755)
         result = runner.invoke(app, ["exps", "restore-sources", str(target), "-y"])
         assert result.exit_code == 1 and "symbolic link" in result.output
         assert not list((target / "elsewhere").iterdir())
