@@ -135,16 +135,24 @@ def unsafe_import_dir(path: str | os.PathLike[str], uid: int | None = None) -> s
     itself lets others add entries (o+w, or g+w with other users in the group), sticky or not
     (``/tmp``: the sticky bit keeps your files, not theirs, out of reach)."""
     me = os.geteuid() if uid is None else uid
-    problem = unsafe_path_part(path, me)
-    if problem is not None:
-        return problem
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    if _writable_by_others(st, me, path):
+    problem, st = _path_and_stat(path, me)
+    if problem is None and st is not None and _writable_by_others(st, me, path):
         return f"{path} is a directory other users can add files to (mode {_mode(st):04o})"
-    return None
+    return problem
+
+
+def _path_and_stat(
+    path: str | os.PathLike[str], uid: int
+) -> tuple[str | None, os.stat_result | None]:
+    """``(unsafe_path_part(path), os.stat(path))``; the stat is None when the path is unsafe
+    or not there (links followed)."""
+    problem = unsafe_path_part(path, uid)
+    if problem is not None:
+        return problem, None
+    try:
+        return None, os.stat(path)
+    except OSError:
+        return None, None
 
 
 def _mode(st: os.stat_result) -> int:
@@ -204,13 +212,9 @@ def unsafe_executable(path: str | os.PathLike[str], uid: int | None = None) -> s
     another user's code, or None: :func:`unsafe_path_part` of the path (links resolved too), or
     the file it names belongs to neither ``uid`` nor root or others can write it."""
     me = os.geteuid() if uid is None else uid
-    problem = unsafe_path_part(path, me)
-    if problem is not None:
+    problem, st = _path_and_stat(path, me)
+    if problem is not None or st is None:  # not there: the job's own error says so
         return problem
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None  # not there: the job's own error says so
     if st.st_uid not in (me, 0):
         return f"{path} belongs to another user (uid {st.st_uid})"
     if _writable_by_others(st, me, path):

@@ -140,10 +140,14 @@ class ExperimentUsage:
     from_sacct: bool = False
 
 
-def experiment_usage(doc: Mapping[str, Any], sacct: Mapping[str, TaskUsage]) -> ExperimentUsage:
+def experiment_usage(
+    doc: Mapping[str, Any],
+    sacct: Mapping[str, TaskUsage],
+    job: tuple[str | None, dict[str, Any]] | None = None,
+) -> ExperimentUsage:
     """:class:`ExperimentUsage` of a document (its last ``slurm`` entry and ``stats``) and the
-    accounting of its job (``sacct``: :func:`slurm.usage.parse_usage` by job id). Pure."""
-    job_id, options = job_of(doc)
+    accounting of its job (``sacct``: :func:`slurm.usage.parse_usage` by job id); ``job``: its :func:`job_of` when the caller has it. Pure."""
+    job_id, options = job if job is not None else job_of(doc)
     requested = requested_from_options(options)
     acct = sacct.get(job_id or "")
     stats = _mapping(doc.get("stats"))
@@ -335,16 +339,17 @@ def group_usage(
         return (_batch(doc), 0 if number is not None else 1, f"{number or 0:020d}{exp_id}")
 
     for doc in sorted(docs, key=order):
-        job_id, options = job_of(doc)
+        job = job_of(doc)
+        job_id, all_options = job
         if job_id is None:
             continue
-        options = {k: v for k, v in options.items() if k not in _NOT_RESOURCES}
+        options = {k: v for k, v in all_options.items() if k not in _NOT_RESOURCES}
         key = (_batch(doc), json.dumps(options, sort_keys=True, default=str))
         group = groups.setdefault(key, GroupUsage(batch_id=key[0], options=options))
         array = job_id.split("_")[0]
         if array not in group.arrays:
             group.arrays.append(array)
-        group.experiments.append(experiment_usage(doc, sacct))
+        group.experiments.append(experiment_usage(doc, sacct, job))
     return [g.summarize() for g in groups.values()]
 
 
