@@ -14,7 +14,8 @@ without the launcher (``wait=false``, after Ctrl-C, a launcher that died):
   then the Slurm tasks of those experiments are cancelled (``scancel``; only tasks squeue lists
   with the collection as their comment; not the caller's own task when it runs one rank: it
   skips the rest of its experiments itself) and, once Slurm no longer lists them, marked
-  INTERRUPTED again (a run that was starting wrote RUNNING over the mark);
+  INTERRUPTED again (a run's final save may have written its outcome meanwhile; its
+  heartbeats do not write over the mark: :data:`STOP_REASON`);
 - a task that claimed an experiment of a stopped group does not run it.
 
 Every step is idempotent: several jobs reaching the threshold at once stop the group once.
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 #: the document field: ``{group, max_failures}`` from the submission, ``reason`` and
 #: ``stop_time`` once the group was stopped
 FIELD = "fail_fast"
+#: set once the group was stopped: a run's heartbeats no longer write to such a document
+STOP_REASON = f"{FIELD}.reason"
 
 #: how long a stop waits for Slurm to end the tasks it cancelled (seconds), and how often it
 #: asks squeue

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from seml_hydra.job import heartbeat, kept, metrics
+from seml_hydra.job.failfast import STOP_REASON
 from seml_hydra.job.heartbeat import MAX_CAPTURED_CHARS, bounded_output  # noqa: F401 (re-exported)
 from seml_hydra.job.sacred_compat import experiment
 from seml_hydra.store.collections import metrics_collection_name
@@ -156,9 +157,14 @@ def run_observed(
             # save waits for the server)
             return {k: v for k, v in self.run_entry.items() if k != "config"}
 
-        def _filter(self, entry: Mapping[str, Any]) -> dict[str, Any]:
-            # the fence: an earlier run that a requeued task took over writes nothing
-            return {"_id": entry["_id"], **(fence or {})}
+        def _filter(self, entry: Mapping[str, Any], *, final: bool = True) -> dict[str, Any]:
+            # the fence: an earlier run that a requeued task took over writes nothing; and no
+            # save but the final one (INTERRUPTED on the scancel) writes RUNNING over a
+            # fail-fast stop (job.failfast), which a waiting launcher may already have read
+            where = {"_id": entry["_id"], **(fence or {})}
+            if not final:
+                where[STOP_REASON] = {"$exists": False}
+            return where
 
         @contextlib.contextmanager
         def _without_config(self) -> Iterator[None]:
@@ -177,7 +183,7 @@ def run_observed(
                 _untee_log_handlers()
                 entry = self._entry()
                 try:
-                    self._send(entry)
+                    self._send(entry, final=False)
                 except Exception as error:
                     if not is_connection_error(error):
                         raise  # Sacred's run logs it and stops calling this observer
@@ -245,13 +251,13 @@ def run_observed(
             if isinstance(run.captured_out, str):
                 self.run_entry["captured_out"] = run.captured_out
 
-        def _send(self, entry: dict[str, Any]) -> None:
+        def _send(self, entry: dict[str, Any], *, final: bool = True) -> None:
             # what changed since the last acknowledged save; an append whose guard fails (the
             # server holds something else: a lost answer, another writer) sends it all
             from pymongo.errors import OperationFailure
 
             update, guard = heartbeat.save_update(self._stored, entry, append=self._appends)
-            where = self._filter(entry)
+            where = self._filter(entry, final=final)
             try:
                 result = self.runs.update_one({**where, **guard}, update)
             except OperationFailure:
