@@ -83,10 +83,14 @@ def ensure_venv(cache: Path, name: str, requirement: str) -> Path:
 
 
 def ours_venv(cache: Path) -> Path:
-    """A virtualenv ``cache/venv-ours`` with this checkout installed as a user installs it (a
-    wheel, byte-compiled, only the package's own dependencies); the checkout is re-installed on
-    every run so the measured code is this tree. Returns its bin dir."""
-    bin_dir = ensure_venv(cache, "venv-ours", str(ROOT))
+    """A virtualenv ``cache/venv-ours-<checkout>`` with this checkout installed as a user installs
+    it (a wheel, byte-compiled, only the package's own dependencies); the checkout is re-installed
+    on every run so the measured code is this tree. One per checkout, so benchmarks of two
+    worktrees at once do not reinstall each other's. Returns its bin dir."""
+    import hashlib
+
+    checkout = hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]
+    bin_dir = ensure_venv(cache, f"venv-ours-{checkout}", str(ROOT))
     say(f"installing this checkout into {bin_dir.parent} ...")
     subprocess.run(
         [str(bin_dir / "pip"), "install", "-q", "--no-deps", "--force-reinstall", str(ROOT)],
