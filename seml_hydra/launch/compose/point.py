@@ -53,4 +53,5 @@ class SweepPoint:
     @property
     def launcher(self) -> dict[str, Any]:
         """The point's own ``hydra.launcher`` node (resources may differ per point)."""
-        return self.hydra["launcher"]
+        launcher: dict[str, Any] = self.hydra["launcher"]
+        return launcher
