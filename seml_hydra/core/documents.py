@@ -379,7 +379,7 @@ def diff_along(
 ) -> list[dict[str, Any]]:
     """:func:`dict_diff` of two dicts that differ only along the paths of ``tree``
     (:func:`patch_tree` of the dict both were copied from, copying only the dicts on those
-    paths and setting keys it has: ``compose_fast``'s points), reading only those paths: the
+    paths and setting keys it has: ``launch.compose.fast``'s points), reading only those paths: the
     same entries in the same order, without visiting the keys they share (a level both share,
     the same object, is not read below). Pure; raises ``KeyError`` when a key of ``tree`` is
     missing from either (not such a pair)."""

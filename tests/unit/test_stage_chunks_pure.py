@@ -1,25 +1,18 @@
 """Staging in chunks, the pure parts: ``stage.chunked`` / ``stage_chunk_size``, duplicates told
 across chunks (``stage.plan_chunk`` with the launch's ``seen`` hashes), the submission's groups
-built chunk by chunk (``submit.RequestGroups``), and the composition streamed
-(``compose.iter_point_chunks``). No MongoDB, no Slurm."""
+built chunk by chunk (``submit.RequestGroups``). The composition streamed chunk by chunk
+(``compose.iter_point_chunks``) is tested in ``test_compose.py``. No MongoDB, no Slurm."""
 
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pytest
 from conftest import launcher
-from hydra.errors import ConfigCompositionException
-from test_fast_compose import sweep
 
 from seml_hydra.core import states
-from seml_hydra.core.documents import same
-from seml_hydra.launch import compose
 from seml_hydra.launch.stage import STAGE_CHUNK, chunked, plan_chunk, stage_chunk_size
 from seml_hydra.launch.submit import RequestGroups, SubmitRequest, group_requests
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "conf"
 
 
 def doc(exp_id, status, h="h"):
@@ -151,29 +144,6 @@ def test_request_groups_keep_batches_and_executors_apart():
     grouped.add([SubmitRequest(1, node, "p", 1, "slurm"), SubmitRequest(2, node, "p", 2, "slurm")])
     grouped.add([SubmitRequest(3, node, "p", 1, "local")])
     assert [g.exp_ids for g in grouped.groups] == [[1], [2], [3]]
-
-
-# -- the composition streamed --------------------------------------------------------------------
-def test_iter_point_chunks_gives_compose_points_chunk_by_chunk():
-    loader, master, job_overrides = sweep(EXAMPLES, ["optimizer.lr=0.1,0.2,0.3", "seed=1,2"])
-    whole = compose.compose_points(loader, master, job_overrides, 5)
-    chunks = list(compose.iter_point_chunks(loader, master, job_overrides, 5, 4))
-    assert [len(c) for c in chunks] == [4, 2]
-    streamed = [p for c in chunks for p in c]
-    assert [(p.index, p.job_num, p.overrides) for p in streamed] == [
-        (p.index, p.job_num, p.overrides) for p in whole
-    ]
-    assert all(same(a.config, b.config) and same(a.hydra, b.hydra) for a, b in zip(streamed, whole))
-    assert compose.last_stats["points"] == 6
-
-
-def test_iter_point_chunks_composes_a_bad_point_only_when_its_chunk_is_asked_for():
-    loader, master, job_overrides = sweep(EXAMPLES, ["optimizer.lr=0.1,0.2", "seed=1"])
-    bad = [*job_overrides, ["optimizer.oops=1"]]
-    chunks = compose.iter_point_chunks(loader, master, bad, 0, 2)
-    assert [p.overrides for p in next(chunks)] == [list(o) for o in job_overrides]
-    with pytest.raises(ConfigCompositionException, match="oops"):
-        next(chunks)
 
 
 def test_a_full_move_to_pending_needs_no_read_back():

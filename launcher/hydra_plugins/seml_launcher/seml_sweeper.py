@@ -6,11 +6,12 @@ This sweeper generates the same points in the same order (it is a ``BasicSweeper
 validates differently:
 
 - with a seml-hydra launcher (``hydra/launcher=seml`` or ``seml_local``) it does not validate:
-  the launcher composes and resolves every point (``seml_hydra.launch.compose.compose_points``) before
-  it stages anything, and a point that does not compose raises Hydra's own error there, so
-  nothing is staged or submitted for a sweep with a bad point;
-- with any other launcher it validates every point with ``compose_points``' fast path (one
-  Hydra composition per combination of config-group choices), which raises the same errors.
+  the launcher composes and resolves every point (``seml_hydra.launch.compose.iter_point_chunks``)
+  before it stages anything, and a point that does not compose raises Hydra's own error there,
+  so nothing is staged or submitted for a sweep with a bad point;
+- with any other launcher it validates every point with ``iter_point_chunks`` (one Hydra
+  composition per combination of config-group choices where it can), which raises the same
+  errors.
 """
 
 from collections.abc import Sequence
@@ -28,7 +29,9 @@ class SemlSweeper(BasicSweeper):
 
         if isinstance(self.launcher, SemlLauncher):
             return  # the launcher composes, validates and raises before staging anything
-        from seml_hydra.launch.compose import compose_points
+        from seml_hydra.launch.compose import iter_point_chunks
 
         assert self.hydra_context is not None and self.config is not None
-        compose_points(self.hydra_context.config_loader, self.config, batch, 0)
+        chunks = iter_point_chunks(self.hydra_context.config_loader, self.config, batch, 0, 1000)
+        for _ in chunks:  # each chunk is dropped once composed: only the errors matter
+            pass

@@ -1,5 +1,6 @@
-"""The fast path of :func:`seml_hydra.launch.compose.compose_points`: the points of one
-combination of config-group choices from ONE Hydra composition.
+"""The fast path of ``launch.compose`` (:func:`seml_hydra.launch.compose.iter_point_chunks` says
+which points take it): the points of one combination of config-group choices from ONE Hydra
+composition.
 
 Hydra composes a point in two steps: the defaults list (config groups, YAML loading: ~50 ms)
 and then the plain value overrides, applied with OmegaConf. The second step is all that differs
@@ -15,19 +16,22 @@ understand, e.g. a custom resolver, is always re-resolved). Everything else is s
 combination's resolved base: points share unchanged sub-dicts.
 
 Anything this module cannot prove equal to Hydra's composition raises (:class:`NotFast`, or the
-error OmegaConf raised): the caller then composes the point in full. Hydra and OmegaConf are
-imported inside the functions (the launcher module is imported at every Hydra start).
+error OmegaConf raised): the caller then composes the point in full (``launch.compose.full``);
+nothing here composes in full. Hydra and OmegaConf are imported inside the functions (the
+launcher module is imported at every Hydra start).
 """
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from seml_hydra.core.hydra_node import JOB_ID_TOKEN
+from seml_hydra.launch.compose.interpolations import Interp, find_interpolations, overlap
+from seml_hydra.launch.compose.job_id import mark_job_id
+from seml_hydra.launch.compose.patches import apply_patches, patch_tree, patched
+from seml_hydra.launch.compose.point import PatchOrigin
+from seml_hydra.launch.compose.split import Split
 from seml_hydra.launch.containers import to_dict
 
 
@@ -42,36 +46,6 @@ DIRNAME = ("hydra", "job", "override_dirname")
 DIRNAME_CONF = ("hydra", "job", "config", "override_dirname")
 SWEEP_DIR = ("hydra", "sweep", "dir")
 SWEEP_SUBDIR = ("hydra", "sweep", "subdir")
-_KEY = re.compile(r"^(\.*)([A-Za-z0-9_\-/]+(?:\.[A-Za-z0-9_\-/]+)*)?$")
-#: resolvers whose value does not depend on the config (``now`` is cached from the master config)
-_CONSTANT_RESOLVERS = ("now", "oc.env")
-
-
-@dataclass(frozen=True, eq=False)
-class PatchOrigin:
-    """Where a fast point's ``hydra`` node comes from: ``base`` (its combination's resolved
-    ``hydra`` node) copied along ``paths`` only (keys below ``hydra``), with new values set
-    there; everything else is ``base``'s own objects. Two nodes of one ``base`` differ only
-    along the union of their paths (``core.documents.diff_along``). Compared by identity:
-    the points of one plan share one."""
-
-    base: dict[str, Any]
-    paths: frozenset[tuple[Any, ...]]
-
-    def with_paths(self, paths: Sequence[tuple[Any, ...]]) -> PatchOrigin:
-        """This origin with ``paths`` copied too (a node changed after composition, e.g. a
-        masked password)."""
-        return PatchOrigin(self.base, self.paths.union(paths))
-
-
-@dataclass
-class Split:
-    """A point's overrides, sorted for the fast path (``None`` group key: full composition)."""
-
-    group_key: tuple[str, ...] | None
-    values: list[tuple[tuple[str, ...], Any]]
-    task: list[str]
-    app: list[Any]
 
 
 class Combination:
@@ -93,13 +67,13 @@ class Combination:
         OmegaConf.set_readonly(view.hydra, False)
         view.hydra._set_parent(cfg)
         self.view = view
-        self.interps: dict[tuple[Any, ...], _Interp] = {}
-        _find_interpolations(cfg, (), self.interps)
+        self.interps: dict[tuple[Any, ...], Interp] = {}
+        find_interpolations(cfg, (), self.interps)
         self.plans: dict[tuple[tuple[str, ...], ...], _Plan] = {}
         self.located: dict[tuple[str, ...], tuple[Any, str, Any]] = {}
         #: (plan id, interpolation path) -> its :meth:`_steps`
         self.steps: dict[tuple[int, tuple[Any, ...]], Any] = {}
-        #: a point's patched paths -> their :func:`_patch_tree`
+        #: a point's patched paths -> their :func:`patch_tree`
         self.patch_trees: dict[tuple[tuple[Any, ...], ...], Any] = {}
         #: hydra paths a point patched -> their PatchOrigin (shared by the points of a plan)
         self.origins: dict[tuple[tuple[Any, ...], ...], PatchOrigin] = {}
@@ -203,11 +177,11 @@ class Combination:
         keys = tuple(patches)
         tree = self.patch_trees.get(keys, _UNKNOWN)
         if tree is _UNKNOWN:
-            tree = self.patch_trees[keys] = _patch_tree(keys)
+            tree = self.patch_trees[keys] = patch_tree(keys)
         if tree is None:
-            container = _patched(self.base, patches)
+            container = patched(self.base, patches)
         else:
-            container = _apply_patches(self.base, tree, list(patches.values()))
+            container = apply_patches(self.base, tree, list(patches.values()))
         hydra_node = container.pop("hydra")
         hydra_paths = tuple(path[1:] for path in patches if path[0] == "hydra")
         origin = self.origins.get(hydra_paths)
@@ -289,18 +263,6 @@ def _lookup_in(value: Any, rest: tuple[str, ...]) -> Any:
 
 
 @dataclass
-class _Interp:
-    """An interpolation of the composed config: the paths it references (``None``: not
-    understood, re-resolved for every point) and, for a plain string template over keys on an
-    untyped or string node, its pieces (literal strings and referenced paths)."""
-
-    refs: list[tuple[str, ...]] | None
-    pieces: list[Any] | None
-    single: bool
-    string: bool  # a ``str`` node: the value is converted with ``str()``
-
-
-@dataclass
 class _Plan:
     """What to re-resolve per point for one set of overridden keys."""
 
@@ -324,23 +286,23 @@ class _Plan:
                 refs = interp.refs
                 if (
                     refs is None
-                    or any(_overlap(path, v) for v in value_paths)
-                    or any(_overlap(r, v) for r in refs for v in varying)
+                    or any(overlap(path, v) for v in value_paths)
+                    or any(overlap(r, v) for r in refs for v in varying)
                 ):
                     chosen.append(path)
                     varying.append(path)
                     changed = True
         for path in chosen:
-            if _overlap(path, DIRNAME_CONF):
+            if overlap(path, DIRNAME_CONF):
                 raise NotFast("override_dirname's settings depend on swept values")
-            if any(_overlap(path, v) and len(v) < len(path) for v in value_paths):
+            if any(overlap(path, v) and len(v) < len(path) for v in value_paths):
                 raise NotFast("an interpolation below an overridden key")
-            if any(_overlap(path, q) and q != path for q in chosen):
+            if any(overlap(path, q) and q != path for q in chosen):
                 raise NotFast("nested interpolations")
         early = {p for p in chosen if p in (SWEEP_DIR, SWEEP_SUBDIR)}
         for path in early:
             refs = interps[path].refs
-            if refs is None or any(_overlap(r, OUTPUT_DIR) for r in refs):
+            if refs is None or any(overlap(r, OUTPUT_DIR) for r in refs):
                 raise NotFast("the sweep dir depends on the output dir")
         if SWEEP_SUBDIR in early and SWEEP_DIR in early:
             raise NotFast("both sweep dir and subdir vary")
@@ -351,7 +313,7 @@ class _Plan:
             ready = [
                 p
                 for p in pending
-                if not any(_overlap(r, q) for r in interps[p].refs or () for q in pending if q != p)
+                if not any(overlap(r, q) for r in interps[p].refs or () for q in pending if q != p)
             ]
             if not ready:
                 raise NotFast("interpolation cycle")
@@ -361,135 +323,11 @@ class _Plan:
 
         def needs(target: tuple[str, ...]) -> bool:
             return any(
-                interps[p].refs is None or any(_overlap(r, target) for r in interps[p].refs or ())
+                interps[p].refs is None or any(overlap(r, target) for r in interps[p].refs or ())
                 for p in chosen
             )
 
         return _Plan(early, order, omegaconf, needs(TASK), needs(DIRNAME))
-
-
-def _overlap(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    """One path is a prefix of the other (keys compared as strings)."""
-    n = min(len(a), len(b))
-    return all(str(a[i]) == str(b[i]) for i in range(n))
-
-
-def _find_interpolations(
-    node: Any, path: tuple[Any, ...], out: dict[tuple[Any, ...], _Interp]
-) -> None:
-    """Record every interpolation below ``node`` (see :class:`_Interp`)."""
-    from omegaconf import AnyNode, DictConfig, ListConfig, StringNode
-
-    if isinstance(node, DictConfig):
-        keys: Any = node.keys()
-    elif isinstance(node, ListConfig):
-        keys = range(len(node))
-    else:
-        return
-    for key in keys:
-        child = node._get_node(key)
-        child_path = (*path, key)
-        if child._is_interpolation():
-            text = str(child._value())
-            refs, pieces = _interpolation_refs(child_path, text)
-            if type(child) not in (AnyNode, StringNode) or "\\" in text:
-                pieces = None
-            single = pieces is not None and len(pieces) == 1 and not isinstance(pieces[0], str)
-            out[child_path] = _Interp(refs, pieces, single, type(child) is StringNode)
-        elif not (child._is_none() or child._is_missing()):
-            _find_interpolations(child, child_path, out)
-
-
-def _interpolation_refs(
-    path: tuple[Any, ...], text: str
-) -> tuple[list[tuple[str, ...]] | None, list[Any] | None]:
-    """The config paths an interpolation string references (``None`` when unsure: nested
-    interpolations, resolvers other than ``now``/``oc.env``/``hydra``, list indices...), and the
-    string as pieces (``None`` unless only keys and ``${hydra:key}`` are interpolated)."""
-    refs: list[tuple[str, ...]] = []
-    pieces: list[Any] | None = []
-    position = 0
-    start = text.find("${")
-    while start != -1:
-        end = text.find("}", start)
-        if end == -1:
-            return None, None
-        if pieces is not None and start > position:
-            pieces.append(text[position:start])
-        inner = text[start + 2 : end].strip()
-        if "$" in inner or "{" in inner or "[" in inner:
-            return None, None
-        ref: tuple[str, ...] | None = None
-        if ":" in inner:
-            name, _, argument = inner.partition(":")
-            name = name.strip()
-            if name in _CONSTANT_RESOLVERS:
-                pieces = None
-            elif name == "hydra":
-                match = _KEY.match(argument.strip())
-                if not match or match.group(1) or not match.group(2):
-                    return None, None
-                ref = ("hydra", *match.group(2).split("."))
-            else:
-                return None, None
-        else:
-            match = _KEY.match(inner)
-            if not match:
-                return None, None
-            dots, key = match.group(1), match.group(2) or ""
-            if not dots:
-                if not key:
-                    return None, None
-                ref = tuple(key.split("."))
-            else:
-                if len(dots) > len(path):
-                    return None, None
-                base = tuple(str(k) for k in path[: len(path) - len(dots)])
-                ref = (*base, *key.split(".")) if key else base
-        if ref is not None:
-            refs.append(ref)
-            if pieces is not None:
-                pieces.append(ref)
-        position = end + 1
-        start = text.find("${", position)
-    if pieces is not None and position < len(text):
-        pieces.append(text[position:])
-    return refs, pieces
-
-
-#: ``${hydra.job.id}`` or ``${hydra:job.id}`` in an unresolved string
-JOB_ID_INTERPOLATION = re.compile(r"\$\{\s*hydra\s*[.:]\s*job\.id\s*\}")
-
-
-def mark_job_id(cfg: Any) -> bool:
-    """Set ``hydra.job.id`` of a composed, unresolved config to ``JOB_ID_TOKEN`` when its
-    ``hydra.sweep.subdir`` uses ``${hydra.job.id}`` (hydra-submitit-launcher's
-    ``${hydra.job.num}_${hydra.job.id}``): the Slurm job id exists only in the job, which puts
-    it in the token's place (``core.hydra_node.with_job_id``). Returns whether it did."""
-    from omegaconf import open_dict, read_write
-
-    text = to_dict(cfg.hydra.sweep, resolve=False).get("subdir")
-    if not (isinstance(text, str) and JOB_ID_INTERPOLATION.search(text)):
-        return False
-    with read_write(cfg.hydra), open_dict(cfg.hydra):
-        cfg.hydra.job.id = JOB_ID_TOKEN
-    return True
-
-
-def token_path(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
-    """The path of the first string of a resolved container that holds ``JOB_ID_TOKEN``, or
-    None (pure)."""
-    if isinstance(value, dict):
-        items: Any = value.items()
-    elif isinstance(value, list):
-        items = enumerate(value)
-    else:
-        return path if isinstance(value, str) and JOB_ID_TOKEN in value else None
-    for key, item in items:
-        found = token_path(item, (*path, str(key)))
-        if found is not None:
-            return found
-    return None
 
 
 def _leaf(cfg: Any, path: tuple[str, ...]) -> Any:
@@ -562,62 +400,3 @@ def _resolved(cfg: Any, path: tuple[Any, ...]) -> Any:
     if isinstance(value, Enum):
         return value.name
     return value
-
-
-def _patch_tree(paths: Sequence[tuple[Any, ...]]) -> tuple[tuple[Any, Any], ...] | None:
-    """``paths`` (a point's patched paths, in order) as nested ``(key, subtree or index into
-    paths)`` pairs for :func:`_apply_patches`, keys in first-seen order; ``None`` when a path
-    is a prefix of another (:func:`_patched` handles that)."""
-    root: dict[Any, Any] = {}
-    for index, path in enumerate(paths):
-        node = root
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-            if not isinstance(node, dict):
-                return None
-        if path[-1] in node:
-            return None
-        node[path[-1]] = index
-
-    def freeze(node: dict[Any, Any]) -> tuple[tuple[Any, Any], ...]:
-        return tuple((k, v if isinstance(v, int) else freeze(v)) for k, v in node.items())
-
-    return freeze(root)
-
-
-#: a container of a config: a mapping or a list
-_Container = TypeVar("_Container", dict[str, Any], list[Any])
-
-
-def _apply_patches(
-    base: _Container, tree: tuple[tuple[Any, Any], ...], values: list[Any]
-) -> _Container:
-    """:func:`_patched` along a :func:`_patch_tree` (``values`` in the paths' order): the same
-    copy of ``base``, without looking up every prefix of every path."""
-    root = dict(base) if isinstance(base, dict) else list(base)
-    for key, sub in tree:
-        if type(sub) is int:
-            root[key] = values[sub]
-        else:
-            root[key] = _apply_patches(root[key], sub, values)
-    return root
-
-
-def _patched(base: dict[str, Any], patches: dict[tuple[Any, ...], Any]) -> dict[str, Any]:
-    """A copy of ``base`` with ``patches`` set, copying only the containers on their paths (the
-    rest is shared with ``base``)."""
-    root = dict(base)
-    copied: dict[tuple[Any, ...], Any] = {(): root}
-    for path, value in patches.items():
-        node: dict[str, Any] | list[Any] = root
-        for depth in range(len(path) - 1):
-            prefix = path[: depth + 1]
-            child = copied.get(prefix)
-            if child is None:
-                original = node[path[depth]]
-                child = dict(original) if isinstance(original, dict) else list(original)
-                node[path[depth]] = child
-                copied[prefix] = child
-            node = child
-        node[path[-1]] = value
-    return root

@@ -1,8 +1,10 @@
-"""The fast composition path of ``compose_points`` gives exactly what Hydra's full composition
-gives (``compose_full``: ``load_sweep_config`` per point), on the example app and on tricky
-configs (``tests/apps/conf_fast``): interpolations of every kind fed by swept values, typed
-structured-config fields, enums, missing values, groups, ``+``/``++``/``~``/``@pkg`` overrides,
-and the same error as Hydra for a bad value. No MongoDB, no Slurm."""
+"""``launch.compose``'s entry, ``iter_point_chunks``: the fast path gives exactly what Hydra's full
+composition gives (``compose.full.compose_full``: ``load_sweep_config`` per point), on the
+example app and on tricky configs (``tests/apps/conf_fast``): interpolations of every kind fed by
+swept values, typed structured-config fields, enums, missing values, groups,
+``+``/``++``/``~``/``@pkg`` overrides, and the same error as Hydra for a bad value; the points
+stream chunk by chunk; ``omegaconf``'s parser is patched only while a chunk is composed. No
+MongoDB, no Slurm."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+import omegaconf.base
 import pytest
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra._internal.hydra import Hydra
@@ -17,10 +20,13 @@ from hydra._internal.utils import create_config_search_path
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
+from omegaconf import OmegaConf
 
 from seml_hydra.core.documents import dict_diff, same
 from seml_hydra.launch import compose
+from seml_hydra.launch.compose.full import compose_full
 from seml_hydra.launch.document import node_diff
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,12 +64,18 @@ def sweep(config_dir: Path, args: list[str], task_name: str = "app"):
     return hydra.config_loader, master, points
 
 
+def compose_points(loader, master, job_overrides, initial: int) -> list:
+    """Every point of the entry, composed as one chunk."""
+    chunks = compose.iter_point_chunks(loader, master, job_overrides, initial, len(job_overrides))
+    return [point for chunk in chunks for point in chunk]
+
+
 def assert_same_as_full(config_dir: Path, args: list[str], fast: str = "all") -> list:
     loader, master, job_overrides = sweep(config_dir, args)
-    points = compose.compose_points(loader, master, job_overrides, 3)
+    points = compose_points(loader, master, job_overrides, 3)
     assert [p.overrides for p in points] == [list(o) for o in job_overrides]
     for point, overrides in zip(points, job_overrides):
-        config, hydra_node = compose.compose_full(loader, master, overrides, point.job_num)
+        config, hydra_node = compose_full(loader, master, overrides, point.job_num)
         assert same(point.config, config), (overrides, point.config, config)
         diff = {
             k: (point.hydra.get(k), hydra_node.get(k))
@@ -192,11 +204,11 @@ def test_a_bad_point_raises_hydras_own_error(args):
     _load_fast_app()
     loader, master, job_overrides = sweep(FAST, args)
     with pytest.raises(Exception) as fast_error:
-        compose.compose_points(loader, master, job_overrides, 0)
+        compose_points(loader, master, job_overrides, 0)
     expected = None
     for overrides in job_overrides:
         try:
-            compose.compose_full(loader, master, overrides, 0)
+            compose_full(loader, master, overrides, 0)
         except Exception as error:
             expected = error
             break
@@ -208,7 +220,7 @@ def test_a_bad_point_raises_hydras_own_error(args):
 def test_hydra_config_is_restored():
     loader, master, job_overrides = sweep(EXAMPLE, ["seed=1,2,3"])
     before = HydraConfig.instance().cfg
-    compose.compose_points(loader, master, job_overrides, 0)
+    compose_points(loader, master, job_overrides, 0)
     assert HydraConfig.instance().cfg is before
 
 
@@ -216,40 +228,68 @@ def test_large_grid_is_fast_and_equal_on_samples():
     """A 400-point grid: every point by the fast path, samples equal to the full composition."""
     values = ",".join(str(i / 100) for i in range(1, 21))
     loader, master, job_overrides = sweep(EXAMPLE, [f"optimizer.lr={values}", "seed=range(20)"])
-    points = compose.compose_points(loader, master, job_overrides, 0)
+    points = compose_points(loader, master, job_overrides, 0)
     assert compose.last_stats == {"points": 400, "fast": 400, "combinations": 1}
     for index in (0, 1, 57, 199, 399):
-        config, hydra_node = compose.compose_full(loader, master, job_overrides[index], index)
+        config, hydra_node = compose_full(loader, master, job_overrides[index], index)
         assert same(points[index].config, config)
         assert same(points[index].hydra, hydra_node)
     assert os.path.isabs(points[0].hydra["sweep"]["dir"])
 
 
-@pytest.mark.parametrize(
-    "paths",
-    [
-        [("a",), ("b", "c"), ("b", "d", "e")],
-        [("b", "d", "e"), ("a",), ("b", "c")],
-        [("l", 1), ("a",)],  # into a list
-        [("new",), ("b", "new")],  # keys the base lacks, added in this order
-    ],
-)
-def test_patches_along_a_planned_tree_equal_the_prefix_walk(paths):
-    from seml_hydra.launch.compose_fast import _apply_patches, _patch_tree, _patched
-
-    base = {"a": 1, "b": {"c": 2, "d": {"e": 3, "f": [4]}, "g": {"h": 5}}, "l": [0, 1, 2]}
-    patches = {path: f"v{i}" for i, path in enumerate(paths)}
-    tree = _patch_tree(list(patches))
-    out = _apply_patches(base, tree, list(patches.values()))
-    expected = _patched(base, patches)
-    assert out == expected and list(out) == list(expected)
-    assert list(out["b"]) == list(expected["b"])  # key order too
-    assert out["b"]["g"] is base["b"]["g"]  # unpatched sub-dicts stay shared
-    assert base["a"] == 1 and base["l"] == [0, 1, 2]  # the base is not changed
+# -- the points streamed, chunk by chunk ---------------------------------------------------------
+def test_iter_point_chunks_gives_the_points_chunk_by_chunk():
+    loader, master, job_overrides = sweep(EXAMPLE, ["optimizer.lr=0.1,0.2,0.3", "seed=1,2"])
+    whole = compose_points(loader, master, job_overrides, 5)
+    chunks = list(compose.iter_point_chunks(loader, master, job_overrides, 5, 4))
+    assert [len(c) for c in chunks] == [4, 2]
+    streamed = [p for c in chunks for p in c]
+    assert [(p.index, p.job_num, p.overrides) for p in streamed] == [
+        (p.index, p.job_num, p.overrides) for p in whole
+    ]
+    assert all(same(a.config, b.config) and same(a.hydra, b.hydra) for a, b in zip(streamed, whole))
+    assert compose.last_stats["points"] == 6
 
 
-def test_a_patch_below_another_is_left_to_the_prefix_walk():
-    from seml_hydra.launch.compose_fast import _patch_tree
+def test_iter_point_chunks_composes_a_bad_point_only_when_its_chunk_is_asked_for():
+    loader, master, job_overrides = sweep(EXAMPLE, ["optimizer.lr=0.1,0.2", "seed=1"])
+    bad = [*job_overrides, ["optimizer.oops=1"]]
+    chunks = compose.iter_point_chunks(loader, master, bad, 0, 2)
+    assert [p.overrides for p in next(chunks)] == [list(o) for o in job_overrides]
+    with pytest.raises(ConfigCompositionException, match="oops"):
+        next(chunks)
 
-    assert _patch_tree([("a",), ("a", "b")]) is None
-    assert _patch_tree([("a", "b"), ("a",)]) is None
+
+@pytest.mark.parametrize("raise_at", [-1, 2])
+def test_omegaconf_parser_is_patched_only_while_a_chunk_is_composed(raise_at):
+    """The parse cache serves the points' resolutions while a chunk is composed; between two
+    chunks (the pipeline stages meanwhile), after the last and after a bad point,
+    ``omegaconf.base.parse`` is OmegaConf's own."""
+    original = omegaconf.base.parse
+    cached = []
+
+    def probe(x: int, block_at: int, raise_at: int, gate: str) -> int:
+        cached.append(omegaconf.base.parse is not original)
+        if x == raise_at:
+            raise ValueError(f"point x={x} cannot be composed")
+        return x
+
+    OmegaConf.register_new_resolver("probe", probe, replace=True)
+    try:
+        loader, master, job_overrides = sweep(
+            APPS / "conf_chunks", ["x=0,1,2,3", f"raise_at={raise_at}"]
+        )
+        chunks = compose.iter_point_chunks(loader, master, job_overrides, 0, 2)
+        assert [p.config["probe"] for p in next(chunks)] == [0, 1]
+        assert omegaconf.base.parse is original  # the caller holds the first chunk
+        if raise_at == -1:
+            assert [p.config["probe"] for p in next(chunks)] == [2, 3]
+            assert omegaconf.base.parse is original
+            assert next(chunks, None) is None
+        else:
+            with pytest.raises(Exception, match="x=2 cannot be composed"):
+                next(chunks)
+    finally:
+        OmegaConf.clear_resolver("probe")
+    assert omegaconf.base.parse is original
+    assert any(cached)  # the points' resolutions went through the cache
