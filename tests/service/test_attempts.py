@@ -9,7 +9,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_python, wait_until
+from support.paths import ROOT
+from support.run import run_python
+from support.wait import wait_until
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app

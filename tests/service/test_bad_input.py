@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import MONGO_URL, ROOT, run_app, run_points, start_app
+from support.mongo import MONGO_URL
+from support.paths import ROOT
+from support.run import run_app, run_points, start_app
 
 from seml_hydra.core.documents import storable_result
 

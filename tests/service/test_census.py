@@ -14,9 +14,10 @@ from datetime import datetime, timedelta, timezone
 
 import pymongo
 import pytest
-from conftest import MONGO_URL, TEST_DB, statuses, wait_until
-from conftest import squeue_tasks as squeue
 from pymongo import monitoring
+from support.mongo import MONGO_URL, TEST_DB, statuses
+from support.slurm import squeue_tasks as squeue
+from support.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 

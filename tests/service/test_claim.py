@@ -15,7 +15,7 @@ import sys
 from datetime import datetime
 
 import pytest
-from conftest import run_app
+from support.run import run_app
 
 from seml_hydra.core import states
 from seml_hydra.job.claim import claim
@@ -256,7 +256,9 @@ def test_an_array_no_document_records_runs_none_of_the_experiments(slurm, test_d
     """The orphan of a launcher that died between sbatch and recording the job: after its
     experiments were submitted again (their documents name another array), releasing the
     orphan runs none of them; they stay PENDING for their recorded array."""
-    from conftest import squeue_tasks, statuses, wait_until
+    from support.mongo import statuses
+    from support.slurm import squeue_tasks
+    from support.wait import wait_until
 
     coll = test_db["gate"]
     proc = run_app(

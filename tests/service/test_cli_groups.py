@@ -12,9 +12,11 @@ import subprocess
 import pymongo
 import pytest
 from bson import ObjectId
-from conftest import MONGO_URL, TEST_DB, run_app, statuses, wait_until
-from conftest import squeue_tasks as squeue
 from pymongo import monitoring
+from support.mongo import MONGO_URL, TEST_DB, statuses
+from support.run import run_app
+from support.slurm import squeue_tasks as squeue
+from support.wait import wait_until
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app

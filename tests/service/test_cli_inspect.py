@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_app
+from support.run import run_app
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app

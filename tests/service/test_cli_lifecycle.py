@@ -13,9 +13,12 @@ import subprocess
 import time
 
 import pytest
-from conftest import launch_gate, sacct, statuses, wait_until
-from conftest import seml_ok as seml
-from conftest import squeue_tasks as squeue
+from support.mongo import statuses
+from support.run import launch_gate
+from support.run import seml_ok as seml
+from support.slurm import sacct
+from support.slurm import squeue_tasks as squeue
+from support.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 

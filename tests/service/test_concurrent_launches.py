@@ -20,16 +20,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import (
-    ROOT,
-    launch_gate,
-    run_python,
-    sacct,
-    squeue_tasks,
-    statuses,
-    wait_until,
-)
-from conftest import seml_ok as seml
+from support.mongo import statuses
+from support.paths import ROOT
+from support.run import launch_gate, run_python
+from support.run import seml_ok as seml
+from support.slurm import sacct, squeue_tasks
+from support.wait import wait_until
 
 from seml_hydra.launch.stage import UNIQUE_FIELD, UNIQUE_INDEX, Stager
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from conftest import run_app
+from support.run import run_app
 
 
 def run_seed_app(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

@@ -22,7 +22,8 @@ import pymongo
 import pymongo.errors
 import pytest
 import yaml
-from conftest import SECRET, wait_until, write_config
+from support.mongo import SECRET, write_config
+from support.wait import wait_until
 
 from seml_hydra.core.processes import process_alive
 from seml_hydra.store import embedded as embedded_db

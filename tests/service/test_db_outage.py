@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import start_app, statuses, wait_running, wait_until
+from support.mongo import PrivateMongod, statuses
+from support.run import start_app
+from support.wait import wait_running, wait_until
 
-MONGOD = "/usr/local/bin/mongod"
 #: the scenario: how long the standalone mongod stays down
 OUTAGE_S = 60.0
 FAST = ["hydra.launcher.poll_interval_s=0.3"]
@@ -36,67 +35,6 @@ DB = "seml_outage_test"
 APP = "tests/apps/outage_app.py"
 
 # --------------------------------------------------------------------------- private mongod
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie (a forked mongod is reparented away from us)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
-
-
-class PrivateMongod:
-    """One mongod of this test: its own port, dbpath and log under ``base``; started and
-    stopped (SIGTERM, waited for) by the test, restarted on the same port and dbpath."""
-
-    def __init__(self, base: Path, repl_set: str | None = None) -> None:
-        self.port = free_port()
-        self.dir = base / f"mongod-{self.port}"
-        self.dir.mkdir(parents=True)
-        self.repl_set = repl_set
-        self.pid: int | None = None
-
-    def start(self) -> None:
-        argv = [MONGOD, "--dbpath", str(self.dir / "data"), "--port", str(self.port)]
-        argv += ["--bind_ip", "127.0.0.1", "--fork", "--logpath", str(self.dir / "mongod.log")]
-        argv += ["--logappend", "--pidfilepath", str(self.dir / "mongod.pid")]
-        argv += ["--wiredTigerCacheSizeGB", "0.25"]
-        argv += ["--setParameter", "diagnosticDataCollectionEnabled=false"]
-        if self.repl_set:
-            argv += ["--replSet", self.repl_set]
-        (self.dir / "data").mkdir(exist_ok=True)
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, (proc.stdout, proc.stderr)
-        self.pid = int((self.dir / "mongod.pid").read_text())
-        wait_until(f"mongod on {self.port} answers", self._answers, 60, 0.2)
-
-    def _answers(self) -> bool:
-        try:
-            self.direct().admin.command("ping")
-        except Exception:
-            return False
-        return True
-
-    def direct(self):
-        import pymongo
-
-        return pymongo.MongoClient(
-            "127.0.0.1", self.port, directConnection=True, serverSelectionTimeoutMS=2000
-        )
-
-    def stop(self) -> None:
-        if self.pid is not None and alive(self.pid):
-            os.kill(self.pid, signal.SIGTERM)
-            wait_until(f"mongod {self.pid} is gone", lambda: not alive(self.pid), 120, 0.2)
-        self.pid = None
 
 
 @pytest.fixture
@@ -287,7 +225,7 @@ def test_a_job_starting_while_mongod_is_down_waits_to_connect_and_claim_then_run
 ):
     import subprocess
 
-    from conftest import squeue_tasks
+    from support.slurm import squeue_tasks
 
     coll = collection()
     (tmp_path / "go").touch()  # the tasks do not wait: the outage is at the job's start
@@ -335,8 +273,7 @@ def test_mongod_down_when_sbatch_returns_the_launcher_records_the_job_once_it_is
     job sbatch made is recorded once MongoDB is back, never left unrecorded (an orphan)."""
     import threading
 
-    from conftest import squeue_tasks
-    from test_retry import Blocker
+    from support.slurm import Blocker, squeue_tasks
 
     sbatch = Blocker("sbatch", tmp_path)
     monkeypatch.setenv("PATH", f"{sbatch.bin}:{os.environ['PATH']}")

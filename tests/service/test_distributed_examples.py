@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_app
+from support.run import run_app
 
 FAST = ["hydra.launcher.poll_interval_s=0.3", "hydra.launcher.timeout_min=5"]
 

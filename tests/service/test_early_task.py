@@ -8,7 +8,8 @@ submission cancels its array (``launch.submit.cancel_unrecorded_array``)."""
 import textwrap
 
 import pytest
-from conftest import ROOT, run_python
+from support.paths import ROOT
+from support.run import run_python
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mongo]
 
@@ -106,7 +107,7 @@ def test_a_refused_submission_leaves_another_databases_array_of_the_same_name_al
     it was cancelled as "submitted by a process that died")."""
     import subprocess
 
-    from conftest import MONGO_URL
+    from support.mongo import MONGO_URL
 
     folder = str(tmp_path / "shared" / "%j")
     other = f"{test_db.name}_other"

@@ -12,17 +12,12 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import (
-    GATE_APP,
-    launch_gate,
-    run_app,
-    squeue_tasks,
-    start_app,
-    statuses,
-    wait_running,
-    wait_until,
-)
-from conftest import seml_ok as seml
+from support.mongo import statuses
+from support.paths import GATE_APP
+from support.run import launch_gate, run_app, start_app
+from support.run import seml_ok as seml
+from support.slurm import squeue_tasks
+from support.wait import wait_running, wait_until
 
 pytestmark = pytest.mark.slurm
 

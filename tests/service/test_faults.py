@@ -6,16 +6,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import (
-    FAULT_CLUSTER,
-    FAULT_NODES,
-    run_app,
-    run_up_sh,
-    squeue_tasks,
-    start_app,
-    wait_running,
-    wait_until,
-)
+from support.run import run_app, start_app
+from support.slurm import FAULT_CLUSTER, FAULT_NODES, run_up_sh, squeue_tasks
+from support.wait import wait_running, wait_until
 
 #: a time limit Slurm does not reach during a test: the tests send the signal Slurm sends
 #: before a time limit or on preemption themselves, because Slurm delivers ``--signal`` up to a

@@ -10,8 +10,9 @@ import threading
 
 import pymongo
 import pytest
-from conftest import MONGO_URL, wait_until
 from pymongo import monitoring
+from support.mongo import MONGO_URL
+from support.wait import wait_until
 
 from seml_hydra.job.claim import fence
 from seml_hydra.job.observed import run_observed

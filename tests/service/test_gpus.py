@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_app
+from support.run import run_app
 
 pytestmark = pytest.mark.slurm
 #: the testbed's nodes have 2 CPUs and 16000 MB: the presets' CPUs and memory are cut to fit

@@ -15,8 +15,8 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from conftest import wait_until
-from test_db_outage import PrivateMongod
+from support.mongo import PrivateMongod
+from support.wait import wait_until
 
 from seml_hydra.job.claim import fence
 from seml_hydra.job.heartbeat import (

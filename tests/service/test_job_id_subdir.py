@@ -5,7 +5,7 @@ when the job starts."""
 
 from __future__ import annotations
 
-from conftest import run_app
+from support.run import run_app
 
 
 def test_the_slurm_job_id_in_the_sweep_subdir_names_each_jobs_output_dir(slurm, test_db, tmp_path):

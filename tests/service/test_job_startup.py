@@ -7,8 +7,10 @@ the Sacred run starts without reading the document back (``seml_hydra.job.observ
 from __future__ import annotations
 
 import pymongo
-from conftest import MONGO_URL, import_fresh, module_project, run_app
 from pymongo import monitoring
+from support.modules import import_fresh, module_project
+from support.mongo import MONGO_URL
+from support.run import run_app
 
 from seml_hydra.job.claim import fence
 from seml_hydra.job.observed import run_observed

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import run_app
+from support.run import run_app
 
 FAST = ["hydra.launcher.poll_interval_s=0.3", "hydra.launcher.timeout_min=5"]
 

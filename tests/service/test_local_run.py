@@ -18,8 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_app, statuses, wait_until
-from conftest import squeue_tasks as squeue
+from support.mongo import statuses
+from support.run import run_app
+from support.slurm import squeue_tasks as squeue
+from support.wait import wait_until
 
 SEML = str(Path(sys.executable).parent / "seml")
 pytestmark = pytest.mark.slurm

@@ -9,7 +9,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import ROOT, run_app, sacct, start_app, wait_running
+from support.paths import ROOT
+from support.run import run_app, start_app
+from support.slurm import sacct
+from support.wait import wait_running
 
 FAST = ["hydra.launcher.poll_interval_s=0.3"]
 

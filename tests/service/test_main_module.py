@@ -12,7 +12,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_python, snapshot_files, statuses, wait_until
+from support.mongo import snapshot_files, statuses
+from support.paths import ROOT
+from support.run import run_python
+from support.wait import wait_until
 
 ZEN_APP = ROOT / "tests" / "apps" / "zen_app.py"
 

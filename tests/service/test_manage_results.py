@@ -9,7 +9,8 @@ import warnings
 from datetime import datetime
 
 import pytest
-from conftest import ROOT, snapshot_files
+from support.mongo import snapshot_files
+from support.paths import ROOT
 
 from seml_hydra.store.results import StoredObjectWarning, get_results
 
@@ -326,7 +327,7 @@ def test_a_relaunched_point_joins_the_batch_whose_source_files_it_names(test_db,
 
 
 def test_reset_and_start_keep_only_the_new_attempts_metrics(test_db, tmp_path):
-    from conftest import wait_until
+    from support.wait import wait_until
     from typer.testing import CliRunner
 
     from seml_hydra.cli import app

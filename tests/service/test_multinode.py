@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_app, wait_until
+from support.run import run_app
+from support.wait import wait_until
 
 FAST = ["hydra.launcher.poll_interval_s=0.3", "hydra.launcher.timeout_min=5"]
 LINE = re.compile(r"^\[rank (\d+)\] \[[^\]]*\]\[([^\]]*)\]\[([A-Z]+)\] - (.*)$")

@@ -18,7 +18,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import LOST_NODE, OTHER_NODE, run_up_sh, start_app, wait_running, wait_until
+from support.run import start_app
+from support.slurm import LOST_NODE, OTHER_NODE, run_up_sh
+from support.wait import wait_running, wait_until
 
 from seml_hydra.track.jobs import task_of
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import bson
 import pytest
-from conftest import statuses, wait_until
+from support.mongo import statuses
+from support.wait import wait_until
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app

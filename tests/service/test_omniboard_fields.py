@@ -9,7 +9,9 @@ from pathlib import Path
 
 import gridfs
 from bson import ObjectId
-from conftest import ROOT, run_app, snapshot_files
+from support.mongo import snapshot_files
+from support.paths import ROOT
+from support.run import run_app
 
 from seml_hydra.job.observed import sacred_experiment_info
 from seml_hydra.store.collections import metrics_collection_name

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import run_app
+from support.run import run_app
 
 APP = "../tests/apps/optuna_app.py"
 FAST = ["hydra.launcher.poll_interval_s=0.3", "hydra.launcher.snapshot=false"]

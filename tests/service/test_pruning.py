@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, seml_ok
+from support.paths import ROOT
+from support.run import seml_ok
 
 from seml_hydra.core.ranges import format_ids
 

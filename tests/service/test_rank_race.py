@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import wait_until
+from support.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import run_app, snapshot_files, wait_until
+from support.mongo import snapshot_files
+from support.run import run_app
+from support.wait import wait_until
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from conftest import run_app, run_points
+from support.run import run_app, run_points
 
 from seml_hydra.slurm.client import max_array_size, scontrol_show_job
 
@@ -50,7 +50,7 @@ def test_tasks_per_node_per_point_gives_one_array_with_one_task_and_one_with_two
     read an app value, ``ntasks``, which is swept instead."""
     import sys
 
-    from conftest import ROOT
+    from support.paths import ROOT
 
     proc = subprocess.run(
         [
@@ -114,7 +114,8 @@ def test_array_parallelism_holds_across_resource_groups(slurm, test_db, tmp_path
     """``ntasks=1,2`` are two resource groups, two arrays; with ``array_parallelism=1`` the
     second waits for the first as a split array does (second attacker, session 7: each group
     had its own limit, and a task of each ran at once)."""
-    from conftest import ROOT, run_python
+    from support.paths import ROOT
+    from support.run import run_python
 
     proc = run_python(
         str(ROOT / "tests/apps/tasks_app.py"),

@@ -133,7 +133,7 @@ def test_results_leave_out_the_seed_staging_added_to_an_app_without_one(test_db,
     """``examples/fail.py`` has no ``seed``: staging adds a drawn one per experiment to
     ``config`` (Sacred's place for it), which the task never sees; the table does not show
     it as a varying config column. An app's own seed stays a column."""
-    from conftest import run_app
+    from support.run import run_app
 
     proc = run_app(
         "fail.py", "-m", "hydra/launcher=seml_local", "fail_on=-1", "x=1,2", cwd=tmp_path

@@ -25,7 +25,6 @@ Covered elsewhere, not repeated here:
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -35,7 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ALIVE, ROOT, snapshot_files, wait_until
+from support.mongo import snapshot_files
+from support.paths import ROOT
+from support.slurm import ALIVE, Blocker
+from support.wait import wait_until
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app
@@ -191,36 +193,6 @@ class Sweep:
         if jobs:
             subprocess.run(["scancel", *jobs], check=False)
             wait_until("the cancelled tasks are gone", lambda: self.queue() == {}, 60)
-
-
-class Blocker:
-    """A Slurm client (``sbatch``, ``scancel``...) that, put first on a PATH, touches
-    :attr:`called` and waits while :attr:`closed` exists, then runs the real client. The first
-    ``skip`` calls go straight to the real client (to block a later call of the same one)."""
-
-    def __init__(self, client: str, directory: Path, skip: int = 0) -> None:
-        real = shutil.which(client)
-        assert real, f"no {client} on PATH"
-        self.bin = directory / f"blocking_{client}"
-        self.bin.mkdir()
-        self.called = directory / f"{client}.called"
-        self.closed = directory / f"{client}.closed"
-        self.closed.touch()
-        calls = directory / f"{client}.calls"
-        script = self.bin / client
-        script.write_text(
-            "#!/bin/sh\n"
-            f"echo >> '{calls}'\n"
-            f"if [ $(wc -l < '{calls}') -le {int(skip)} ]; then exec '{real}' \"$@\"; fi\n"
-            f"touch '{self.called}'\n"
-            f"while [ -e '{self.closed}' ]; do sleep 0.1; done\n"
-            f"exec '{real}' \"$@\"\n"
-        )
-        script.chmod(0o755)
-
-    def open(self) -> None:
-        """Let the waiting client (and any later call) through to the real one."""
-        self.closed.unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import gridfs
 import pymongo
-from conftest import MONGO_URL
 from pymongo import monitoring
+from support.mongo import MONGO_URL
 
 from seml_hydra.store.sacred_sources import SACRED_SOURCE_KIND, sacred_source_copies
 from seml_hydra.store.sources import SourceFile, upload_sources

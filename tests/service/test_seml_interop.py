@@ -23,18 +23,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (
-    MONGO_URL,
-    ROOT,
-    TEST_DB,
-    machine_lock,
-    run_app,
-    squeue_tasks,
-    start_app,
-    statuses,
-    wait_running,
-    wait_until,
-)
+from support.machine import machine_lock
+from support.mongo import MONGO_URL, TEST_DB, statuses
+from support.paths import ROOT
+from support.run import run_app, start_app
+from support.slurm import squeue_tasks
+from support.wait import wait_running, wait_until
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app

@@ -12,7 +12,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import launch_gate, run_app, squeue_tasks, statuses, wait_until
+from support.mongo import statuses
+from support.run import launch_gate, run_app
+from support.slurm import squeue_tasks
+from support.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from conftest import wait_until
+from support.wait import wait_until
 
 from seml_hydra.slurm import client as sl
 from seml_hydra.slurm.client import SlurmError

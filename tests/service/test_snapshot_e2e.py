@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_app, run_points, snapshot_files
+from support.mongo import snapshot_files
+from support.run import run_app, run_points
 
 APP = """
 import hydra

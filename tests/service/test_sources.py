@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import snapshot_files as files_of
+from support.mongo import snapshot_files as files_of
 
 from seml_hydra.manage.inspection import snapshot_of
 from seml_hydra.manage.selection import ManageError
@@ -711,7 +711,7 @@ def test_a_real_launch_survives_a_delete_or_drop_while_it_stages(test_db, tmp_pa
     experiment still runs from its payload and snapshot."""
     import subprocess
 
-    from conftest import ROOT
+    from support.paths import ROOT
 
     app = str(ROOT / "tests/apps/data_app.py")
 

@@ -11,7 +11,10 @@ import importlib.util
 import signal
 
 import pytest
-from conftest import ROOT, start_app, statuses, wait_until
+from support.mongo import statuses
+from support.paths import ROOT
+from support.run import start_app
+from support.wait import wait_until
 
 APP = ROOT / "tests" / "apps" / "chunks_app.py"
 FAST = ["hydra.launcher.poll_interval_s=0.3", "hydra.launcher.snapshot=false"]

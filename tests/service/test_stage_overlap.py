@@ -13,8 +13,8 @@ import pymongo
 import pytest
 from bson.codec_options import CodecOptions, TypeEncoder, TypeRegistry
 from bson.errors import InvalidDocument
-from conftest import MONGO_URL
 from pymongo import monitoring
+from support.mongo import MONGO_URL
 
 from seml_hydra.launch.stage import Stager
 

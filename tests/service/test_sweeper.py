@@ -4,7 +4,7 @@ before anything is staged."""
 
 from __future__ import annotations
 
-from conftest import run_app
+from support.run import run_app
 
 SWEEP = ["model=small,large", "optimizer.lr=0.1,0.01", "epochs=2"]
 FAST = ["hydra.launcher.poll_interval_s=0.3", "hydra.launcher.snapshot=false"]

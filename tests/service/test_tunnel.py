@@ -21,7 +21,11 @@ from pathlib import Path
 import pymongo
 import pytest
 import yaml
-from conftest import MONGO_URL, ROOT, machine_lock, run_app, wait_until
+from support.machine import machine_lock
+from support.mongo import MONGO_URL
+from support.paths import ROOT
+from support.run import run_app
+from support.wait import wait_until
 
 from seml_hydra.store import tunnel
 from seml_hydra.store.client import connect, reset_client_cache

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_points, seml_ok
+from support.run import run_points, seml_ok
 
 pytestmark = pytest.mark.slurm
 

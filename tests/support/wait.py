@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 
-def wait_until(what: str, predicate: Callable[[], Any], timeout: float = 180.0, interval: float = 0.5):
+def wait_until(
+    what: str, predicate: Callable[[], Any], timeout: float = 180.0, interval: float = 0.5
+):
     """Poll ``predicate`` every ``interval`` seconds until it returns something truthy (returned);
     fail the test after ``timeout`` seconds saying what was awaited (``what``)."""
     deadline = time.monotonic() + timeout

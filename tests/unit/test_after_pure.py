@@ -5,7 +5,7 @@ back and shown by ``seml queue``. No Slurm, no MongoDB."""
 from __future__ import annotations
 
 import pytest
-from conftest import launcher
+from support.launcher_conf import launcher
 
 from seml_hydra.launch.after import dependency_of, parse_after
 from seml_hydra.launch.sbatch import resource_key, validate_launcher

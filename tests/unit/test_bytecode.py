@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import MODULE_SOURCE, import_fresh, module_project
+from support.modules import MODULE_SOURCE, import_fresh, module_project
 
 from seml_hydra.store.bytecode import KEEP_DAYS, checked_hash_pyc, restore_bytecode, store_bytecode
 

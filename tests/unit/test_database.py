@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SECRET, write_config
+from support.mongo import SECRET, write_config
 
 from seml_hydra.store.client import connect, get_collection
 from seml_hydra.store.collections import (

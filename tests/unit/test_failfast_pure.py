@@ -5,7 +5,7 @@ launcher's message. No Slurm, no MongoDB."""
 from __future__ import annotations
 
 import pytest
-from conftest import launcher
+from support.launcher_conf import launcher
 
 from seml_hydra.job import failfast
 from seml_hydra.launch.pipeline import fail_fast_message

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import launcher
+from support.launcher_conf import launcher
 
 from seml_hydra.job.devices import gpus_per_task, local_device, visible_devices
 from seml_hydra.launch.sbatch import executor_parameters, sbatch_options, validate_launcher

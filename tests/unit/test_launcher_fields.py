@@ -10,7 +10,7 @@ import shlex
 import sys
 
 import pytest
-from conftest import launcher, refusal
+from support.launcher_conf import launcher, refusal
 
 from seml_hydra.job import entry
 from seml_hydra.launch.recovery import orphan_arrays

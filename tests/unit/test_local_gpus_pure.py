@@ -5,7 +5,7 @@ environment, what each rank process sets, and the refused values. No MongoDB, no
 from __future__ import annotations
 
 import pytest
-from conftest import launcher
+from support.launcher_conf import launcher
 
 from seml_hydra.job.devices import (
     GPUS_PER_TASK_VAR,

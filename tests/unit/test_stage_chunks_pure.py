@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from conftest import launcher
+from support.launcher_conf import launcher
 
 from seml_hydra.core import states
 from seml_hydra.launch.stage import STAGE_CHUNK, chunked, plan_chunk, stage_chunk_size

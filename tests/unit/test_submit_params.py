@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from conftest import launcher, refusal
+from support.launcher_conf import launcher, refusal
 
 from seml_hydra.config import SemlLauncherConf, SemlLocalLauncherConf
 from seml_hydra.launch.sbatch import (

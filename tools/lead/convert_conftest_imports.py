@@ -97,8 +97,11 @@ def convert_source(source: str, index: dict[str, list[str]], filename: str = "<f
     renames: dict[str, str] = {}  # ``import conftest as x``: x
     for node in ast.walk(tree):
         where = f"{filename}:{getattr(node, 'lineno', '?')}"
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
-            node.module == "conftest" or node.module.startswith("test_")
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and (node.module == "conftest" or node.module.startswith("test_"))
         ):
             pairs = [(a.name, a.asname) for a in node.names]
             indent = lines[node.lineno - 1][: node.col_offset]
@@ -126,7 +129,9 @@ def convert_source(source: str, index: dict[str, list[str]], filename: str = "<f
     return "".join(lines)
 
 
-def _inline_module_attributes(source: str, tree: ast.AST, modules: set[str]) -> tuple[str, set[str]]:
+def _inline_module_attributes(
+    source: str, tree: ast.AST, modules: set[str]
+) -> tuple[str, set[str]]:
     """``source`` with ``<module>.NAME`` written ``NAME`` for the names in ``modules``; the
     set of NAMEs used that way."""
     hits = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute)
