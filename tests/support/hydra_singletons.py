@@ -44,10 +44,10 @@ def record_state() -> StateRecord:
     from hydra.core.singleton import Singleton
     from omegaconf.basecontainer import BaseContainer
 
-    instances = {k: v for k, v in Singleton._instances.items() if k is not Plugins}
-    stack: list[Any] = [instances, BaseContainer._resolvers]
+    instances = [(k, v) for k, v in Singleton._instances.items() if k is not Plugins]
+    stack: list[Any] = [BaseContainer._resolvers, *(v for _, v in instances)]
     seen: dict[int, Any] = {}
-    shape = []
+    shape: list[tuple] = [tuple((id(k), id(v)) for k, v in instances)]
     while stack:
         obj = stack.pop()
         if id(obj) in seen:
