@@ -83,10 +83,13 @@ class SingletonGuard:
         self._known: StateRecord | None = None  # a live state equal to the copy
 
     def before(self) -> StateRecord:
-        """Record the state; copy it (``Singleton.get_state``) unless it is the one last copied
-        or installed. Returns the record :meth:`after` compares with."""
+        """Discover the plugins unless they are (which registers their config sources, part of
+        the state), record the state and copy it (``Singleton.get_state``) unless it is the one
+        last copied or installed. Returns the record :meth:`after` compares with."""
+        from hydra.core.plugins import Plugins
         from hydra.core.singleton import Singleton
 
+        Plugins.instance()
         record = record_state()
         if self._known is None or record.shape != self._known.shape:
             self._pristine = Singleton.get_state()
