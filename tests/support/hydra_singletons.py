@@ -39,7 +39,11 @@ class StateRecord:
 def record_state() -> StateRecord:
     """A :class:`StateRecord` of the state now: a walk of ``Singleton._instances`` (but the
     plugins) and OmegaConf's resolvers through dicts, lists, tuples, sets and objects'
-    ``__dict__`` (classes, functions, modules and scalars are leaves)."""
+    ``__dict__`` (classes, functions, modules and scalars are leaves). A config the
+    ``ConfigStore`` holds (a ``ConfigNode``) is recorded by what it refers to, not walked into:
+    Hydra hands out copies of those (``ConfigStore.load``), so only a test that reaches into
+    ``ConfigStore.repo`` could change one in place, and that change would not be seen."""
+    from hydra.core.config_store import ConfigNode
     from hydra.core.plugins import Plugins
     from hydra.core.singleton import Singleton
     from omegaconf.basecontainer import BaseContainer
@@ -64,6 +68,10 @@ def record_state() -> StateRecord:
             members = list(obj)
             shape.append((id(obj), tuple(id(v) for v in members)))
             stack.extend(members)
+        elif isinstance(obj, ConfigNode):  # a stored config: Hydra hands out copies only
+            fields = vars(obj)
+            shape.append((id(obj), tuple((k, id(v)) for k, v in fields.items())))
+            seen.update((id(v), v) for v in fields.values())
         else:
             fields = getattr(obj, "__dict__", None)
             shape.append((id(obj), type(obj), id(fields)))

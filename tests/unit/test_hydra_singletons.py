@@ -80,4 +80,3 @@ def test_a_state_first_seen_at_a_tests_start_is_the_one_put_back():
     guard.after(token)
     assert "wider_group" in ConfigStore.instance().repo
     assert "probe_group" not in ConfigStore.instance().repo
-

@@ -74,10 +74,13 @@ def _defined(node: ast.stmt) -> list[str]:
     return []
 
 
-@pytest.mark.parametrize("path", SUITE, ids=lambda p: str(p.relative_to(TESTS)))
-def test_no_file_of_the_suite_imports_conftest_or_a_test_module(path):
-    found = forbidden_imports(path.read_text())
-    assert not found, f"{path.relative_to(TESTS)}: move the helper to tests/support/: {found}"
+def test_no_file_of_the_suite_imports_conftest_or_a_test_module():
+    found = {
+        str(path.relative_to(TESTS)): hits
+        for path in SUITE
+        if (hits := forbidden_imports(path.read_text()))
+    }
+    assert not found, f"move these helpers to tests/support/: {found}"
 
 
 def test_conftest_defines_only_fixtures_hooks_and_the_private_helpers_it_uses():
