@@ -22,7 +22,7 @@ import pymongo
 import pymongo.errors
 import pytest
 import yaml
-from support.mongo import SECRET, write_config
+from support.mongo import MONGOD, SECRET, write_config
 from support.wait import wait_until
 
 from seml_hydra.core.processes import process_alive
@@ -283,7 +283,6 @@ def test_concurrent_launchers_start_one_embedded_server(tmp_path):
 
 # --------------------------------------------------------------------------- embedded: other users
 
-MONGOD = "/usr/local/bin/mongod"
 
 #: run as the other user: try every way in (TCP without credentials, each socket path given)
 #: and print one line per attempt: "LISTED <target> <names>" or "refused <target> <error>"

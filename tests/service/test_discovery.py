@@ -35,10 +35,10 @@ import venv
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
 pytestmark = pytest.mark.discovery
 
-ROOT = Path(__file__).resolve().parents[2]
 TARGETS = {
     "seml": "hydra_plugins.seml_launcher.seml_launcher.SemlSlurmLauncher",
     "seml_local": "hydra_plugins.seml_launcher.seml_launcher.SemlLocalLauncher",

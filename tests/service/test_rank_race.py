@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
+from support.paths import ROOT
 from support.wait import wait_until
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_rank_failing_after_the_primary_ended_fails_the_launch(test_db, tmp_path):

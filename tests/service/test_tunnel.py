@@ -22,7 +22,7 @@ import pymongo
 import pytest
 import yaml
 from support.machine import machine_lock
-from support.mongo import MONGO_URL
+from support.mongo import MONGO_URL, MONGOD
 from support.paths import ROOT
 from support.run import run_app
 from support.wait import wait_until
@@ -586,7 +586,7 @@ def auth_mongod(tmp_path):
     data = tmp_path / "mongod"
     data.mkdir()
     proc = subprocess.Popen(
-        ["/usr/local/bin/mongod", "--auth", "--port", str(port), "--bind_ip", "127.0.0.1"]
+        [MONGOD, "--auth", "--port", str(port), "--bind_ip", "127.0.0.1"]
         + ["--dbpath", str(data), "--logpath", str(data / "log")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

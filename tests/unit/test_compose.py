@@ -23,13 +23,13 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
 from hydra.types import RunMode
 from omegaconf import OmegaConf
+from support.paths import ROOT
 
 from seml_hydra.core.documents import dict_diff, same
 from seml_hydra.launch import compose
 from seml_hydra.launch.compose.full import compose_full
 from seml_hydra.launch.document import node_diff
 
-ROOT = Path(__file__).resolve().parents[2]
 APPS = ROOT / "tests" / "apps"
 
 

@@ -7,13 +7,11 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import inspect
-from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
 from seml_hydra import _PUBLIC, config
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

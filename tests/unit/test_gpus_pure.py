@@ -5,16 +5,14 @@ sbatch script and on the srun line submitit writes, the ``gpu_2tasks`` preset's 
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 import pytest
 import yaml
 from support.launcher_conf import launcher
+from support.paths import ROOT
 
 from seml_hydra.job.devices import gpus_per_task, local_device, visible_devices
 from seml_hydra.launch.sbatch import executor_parameters, sbatch_options, validate_launcher
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def script(tmp_path, **changes) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
 from seml_hydra.slurm import client as slurm
 from seml_hydra.slurm import records
@@ -37,7 +37,6 @@ from seml_hydra.slurm.records import (
     parse_squeue,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
 
 
