@@ -300,7 +300,7 @@ def test_a_lock_another_user_holds_does_not_hang_the_job(test_db, tmp_path, shar
     import subprocess
     import threading
 
-    from tests.conftest import wait_until
+    from support.wait import wait_until
 
     snapshot = module_snapshot(test_db, tmp_path, "planted_b", 1)
     key = "semltest_42_0"
@@ -350,7 +350,7 @@ def test_a_lock_that_stays_held_fails_the_job_clearly(
     import socket
     import subprocess
 
-    from tests.conftest import wait_until
+    from support.wait import wait_until
 
     snapshot = module_snapshot(test_db, tmp_path, "locked_c", 1)
     private_runtime.mkdir(mode=0o700)

@@ -83,6 +83,7 @@ def test_import_conftest_becomes_imports_of_the_names_it_was_used_for():
 
 def test_a_helper_imported_from_another_test_file_comes_from_support():
     assert convert("from test_retry import Blocker\n") == "from support.slurm import Blocker\n"
+    assert convert("from tests.conftest import ROOT\n") == "from support.paths import ROOT\n"
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ def forbidden_imports(source: str) -> list[str]:
     return [
         f"line {line}: imports {module}"
         for line, module in imported_modules(ast.parse(source))
-        if module.split(".")[0] == "conftest" or module.split(".")[-1].startswith("test_")
+        if "conftest" in module.split(".") or module.split(".")[-1].startswith("test_")
     ]
 
 
@@ -102,6 +102,7 @@ def test_support_modules_define_no_fixture():
         ("from conftest import run_app\n", ["line 1: imports conftest"]),
         ("def f():\n    import conftest\n", ["line 2: imports conftest"]),
         ("from test_retry import Blocker\n", ["line 1: imports test_retry"]),
+        ("from tests.conftest import ROOT\n", ["line 1: imports tests.conftest"]),
         ("import service.test_retry as t\n", ["line 1: imports service.test_retry"]),
         ("from support.run import run_app\nimport pytest\n", []),
     ],

@@ -5,7 +5,7 @@ import them from ``tests/support/``, where they live now.
 
 What it rewrites, at any indentation (inside a function too):
 
-- ``from conftest import a, b as c`` (one line or parenthesised over several): one
+- ``from conftest import a, b as c`` (or ``tests.conftest``; one line or parenthesised over several): one
   ``from support.<module> import ...`` line per module that defines the names;
 - ``import conftest`` / ``import conftest as x``: every ``conftest.NAME`` (``x.NAME``) becomes
   ``NAME`` and the import becomes the ``from support...`` lines of the names used;
@@ -60,6 +60,13 @@ def support_index(support: Path = SUPPORT) -> dict[str, list[str]]:
     return index
 
 
+def is_test_module(module: str) -> bool:
+    """``conftest``, ``tests.conftest``, ``test_x``, ``service.test_x``: a module whose helpers
+    belong in ``tests/support``."""
+    parts = module.split(".")
+    return "conftest" in parts or parts[-1].startswith("test_")
+
+
 class ConvertError(ValueError):
     """A file that cannot be converted; the message says where and why."""
 
@@ -101,7 +108,7 @@ def convert_source(source: str, index: dict[str, list[str]], filename: str = "<f
             isinstance(node, ast.ImportFrom)
             and node.level == 0
             and node.module
-            and (node.module == "conftest" or node.module.startswith("test_"))
+            and is_test_module(node.module)
         ):
             pairs = [(a.name, a.asname) for a in node.names]
             indent = lines[node.lineno - 1][: node.col_offset]
