@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from seml_hydra.core import attempts, states
-from seml_hydra.store.retry import retrying
+from seml_hydra.store.db.retry import retrying
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.store.retry import retrying
+from seml_hydra.store.db.retry import retrying
 
 
 def record_rank_failure(
@@ -21,7 +21,7 @@ def record_rank_failure(
     counts its own ranks' failures only) to ``rank_failures`` (a field Sacred's observer never
     holds).
 
-    The ``$push`` is made idempotent for :func:`~seml_hydra.store.retry.retrying`: the failure
+    The ``$push`` is made idempotent for :func:`~seml_hydra.store.db.retry.retrying`: the failure
     carries a random ``id`` and the filter requires it absent, so a retry of a push that reached
     the server before the connection dropped adds nothing."""
     import uuid
@@ -119,7 +119,7 @@ def record_rank_end(
 ) -> None:
     """Append ``{rank, restart, outcome, id}`` to the document's ``rank_ends`` (a field Sacred's
     observer never holds): this rank's task of run ``restart`` (``execution.restart``) ended.
-    Idempotent under :func:`~seml_hydra.store.retry.retrying`, as :func:`record_rank_failure`."""
+    Idempotent under :func:`~seml_hydra.store.db.retry.retrying`, as :func:`record_rank_failure`."""
     import uuid
 
     end = {"rank": global_rank, "restart": restart, "outcome": outcome, "id": uuid.uuid4().hex}

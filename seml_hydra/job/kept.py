@@ -1,7 +1,7 @@
 """Writes a job keeps in memory while MongoDB stays unreachable past ``SEML_MONGODB_RETRY_S``,
 and writes later (:func:`write_kept`: after the job's next claim, and at its end).
 
-An outage longer than the retry budget (``seml_hydra.store.retry.retrying``) used to lose the
+An outage longer than the retry budget (``seml_hydra.store.db.retry.retrying``) used to lose the
 experiment's outcome, its captured output included. Here the job goes on with the write kept
 (one log line says so), and writes it, in order, as soon as MongoDB answers again before the
 job ends. What cannot be written by then is lost (one log line each): the experiment stays
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from seml_hydra.store.retry import ENV_RETRY, is_connection_error, retrying, short_reason
+from seml_hydra.store.db.retry import ENV_RETRY, is_connection_error, retrying, short_reason
 
 log = logging.getLogger(__name__)
 

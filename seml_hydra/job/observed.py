@@ -18,10 +18,12 @@ from seml_hydra.job import heartbeat, kept, metrics
 from seml_hydra.job.failfast import STOP_REASON
 from seml_hydra.job.heartbeat import MAX_CAPTURED_CHARS, bounded_output  # noqa: F401 (re-exported)
 from seml_hydra.job.sacred_compat import experiment
-from seml_hydra.store.collections import metrics_collection_name
-from seml_hydra.store.retry import is_connection_error, retrying, short_reason
-from seml_hydra.store.sacred_sources import SACRED_SOURCE_KIND as SACRED_SOURCE_KIND  # its old home
-from seml_hydra.store.sacred_sources import sacred_source_copies
+from seml_hydra.store.db.collections import metrics_collection_name
+from seml_hydra.store.db.retry import is_connection_error, retrying, short_reason
+from seml_hydra.store.snapshot.sacred_sources import (
+    SACRED_SOURCE_KIND as SACRED_SOURCE_KIND,
+)  # its old home
+from seml_hydra.store.snapshot.sacred_sources import sacred_source_copies
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +102,7 @@ def run_observed(
         Rides out an unreachable MongoDB: a heartbeat that cannot be saved logs one line and
         the next one saves again (the entry holds everything); metrics that could not be sent
         go with the next heartbeat; the final save (result, captured output, status) is retried
-        through ``seml_hydra.store.retry.retrying`` (Sacred 0.8.7 gives up after a few attempts
+        through ``seml_hydra.store.db.retry.retrying`` (Sacred 0.8.7 gives up after a few attempts
         and leaves the run in a pickle on the node) and, past ``SEML_MONGODB_RETRY_S``, kept in
         memory and written when MongoDB is back before the job ends (``seml_hydra.job.kept``).
         One lock orders the heartbeat thread's saves and the final save, and no heartbeat

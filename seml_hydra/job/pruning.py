@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import pruning, states
 from seml_hydra.job import metrics
-from seml_hydra.store.retry import retrying
+from seml_hydra.store.db.retry import retrying
 
 if TYPE_CHECKING:
     from pymongo.collection import Collection

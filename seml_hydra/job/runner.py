@@ -42,21 +42,21 @@ from seml_hydra.job.failures import (
 from seml_hydra.job.main_module import load_script, script_as_main, script_dir, script_path
 from seml_hydra.job.observed import bounded_result, freeze_observers, run_observed
 from seml_hydra.job.slurm_env import execution_identity, placement, rank_label, restart_count
-from seml_hydra.store.client import connect, skip_exit_join
+from seml_hydra.store.db.client import connect, skip_exit_join
+from seml_hydra.store.db.retry import retrying
+from seml_hydra.store.db.settings import resolve_db_settings
 
 # ``Payload`` is also what ``seml_hydra.run.Payload`` (this module's name before the sub-package
 # layout, a deprecated name of it: seml_hydra._compat) unpickles to in payloads stored before then
 from seml_hydra.store.payload import Payload, load_payload
-from seml_hydra.store.retry import retrying
-from seml_hydra.store.settings import resolve_db_settings
-from seml_hydra.store.snapshot import (
+from seml_hydra.store.snapshot.node import (
     SourceSnapshotError,
     imported_files,
     load_snapshot,
     materialized,
     snapshot_key,
 )
-from seml_hydra.store.sources import imported_module_files
+from seml_hydra.store.snapshot.sources import imported_module_files
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +112,9 @@ class JobRunner:
     """The picklable callable each array task runs: ``JobRunner(...)(exp_ids)``.
 
     Attributes:
-        db_cfg: the database inputs (``seml_hydra.store.settings.resolve_db_settings``), resolved again
+        db_cfg: the database inputs (``seml_hydra.store.db.settings.resolve_db_settings``), resolved again
             on the node the way the launcher did; never holds a password (a URL's password
-            reaches the job in its environment: ``seml_hydra.store.job_db.job_db_environment``).
+            reaches the job in its environment: ``seml_hydra.store.db.job_db.job_db_environment``).
         collection: the collection name.
         payload_id: GridFS file id of the batch's :class:`Payload`.
         primary_log_level, other_log_level: log levels (names) of the primary and other ranks.
@@ -236,7 +236,7 @@ class JobRunner:
         self, db: Any, collection: Any, doc: dict[str, Any], execution: dict[str, Any]
     ) -> str:
         """Run the claimed ``doc``, inside its code snapshot when it has one
-        (``seml_hydra.store.snapshot.materialized``: once per node for the tasks running it at
+        (``seml_hydra.store.snapshot.node.materialized``: once per node for the tasks running it at
         the same time, removed after the last one), with the snapshot's copy of the app's script
         as ``__main__`` when the snapshot holds it (``seml_hydra.job.main_module``); returns
         its outcome on this rank."""

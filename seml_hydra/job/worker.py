@@ -27,8 +27,8 @@ from seml_hydra.core.documents import apply_diff
 from seml_hydra.core.processes import process_start
 from seml_hydra.core.scoped import temporarily
 from seml_hydra.job.runner import JobRunner
+from seml_hydra.store.db.retry import retrying
 from seml_hydra.store.payload import hydra_base
-from seml_hydra.store.retry import retrying
 
 #: ``execution.cluster`` of an experiment a worker runs (SEML's, and submitit's local executor's)
 LOCAL_CLUSTER = "local"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from seml_hydra.store.collections import metrics_collection_name
+from seml_hydra.store.db.collections import metrics_collection_name
 
 
 def delete_metrics(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core.errors import UserError
-from seml_hydra.store.sources import delete_unused_files, unused_files
+from seml_hydra.store.snapshot.sources import delete_unused_files, unused_files
 
 #: ``metadata.kind`` of a payload file in ``fs.files``
 PAYLOAD_KIND = "seml_hydra_payload"

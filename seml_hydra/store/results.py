@@ -18,9 +18,9 @@ from typing import Any
 from seml_hydra.core import states as core_states
 from seml_hydra.core.attempts import LAST_NUMBER, check_selector, number_after, resolve_attempt
 from seml_hydra.core.documents import plain_result
-from seml_hydra.store.client import connect
-from seml_hydra.store.collections import metrics_collection_name, validate_collection_name
-from seml_hydra.store.settings import resolve_db_settings
+from seml_hydra.store.db.client import connect
+from seml_hydra.store.db.collections import metrics_collection_name, validate_collection_name
+from seml_hydra.store.db.settings import resolve_db_settings
 
 #: fields returned when ``fields`` is not given
 DEFAULT_FIELDS = ("_id", "batch_id", "status", "config", "result")

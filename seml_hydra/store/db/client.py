@@ -1,4 +1,4 @@
-"""Connecting to the database of some :class:`~seml_hydra.store.settings.DbSettings`: one
+"""Connecting to the database of some :class:`~seml_hydra.store.db.settings.DbSettings`: one
 cached ``MongoClient`` per settings and process, through an SSH tunnel when the settings say so,
 with errors explained for the user (never showing a password).
 
@@ -14,12 +14,12 @@ import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
-from seml_hydra.store import tunnel
-from seml_hydra.store.collections import validate_collection_name
+from seml_hydra.store.db.collections import validate_collection_name
+from seml_hydra.store.db.retry import retry_budget_s, retrying, short_reason
+from seml_hydra.store.db.settings import HOW_TO_CONFIGURE, DbSettings
 from seml_hydra.store.errors import DatabaseError
 from seml_hydra.store.masking import scrub
-from seml_hydra.store.retry import retry_budget_s, retrying, short_reason
-from seml_hydra.store.settings import HOW_TO_CONFIGURE, DbSettings
+from seml_hydra.store.server import tunnel
 
 if TYPE_CHECKING:
     import pymongo.collection
@@ -76,11 +76,11 @@ def connect(
     forked child), so repeated calls are cheap: only the first one pings.
 
     Args:
-        settings: from :func:`seml_hydra.store.settings.resolve_db_settings`.
+        settings: from :func:`seml_hydra.store.db.settings.resolve_db_settings`.
         timeout_s: seconds to wait for the server (``serverSelectionTimeoutMS`` and
             ``connectTimeoutMS``) in each attempt.
         retry: keep pinging an unreachable server through
-            :func:`~seml_hydra.store.retry.retrying` (jobs: an outage at their start is ridden
+            :func:`~seml_hydra.store.db.retry.retrying` (jobs: an outage at their start is ridden
             out) instead of failing after ``timeout_s``.
 
     Returns:
@@ -176,9 +176,9 @@ def get_collection(name: str, settings: DbSettings) -> pymongo.collection.Collec
 
     Args:
         name: collection name, checked with
-            :func:`~seml_hydra.store.collections.validate_collection_name` before any connection
+            :func:`~seml_hydra.store.db.collections.validate_collection_name` before any connection
             is made.
-        settings: from :func:`seml_hydra.store.settings.resolve_db_settings`.
+        settings: from :func:`seml_hydra.store.db.settings.resolve_db_settings`.
 
     Returns:
         A ``pymongo`` collection (from the cached client of :func:`connect`).

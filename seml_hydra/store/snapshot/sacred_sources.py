@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from seml_hydra.store.snapshot import gridfs_contents
+from seml_hydra.store.snapshot.node import gridfs_contents
 
 #: ``metadata.kind`` of the GridFS copies of snapshot files a run lists in ``experiment.sources``
 SACRED_SOURCE_KIND = "sacred_source"
@@ -25,9 +25,9 @@ def sacred_source_copies(db: Any, source_files: Sequence[Sequence[Any]]) -> list
     from GridFS is left out. Raises pymongo errors.
 
     Two queries when every copy exists (the snapshot files' ``metadata.content_hash``, the
-    MD5 ``seml_hydra.store.sources`` records at staging; then the copies of those paths and
+    MD5 ``seml_hydra.store.snapshot.sources`` records at staging; then the copies of those paths and
     hashes, one per path and hash however many there are), plus two to read the files without
-    a copy (``store.snapshot.gridfs_contents``) and one insert per new copy: a job of a
+    a copy (``store.snapshot.node.gridfs_contents``) and one insert per new copy: a job of a
     70-file snapshot no longer makes ~200 round trips (``fs.get`` and ``find_one`` per file)
     before its task starts.
     """

@@ -14,10 +14,10 @@ list and the project root, with the ``collection_name`` and ``batch_id`` of the 
 files, so SEML 0.5.7's ``delete`` removes it with them. Each document names it
 (``seml.source_manifest``) instead of carrying the list, so documents do not grow with the
 snapshot. Documents of earlier versions carry the list itself (``seml.source_files``, SEML's
-field); every reader accepts both (``store.snapshot.load_snapshot``). A launch holds a lease on
+field); every reader accepts both (``store.snapshot.node.load_snapshot``). A launch holds a lease on
 the files and the manifest until its documents name them, so that a concurrent
 ``delete``/``drop`` (:func:`delete_unused_files`) leaves them alone. On the node,
-:mod:`seml_hydra.store.snapshot` writes the snapshot out and runs from it.
+:mod:`seml_hydra.store.snapshot.node` writes the snapshot out and runs from it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from seml_hydra.core.processes import run_captured
-from seml_hydra.store.gitinfo import git_toplevel
+from seml_hydra.store.snapshot.gitinfo import git_toplevel
 
 #: files larger than this are not snapshotted (and reported), in KB
 DEFAULT_MAX_FILE_KB = 1024
