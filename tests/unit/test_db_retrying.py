@@ -123,7 +123,7 @@ def test_a_multi_host_uri_is_accepted_and_every_host_is_checked():
 
 
 def test_metrics_kept_for_the_next_heartbeat_are_sent_before_the_new_ones():
-    from seml_hydra.job.observed import _merge_metrics
+    from seml_hydra.job.observer import _merge_metrics
 
     earlier = {"loss": {"steps": [0, 1], "values": [1.0, 0.5], "timestamps": ["a", "b"]}}
     later = {
