@@ -94,7 +94,7 @@ def pickled_payload(
             return dumps_main_by_name(payload)
         import cloudpickle
 
-        return cloudpickle.dumps(payload)
+        return bytes(cloudpickle.dumps(payload))
     except Exception as error:
         raise UnpicklableTaskError(
             f"the task function cannot be pickled ({type(error).__name__}: {error}). Jobs "
@@ -161,7 +161,7 @@ def dumps_main_by_name(obj: Any) -> bytes:
 
     main = sys.modules.get("__main__")
 
-    class _Pickler(cloudpickle.Pickler):
+    class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships no types
         def reducer_override(self, obj: Any) -> Any:
             ref = main_reference(obj, main) if main is not None else None
             if ref is None:

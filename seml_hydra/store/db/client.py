@@ -11,7 +11,7 @@ import atexit
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote_plus
 
 from seml_hydra.store.db.collections import validate_collection_name
@@ -22,8 +22,9 @@ from seml_hydra.store.masking import scrub
 from seml_hydra.store.server import tunnel
 
 if TYPE_CHECKING:
-    import pymongo.collection
-    import pymongo.database
+    import pymongo
+
+    from seml_hydra.core.schema import Database, ExperimentCollection
 
 __all__ = ["connect", "get_collection", "reset_client_cache", "skip_exit_join"]
 
@@ -31,7 +32,7 @@ __all__ = ["connect", "get_collection", "reset_client_cache", "skip_exit_join"]
 #: reconnection of the SSH connection (the tunnel process checks it every few seconds).
 TUNNEL_SELECTION_TIMEOUT_S = 60.0
 
-_CLIENTS: dict[tuple[DbSettings, float], Any] = {}
+_CLIENTS: dict[tuple[DbSettings, float], pymongo.MongoClient[dict[str, Any]]] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
@@ -67,9 +68,7 @@ def skip_exit_join() -> None:
         atexit.unregister(hook)
 
 
-def connect(
-    settings: DbSettings, timeout_s: float = 5.0, *, retry: bool = False
-) -> pymongo.database.Database:
+def connect(settings: DbSettings, timeout_s: float = 5.0, *, retry: bool = False) -> Database:
     """Connect to the database of ``settings`` and check that the server answers.
 
     One ``MongoClient`` is cached per ``(settings, timeout_s)`` and process (forgotten in a
@@ -96,7 +95,7 @@ def connect(
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
     if client is not None:
-        return client[settings.database]
+        return client.get_database(settings.database)
 
     import pymongo
     from pymongo import errors
@@ -168,10 +167,10 @@ def connect(
         cached = _CLIENTS.setdefault(key, client)
     if cached is not client:  # another thread won the race
         client.close()
-    return cached[settings.database]
+    return cached.get_database(settings.database)
 
 
-def get_collection(name: str, settings: DbSettings) -> pymongo.collection.Collection:
+def get_collection(name: str, settings: DbSettings) -> ExperimentCollection:
     """The collection ``name`` in the database of ``settings``.
 
     Args:
@@ -188,4 +187,5 @@ def get_collection(name: str, settings: DbSettings) -> pymongo.collection.Collec
         DatabaseError: as :func:`connect`.
     """
     validate_collection_name(name)
-    return connect(settings)[name]
+    # the database's collections hold plain documents; this one, experiments
+    return cast("ExperimentCollection", connect(settings).get_collection(name))

@@ -15,8 +15,7 @@ from seml_hydra.core.shell import seml_for
 from seml_hydra.store.errors import InvalidCollectionName
 
 if TYPE_CHECKING:
-    import pymongo.collection
-    import pymongo.database
+    from seml_hydra.core.schema import Collection, Database, ExperimentCollection
 
 __all__ = [
     "CLI_WORDS",
@@ -129,7 +128,7 @@ def validate_collection_name(name: str) -> str:
 
 
 def next_ids(
-    db: pymongo.database.Database,
+    db: Database,
     counter_name: str,
     n: int,
     floor: Callable[[], int | None] | None = None,
@@ -234,7 +233,7 @@ CENSUS_FIELDS = (
 CENSUS_INDEX = "seml_hydra_census"
 
 
-def ensure_job_indexes(collection: pymongo.collection.Collection) -> bool:
+def ensure_job_indexes(collection: ExperimentCollection | Collection) -> bool:
     """Create the :data:`JOB_INDEXES` and the :data:`CENSUS_INDEX` of ``collection`` unless they
     exist (one ``createIndexes``
     round trip; building them once on a large collection takes a moment, after that MongoDB

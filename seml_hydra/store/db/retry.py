@@ -78,7 +78,7 @@ def is_connection_error(error: BaseException) -> bool:
 def backoff_delay(attempt: int, cap_s: float = MAX_RETRY_DELAY_S) -> float:
     """Pause (seconds) before retry number ``attempt`` (1, 2, ...): 0.5, 1, 2, 4, 8, then
     ``cap_s``. Pure."""
-    return min(cap_s, 0.5 * 2 ** max(0, attempt - 1))
+    return min(cap_s, 0.5 * 2.0 ** max(0, attempt - 1))
 
 
 def short_reason(error: BaseException) -> str:

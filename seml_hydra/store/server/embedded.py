@@ -48,6 +48,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core.processes import holds_socket, read_pid_file
 from seml_hydra.store.errors import DatabaseError
@@ -59,6 +60,9 @@ from seml_hydra.store.server.mongod import (
     start_on_free_port,
     wait_gone,
 )
+
+if TYPE_CHECKING:
+    import pymongo
 
 __all__ = [
     "EmbeddedServer",
@@ -202,7 +206,7 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _read_state(data_dir: Path) -> dict | None:
+def _read_state(data_dir: Path) -> dict[str, Any] | None:
     try:
         state = json.loads(_read_private(data_dir / STATE_FILE) or "")
     except ValueError:
@@ -267,7 +271,7 @@ def _listening_inode(port: int) -> int | None:
     return None
 
 
-def _our_listener(state: dict) -> int | None:
+def _our_listener(state: dict[str, Any]) -> int | None:
     """The pid of ``state`` if it is ours and listens on ``state``'s port, else None."""
     inode = _listening_inode(state["port"])
     pid = state.get("pid")
@@ -294,7 +298,9 @@ def _same_path(a: object, b: Path) -> bool:
         return False
 
 
-def _client(port: int, creds: tuple[str, str], timeout_s: float):
+def _client(
+    port: int, creds: tuple[str, str], timeout_s: float
+) -> pymongo.MongoClient[dict[str, Any]]:
     import pymongo
 
     ms = max(1, int(timeout_s * 1000))
@@ -345,7 +351,7 @@ def find_running_embedded(data_dir: Path | None = None) -> EmbeddedServer | None
     return EmbeddedServer(HOST, state["port"], data_dir, started=False)
 
 
-def _our_unusable_server(data_dir: Path, state: dict) -> int | None:
+def _our_unusable_server(data_dir: Path, state: dict[str, Any]) -> int | None:
     """Pid of a mongod of ours on ``data_dir/db`` listening on the recorded port that
     :func:`find_running_embedded` rejected (an older version's, without access control, or
     one whose credentials were lost), else None."""

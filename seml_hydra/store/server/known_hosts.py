@@ -224,4 +224,4 @@ def _fingerprint(key: Any) -> str:
     try:
         return str(key.fingerprint)  # "SHA256:..." (paramiko >= 3.2), as OpenSSH shows it
     except AttributeError:  # pragma: no cover - older paramiko
-        return key.get_fingerprint().hex(":")
+        return str(key.get_fingerprint().hex(":"))

@@ -151,7 +151,7 @@ class Tunnel:
 
         tunnel = self
 
-        class Forwarder(SSHTunnelForwarder):
+        class Forwarder(SSHTunnelForwarder):  # type: ignore[misc]  # sshtunnel ships no types
             def _get_transport(self) -> Any:
                 transport = super()._get_transport()
                 tunnel.guard_transport(transport, self.ssh_host, self.ssh_port, self.ssh_username)

@@ -542,7 +542,7 @@ def chunks_abandoned(chunk_ids: Sequence[Any], before: datetime) -> bool:
 
     if not chunk_ids or not all(isinstance(i, ObjectId) for i in chunk_ids):
         return False
-    return max(i.generation_time for i in chunk_ids) < before
+    return bool(max(i.generation_time for i in chunk_ids) < before)
 
 
 def orphan_chunks(db: Any, *, dry_run: bool, min_age_s: float = LEASE_S) -> dict[Any, int]:
