@@ -27,7 +27,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.processes import process_alive, process_start
@@ -35,6 +35,9 @@ from seml_hydra.store.db.retry import retrying
 from seml_hydra.store.server.tunnel import RuntimeDirError, private_dir_problem, runtime_dir
 from seml_hydra.store.snapshot.bytecode import CACHE_DIR, restore_bytecode, store_bytecode
 from seml_hydra.store.snapshot.sources import is_project_file, read_manifest
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Database
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +56,7 @@ class Snapshot:
     root: str | None
 
 
-def load_snapshot(db: Any, seml: Mapping[str, Any]) -> Snapshot | None:
+def load_snapshot(db: Database, seml: Mapping[str, Any]) -> Snapshot | None:
     """The code snapshot a document's ``seml`` block names: its launch's manifest
     (``seml.source_manifest``, ``store.snapshot.sources.read_manifest``), else the list documents of
     earlier versions carry (``seml.source_files``; the root then from ``seml.executable`` and
@@ -141,7 +144,7 @@ def imported_files(
 
 
 def read_sources(
-    db: Any, source_files: Sequence[Sequence[Any]], target: Path
+    db: Database, source_files: Sequence[Sequence[Any]], target: Path
 ) -> list[tuple[Path, bytes]]:
     """The files of a snapshot (``seml.source_files``) as ``(path under target, content)``.
 
@@ -173,7 +176,7 @@ def read_sources(
     return out
 
 
-def gridfs_contents(db: Any, file_ids: Sequence[Any]) -> dict[Any, bytes]:
+def gridfs_contents(db: Database, file_ids: Sequence[Any]) -> dict[Any, bytes]:
     """``{file id: content}`` of the complete GridFS files among ``file_ids``, in two queries
     whatever their number (``fs.files`` lengths, then ``fs.chunks`` in ``(files_id, n)`` order,
     the index GridFS keeps; the layout is the GridFS specification's). A file whose chunks do
@@ -190,7 +193,7 @@ def gridfs_contents(db: Any, file_ids: Sequence[Any]) -> dict[Any, bytes]:
     return {i: data for i, data in contents.items() if len(data) == lengths[i]}
 
 
-def write_sources(db: Any, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
+def write_sources(db: Database, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
     """Write a snapshot (``seml.source_files``) into ``target``; returns the paths written.
 
     Safe to run again: a file already there with the snapshot's content is left as it is, and
@@ -280,7 +283,7 @@ def _same_content(dir_fd: int, name: str, data: bytes) -> bool:
         return stream.read(len(data) + 1) == data
 
 
-def foreign_files(db: Any, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
+def foreign_files(db: Database, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
     """The files in ``target`` that are not the snapshot's: not in it, with other content, or
     symbolic links (what writing the snapshot there would mix with or overwrite). Raises as
     :func:`read_sources`."""
@@ -430,7 +433,7 @@ def snapshot_key(cluster: str, source_files: Sequence[Sequence[Any]]) -> str:
 
 @contextlib.contextmanager
 def materialized(
-    db: Any,
+    db: Database,
     source_files: Sequence[Sequence[Any]],
     job_key: str,
     script_dir: str = "",

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.store.snapshot.node import gridfs_contents
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Database
 
 #: ``metadata.kind`` of the GridFS copies of snapshot files a run lists in ``experiment.sources``
 SACRED_SOURCE_KIND = "sacred_source"
 
 
-def sacred_source_copies(db: Any, source_files: Sequence[Sequence[Any]]) -> list[list[Any]]:
+def sacred_source_copies(db: Database, source_files: Sequence[Sequence[Any]]) -> list[list[Any]]:
     """Sacred's ``experiment.sources`` of a run, ``[[relative path, GridFS id], ...]``, for the
     snapshot files ``source_files`` (``seml.source_files``): a copy of each, reused by a later run
     with the same path and content (``metadata.kind`` :data:`SACRED_SOURCE_KIND`, MD5 in
@@ -82,7 +85,7 @@ def _existing_copies(files: Any, keys: Sequence[tuple[str, str]]) -> dict[tuple[
     return out
 
 
-def _put_copy(db: Any, rel: str, digest: str, data: bytes) -> Any:
+def _put_copy(db: Database, rel: str, digest: str, data: bytes) -> Any:
     """Store ``data`` as the copy of snapshot file ``rel`` (MD5 ``digest``); its GridFS id."""
     import gridfs
 
