@@ -15,7 +15,7 @@ for annotations only (at run time they are strings).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, cast
 
 from seml_hydra.core.documents import GitDoc, HydraDoc
 
@@ -40,6 +40,7 @@ __all__ = [
     "SlurmDoc",
     "StatDoc",
     "StatsDoc",
+    "experiment_collection",
 ]
 
 
@@ -224,6 +225,8 @@ class ExperimentDoc(_StagedDoc, total=False):
     pruning: dict[str, Any]  # ``{"values": {step: value}, "decisions": {step: bool}}``
     pruned: PrunedDoc
     attempts: list[AttemptDoc]
+    requeues: int  # how often Slurm requeued the run (``job.requeue``)
+    rank_failures: list[dict[str, Any]]  # ``job.failures``: a failed rank's trace, per rank
 
 
 #: a MongoDB database (any of its collections holds plain documents)
@@ -232,3 +235,9 @@ Database: TypeAlias = "pymongo.database.Database[dict[str, Any]]"
 Collection: TypeAlias = "pymongo.collection.Collection[dict[str, Any]]"
 #: a collection of experiment documents
 ExperimentCollection: TypeAlias = "pymongo.collection.Collection[ExperimentDoc]"
+
+
+def experiment_collection(db: Database, name: str) -> ExperimentCollection:
+    """The collection ``name`` of ``db`` as a collection of experiment documents (for the type
+    checker: the same pymongo object ``db[name]`` is; no call to the server)."""
+    return cast("ExperimentCollection", db[name])

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.job import metrics
 from seml_hydra.job.heartbeat import bounded_output
 from seml_hydra.job.sacred_compat import experiment
 from seml_hydra.store.db.retry import retrying
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Database
 
 #: a result larger than this (bytes of BSON) is stored as a truncated repr: a MongoDB document
 #: holds at most 16 MB, and the result shares it with the captured output and the config
@@ -33,7 +36,7 @@ def bounded_result(value: Any, problems: list[str]) -> Any:
 
 
 def run_observed(
-    db: Any,
+    db: Database,
     collection_name: str,
     doc: Mapping[str, Any],
     task: Any,

@@ -16,7 +16,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.job import heartbeat, kept
 from seml_hydra.job.failfast import STOP_REASON
@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 import_sacred()  # Sacred's import without setuptools' ``pkg_resources`` (sacred_compat)
 from sacred.observers import MongoObserver  # noqa: E402
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Database
 
 #: how long the final save waits for Sacred's heartbeat thread to end (seconds): a beat in
 #: flight reads the run's last output; past this, ``captured_out_incomplete`` is set
@@ -73,7 +76,7 @@ class DocumentObserver(MongoObserver):
 
     def __init__(
         self,
-        db: Any,
+        db: Database,
         collection_name: str,
         doc: Mapping[str, Any],
         *,

@@ -11,9 +11,10 @@ import atexit
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
+from seml_hydra.core.schema import experiment_collection
 from seml_hydra.store.db.collections import validate_collection_name
 from seml_hydra.store.db.retry import retry_budget_s, retrying, short_reason
 from seml_hydra.store.db.settings import HOW_TO_CONFIGURE, DbSettings
@@ -187,5 +188,4 @@ def get_collection(name: str, settings: DbSettings) -> ExperimentCollection:
         DatabaseError: as :func:`connect`.
     """
     validate_collection_name(name)
-    # the database's collections hold plain documents; this one, experiments
-    return cast("ExperimentCollection", connect(settings).get_collection(name))
+    return experiment_collection(connect(settings), name)
