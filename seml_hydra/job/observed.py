@@ -86,7 +86,9 @@ def run_observed(
         f"starting the Sacred run of experiment {doc['_id']}",
     )
     ex.observers.append(observer)
-    ex.pre_run_hook(observer.bind_run)
+    # a function of ``_run`` (Sacred injects its run by that name; a bound method cannot be
+    # captured: Sacred sets an attribute on the function)
+    ex.pre_run_hook(lambda _run: observer.bind_run(_run))
     _ACTIVE_OBSERVERS.append(observer)
     for node in extra_observers:
         ex.observers.append(instantiate(node))
