@@ -28,3 +28,33 @@ def test_the_package_and_the_run_code_import_without_sacred():
 
 def test_the_observer_module_imports_sacred_through_sacred_compat():
     assert imported_after("from seml_hydra.job.observer import DocumentObserver") == ["sacred"]
+
+
+def test_each_observer_has_its_own_lock_and_starts_from_the_documents_id_alone():
+    """Two runs in one process (``seml start --local`` runs experiments one after another; a
+    requeued run's observer may still hold its lock) never share a lock; the observer's entry is
+    Sacred's overwrite of ``{"_id": ...}`` alone, its metrics go to the collection's own."""
+    import pymongo
+
+    from seml_hydra.job.observer import DocumentObserver
+    from seml_hydra.store.db.collections import metrics_collection_name
+
+    client: pymongo.MongoClient[dict[str, object]] = pymongo.MongoClient(
+        "mongodb://127.0.0.1:1", connect=False
+    )
+    try:
+        db = client["unit"]
+        doc = {"_id": 3, "seml": {}}
+        first = DocumentObserver(db, "exps", doc, fence={"execution.restart": 0})
+        second = DocumentObserver(db, "exps", {**doc, "_id": 4})
+        assert first._lock is not second._lock
+        assert first.overwrite == {"_id": 3} and second.overwrite == {"_id": 4}
+        assert first.frozen is False and first.metrics.name == metrics_collection_name("exps")
+        assert first._filter({"_id": 3}, final=False) == {
+            "_id": 3,
+            "execution.restart": 0,
+            "fail_fast.reason": {"$exists": False},
+        }
+        assert first._filter({"_id": 3}) == {"_id": 3, "execution.restart": 0}
+    finally:
+        client.close()
