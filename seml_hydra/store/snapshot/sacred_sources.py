@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from seml_hydra.store.snapshot.node import gridfs_contents
 
 if TYPE_CHECKING:
-    from seml_hydra.core.schema import Database
+    from seml_hydra.core.schema import Collection, Database
 
 #: ``metadata.kind`` of the GridFS copies of snapshot files a run lists in ``experiment.sources``
 SACRED_SOURCE_KIND = "sacred_source"
@@ -60,7 +60,9 @@ def sacred_source_copies(db: Database, source_files: Sequence[Sequence[Any]]) ->
     return out
 
 
-def _existing_copies(files: Any, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Any]:
+def _existing_copies(
+    files: Collection, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], Any]:
     """``{(path, md5): GridFS id}`` of the stored copies (:data:`SACRED_SOURCE_KIND`) among
     ``keys``, the oldest (smallest id) of each: one aggregate answering one document per
     ``(path, md5)``, however many copies the runs of a wave starting at the same time stored
