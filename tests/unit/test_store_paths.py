@@ -52,10 +52,14 @@ def test_a_second_run_changes_nothing():
 
 
 def test_everywhere_rewrites_dotted_names_and_file_paths_outside_imports():
-    text = 'patch("seml_hydra.store.retry.time.sleep"); see seml_hydra/store/snapshot.py\n'
+    text = (
+        'patch("seml_hydra.store.retry.time.sleep"); see seml_hydra/store/snapshot.py\n'
+        "``store.collections.next_ids``, not self.store.client\n"
+    )
     assert store_paths.rewrite(text) == text
     assert store_paths.rewrite(text, everywhere=True) == (
         'patch("seml_hydra.store.db.retry.time.sleep"); see seml_hydra/store/snapshot/node.py\n'
+        "``store.db.collections.next_ids``, not self.store.client\n"
     )
 
 

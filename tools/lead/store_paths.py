@@ -11,7 +11,8 @@ Rewritten: ``from seml_hydra.store.<mod> import ...``, ``import seml_hydra.store
 ``from seml_hydra.store import <mod>[ as name], ...`` (one line per new parent package, the
 bound names unchanged: ``from seml_hydra.store import snapshot`` becomes
 ``from seml_hydra.store.snapshot import node as snapshot``). With ``--everywhere``, every
-dotted ``seml_hydra.store.<mod>`` and every ``seml_hydra/store/<mod>.py`` in the files too
+dotted ``seml_hydra.store.<mod>`` (or ``store.<mod>``, as docstrings shorten it) and every
+``seml_hydra/store/<mod>.py`` in the files too
 (mock targets, ``python -m``, docs; a bare ``seml_hydra.store.snapshot`` there is taken for
 the old module). Running it twice changes nothing the second time. Prints
 the files it changed; exits 2 on a file it cannot read.
@@ -35,12 +36,19 @@ _SNAPSHOT_MODULES = "|".join(
     sorted(m.split(".")[1] for m in MOVED.values() if m.startswith("snapshot."))
 )
 _OLD = "|".join(sorted(MOVED, key=len, reverse=True))
-#: ``seml_hydra.store.snapshot.node`` and ``from seml_hydra.store.snapshot import node`` are new
-#: already: they name the package's modules
-_OLD_DOTTED = (
-    rf"seml_hydra\.store\.(?P<mod>{_OLD})\b(?!\.(?:{_SNAPSHOT_MODULES})\b)"
-    rf"(?!\s+import\s+\(?\s*(?:{_SNAPSHOT_MODULES})\b)"
-)
+
+
+def _dotted(prefix: str) -> str:
+    """A pattern of ``<prefix>.<old module>`` (pure). Not when it names the new modules already:
+    ``seml_hydra.store.snapshot.node`` and ``from seml_hydra.store.snapshot import node`` name
+    the snapshot package's modules."""
+    return (
+        rf"{prefix}\.(?P<mod>{_OLD})\b(?!\.(?:{_SNAPSHOT_MODULES})\b)"
+        rf"(?!\s+import\s+\(?\s*(?:{_SNAPSHOT_MODULES})\b)"
+    )
+
+
+_OLD_DOTTED = _dotted(r"seml_hydra\.store")
 
 _FROM_MODULE = re.compile(rf"(?m)^(?P<head>\s*(?:from|import)\s+){_OLD_DOTTED}")
 _FROM_PACKAGE = re.compile(
@@ -48,6 +56,8 @@ _FROM_PACKAGE = re.compile(
     r"(?:\((?P<group>[^)]*)\)|(?P<line>[^\n#]*[^\s#]))(?P<comment>[ \t]*#[^\n]*)?"
 )
 _EVERYWHERE = re.compile(_OLD_DOTTED)
+#: the short form docstrings use, ``store.<mod>`` (not after a name or a dot)
+_SHORT = re.compile(r"(?<![\w./])" + _dotted("store"))
 _PATHS = re.compile(rf"seml_hydra/store/(?P<mod>{_OLD})\.py\b")
 
 
@@ -79,6 +89,7 @@ def rewrite(text: str, everywhere: bool = False) -> str:
     text = _FROM_MODULE.sub(lambda m: m["head"] + _new(m["mod"]), text)
     if everywhere:
         text = _EVERYWHERE.sub(lambda m: _new(m["mod"]), text)
+        text = _SHORT.sub(lambda m: _new(m["mod"]).removeprefix("seml_hydra."), text)
         text = _PATHS.sub(
             lambda m: "seml_hydra/store/" + MOVED[m["mod"]].replace(".", "/") + ".py", text
         )
