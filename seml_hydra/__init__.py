@@ -9,10 +9,12 @@ below it):
   submit -> wait (the ``hydra/launcher=seml`` plugin's code).
 - ``job/``     on the compute node, in every rank of every Slurm job: claim, rank plan,
   seeding, the Sacred run, requeue, metrics.
-- ``store/``   MongoDB and files on both sides: settings, client, embedded mongod, SSH
-  tunnel, code snapshots, reading results back.
+- ``store/``   MongoDB and files on both sides: ``server/`` (embedded mongod, SSH tunnel),
+  ``db/`` (settings, client, collections), ``snapshot/`` (code snapshots), the payload,
+  reading results back.
 - ``slurm/``   Slurm's command-line tools: pure parsers and the client that runs them.
-- ``core/``    pure vocabulary shared by all: experiment states, documents, errors, id ranges.
+- ``core/``    pure vocabulary shared by all: experiment states, documents (their types:
+  ``core.schema``), errors, id ranges.
 - ``config``   the launcher's config dataclasses (what ``hydra.launcher.<field>`` accepts).
 
 Importing the package is cheap: submodules load on first use. The public API for apps:

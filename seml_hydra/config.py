@@ -78,7 +78,7 @@ def launcher_only(default: Any = MISSING, *, factory: Callable[[], Any] | None =
 
 @dataclass
 class DbConf:
-    """Where the experiment documents go. All ``None``: see ``seml_hydra.store.settings`` for the order
+    """Where the experiment documents go. All ``None``: see ``seml_hydra.store.db.settings`` for the order
     (environment variable ``SEML_MONGODB_URI``, ``~/.config/seml/mongodb.config``, embedded)."""
 
     # a MongoDB URI, e.g. mongodb://user:pass@host:27017/seml

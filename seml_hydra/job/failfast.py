@@ -27,16 +27,19 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from seml_hydra.core import states
-from seml_hydra.store.retry import retrying
+from seml_hydra.store.db.retry import retrying
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import ExperimentCollection
 
 log = logging.getLogger(__name__)
 
 #: the document field: ``{group, max_failures}`` from the submission, ``reason`` and
 #: ``stop_time`` once the group was stopped
-FIELD = "fail_fast"
+FIELD: Final = "fail_fast"
 #: set once the group was stopped: a run's heartbeats no longer write to such a document
 STOP_REASON = f"{FIELD}.reason"
 
@@ -106,7 +109,7 @@ def tasks_to_cancel(
     return sorted(out)
 
 
-def failed_ids(collection: Any, group: str) -> list[int]:
+def failed_ids(collection: ExperimentCollection, group: str) -> list[int]:
     """The ids of the FAILED experiments of fail-fast group ``group``, sorted."""
     query = {f"{FIELD}.group": group, "status": states.FAILED}
     return sorted(d["_id"] for d in collection.find(query, {"_id": 1}))
@@ -124,7 +127,7 @@ class Stop:
 
 
 def enforce(
-    collection: Any,
+    collection: ExperimentCollection,
     fail_fast: Mapping[str, Any] | None,
     *,
     own_task: tuple[Any, Any] | None = None,
@@ -145,7 +148,7 @@ def enforce(
 
 
 def stop_group(
-    collection: Any,
+    collection: ExperimentCollection,
     group: str,
     failed: Sequence[int],
     *,

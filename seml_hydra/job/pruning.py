@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import pruning, states
 from seml_hydra.job import metrics
-from seml_hydra.store.retry import retrying
+from seml_hydra.store.db.retry import retrying
 
 if TYPE_CHECKING:
-    from pymongo.collection import Collection
+    from seml_hydra.core.schema import ExperimentCollection, ExperimentDoc
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ MAX_DECISION_POLL_S = 1.0
 class _Bound:
     """The experiment this process runs now and what its reports decided so far."""
 
-    collection: Any
+    collection: ExperimentCollection
     exp_id: int
     batch_id: Any
     pruner: pruning.Pruner | None
@@ -68,7 +68,7 @@ _BOUND: _Bound | None = None
 
 
 def bind(
-    collection: Any,
+    collection: ExperimentCollection,
     doc: Mapping[str, Any],
     pruner_node: Any,
     plan: Any,
@@ -105,7 +105,7 @@ def bind(
         _index_launches(collection)
 
 
-def _index_launches(collection: Any) -> None:
+def _index_launches(collection: ExperimentCollection) -> None:
     """An index on ``batch_id`` (a no-op when it exists): every decision reads the launch's
     other experiments. A user who may not create indexes decides without it."""
     from pymongo.errors import OperationFailure
@@ -160,8 +160,8 @@ def report(name: str, value: float, step: int) -> bool:
 
 
 def _find_all(
-    collection: Collection[dict[str, Any]], query: Mapping[str, Any], path: str
-) -> list[dict[str, Any]]:
+    collection: ExperimentCollection, query: Mapping[str, Any], path: str
+) -> list[ExperimentDoc]:
     """The documents matching ``query``, with only the field at ``path`` (and ``_id``)."""
     return list(collection.find(query, {path: 1}))
 

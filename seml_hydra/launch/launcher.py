@@ -18,8 +18,8 @@ from omegaconf import OmegaConf
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.shell import seml_for
 from seml_hydra.launch.containers import to_dict, to_list
+from seml_hydra.store.db.retry import is_connection_error, short_reason
 from seml_hydra.store.masking import mask_credentials
-from seml_hydra.store.retry import is_connection_error, short_reason
 
 
 def connection_lost_message(collection: Any, reason: str, staging_started: bool) -> str:
@@ -120,7 +120,7 @@ class SemlLauncher(Launcher):
     ) -> list[JobReturn]:
         # here, not at the top: every Hydra app imports this module at start (plugin scan)
         from seml_hydra.launch.pipeline import launch_points
-        from seml_hydra.store.client import skip_exit_join
+        from seml_hydra.store.db.client import skip_exit_join
 
         try:
             return launch_points(self, job_overrides, initial_job_idx, console)

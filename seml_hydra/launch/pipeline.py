@@ -49,10 +49,11 @@ from seml_hydra.launch.submit import (
     submit_groups,
 )
 from seml_hydra.launch.wait import Submission, job_return_from_document, wait_for
-from seml_hydra.store.client import connect
-from seml_hydra.store.collections import validate_collection_name
-from seml_hydra.store.gitinfo import git_info
-from seml_hydra.store.job_db import job_db_config, job_db_environment
+from seml_hydra.store.db.client import connect
+from seml_hydra.store.db.collections import validate_collection_name
+from seml_hydra.store.db.job_db import job_db_config, job_db_environment
+from seml_hydra.store.db.retry import retrying
+from seml_hydra.store.db.settings import resolve_db_settings
 from seml_hydra.store.masking import mask_credentials
 from seml_hydra.store.payload import (
     delete_payload,
@@ -60,9 +61,8 @@ from seml_hydra.store.payload import (
     pickled_payload,
     put_payload,
 )
-from seml_hydra.store.retry import retrying
-from seml_hydra.store.settings import resolve_db_settings
-from seml_hydra.store.sources import (
+from seml_hydra.store.snapshot.gitinfo import git_info
+from seml_hydra.store.snapshot.sources import (
     MANIFEST_TYPE,
     config_dirs_of,
     imported_module_files,
@@ -512,7 +512,7 @@ class _Launch:
 
     # -- staging -------------------------------------------------------------------------
     def _snapshot(self, batch_id: int, lease: dict[str, Any], seml: dict[str, Any]) -> None:
-        """Store the project's sources in GridFS (``seml_hydra.store.sources``: its Python
+        """Store the project's sources in GridFS (``seml_hydra.store.snapshot.sources``: its Python
         files, the modules imported from it and its Hydra config), each file carrying ``lease``,
         and their list once, as the launch's manifest (``sources.put_manifest``); into
         ``seml``: ``source_manifest``, and ``main_file`` (the script's path in the snapshot,

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from seml_hydra.core import states
 from seml_hydra.core.attempts import BY_LAUNCH, LAST_NUMBER, move_pipeline, number_after
 from seml_hydra.core.errors import UserError
-from seml_hydra.store.collections import next_ids
+from seml_hydra.store.db.collections import next_ids
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ from seml_hydra.launch.sbatch import (
     split_array,
 )
 from seml_hydra.slurm.client import SlurmError, cluster_name, max_array_size, start_now
-from seml_hydra.store.retry import retrying
+from seml_hydra.store.db.retry import retrying
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def absolute_path_entries(value: str) -> tuple[str, list[str]]:
 @contextlib.contextmanager
 def clean_environment(extra: Mapping[str, str] | None = None) -> Iterator[None]:
     """Temporarily drop the variables a job must not inherit (sbatch exports the environment)
-    and set ``extra`` (e.g. ``seml_hydra.store.job_db.job_db_environment``: a secret reaches the job
+    and set ``extra`` (e.g. ``seml_hydra.store.db.job_db.job_db_environment``: a secret reaches the job
     through the environment of ``sbatch`` / the local job process, never a file or a command
     line); everything is restored afterwards. ``PYTHONPATH`` loses its empty and relative
     entries (:func:`absolute_path_entries`), with a warning."""
@@ -628,7 +628,7 @@ def submit_requests(
     keyword arguments of :func:`submit_groups`, ``db_cfg`` (pickled with the runner: no secret),
     ``launch_id``
     and ``job_env`` (the jobs' environment: the secret, if any), from
-    ``seml_hydra.store.job_db.job_db_config`` / ``job_db_environment``. A launcher with
+    ``seml_hydra.store.db.job_db.job_db_config`` / ``job_db_environment``. A launcher with
     ``after`` gets the Slurm dependency on that batch's arrays (``launch.after``), resolved
     now; :class:`SubmissionError` when it can no longer be satisfied. The experiments one call
     submits with the same ``max_failures`` are one fail-fast group (``job.failfast``: "one

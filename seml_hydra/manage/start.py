@@ -15,9 +15,9 @@ from seml_hydra.core.paths import launch_paths_problem, unsafe_import_dir
 from seml_hydra.job.failfast import max_failures_problem
 from seml_hydra.launch.submit import SubmitRequest, submit_requests
 from seml_hydra.manage.selection import ManageError, state_values
-from seml_hydra.store.job_db import job_db_config, job_db_environment
+from seml_hydra.store.db.job_db import job_db_config, job_db_environment
+from seml_hydra.store.db.settings import resolve_db_settings
 from seml_hydra.store.payload import hydra_base
-from seml_hydra.store.settings import resolve_db_settings
 from seml_hydra.track.query import and_
 
 #: the launchers a document may name (``seml.launcher``) and the submitit cluster of each

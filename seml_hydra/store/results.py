@@ -13,14 +13,17 @@ back as the plain dict it is stored as, with a :class:`StoredObjectWarning`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import states as core_states
 from seml_hydra.core.attempts import LAST_NUMBER, check_selector, number_after, resolve_attempt
 from seml_hydra.core.documents import plain_result
-from seml_hydra.store.client import connect
-from seml_hydra.store.collections import metrics_collection_name, validate_collection_name
-from seml_hydra.store.settings import resolve_db_settings
+from seml_hydra.store.db.client import connect
+from seml_hydra.store.db.collections import metrics_collection_name, validate_collection_name
+from seml_hydra.store.db.settings import resolve_db_settings
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Database
 
 #: fields returned when ``fields`` is not given
 DEFAULT_FIELDS = ("_id", "batch_id", "status", "config", "result")
@@ -57,7 +60,7 @@ def get_results(
     filter: Mapping[str, Any] | Sequence[str] | None = None,
     fields: Sequence[str] | None = None,
     to_data_frame: bool = False,
-    db: Any = None,
+    db: Database | None = None,
     metrics: bool = False,
     *,
     states: Sequence[str] | None = None,
@@ -169,7 +172,10 @@ def results_filter(
 
 
 def get_metrics(
-    collection: str, ids: Sequence[Any] | None = None, db: Any = None, attempt: int | None = None
+    collection: str,
+    ids: Sequence[Any] | None = None,
+    db: Database | None = None,
+    attempt: int | None = None,
 ) -> dict[Any, dict[str, dict[str, list[Any]]]]:
     """The metrics logged by experiments of ``collection`` (``seml_hydra.job.metrics.log_scalar``).
 
@@ -239,7 +245,7 @@ def get_metrics(
 
 
 def _earlier_attempts(
-    db: Any,
+    db: Database,
     collection: str,
     docs: list[dict[str, Any]],
     attempt: int,

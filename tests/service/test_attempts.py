@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from seml_hydra.cli import app
 from seml_hydra.core import states
 from seml_hydra.job.claim import claim
-from seml_hydra.store.collections import metrics_collection_name
+from seml_hydra.store.db.collections import metrics_collection_name
 from seml_hydra.store.results import get_metrics
 
 runner = CliRunner()
