@@ -293,8 +293,12 @@ class StageResult:
     resubmit_ids: list[int]
     awaited: dict[str, list[int]]  # status -> ids of existing experiments we only wait for
     #: ids of the experiments another launch staged at the same time for points of this one
-    #: (:meth:`Stager.finish`): awaited, never submitted here
+    #: (:meth:`Stager.finish`): awaited, and submitted here too, should they still be STAGED
+    #: when this launch submits (that launch died before its sbatch, or has not reached it:
+    #: the move to PENDING lets one submission take each, ``submit.submit_group``)
     concurrent: list[int] = field(default_factory=list)
+    #: the id this launch reserved for such a point -> the other launch's experiment
+    taken: dict[int, int] = field(default_factory=dict)
 
     @property
     def to_submit(self) -> list[int]:
@@ -553,13 +557,14 @@ class Stager:
             self.collection.delete_many({"_id": {"$in": part}, "status": states.STAGED})
         self.new_ids = []
 
-    def _concurrent(self) -> list[int]:
+    def _concurrent(self) -> dict[int, int]:
         """Map the points whose new document :data:`UNIQUE_INDEX` refused to the experiment
-        another launch inserted for their hash (in :attr:`ids`); returns those experiments'
-        ids, ascending. A point whose other experiment is gone again (that launch undid its
-        staging, or a ``delete``) keeps its id, which names no document: it ends as deleted."""
+        another launch inserted for their hash (in :attr:`ids`); returns ``{reserved id: that
+        experiment's id}``. A point whose other experiment is gone again (that launch undid
+        its staging, or a ``delete``) keeps its id, which names no document: it ends as
+        deleted."""
         if not self.lost:
-            return []
+            return {}
         winners: dict[str, int] = {}
         for part in chunked(sorted(set(self.lost.values())), DELETE_CHUNK):
             for doc in self.collection.find(
@@ -569,7 +574,7 @@ class Stager:
         taken = {i: winners[h] for i, h in self.lost.items() if h in winners}
         self.ids = [taken.get(i, i) for i in self.ids]
         self.lost = {}
-        return sorted(set(taken.values()))
+        return taken
 
     def finish(self) -> StageResult:
         """Reset the re-run experiments and refresh the re-submitted ones (each only while it
@@ -580,7 +585,7 @@ class Stager:
         insert."""
         self._settle()
         self._shutdown()
-        concurrent = self._concurrent()
+        taken = self._concurrent()
         awaited: dict[str, list[int]] = {}
         for exp_id, doc in self.awaited_docs.items():
             awaited.setdefault(doc["status"], []).append(exp_id)
@@ -605,5 +610,12 @@ class Stager:
             tag_metrics(self.db, self.collection_name, moved)
         self.updates = {}
         return StageResult(
-            self.ids, self.batch_id, self.new_ids, rerun_ids, resubmit_ids, awaited, concurrent
+            self.ids,
+            self.batch_id,
+            self.new_ids,
+            rerun_ids,
+            resubmit_ids,
+            awaited,
+            sorted(set(taken.values())),
+            taken,
         )

@@ -572,6 +572,12 @@ class RequestGroups:
             else:
                 group.exp_ids.append(r.exp_id)
 
+    def rename(self, new_ids: Mapping[int, int]) -> None:
+        """Replace the experiment ids that are keys of ``new_ids`` by their values (the others
+        stay; an id that would repeat in its group is kept once)."""
+        for group in self._groups.values():
+            group.exp_ids = list(dict.fromkeys(new_ids.get(i, i) for i in group.exp_ids))
+
     def retain(self, exp_ids: set[int]) -> None:
         """Keep only the requests of ``exp_ids`` (groups left empty go)."""
         for key, group in list(self._groups.items()):

@@ -146,6 +146,18 @@ def test_request_groups_keep_batches_and_executors_apart():
     assert [g.exp_ids for g in grouped.groups] == [[1], [2], [3]]
 
 
+def test_renamed_requests_take_the_other_launchs_ids_and_the_unmapped_go_with_retain():
+    # points 7 and 8 of this launch were staged by another launch as its 2 and 3; 9 as none
+    node = launcher()
+    grouped = RequestGroups()
+    grouped.add([SubmitRequest(i, node, "p", 4, "slurm") for i in (6, 7, 8, 9)])
+    grouped.rename({7: 2, 8: 3})
+    grouped.retain({6, 2, 3})
+    assert [g.exp_ids for g in grouped.groups] == [[6, 2, 3]]
+    grouped.rename({6: 2})  # a repeat in its group is kept once
+    assert [g.exp_ids for g in grouped.groups] == [[2, 3]]
+
+
 def test_a_full_move_to_pending_needs_no_read_back():
     from types import SimpleNamespace
 
