@@ -609,9 +609,14 @@ class _Launch:
             self.launcher._staging_started = False  # undone: Ctrl-C says nothing was stored
             raise
         if result.taken:  # another launch staged some of the points: should it die before
-            # its sbatch, this launch submits them (only what is still STAGED is moved)
-            self.requests.rename(result.taken)
-            self.requests.retain({*result.new_ids, *result.concurrent})
+            # its sbatch, this launch submits them (only what is still STAGED is moved), with
+            # that launch's payload and batch, as that launch would have
+            ours = self.requests.pop(set(result.taken))
+            self.requests.add(
+                SubmitRequest(t.exp_id, r.launcher, t.payload_id, t.batch_id, r.cluster)
+                for r, t in ((ours[i], t) for i, t in result.taken.items() if i in ours)
+                if t.payload_id is not None
+            )
         for exp_id in [*result.rerun_ids, *result.resubmit_ids]:
             self.requests.add([self._request(self._launcher_of[exp_id], exp_id, batch_id)])
         self._launcher_of = {}

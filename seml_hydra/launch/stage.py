@@ -281,6 +281,17 @@ def plan_staging(
     return plan_chunk(hashes, found, force, {})
 
 
+@dataclass(frozen=True)
+class StagedElsewhere:
+    """The experiment another launch staged for a point of this one (:meth:`Stager.finish`):
+    its id, and that launch's payload file and batch id (None when the document has none), with
+    which this launch submits it as that launch would have."""
+
+    exp_id: int
+    payload_id: Any
+    batch_id: Any
+
+
 @dataclass
 class StageResult:
     """Outcome of a launch's staging (:meth:`Stager.finish`): the experiment id of every point
@@ -298,7 +309,7 @@ class StageResult:
     #: the move to PENDING lets one submission take each, ``submit.submit_group``)
     concurrent: list[int] = field(default_factory=list)
     #: the id this launch reserved for such a point -> the other launch's experiment
-    taken: dict[int, int] = field(default_factory=dict)
+    taken: dict[int, StagedElsewhere] = field(default_factory=dict)
 
     @property
     def to_submit(self) -> list[int]:
@@ -557,22 +568,26 @@ class Stager:
             self.collection.delete_many({"_id": {"$in": part}, "status": states.STAGED})
         self.new_ids = []
 
-    def _concurrent(self) -> dict[int, int]:
+    def _concurrent(self) -> dict[int, StagedElsewhere]:
         """Map the points whose new document :data:`UNIQUE_INDEX` refused to the experiment
         another launch inserted for their hash (in :attr:`ids`); returns ``{reserved id: that
-        experiment's id}``. A point whose other experiment is gone again (that launch undid
-        its staging, or a ``delete``) keeps its id, which names no document: it ends as
-        deleted."""
+        experiment}``. A point whose other experiment is gone again (that launch undid its
+        staging, or a ``delete``) keeps its id, which names no document: it ends as deleted."""
         if not self.lost:
             return {}
-        winners: dict[str, int] = {}
+        winners: dict[str, StagedElsewhere] = {}
         for part in chunked(sorted(set(self.lost.values())), DELETE_CHUNK):
             for doc in self.collection.find(
-                {"config_hash": {"$in": part}, UNIQUE_FIELD: True}, {"config_hash": 1}
+                {"config_hash": {"$in": part}, UNIQUE_FIELD: True},
+                {"config_hash": 1, "batch_id": 1, "seml.payload_file": 1},
             ):
-                winners[doc["config_hash"]] = doc["_id"]
+                seml = doc.get("seml")
+                payload = seml.get("payload_file") if isinstance(seml, Mapping) else None
+                winners[doc["config_hash"]] = StagedElsewhere(
+                    doc["_id"], payload, doc.get("batch_id")
+                )
         taken = {i: winners[h] for i, h in self.lost.items() if h in winners}
-        self.ids = [taken.get(i, i) for i in self.ids]
+        self.ids = [taken[i].exp_id if i in taken else i for i in self.ids]
         self.lost = {}
         return taken
 
@@ -616,6 +631,6 @@ class Stager:
             rerun_ids,
             resubmit_ids,
             awaited,
-            sorted(set(taken.values())),
+            sorted({t.exp_id for t in taken.values()}),
             taken,
         )

@@ -572,11 +572,13 @@ class RequestGroups:
             else:
                 group.exp_ids.append(r.exp_id)
 
-    def rename(self, new_ids: Mapping[int, int]) -> None:
-        """Replace the experiment ids that are keys of ``new_ids`` by their values (the others
-        stay; an id that would repeat in its group is kept once)."""
-        for group in self._groups.values():
-            group.exp_ids = list(dict.fromkeys(new_ids.get(i, i) for i in group.exp_ids))
+    def pop(self, exp_ids: set[int]) -> dict[int, SubmitRequest]:
+        """Take the requests of ``exp_ids`` out (groups left empty go); returns ``{id: the
+        first request of its group}`` (whose launcher, executor, payload and batch stand for
+        it) for those that were here."""
+        taken = {i: g.first for g in self._groups.values() for i in g.exp_ids if i in exp_ids}
+        self.retain({i for g in self._groups.values() for i in g.exp_ids} - exp_ids)
+        return taken
 
     def retain(self, exp_ids: set[int]) -> None:
         """Keep only the requests of ``exp_ids`` (groups left empty go)."""

@@ -146,16 +146,19 @@ def test_request_groups_keep_batches_and_executors_apart():
     assert [g.exp_ids for g in grouped.groups] == [[1], [2], [3]]
 
 
-def test_renamed_requests_take_the_other_launchs_ids_and_the_unmapped_go_with_retain():
-    # points 7 and 8 of this launch were staged by another launch as its 2 and 3; 9 as none
-    node = launcher()
+def test_popped_requests_leave_their_groups_and_name_their_groups_first_request():
+    # points 7 and 9 of this launch were staged by another launch: taken out, with the request
+    # (launcher, executor) that stood for them
+    small, big = launcher(mem_gb=1), launcher(mem_gb=64)
     grouped = RequestGroups()
-    grouped.add([SubmitRequest(i, node, "p", 4, "slurm") for i in (6, 7, 8, 9)])
-    grouped.rename({7: 2, 8: 3})
-    grouped.retain({6, 2, 3})
-    assert [g.exp_ids for g in grouped.groups] == [[6, 2, 3]]
-    grouped.rename({6: 2})  # a repeat in its group is kept once
-    assert [g.exp_ids for g in grouped.groups] == [[2, 3]]
+    grouped.add([SubmitRequest(i, small, "p", 4, "slurm") for i in (6, 7)])
+    grouped.add([SubmitRequest(i, big, "p", 4, "slurm") for i in (8, 9)])
+    popped = grouped.pop({7, 9, 11})
+    assert {i: r.exp_id for i, r in popped.items()} == {7: 6, 9: 8}
+    assert popped[9].launcher is big
+    assert [g.exp_ids for g in grouped.groups] == [[6], [8]]
+    grouped.pop({6})
+    assert [g.exp_ids for g in grouped.groups] == [[8]]
 
 
 def test_a_full_move_to_pending_needs_no_read_back():
