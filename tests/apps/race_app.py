@@ -11,6 +11,9 @@ SEML_TEST_RACE_DIR=/tmp/r SEML_TEST_RACE_N=3 python tests/apps/race_app.py -m \
   most 120 s): another launch inserts the points first, after this one looked.
 - With ``SEML_TEST_RACE_DIE=<file>``, a launch that inserted new documents creates the file and
   SIGKILLs itself before it submits them: a launch killed between its staging and its sbatch.
+- With ``SEML_TEST_RACE_PAUSE=<file>``, the launch stops before it submits, creates
+  ``<file>.paused``, goes on once ``<file>`` exists (at most 120 s), and creates
+  ``<file>.submitted`` once its submission returned.
 - The launcher prints ``RESULT <overrides> <return value>`` per point it returns to Hydra.
 - The task leaves a file ``<x>_<job id>`` in ``runs_dir`` (one per run) and returns ``x * 10``.
 """
@@ -25,6 +28,7 @@ from omegaconf import DictConfig
 RACE_DIR = os.environ.get("SEML_TEST_RACE_DIR")
 WAIT_FOR = os.environ.get("SEML_TEST_RACE_WAIT_FOR")
 DIE = os.environ.get("SEML_TEST_RACE_DIE")
+PAUSE = os.environ.get("SEML_TEST_RACE_PAUSE")
 
 
 def _held() -> bool:
@@ -69,6 +73,19 @@ def _hold_after_first_look() -> None:
             return result
 
         pipeline._Launch.stage = stage_then_die
+    if PAUSE:
+        submit = pipeline._Launch.submit
+
+        def paused_submit(self):
+            open(f"{PAUSE}.paused", "w").close()
+            deadline = time.monotonic() + 120
+            while not os.path.exists(PAUSE) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            jobs = submit(self)
+            open(f"{PAUSE}.submitted", "w").close()
+            return jobs
+
+        pipeline._Launch.submit = paused_submit
 
 
 if RACE_DIR and __name__ == "__main__":

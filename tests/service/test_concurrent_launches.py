@@ -146,6 +146,51 @@ def test_a_launch_waiting_for_points_a_killed_launch_staged_submits_and_returns_
     assert result_lines(out) == expected, out
 
 
+@pytest.mark.slurm
+def test_a_launch_that_takes_another_launchs_staged_points_submits_them_itself(
+    slurm, test_db, tmp_path
+):
+    # launch 1 stages every point and stops before its sbatch; launch 2 (its own sweep dir)
+    # finds them STAGED, takes them (its sweep dir, payload and batch) and stops before its
+    # sbatch; launch 1 submits first, then launch 2
+    runs = tmp_path / "runs"
+    race = tmp_path / "race"
+    runs.mkdir()
+    race.mkdir()
+    env = {**os.environ, "SEML_TEST_RACE_DIR": str(race), "SEML_TEST_RACE_N": "1"}
+    procs = []
+    for n in (1, 2):
+        cwd = tmp_path / f"launch{n}"
+        cwd.mkdir()
+        procs.append(
+            subprocess.Popen(
+                [*race_argv(runs), f"hydra.sweep.dir={tmp_path / f'sweep{n}'}"],
+                cwd=cwd,
+                env={**env, "SEML_TEST_RACE_PAUSE": str(tmp_path / f"go{n}")},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+        paused = tmp_path / f"go{n}.paused"
+        wait_until(f"launch {n} stops before its sbatch", paused.exists)
+    try:
+        (tmp_path / "go1").touch()
+        wait_until("launch 1 submitted", (tmp_path / "go1.submitted").exists)
+        (tmp_path / "go2").touch()
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert "Submitting 6 experiment(s) that were already staged" in outs[1], outs
+    expected = [f"RESULT runs_dir={runs} x={x} {x * 10}" for x in range(POINTS)]
+    for proc, out in zip(procs, outs):
+        assert proc.returncode == 0, out
+        assert result_lines(out) == expected, out
+    assert_each_point_ran_once(test_db["race"], runs)
+
+
 def no_refresh(offset: int) -> dict:
     return {}
 
