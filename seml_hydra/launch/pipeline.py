@@ -608,12 +608,19 @@ class _Launch:
             self._delete_batch_sources(batch_id)
             self.launcher._staging_started = False  # undone: Ctrl-C says nothing was stored
             raise
-        if result.concurrent:  # another launch staged (and submits) some of the points
-            self.requests.retain(set(result.new_ids))
+        if result.taken:  # another launch staged some of the points: should it die before
+            # its sbatch, this launch submits them (only what is still STAGED is moved), with
+            # that launch's payload and batch, as that launch would have
+            ours = self.requests.pop(set(result.taken))
+            self.requests.add(
+                SubmitRequest(t.exp_id, r.launcher, t.payload_id, t.batch_id, r.cluster)
+                for r, t in ((ours[i], t) for i, t in result.taken.items() if i in ours)
+                if t.payload_id is not None
+            )
         for exp_id in [*result.rerun_ids, *result.resubmit_ids]:
             self.requests.add([self._request(self._launcher_of[exp_id], exp_id, batch_id)])
         self._launcher_of = {}
-        if not result.to_submit:  # everything was there already: no job will need the payload
+        if not result.to_submit and not result.concurrent:  # no job will need the payload
             delete_payload(self.db, payload_id)
             self._delete_batch_sources(batch_id)  # nor this batch's snapshot: no document names it
         if self.recovered:
@@ -704,7 +711,8 @@ class _Launch:
         if result.concurrent:
             self.console.print(
                 f"{len(result.concurrent)} point(s) were staged at the same moment by another "
-                "launch of this sweep: waiting for its experiment(s), not running them again: "
+                "launch of this sweep: waiting for its experiment(s), not running them again "
+                "(submitted here if that launch has not submitted them yet): "
                 f"ids {format_ids(result.concurrent)}"
             )
         for status, ids in sorted(result.awaited.items()):

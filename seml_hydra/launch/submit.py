@@ -263,7 +263,10 @@ def submit_group(
     (``seml_hydra.launch.recovery.recover_interrupted_submissions``).
     Only the documents this update moved are submitted and written afterwards (filtered on its
     mark's ``token``): an experiment a concurrent submission moved first is neither submitted
-    twice nor has its ``slurm[0]`` overwritten. ``job_env`` is set in the submitting
+    twice nor has its ``slurm[0]`` overwritten. It moves only documents that name the
+    ``runner``'s payload (``seml.payload_file``): one that another launch of the sweep found
+    STAGED and took meanwhile (it names that launch's payload, sweep dir and batch) is that
+    launch's to submit; run with this payload its job would look for another sweep dir. ``job_env`` is set in the submitting
     environment only (:func:`clean_environment`). ``executor_args`` go to submitit's
     ``AutoExecutor`` constructor (``launch.sbatch.executor_arguments``: ``slurm_python``...).
     With ``per_job_env`` (the local executor: no arrays) the jobs are submitted one by one,
@@ -290,7 +293,8 @@ def submit_group(
     else:
         cleared[failfast.FIELD] = ""
     update = collection.update_many(
-        {"_id": {"$in": all_ids}, "status": states.STAGED}, {"$set": moved, "$unset": cleared}
+        {"_id": {"$in": all_ids}, "status": states.STAGED, "seml.payload_file": runner.payload_id},
+        {"$set": moved, "$unset": cleared},
     )
     # only what this update moved: a concurrent launch or `seml start` may have moved (and
     # submitted) some of them first; every later write is filtered on this submission's mark
@@ -571,6 +575,14 @@ class RequestGroups:
                 self._groups[key] = RequestGroup(r, [r.exp_id])
             else:
                 group.exp_ids.append(r.exp_id)
+
+    def pop(self, exp_ids: set[int]) -> dict[int, SubmitRequest]:
+        """Take the requests of ``exp_ids`` out (groups left empty go); returns ``{id: the
+        first request of its group}`` (whose launcher, executor, payload and batch stand for
+        it) for those that were here."""
+        taken = {i: g.first for g in self._groups.values() for i in g.exp_ids if i in exp_ids}
+        self.retain({i for g in self._groups.values() for i in g.exp_ids} - exp_ids)
+        return taken
 
     def retain(self, exp_ids: set[int]) -> None:
         """Keep only the requests of ``exp_ids`` (groups left empty go)."""
