@@ -13,8 +13,9 @@ without I/O are pure functions.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from seml_hydra.core.paths import creatable_dir_problem, group_has_others, search_path_entries
 
@@ -22,6 +23,7 @@ __all__ = [
     "SEARCH_PATH_VARIABLES",
     "environment_problem",
     "private_umask",
+    "private_umask_kept",
     "safe_path_problem",
     "tighten_umask",
 ]
@@ -71,6 +73,18 @@ def tighten_umask() -> tuple[int, int] | None:
     new = private_umask(old, group_has_others(os.getegid(), os.geteuid()))
     os.umask(new)
     return None if new == old else (old, new)
+
+
+@contextlib.contextmanager
+def private_umask_kept() -> Iterator[tuple[int, int] | None]:
+    """:func:`tighten_umask` for the ``with`` block only (e.g. ``seml start``'s submission,
+    in a process that goes on afterwards); yields what it changed."""
+    changed = tighten_umask()
+    try:
+        yield changed
+    finally:
+        if changed is not None:
+            os.umask(changed[0])
 
 
 def safe_path_problem(version: tuple[int, int], cwd_problem: str | None) -> str | None:
