@@ -56,7 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``PATH`` or ``PYTHONPATH`` has an entry others can add files to
     (``core.jobenv.environment_problem``), its working directory is unsafe and its Python
     too old to keep it off its children's import path (``core.jobenv.safe_path_problem``),
-    or the pickle fails :func:`seml_hydra.core.paths.unsafe_file`; otherwise what submitit's
+    or the pickle is missing (its folder deleted or replaced since the launch) or fails
+    :func:`seml_hydra.core.paths.unsafe_file`; otherwise what submitit's
     ``process_job`` does (it raises the task's error, which exits non-zero)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != len(SUBMITIT_ARGS) + 1 or args[:-1] != SUBMITIT_ARGS:
@@ -85,6 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadline = time.monotonic() + PICKLE_WAIT_S
     while not pickle.exists() and time.monotonic() < deadline:
         time.sleep(1)  # submitit waits as long for a pickle written after the job started
+    if not os.path.lexists(pickle):
+        return _refuse(
+            f"seml-hydra: the job's pickle {pickle} is not there after {PICKLE_WAIT_S} s: its "
+            "submitit folder was deleted or replaced after the launch; nothing was run. "
+            "Launch the sweep again (or reset and start its experiments)."
+        )
     problem = unsafe_file(pickle)
     if problem is not None:
         return _refuse(

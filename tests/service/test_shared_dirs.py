@@ -293,19 +293,27 @@ def test_a_job_on_python_3_10_refuses_a_working_directory_opened_since_the_launc
 def test_a_submitit_folder_gone_before_the_job_starts_ends_its_experiment_with_a_reason(
     slurm, test_db, tmp_path, how
 ):
+    """Deleted: Slurm cannot open the job's output there and fails it; replaced (made again
+    empty): the job finds no pickle. Either way the experiment ends KILLED, and its trace
+    says what happened to the folder instead of a traceback."""
     launch_gate(tmp_path, "x=1", "gate=", "+hydra.launcher.additional_parameters.hold=true")
     coll = test_db["gate"]
     array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
     [folder] = list(tmp_path.glob("multirun/**/.submitit"))
     shutil.rmtree(folder)
+    job_folder = folder / f"{array}_0"
     if how == "replaced":
-        (folder / f"{array}_0").mkdir(parents=True, mode=0o700)
+        job_folder.mkdir(parents=True, mode=0o700)
     subprocess.run(["scontrol", "release", str(array)], check=True)
     wait_until("the job ends", lambda: squeue_tasks(array) == {})
-    out = seml_ok("gate", "status")
+    seml_ok("gate", "status")  # detects the dead job
     doc = coll.find_one({"_id": 1})
-    print(out, doc.get("status"), doc.get("fail_trace"))
-    assert doc["status"] in ("KILLED", "FAILED")
-    trace = "".join(doc.get("fail_trace") or [])
-    assert "submitit folder" in trace or "pickle" in trace, trace
+    assert doc["status"] == "KILLED"
+    trace = "".join(doc["fail_trace"])
     assert "Traceback" not in trace
+    # the folder of the array's sbatch script: the reason names it
+    assert f"the job's submitit folder {folder / str(array)} is gone (deleted or replaced" in trace
+    if how == "replaced":
+        log = (job_folder / f"{array}_0_0_log.out").read_text()
+        assert log.startswith(f"seml-hydra: the job's pickle {job_folder}/{array}_0_submitted")
+        assert "Traceback" not in (job_folder / f"{array}_0_0_log.err").read_text()
