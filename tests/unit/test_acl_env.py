@@ -207,3 +207,35 @@ def test_the_job_entry_refuses_a_pythonpath_entry_others_can_write(tmp_path, mon
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(f"seml-hydra: not starting the job: PYTHONPATH entry '{shared}'")
+
+
+def test_the_pickles_submitit_just_wrote_are_judged_before_the_jobs_start(tmp_path):
+    from types import SimpleNamespace
+
+    from seml_hydra.launch.submit import job_files_problem
+
+    folder = private(tmp_path / "submitit")
+    pkl = folder / "7_0_submitted.pkl"
+    pkl.write_bytes(b"x")
+    pkl.chmod(0o600)
+    job = SimpleNamespace(paths=SimpleNamespace(submitted_pickle=pkl))
+    assert job_files_problem([job]) is None
+    setfacl("-m", f"u:{OTHER_UID}:rwx", str(folder))  # inherited, say, from a default ACL
+    assert job_files_problem([job]) == (
+        f"{folder} is a directory users of its ACL (user:{OTHER_UID}:rwx) can write "
+        "(mode 0775, no sticky bit)"
+    )
+
+
+def test_a_missing_sbatch_script_says_whether_its_folder_is_gone(tmp_path):
+    from seml_hydra.track.outputs import gone_folder_problem
+
+    folder = tmp_path / ".submitit" / "12"
+    assert gone_folder_problem([str(folder)], "12") == (
+        f"not read: the job's submitit folder {folder} is gone (deleted or replaced after the "
+        "launch: the job found neither its pickle nor its sbatch script there)"
+    )
+    folder.mkdir(parents=True)
+    assert gone_folder_problem([str(folder)], "12").startswith(
+        f"not read: the submitit folder {folder} holds no sbatch script of job 12"
+    )
