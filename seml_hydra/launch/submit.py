@@ -86,6 +86,12 @@ class ScriptValueError(SubmissionError):
     would break the job script: refused before any sbatch (``sbatch.check_script_values``)."""
 
 
+class UnsafeFolderError(SubmissionError):
+    """The folder submitit just made for a job, or the pickle it wrote there, could be changed
+    by another user (:func:`job_files_problem`): the array was cancelled before it started and
+    its experiments are STAGED again."""
+
+
 class JobFilesError(SubmissionError):
     """The job files (submitit's pickles and sbatch script) could not be written into the
     submitit folder (a full disk, a read-only or unwritable folder): no sbatch ran. The message
@@ -398,10 +404,10 @@ def submit_group(
             {"_id": {"$in": all_ids}, "slurm.0.job_id": {"$in": [str(j.job_id) for j in jobs]}},
             {"$set": {"status": states.STAGED}, "$unset": cleared},
         )
-        raise SubmissionError(
+        raise UnsafeFolderError(
             f"hydra.launcher.submitit_folder={folder}: {problem}; another user could replace "
-            "the files your jobs load there. The array was cancelled and its experiments are "
-            "STAGED again: choose a folder of yours"
+            "the files your jobs load there, so the array was cancelled before it started. "
+            "Choose a folder of yours"
         )
     if deferred and jobs:
         start_submitted(sorted({str(job.job_id).split("_")[0] for job in jobs}))

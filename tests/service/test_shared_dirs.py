@@ -317,3 +317,41 @@ def test_a_submitit_folder_gone_before_the_job_starts_ends_its_experiment_with_a
         log = (job_folder / f"{array}_0_0_log.out").read_text()
         assert log.startswith(f"seml-hydra: the job's pickle {job_folder}/{array}_0_submitted")
         assert "Traceback" not in (job_folder / f"{array}_0_0_log.err").read_text()
+
+
+def test_a_job_folder_another_user_made_first_in_tmp_cancels_the_array_before_it_starts(
+    slurm, test_db, tmp_path, other_user
+):
+    """``submitit_folder=/tmp/<name>-%j``: /tmp is fine at launch (sticky), but another user
+    can make ``/tmp/<name>-<next job id>_0`` first, with a link where Slurm will write the
+    job's output. submitit then moves the pickle into their folder: the launcher sees it
+    before the array starts, cancels it, and nothing is written through the link."""
+    name = f"/tmp/seml-hydra-race-{secrets.token_hex(4)}"
+    victim = tmp_path / "victim-file"
+    victim.write_text("precious\n")
+    tmp_path.chmod(0o755)  # the link's target must be reachable for the attack to matter
+    probe = subprocess.run(  # the latest job id: the next ones follow it
+        ["sbatch", "--parsable", "--hold", "--wrap=true"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    subprocess.run(["scancel", probe], check=True)
+    first = int(probe.split(";")[0])
+    script = (
+        f"for i in $(seq {first + 1} {first + 300}); do mkdir -m 0777 {name}-${{i}}_0 && "
+        f"ln -s {victim} {name}-${{i}}_0/${{i}}_0_0_log.out; done"
+    )
+    try:
+        other_user.run("sh", "-c", script, check=True, timeout=120)
+        proc = launch_gate(tmp_path, "x=1", "gate=", f"hydra.launcher.submitit_folder={name}-%j",
+                           check=False)  # fmt: skip
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert f"is a directory of another user (uid {other_user.uid})" in proc.stderr
+        assert "the array was cancelled before it started" in proc.stderr
+        assert statuses(test_db["gate"]) == {1: "STAGED"}
+        array = test_db["gate"].find_one({"_id": 1})["slurm"][0].get("array_id")
+        assert array is None
+        assert victim.read_text() == "precious\n"
+    finally:
+        subprocess.run(f"rm -rf {name}-*", shell=True, check=False)
