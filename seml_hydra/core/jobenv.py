@@ -37,15 +37,17 @@ def environment_problem(environ: Mapping[str, str], cwd: str) -> str | None:
     launcher's, which the jobs inherit) where another user could put a module or program,
     as one sentence naming the variable and the entry; None when every entry is safe.
     ``cwd``: the directory empty and relative entries mean. Judged by
-    :func:`core.paths.unsafe_import_dir` (another user's directory or link on the path, or a
-    directory others can add files to, sticky or not: ``/tmp`` itself too); an entry that
+    :func:`core.paths.unsafe_import_dir` with ``any_owner``: a directory others can add files
+    to, sticky or not (``/tmp`` itself too), or a non-sticky one others can write above it;
+    who owns each part is not judged (software trees of admin accounts, ``/opt/slurm/bin``
+    owned by ``slurm``, are trusted as their owner is); an entry that
     does not exist by its nearest existing directory (:func:`core.paths.creatable_dir_problem`)."""
     for name in SEARCH_PATH_VARIABLES:
         value = environ.get(name)
         if not value:
             continue
         for entry, directory in search_path_entries(value, cwd):
-            problem = creatable_dir_problem(directory)
+            problem = creatable_dir_problem(directory, any_owner=True)
             if problem is not None:
                 what = "module (a sitecustomize.py too)" if name == "PYTHONPATH" else "program"
                 return (

@@ -197,7 +197,9 @@ def default_acl_problem(path: str | os.PathLike[str], uid: int | None = None) ->
     )
 
 
-def unsafe_path_part(path: str | os.PathLike[str], uid: int | None = None) -> str | None:
+def unsafe_path_part(
+    path: str | os.PathLike[str], uid: int | None = None, *, any_owner: bool = False
+) -> str | None:
     """Why another user could redirect what is read or written under ``path``, or None.
 
     Each part of ``path`` that exists is judged, along ``path`` as given (``lstat``: a link
@@ -213,6 +215,8 @@ def unsafe_path_part(path: str | os.PathLike[str], uid: int | None = None) -> st
     Args:
         path: a file or directory path, absolute or relative to the working directory.
         uid: the user who must own the path (tests pass another).
+        any_owner: judge only what others can write, not who owns each part (a software
+            tree of an admin account on ``PATH``: trusted as its owner is).
 
     Returns:
         One sentence naming the first unsafe part (``"/tmp/x is a directory every user can
@@ -230,7 +234,7 @@ def unsafe_path_part(path: str | os.PathLike[str], uid: int | None = None) -> st
             if stat.S_ISDIR(st.st_mode):
                 deepest = prefix
             is_link = stat.S_ISLNK(st.st_mode)
-            if st.st_uid not in (me, 0):
+            if st.st_uid not in (me, 0) and not any_owner:
                 kind = (
                     "a symbolic link"
                     if is_link
@@ -255,24 +259,27 @@ def unsafe_path_part(path: str | os.PathLike[str], uid: int | None = None) -> st
     return None
 
 
-def unsafe_import_dir(path: str | os.PathLike[str], uid: int | None = None) -> str | None:
+def unsafe_import_dir(
+    path: str | os.PathLike[str], uid: int | None = None, *, any_owner: bool = False
+) -> str | None:
     """Why a module another user planted in the directory ``path`` could be imported by a
     process with ``path`` on ``sys.path``, or None: :func:`unsafe_path_part`, or the directory
     itself lets others add entries (o+w, or g+w with other users in the group), sticky or not
-    (``/tmp``: the sticky bit keeps your files, not theirs, out of reach)."""
+    (``/tmp``: the sticky bit keeps your files, not theirs, out of reach). ``any_owner``:
+    as for :func:`unsafe_path_part`."""
     me = os.geteuid() if uid is None else uid
-    problem, st = _path_and_stat(path, me)
+    problem, st = _path_and_stat(path, me, any_owner=any_owner)
     if problem is None and st is not None and _writable_by_others(st, me, path):
         return f"{path} is a directory other users can add files to (mode {_mode(st):04o})"
     return problem
 
 
 def _path_and_stat(
-    path: str | os.PathLike[str], uid: int
+    path: str | os.PathLike[str], uid: int, *, any_owner: bool = False
 ) -> tuple[str | None, os.stat_result | None]:
     """``(unsafe_path_part(path), os.stat(path))``; the stat is None when the path is unsafe
     or not there (links followed)."""
-    problem = unsafe_path_part(path, uid)
+    problem = unsafe_path_part(path, uid, any_owner=any_owner)
     if problem is not None:
         return problem, None
     try:
@@ -344,16 +351,19 @@ def unsafe_executable(path: str | os.PathLike[str], uid: int | None = None) -> s
     return None
 
 
-def creatable_dir_problem(directory: str | os.PathLike[str]) -> str | None:
+def creatable_dir_problem(
+    directory: str | os.PathLike[str], *, any_owner: bool = False
+) -> str | None:
     """Why another user could put files into ``directory``, or None: :func:`unsafe_import_dir`
     of it, or, when it does not exist, of its nearest existing ancestor (whoever can add
-    entries there could create it, filled with their files)."""
+    entries there could create it, filled with their files). ``any_owner``: as for
+    :func:`unsafe_path_part`."""
     if os.path.isdir(directory):
-        return unsafe_import_dir(directory)
+        return unsafe_import_dir(directory, any_owner=any_owner)
     parent = Path(os.path.abspath(directory)).parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
-    problem = unsafe_import_dir(parent)
+    problem = unsafe_import_dir(parent, any_owner=any_owner)
     return None if problem is None else f"{directory} does not exist and {problem}"
 
 
@@ -384,7 +394,7 @@ def program_lookup_problem(program: str, path: str, cwd: str) -> str | None:
     add files (:func:`creatable_dir_problem`), or the file found fails
     :func:`unsafe_executable`."""
     for entry, directory in search_path_entries(path, cwd):
-        problem = creatable_dir_problem(directory)
+        problem = creatable_dir_problem(directory, any_owner=True)
         if problem is not None:
             return f"PATH entry {entry!r} (searched for {program}): {problem}"
         found = shutil.which(program, path=directory)

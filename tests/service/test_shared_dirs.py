@@ -236,7 +236,9 @@ def test_a_search_path_entry_another_user_can_fill_is_refused_at_launch(
                    "gate=", cwd=tmp_path, env={variable: value, "PWNED": str(pwned)})  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
     [line] = [x for x in proc.stderr.splitlines() if "Error:" in x]
-    assert f"{variable} entry '{shared_tmp}': {shared_tmp} is a directory of another user" in line
+    assert (
+        f"{variable} entry '{shared_tmp}': {shared_tmp} is a directory other users can add" in line
+    )
     assert test_db["gate"].count_documents({}) == 0 and not pwned.exists()
 
 

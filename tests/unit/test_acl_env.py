@@ -146,6 +146,15 @@ def test_a_search_path_entry_others_can_add_files_to_is_named(tmp_path):
     assert "users of its ACL" in jobenv.environment_problem({"PATH": ":/usr/bin"}, cwd)
 
 
+@pytest.mark.skipif(ME != 0, reason="chown needs root (CI runs as root)")
+def test_a_search_path_entry_of_an_admin_account_that_only_it_writes_is_fine(tmp_path):
+    tools = private(tmp_path / "opt" / "slurm" / "bin")  # e.g. owned by the `slurm` account
+    os.chown(tools, OTHER_UID, OTHER_UID)
+    assert jobenv.environment_problem({"PATH": f"{tools}:/usr/bin"}, str(tmp_path)) is None
+    tools.chmod(0o775)  # its group is another user's: more than its owner may add files
+    assert "group 54321" in jobenv.environment_problem({"PATH": str(tools)}, str(tmp_path))
+
+
 def test_a_python_found_by_path_lookup_is_judged(tmp_path):
     shared = private(tmp_path / "shared")
     shared.chmod(0o1777)
