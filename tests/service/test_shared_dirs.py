@@ -357,3 +357,33 @@ def test_a_job_folder_another_user_made_first_in_tmp_cancels_the_array_before_it
         assert victim.read_text() == "precious\n"
     finally:
         subprocess.run(f"rm -rf {name}-*", shell=True, check=False)
+
+
+def test_a_job_refuses_a_pythonpath_entry_opened_to_others_since_the_launch(
+    slurm, test_db, tmp_path, shared_tmp, other_user
+):
+    """The jobs inherit the launch's PYTHONPATH: an entry others may add files to by the time
+    the job starts (here: after the launch judged it) stops the job before it loads its
+    pickle, in one line of its log."""
+    lib = shared_tmp
+    lib.mkdir(mode=0o755)
+    proc = run_app(GATE_APP, "-m", "hydra/launcher=seml", "hydra.launcher.wait=false", "x=1",
+                   "gate=", "+hydra.launcher.additional_parameters.hold=true", cwd=tmp_path,
+                   env={"PYTHONPATH": str(lib)})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    array = test_db["gate"].find_one({"_id": 1})["slurm"][0]["array_id"]
+    lib.chmod(0o1777)
+    pwned = tmp_path / "pwned"  # what their module writes if it runs as the job's user
+    other_user.run("sh", "-c", f"cat > {lib}/submitit.py",
+                   input=f"open({str(pwned)!r}, 'w').write('ran')\n", check=True)  # fmt: skip
+    subprocess.run(["scontrol", "release", str(array)], check=True)
+    wait_until("the job ends", lambda: squeue_tasks(array) == {})
+    [log] = list(tmp_path.glob("multirun/**/.submitit/**/*_log.err"))
+    lines = log.read_text().splitlines()
+    assert lines == [
+        f"seml-hydra: not starting the job: PYTHONPATH entry '{lib}': {lib} is a directory "
+        "other users can add files to (mode 1777), so another user could put a module (a "
+        f"sitecustomize.py too) there that your jobs would run as you. Take it out of "
+        "PYTHONPATH (or take others' write access away); nothing was run."
+    ]
+    assert not pwned.exists()  # their submitit.py was never imported
