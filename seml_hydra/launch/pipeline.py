@@ -46,6 +46,7 @@ from seml_hydra.launch.submit import (
     ScriptValueError,
     SubmissionError,
     SubmitRequest,
+    UnsafeFolderError,
     submit_groups,
 )
 from seml_hydra.launch.wait import Submission, job_return_from_document, wait_for
@@ -740,7 +741,7 @@ class _Launch:
                 f"{self.collection_name}; launch the sweep again once the folder can be written."
                 + submitted_note(error.submitted, self.collection_name)
             ) from None
-        except ScriptValueError as error:
+        except (ScriptValueError, UnsafeFolderError) as error:
             raise LaunchError(
                 f"{error}\nThe experiment(s) stay STAGED in collection {self.collection_name}."
             ) from None

@@ -27,7 +27,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
-from seml_hydra.core.paths import job_dir_problem
+from seml_hydra.core.paths import job_dir_problem, unsafe_file
 from seml_hydra.core.scoped import temporarily
 from seml_hydra.job import failfast
 from seml_hydra.job.devices import GPUS_PER_TASK_VAR, LOCAL_GPUS_VAR, local_job_environment
@@ -84,6 +84,12 @@ class SubmissionError(UserError):
 class ScriptValueError(SubmissionError):
     """A value stored with the experiments (``seml start`` rebuilds the launcher from them)
     would break the job script: refused before any sbatch (``sbatch.check_script_values``)."""
+
+
+class UnsafeFolderError(SubmissionError):
+    """The folder submitit just made for a job, or the pickle it wrote there, could be changed
+    by another user (:func:`job_files_problem`): the array was cancelled before it started and
+    its experiments are STAGED again."""
 
 
 class JobFilesError(SubmissionError):
@@ -395,9 +401,33 @@ def submit_group(
             gone = set(orphaned)
             jobs = [j for i, j in enumerate(jobs) if i not in gone]
             submitted = [g for i, g in enumerate(submitted) if i not in gone]
+    problem = job_files_problem(jobs)
+    if problem is not None:  # made by submitit just now, below a folder judged before
+        cancel_orphaned(jobs, range(len(jobs)), cluster)
+        collection.update_many(
+            {"_id": {"$in": all_ids}, "slurm.0.job_id": {"$in": [str(j.job_id) for j in jobs]}},
+            {"$set": {"status": states.STAGED}, "$unset": cleared},
+        )
+        raise UnsafeFolderError(
+            f"hydra.launcher.submitit_folder={folder}: {problem}; another user could replace "
+            "the files your jobs load there, so the array was cancelled before it started. "
+            "Choose a folder of yours"
+        )
     if deferred and jobs:
         start_submitted(sorted({str(job.job_id).split("_")[0] for job in jobs}))
     return jobs, submitted, orphans
+
+
+def job_files_problem(jobs: Sequence[Any]) -> str | None:
+    """The first problem of the pickles submitit just wrote for ``jobs`` (submitit Jobs) and
+    of the folders it made for them (``core.paths.unsafe_file``: another user's or writable
+    by others, an ACL inherited included), or None. Judged before the deferred start is
+    brought forward: the folder was judged before submitit made what is below it."""
+    for job in jobs:
+        problem = unsafe_file(job.paths.submitted_pickle)
+        if problem is not None:
+            return problem
+    return None
 
 
 def always_arrays(executor: Any) -> None:

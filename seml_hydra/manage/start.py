@@ -11,6 +11,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff
+from seml_hydra.core.jobenv import environment_problem, private_umask_kept
 from seml_hydra.core.paths import launch_paths_problem, unsafe_import_dir
 from seml_hydra.job.failfast import max_failures_problem
 from seml_hydra.launch.submit import SubmitRequest, submit_requests
@@ -109,7 +110,8 @@ def build_requests(
             sweep["dir"] = os.path.join(workdir, str(sweep["dir"]))
         problem = launch_paths_problem({**node, "launcher": launcher, "sweep": sweep}, judged)
         if problem is None and workdir not in judged:
-            problem = unsafe_import_dir(workdir)  # the jobs run (and import) there
+            # the jobs run (and import) there, with this environment's PATH and PYTHONPATH
+            problem = unsafe_import_dir(workdir) or environment_problem(os.environ, workdir)
             judged.add(workdir)
         if problem is not None:  # checked at launch; it may have changed since
             raise ManageError(f"Experiment {doc['_id']}: {problem}; nothing was started.")
@@ -159,7 +161,8 @@ def start(
     launch_id = uuid.uuid4().hex[:12]  # one fail-fast launch (job.failfast) for every array
     for workdir, requests in by_dir.items():
         launch_db = requests[0].launcher.get("db")
-        with _cwd(workdir):
+        # what submitit writes (pickles, job folders) and the jobs write: not others' to change
+        with _cwd(workdir), private_umask_kept():
             arrays = submit_requests(
                 db[collection_name],
                 collection_name,
