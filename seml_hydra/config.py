@@ -110,8 +110,10 @@ class SemlLauncherConf:
     poll_interval_s: float = launcher_only(0.25)
     # fail-fast: once this many experiments of the launch ended FAILED, its other experiments
     # stop (INTERRUPTED, running ones cancelled) and a waiting launcher exits non-zero; the jobs
-    # keep the rule, so it holds with wait=false too (seml_hydra.job.failfast); null = off
-    max_failures: int | None = launcher_only(None)
+    # keep the rule, so it holds with wait=false too (seml_hydra.job.failfast); null = off.
+    # An integer >= 1, checked by the launcher (typed Any so that 1.5, abc or true get its
+    # one-line refusal instead of OmegaConf's conversion error)
+    max_failures: Any = launcher_only(None)
     # sweep points run one after another in one array task (1 = one experiment per task)
     experiments_per_job: int = launcher_only(1)
     # at most this many array tasks run at once (sbatch --array=...%k); null = no limit
