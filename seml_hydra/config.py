@@ -138,7 +138,8 @@ class SemlLauncherConf:
     after_kind: str = launcher_only("ok")
     # early stopping through seml_hydra.report(name, value, step) (seml_hydra.core.pruning):
     # {rule: asha, metric: loss, mode: min, min_step: 1, reduction_factor: 3, max_step: null}
-    # or {rule: median, metric: loss, mode: min, warmup_steps: 0, min_experiments: 5}; null: off
+    # or {rule: median, metric: loss, mode: min, warmup_steps: 0, min_experiments: 5,
+    # max_step: null} (max_step: the run's last step, no decision at or past it); null: off
     pruner: Any = launcher_only(None)
     # log level on the primary rank (global rank 0)
     primary_log_level: str = launcher_only("INFO")
