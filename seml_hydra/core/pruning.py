@@ -195,3 +195,16 @@ def best_value(values: Sequence[float], mode: str) -> float:
     if not finite:
         return math.nan
     return min(finite) if mode == "min" else max(finite)
+
+
+def unreported_message(metric: str, reported: Sequence[str]) -> str:
+    """What the job's log says once when a run ended without reporting the metric its
+    ``pruner`` watches (pure): nothing could be stopped early, and why. ``reported``: the
+    other names the task passed to ``report``, if any."""
+    other = f" (it reported {', '.join(repr(n) for n in sorted(reported))})" if reported else ""
+    return (
+        f"hydra.launcher.pruner watches the metric {metric!r}, which the task never reported "
+        f"with seml_hydra.report{other}, so nothing was stopped early: report it "
+        f"(seml_hydra.report({metric!r}, value, step); log_scalar only logs), or set "
+        "pruner.metric to the name the task reports"
+    )

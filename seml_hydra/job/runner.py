@@ -418,6 +418,7 @@ class JobRunner:
                 else:
                     task()
             outcome = states.COMPLETED
+            pruning.note_unreported()  # why nothing was stopped early, once in the job's log
         except Exception:
             outcome = states.FAILED
             log.exception("Experiment %s failed on rank %d", exp_id, plan.global_rank)

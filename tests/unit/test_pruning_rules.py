@@ -225,3 +225,13 @@ def test_a_bad_pruner_is_refused_in_one_line(node, message):
     with pytest.raises(ValueError, match=message) as caught:
         parse_pruner(node)
     assert "\n" not in str(caught.value)
+
+
+def test_the_unreported_metric_message_names_it_and_what_was_reported():
+    message = pruning.unreported_message("val_loss", ["loss", "acc"])
+    assert message.startswith(
+        "hydra.launcher.pruner watches the metric 'val_loss', which the task never reported "
+        "with seml_hydra.report (it reported 'acc', 'loss'), so nothing was stopped early"
+    )
+    assert "\n" not in message
+    assert "(it reported" not in pruning.unreported_message("loss", [])
