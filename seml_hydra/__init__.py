@@ -20,7 +20,8 @@ below it):
 Importing the package is cheap: submodules load on first use. The public API for apps:
 ``current_plan`` (rank facts), ``local_device`` (the GPU a rank uses), ``log_scalar``
 (metrics), ``report`` (a metric, and whether to stop early: ``hydra.launcher.pruner``), ``on_requeue``/``requeues`` (checkpointing), ``get_results``/``get_metrics``/
-``results_table`` (reading results back).
+``results_table`` (reading results back; ``CollectionNotFound`` when the collection does
+not exist).
 """
 
 import importlib
@@ -34,6 +35,7 @@ _compat.install()  # the flat layout's module names, deprecated (seml_hydra._com
 _PUBLIC = {
     "get_results": "seml_hydra.store.results",
     "get_metrics": "seml_hydra.store.results",
+    "CollectionNotFound": "seml_hydra.store.errors",
     "results_table": "seml_hydra.manage.results_table",
     "current_plan": "seml_hydra.job.rank",
     "local_device": "seml_hydra.job.devices",

@@ -16,7 +16,12 @@ without the launcher (``wait=false``, after Ctrl-C, a launcher that died):
   skips the rest of its experiments itself) and, once Slurm no longer lists them, marked
   INTERRUPTED again (a run's final save may have written its outcome meanwhile; its
   heartbeats do not write over the mark: :data:`STOP_REASON`);
-- a task that claimed an experiment of a stopped group does not run it.
+- a task that claimed an experiment of a stopped group does not run it;
+- a run that ends COMPLETED all the same (a ``seml_local`` process, which a stop does not end;
+  a Slurm task finishing within Slurm's ``KillWait`` of its ``scancel``) was not stopped: its
+  mark (``fail_fast.reason``, ``stop_time``, the stop's ``fail_trace``) is dropped
+  (:func:`unmark_completed`, by the job right after the run and by the stop once Slurm ended
+  the tasks it cancelled).
 
 Every step is idempotent: several jobs reaching the threshold at once stop the group once.
 """
@@ -209,7 +214,41 @@ def stop_group(
             ),
             "marking the stopped experiments INTERRUPTED again",
         )
+        unmark_completed(collection, ids)  # they ended on their own before the scancel
     return stop
+
+
+def unmark_completed(collection: Any, ids: Sequence[Any]) -> list[Any]:
+    """Drop the stop's mark from those of ``ids`` that ended COMPLETED although their group
+    was stopped (a completed run is not "stopped"): ``fail_fast.reason`` and
+    ``fail_fast.stop_time`` go, and ``fail_trace`` too when it is the stop's reason (the one
+    :func:`stop_group` wrote); ``fail_fast.{group, max_failures}`` stay. Each document is
+    changed only while it is COMPLETED with the reason it was read with; returns the ids
+    changed. Raises pymongo errors past the retry window (``store.retry``)."""
+    query = {
+        "_id": {"$in": list(ids)},
+        "status": states.COMPLETED,
+        STOP_REASON: {"$type": "string"},
+    }
+    docs = retrying(
+        lambda: list(collection.find(query, {FIELD: 1, "fail_trace": 1})),
+        "reading the completed experiments of a stopped launch",
+    )
+    changed = []
+    for doc in docs:
+        why = doc[FIELD]["reason"]
+        drop = {STOP_REASON: "", f"{FIELD}.stop_time": ""}
+        if doc.get("fail_trace") == [why + "\n"]:
+            drop["fail_trace"] = ""
+        where = {"_id": doc["_id"], "status": states.COMPLETED, STOP_REASON: why}
+
+        def unset(where: dict[str, Any] = where, drop: dict[str, str] = drop) -> Any:
+            return collection.update_one(where, {"$unset": drop})
+
+        done = retrying(unset, f"dropping the fail-fast mark of experiment {doc['_id']}")
+        if done.modified_count:
+            changed.append(doc["_id"])
+    return changed
 
 
 def _alive_ours(jobs: Sequence[str], collection_name: str) -> list[str]:

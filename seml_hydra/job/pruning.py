@@ -62,6 +62,8 @@ class _Bound:
     decisions: dict[int, bool] = field(default_factory=dict)
     rungs_decided: int = 0
     stopped: bool = False
+    #: the names reported that the pruner does not watch (for :func:`note_unreported`)
+    others: set[str] = field(default_factory=set)
 
 
 _BOUND: _Bound | None = None
@@ -116,6 +118,19 @@ def _index_launches(collection: ExperimentCollection) -> None:
         pass
 
 
+def note_unreported() -> None:
+    """Say once in the job's log (a warning, the primary rank only) when the experiment's run
+    ended without reporting the metric its ``pruner`` watches, in this run or an earlier
+    attempt of it (``core.pruning.unreported_message``): the researcher learns why nothing was
+    stopped. Called by the run step when the task returned; nothing without a pruner or
+    outside a job."""
+    bound = _BOUND
+    if bound is None or bound.pruner is None or not bound.primary or bound.values:
+        return
+    message = pruning.unreported_message(bound.pruner.metric, sorted(bound.others))
+    log.warning("Experiment %s: %s", bound.exp_id, message)
+
+
 def unbind() -> None:
     """Forget the experiment (the run step, after the task ended)."""
     global _BOUND
@@ -141,6 +156,7 @@ def report(name: str, value: float, step: int) -> bool:
     value = float(value)
     metrics.log_scalar(name, value, step)
     if bound.pruner is None or name != bound.pruner.metric:
+        bound.others.add(name)
         return False
     if not bound.primary:
         return _await_decision(bound, step)

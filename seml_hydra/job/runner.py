@@ -33,6 +33,7 @@ from seml_hydra.job.collector import StartUpCollector
 from seml_hydra.job.devices import local_gpu_environment
 from seml_hydra.job.failfast import FIELD as FAIL_FAST
 from seml_hydra.job.failfast import enforce as enforce_fail_fast
+from seml_hydra.job.failfast import unmark_completed
 from seml_hydra.job.failures import (
     await_other_ranks,
     fail_if_a_rank_failed,
@@ -236,6 +237,9 @@ class JobRunner:
             # the failure is recorded: this job stops the launch at its max_failures
             own = (execution.get("array_id"), execution.get("task_id"))
             enforce_fail_fast(collection, doc[FAIL_FAST], own_task=own)
+        elif outcome == states.COMPLETED and doc.get(FAIL_FAST):
+            # it ran to the end although its launch was stopped meanwhile: not "stopped"
+            unmark_completed(collection, [exp_id])
         return outcome
 
     def _run_claimed_doc(
@@ -431,6 +435,7 @@ class JobRunner:
                 else:
                     task()
             outcome = states.COMPLETED
+            pruning.note_unreported()  # why nothing was stopped early, once in the job's log
         except Exception:
             outcome = states.FAILED
             log.exception("Experiment %s failed on rank %d", exp_id, plan.global_rank)

@@ -28,13 +28,15 @@ EXECUTORS = {"seml_hydra.slurm": "slurm", "seml_hydra.local": "local"}
 @dataclass
 class StartedArray:
     """One array job ``start`` submitted: its Slurm (or local) ``array_id``, job ``name``,
-    ``cluster`` (``"slurm"``/``"local"``), submitit ``folder`` and the experiment ``ids``."""
+    ``cluster`` (``"slurm"``/``"local"``), submitit ``folder``, the experiment ``ids`` and the
+    fail-fast limit its experiments carry (``max_failures``; None: no fail-fast)."""
 
     array_id: str
     name: str
     cluster: str
     folder: str
     ids: list[int]
+    max_failures: int | None = None
 
 
 def no_payload_message(doc: Mapping[str, Any]) -> str:
@@ -175,10 +177,28 @@ def start(
             if not array.jobs:  # cancelled at once: its experiments were deleted meanwhile
                 continue
             ids = sorted(i for _, group in array.jobs.values() for i in group)
+            stops_at = (array.fail_fast or {}).get("max_failures")
             started.append(
-                StartedArray(array.array_id, array.name, array.cluster, array.folder, ids)
+                StartedArray(array.array_id, array.name, array.cluster, array.folder, ids, stops_at)
             )
     return started
+
+
+def fail_fast_lines(arrays: Sequence[StartedArray], option: int | None) -> list[str]:
+    """What ``start`` says about the fail-fast limit it applies (pure): one line per limit of
+    the ``arrays`` it started (``option``: the ``--max-failures`` given, else each launch's own
+    ``max_failures``); none when no array has one. E.g. ``Fail-fast: once 2 of the 6
+    experiment(s) started now ended FAILED, the others stop (--max-failures 2).``"""
+    by_limit: dict[int, list[int]] = {}
+    for array in arrays:
+        if array.max_failures is not None:
+            by_limit.setdefault(array.max_failures, []).extend(array.ids)
+    source = "--max-failures" if option is not None else "their launch's max_failures ="
+    return [
+        f"Fail-fast: once {limit} of the {len(ids)} experiment(s) started now ended FAILED, "
+        f"the others stop ({source} {limit})."
+        for limit, ids in sorted(by_limit.items())
+    ]
 
 
 class _cwd:
