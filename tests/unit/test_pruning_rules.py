@@ -127,44 +127,45 @@ def _optuna_median_decision(completed, mine, step, n_startup, warmup, direction)
     return study.pruner.prune(study, study._storage.get_trial(trial._trial_id))
 
 
-@pytest.mark.parametrize("mode", ["min", "max"])
-def test_median_decides_as_optunas_median_pruner(mode):
-    rng = random.Random(7 if mode == "min" else 8)
+def _median_cases(seed: int, n_steps: int):
+    """150 random cases ``(completed curves, my values so far, step, n_startup, warmup)``:
+    up to 8 completed experiments, each reporting 80% of ``n_steps`` steps."""
+    rng = random.Random(seed)
     for _ in range(150):
-        steps = list(range(6))
+        steps = list(range(n_steps))
         completed = [
             {s: float(rng.randint(0, 9)) for s in steps if rng.random() < 0.8}
             for _ in range(rng.randint(0, 8))
         ]
         step = rng.choice(steps)
         mine = {s: float(rng.randint(0, 9)) for s in steps if s <= step}
-        n_startup, warmup = rng.randint(0, 5), rng.randint(0, 3)
+        yield completed, mine, step, rng.randint(0, 5), rng.randint(0, 3)
+
+
+def _our_median_decision(completed, mine, step, mode, **params) -> bool:
+    at_step = [c[step] for c in completed if step in c]
+    best = pruning.best_value(list(mine.values()), mode)
+    return median_prunes(best, at_step, len(completed), step, median(mode=mode, **params))
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_median_decides_as_optunas_median_pruner(mode):
+    for completed, mine, step, n_startup, warmup in _median_cases(7 if mode == "min" else 8, 6):
         expected = _optuna_median_decision(completed, mine, step, n_startup, warmup, mode + "imize")
-        p = median(mode=mode, min_experiments=n_startup, warmup_steps=warmup)
-        at_step = [c[step] for c in completed if step in c]
-        best = pruning.best_value(list(mine.values()), mode)
-        assert median_prunes(best, at_step, len(completed), step, p) == expected
+        ours = _our_median_decision(
+            completed, mine, step, mode, min_experiments=n_startup, warmup_steps=warmup
+        )
+        assert ours == expected
 
 
 def test_median_decides_nothing_at_or_past_max_step_and_as_optunas_before_it():
     """Before ``max_step`` the median rule is Optuna's MedianPruner's decision; at the run's
     last step and past it nothing is stopped, even a value far worse than the median."""
-    rng = random.Random(9)
-    max_step = 4
-    for _ in range(150):
-        steps = list(range(7))
-        completed = [
-            {s: float(rng.randint(0, 9)) for s in steps if rng.random() < 0.8}
-            for _ in range(rng.randint(0, 8))
-        ]
-        step = rng.choice(steps)
-        mine = {s: float(rng.randint(0, 9)) for s in steps if s <= step}
-        n_startup, warmup = rng.randint(0, 5), rng.randint(0, 3)
-        p = median(min_experiments=n_startup, warmup_steps=warmup, max_step=max_step)
-        at_step = [c[step] for c in completed if step in c]
-        best = pruning.best_value(list(mine.values()), "min")
-        decided = median_prunes(best, at_step, len(completed), step, p)
-        if step >= max_step:
+    for completed, mine, step, n_startup, warmup in _median_cases(9, 7):
+        decided = _our_median_decision(
+            completed, mine, step, "min", min_experiments=n_startup, warmup_steps=warmup, max_step=4
+        )
+        if step >= 4:
             assert decided is False
         else:
             optuna_says = _optuna_median_decision(
