@@ -224,7 +224,7 @@ def unmark_completed(collection: Any, ids: Sequence[Any]) -> list[Any]:
     ``fail_fast.stop_time`` go, and ``fail_trace`` too when it is the stop's reason (the one
     :func:`stop_group` wrote); ``fail_fast.{group, max_failures}`` stay. Each document is
     changed only while it is COMPLETED with the reason it was read with; returns the ids
-    changed. Raises pymongo errors past the retry window (``store.retry``)."""
+    changed. Raises pymongo errors past the retry window (``store.db.retry``)."""
     query = {
         "_id": {"$in": list(ids)},
         "status": states.COMPLETED,
