@@ -101,7 +101,7 @@ def db_url(mongo_client, monkeypatch):
         db.drop_collection(name)
     url = f"{MONGO_URL}/{TEST_DB}"
     monkeypatch.setenv("SEML_MONGODB_URI", url)
-    from seml_hydra.store.client import reset_client_cache
+    from seml_hydra.store.db.client import reset_client_cache
 
     reset_client_cache()
     return url

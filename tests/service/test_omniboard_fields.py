@@ -13,8 +13,8 @@ from support.mongo import snapshot_files
 from support.paths import ROOT
 from support.run import run_app
 
-from seml_hydra.job.observed import sacred_experiment_info
-from seml_hydra.store.collections import metrics_collection_name
+from seml_hydra.job.observer import sacred_experiment_info
+from seml_hydra.store.db.collections import metrics_collection_name
 
 ZEN_APP = ROOT / "tests" / "apps" / "zen_app.py"
 

@@ -46,8 +46,8 @@ def statuses(collection) -> dict[int, str]:
 
 def snapshot_files(db, doc) -> list[list]:
     """``[[relative path, GridFS id], ...]`` of a document's code snapshot: its launch's
-    manifest, or the list an older document carries (``store.snapshot.load_snapshot``)."""
-    from seml_hydra.store.snapshot import load_snapshot
+    manifest, or the list an older document carries (``store.snapshot.node.load_snapshot``)."""
+    from seml_hydra.store.snapshot.node import load_snapshot
 
     found = load_snapshot(db, doc.get("seml") or {})
     return found.files if found is not None else []
