@@ -261,3 +261,24 @@ def test_a_collection_of_too_many_keys_is_walked_once_per_command(test_db):
         assert [e.key for e in census.walk(coll, [()], 2)] == [("PENDING", None)]
     finally:
         client.close()
+
+
+def test_the_status_index_of_earlier_versions_is_dropped_and_the_census_answers_by_state(test_db):
+    """A collection indexed by an earlier version has a ``status`` index besides the census
+    index, whose first field is ``status``: every write of a state paid for both. The next
+    command's ``ensure_job_indexes`` drops it, and a query by state is answered from the
+    census index's keys."""
+    from seml_hydra.store.collections import CENSUS_INDEX, ensure_job_indexes
+
+    coll = test_db["old"]
+    coll.insert_many({"_id": i, "status": "PENDING"} for i in range(1, 5))
+    coll.create_index("status")
+    assert ensure_job_indexes(coll)
+    names = {index["name"] for index in coll.list_indexes()}
+    assert "status_1" not in names and CENSUS_INDEX in names
+    plan = coll.find({"status": {"$in": ["PENDING", "RUNNING"]}}).explain()["queryPlanner"]
+    stage = plan["winningPlan"].get("queryPlan", plan["winningPlan"])
+    while stage.get("stage") != "IXSCAN":
+        stage = stage["inputStage"]
+    assert stage["indexName"] == CENSUS_INDEX
+    assert ensure_job_indexes(coll)  # a second command finds nothing to drop
