@@ -14,9 +14,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.core.ranges import id_filter
+from seml_hydra.core.ranges import id_filter, id_sort_key
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.slurm import client as slurm
+from seml_hydra.track import census
 from seml_hydra.track.groups import Group, docs_of, ids_of, task_groups
 from seml_hydra.track.jobs import (
     array_of,
@@ -259,6 +260,8 @@ def cancel(
     *,
     wait_s: float = CANCEL_WAIT_S,
     mark_held: bool = True,
+    within: Sequence[Any] | None = None,
+    whole: bool = False,
 ) -> CancelResult:
     """Interrupt the matching active experiments: INTERRUPTED (with ``execution.cancel_time``),
     ``scancel`` of exactly their array tasks, wait (at most ``wait_s``) until Slurm no longer
@@ -287,9 +290,17 @@ def cancel(
     not in ``interrupted``. When Slurm fails, every experiment is marked before the error, as
     with ``mark_held``.
 
+    ``within``: the ids ``query`` selects, when the caller read them (``delete``); with them, or
+    with an empty ``query``, the active experiments are grouped from the census index
+    (:func:`active_groups`). ``whole`` (or an empty ``query``): the selection is every
+    experiment of the collection when it was read, so no active experiment outside it shares
+    their tasks (one that became active since was submitted in an array of its own): the look
+    for them is skipped.
+
     Raises ``ManageError`` when Slurm cannot be asked (after marking), pymongo errors."""
 
-    groups = task_groups(collection, and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
+    whole = whole or not query
+    groups = active_groups(collection, query, within=within)
     try:  # job ids are per cluster: another cluster's experiments are not touched from here
         groups, foreign, here = without_foreign(groups)
     except slurm.SlurmError as error:
@@ -302,7 +313,7 @@ def cancel(
     marks = _Marks(collection, ids_of(groups))
     if mark_held:  # before Slurm is asked: a cancel killed from here on is finished by the next
         marks.apply(ids_of(groups))
-    others = _others_sharing(collection, [*groups, *unfinished], here)
+    others = [] if whole else _others_sharing(collection, [*groups, *unfinished], here)
     strangers: dict[str, str | None] = {}
     try:
         orphaned = _orphaned_pending_tasks(
@@ -348,6 +359,61 @@ def cancel(
             {"$set": {"status": states.INTERRUPTED}},
         )
     return result
+
+
+def active_groups(
+    collection: Any, query: Mapping[str, Any], *, within: Sequence[Any] | None = None
+) -> list[Group]:
+    """The groups (``track.groups.Group``, in the order of their first id, each representative's
+    ``_id`` its index) of the active experiments matching ``query``.
+
+    With an empty ``query``, or ``within`` (the ids ``query`` selects), the keys of the
+    census index (``track.census``) stand for the unclaimed experiments that name their
+    ``slurm[0]`` array: what ``cancel`` reads of them (``task_of``, ``array_of``, the state)
+    is in the key, so their documents are not read (:func:`census_groups`; with ``within``,
+    only its ids are kept: an experiment staged since is not selected). The others (claimed:
+    their task is in ``execution``; without an array in ``slurm[0]``), and every experiment
+    when the census cannot answer, are grouped from their documents
+    (``track.groups.task_groups``). Raises pymongo errors."""
+    active = and_(query, {"status": {"$in": sorted(states.ACTIVE)}})
+    found = census_groups(collection) if within is not None or not query else None
+    if found is None:
+        return task_groups(collection, active)
+    keyed, rest = found
+    if within is not None:
+        wanted = set(within)
+        kept = [Group(g.doc, [i for i in g.ids if i in wanted]) for g in keyed]
+        keyed = [g for g in kept if g.ids]
+    read = task_groups(collection, and_(query, {"$or": rest})) if rest else []
+    ordered = sorted([*keyed, *read], key=lambda g: id_sort_key(g.ids[0]))
+    return [Group({**g.doc, "_id": n}, g.ids) for n, g in enumerate(ordered)]
+
+
+def census_groups(collection: Any) -> tuple[list[Group], list[dict[str, Any]]] | None:
+    """``(groups, rest)`` of the active experiments from the census index alone: a group per
+    key without ``execution.array_id`` and with ``slurm[0].array_id`` (its representative the
+    key as a document, ``census.key_document``; its ids counted from the index), and the
+    query (``census.key_filter``) of every other key, whose documents the caller reads (a
+    ``slurm[0]`` that is not a document, which the index keys as null, is among them: see
+    ``census.read_back``). None
+    when the census cannot answer (no usable index, a value of another type, too many keys).
+    Raises pymongo errors."""
+    try:
+        if not census.covered(collection):
+            return None
+        entries = census.walk(collection, [(s,) for s in sorted(states.ACTIVE)], len(census.FIELDS))
+    except census.Unplain:
+        return None
+    array_at = census.FIELDS.index("slurm.0.array_id")
+    claim_at = census.FIELDS.index("execution.array_id")
+    keyed = [e for e in entries if e.key[claim_at] is None and e.key[array_at] is not None]
+    rest = [census.key_filter(e.key) for e in entries if e not in keyed]
+    groups = [
+        Group(census.key_document(e.key, _id=n), list(ids))
+        for n, (e, ids) in enumerate(zip(keyed, census.key_ids(collection, keyed, False)))
+        if ids
+    ]
+    return groups, rest
 
 
 class _Marks:

@@ -128,7 +128,11 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     by_id = id_filter(ids)
     leftovers = run_leftovers(collection, by_id)
     # experiments of held tasks are not marked INTERRUPTED first: they go a moment later
-    cancelled = cancel(collection, by_id, mark_held=False) if cancel_first else None
+    cancelled = (
+        cancel(collection, by_id, mark_held=False, within=ids, whole=not query)
+        if cancel_first
+        else None
+    )
     collection.delete_many(by_id)
     # only files the deleted experiments used: a launch staging into the collection right
     # now has uploaded its payload and snapshot before inserting the documents using them
