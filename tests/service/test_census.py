@@ -268,7 +268,7 @@ def test_the_status_index_of_earlier_versions_is_dropped_and_the_census_answers_
     index, whose first field is ``status``: every write of a state paid for both. The next
     command's ``ensure_job_indexes`` drops it, and a query by state is answered from the
     census index's keys."""
-    from seml_hydra.store.collections import CENSUS_INDEX, ensure_job_indexes
+    from seml_hydra.store.db.collections import CENSUS_INDEX, ensure_job_indexes
 
     coll = test_db["old"]
     coll.insert_many({"_id": i, "status": "PENDING"} for i in range(1, 5))
@@ -293,7 +293,7 @@ def test_cancel_groups_a_whole_collection_from_the_census_keys_and_keeps_only_th
     outside them."""
     from seml_hydra.core.ranges import id_filter
     from seml_hydra.manage.cancel import active_groups
-    from seml_hydra.store.collections import ensure_job_indexes
+    from seml_hydra.store.db.collections import ensure_job_indexes
     from seml_hydra.track.groups import ids_of
 
     def job(i):

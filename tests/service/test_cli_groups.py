@@ -31,7 +31,7 @@ def cache_home(tmp_path, monkeypatch):
 
 class Traffic(monitoring.CommandListener):
     """The commands on collection ``gate`` and the documents their replies carried (not the
-    index definitions ``listIndexes`` returns: ``store.collections.ensure_job_indexes`` looks
+    index definitions ``listIndexes`` returns: ``store.db.collections.ensure_job_indexes`` looks
     for an index to drop)."""
 
     def __init__(self) -> None:
