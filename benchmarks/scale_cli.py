@@ -1,6 +1,6 @@
-"""(s) the ``seml`` CLI at scale (issue 20 point 1): ``status``, ``queue``, ``cancel``, ``delete``
-and ``results`` on 100,000 experiments, beside SEML 0.5.7's ``status`` / ``delete`` on a
-collection of its own format of the same size.
+"""(s) the ``seml`` CLI at scale: ``status``, ``queue``, ``cancel``, ``delete`` and ``results`` on
+100,000 experiments, beside SEML 0.5.7's ``status`` / ``delete`` on a collection of its own
+format of the same size.
 
     python benchmarks/run.py --only s --scale-points 100000 --cli-reps 3
 
@@ -13,18 +13,28 @@ no-op app with ``+hydra.launcher.additional_parameters.hold=true`` and
 1. ``seml S status`` (N PENDING, every array task held and alive), ``--cli-reps`` times;
 2. ``seml queue`` (3 N held experiments queued), ``--cli-reps`` times;
 3. ``seml Q2 cancel -y`` and ``seml Q1 delete -y`` of N each (once: they use the collection up;
-   each ``scancel`` s the held tasks and waits until squeue no longer lists them);
+   each ``scancel`` s the held tasks and waits until squeue no longer lists them); SEML's
+   ``delete -y`` of its N documents runs right after ours (its ``add`` comes first, unmeasured
+   against ours), so both see the same load;
 4. the arrays of S are ``scancel`` led outside the CLI and, once squeue no longer lists them,
    ``seml S status`` marks the N experiments KILLED (once), with sacct's record in each trace;
 5. S's experiments are set COMPLETED with a result (one ``update_many``) and
    ``seml S results -f table`` / ``-f csv`` print 100,000 rows (once each);
 6. SEML: ``seml bench_scale add`` of an N-point grid (STAGED: SEML submits nothing), then its
-   ``status`` (``--cli-reps`` times) and ``delete -y`` (once). SEML's documents are STAGED, so its
-   ``status`` judges no Slurm job: its figure is a lower bound of what it would take on our case.
+   ``status`` (``--cli-reps`` times). SEML's documents are STAGED, so its ``status`` judges no
+   Slurm job: its figure is a lower bound of what it would take on our case;
+7. the floor (``floor`` in ``--scale-rows``): a copy of a staged collection (its documents and
+   indexes), then a bare pymongo ``update_many`` setting ``status`` and
+   ``execution.cancel_time`` on its N documents, and a ``delete_many`` of them: mongod's own
+   time to rewrite and to delete N such documents, beside which the rows are read.
 
-``--scale-rows cancel,delete,killed,seml`` measures only those steps (3, 4 and SEML's ``add`` /
-``delete``; default: all of ``status,queue,cancel,delete,killed,results,seml``), staging only
-the collections they use up.
+Every measurement records the load average of its start (``load``). Targets: ``delete -y`` at
+most SEML's ``delete -y`` of the same run; ``cancel -y`` and ``status`` marking KILLED at most
+twice our own ``status`` of 100,000 PENDING (the median of step 1).
+
+``--scale-rows status,cancel,delete,killed,seml,floor`` measures only those steps (default: all of
+``status,queue,cancel,delete,killed,results,seml,floor``), staging only the collections they use
+up.
 
 With ``--scale-base COMMIT`` the ``status`` of step 1 and the ``queue`` of step 2 also run (once)
 from a virtualenv of that commit (``git archive``, installed like this checkout), side by side.
@@ -33,6 +43,7 @@ from a virtualenv of that commit (``git archive``, installed like this checkout)
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import subprocess
 import time
@@ -41,9 +52,18 @@ from pathlib import Path
 #: the collections of our database and SEML's
 STATUS, QUEUE_1, QUEUE_2, SEML_COLLECTION = "scale_status", "scale_q1", "scale_q2", "bench_scale"
 #: the steps ``--scale-rows`` may name (default: all)
-ROWS = ("status", "queue", "cancel", "delete", "killed", "results", "seml")
+ROWS = ("status", "queue", "cancel", "delete", "killed", "results", "seml", "floor")
 #: the collection each step needs staged (SEML's is its own)
-NEEDS = {"status": STATUS, "queue": None, "cancel": QUEUE_2, "delete": QUEUE_1, "killed": STATUS}
+NEEDS = {
+    "status": STATUS,
+    "queue": None,
+    "cancel": QUEUE_2,
+    "delete": QUEUE_1,
+    "killed": STATUS,
+    "floor": STATUS,
+}
+#: the copy of :data:`STATUS` the floor is measured on
+FLOOR = "scale_floor"
 
 #: databases of their own (dropped at the end): another benchmark run drops ``run.OURS_DB``
 OURS_DB, SEML_DB = "seml_hydra_bench_scale", "seml_hydra_bench_scale_seml"
@@ -153,10 +173,15 @@ def _bench(run, args, envs: dict, work: Path, client, n: int, reps: int) -> dict
     stage_dir.mkdir()
 
     def seml_ours(label: str, *words: str, bin_dir: Path = ours) -> dict:
+        load = os.getloadavg()[0]
         result = run.measure(
             [str(bin_dir / "seml"), *words], env=ours_env, cwd=stage_dir, label=label
         )
-        run.say(f"  (s) {label:28s}: {result['wall_s']:.2f} s, {result['peak_rss_mib']:.0f} MiB")
+        result["load"] = load
+        run.say(
+            f"  (s) {label:28s}: {result['wall_s']:.2f} s, {result['peak_rss_mib']:.0f} MiB "
+            f"(load {load:.1f})"
+        )
         return result
 
     wanted = set((getattr(args, "scale_rows", None) or ",".join(ROWS)).split(","))
@@ -173,28 +198,36 @@ def _bench(run, args, envs: dict, work: Path, client, n: int, reps: int) -> dict
         pending = db[name].count_documents({"status": "PENDING"})
         assert pending == n, f"{name}: {pending} PENDING of {n}"
         run.say(f"  (s) staged {n} held points into {name} in {staged['wall_s']:.1f} s")
+    seml = _seml_side(run, args, envs, work, seml_db, n) if "seml" in wanted else None
     base = getattr(args, "scale_base", None)
     base_bin = base_venv(Path(args.cache), base, run) if base else None
     try:
+        if needed:  # unmeasured: creates the job indexes of the staged collections
+            seml_ours("queue-for-indexes", "queue")
         if "status" in wanted:
             out["status"] = [seml_ours(f"status-{r}", STATUS, "status") for r in range(reps)]
         if "queue" in wanted:
             out["queue"] = [seml_ours(f"queue-{r}", "queue") for r in range(reps)]
-        elif needed:  # unmeasured: creates the job indexes of the queued collections, as above
-            seml_ours("queue-for-indexes", "queue")
+        if "floor" in wanted:
+            out.update(_floor(run, db, n))
         if base_bin is not None and {"status", "queue"} <= wanted:
             out["base"] = base
             out["status_base"] = [seml_ours("status-base", STATUS, "status", bin_dir=base_bin)]
             out["queue_base"] = [seml_ours("queue-base", "queue", bin_dir=base_bin)]
             out["status"].append(seml_ours(f"status-{reps}", STATUS, "status"))
+        if seml is not None and "status" in wanted:
+            out["seml_status"] = [seml(f"status-{r}", "status") for r in range(reps)]
         if "cancel" in wanted:
             out["cancel"] = [seml_ours("cancel", QUEUE_2, "cancel", "-y")]
             assert db[QUEUE_2].count_documents({"status": "INTERRUPTED"}) == n
         if "delete" in wanted:
             out["delete"] = [seml_ours("delete", QUEUE_1, "delete", "-y")]
             assert db[QUEUE_1].count_documents({}) == 0
+        if seml is not None:  # right after ours: the same load
+            out["seml_delete"] = [seml("delete", "delete", "-y")]
+            assert seml_db[SEML_COLLECTION].count_documents({}) == 0
         if not wanted & {"killed", "results"}:
-            return _seml(run, args, envs, work, seml_db, n, reps, out, wanted)
+            return out
         arrays = arrays_of(db[STATUS])
         subprocess.run(["scancel", *arrays], check=True)
         wait_gone(arrays)
@@ -202,7 +235,7 @@ def _bench(run, args, envs: dict, work: Path, client, n: int, reps: int) -> dict
         killed = db[STATUS].count_documents({"status": "KILLED"})
         assert killed == n, f"{killed} KILLED of {n}"
         if "results" not in wanted:
-            return _seml(run, args, envs, work, seml_db, n, reps, out, wanted)
+            return out
         db[STATUS].update_many(
             {},
             [
@@ -219,14 +252,40 @@ def _bench(run, args, envs: dict, work: Path, client, n: int, reps: int) -> dict
     finally:
         for name in (STATUS, QUEUE_1, QUEUE_2):
             run.cancel_arrays(db[name])
-    return _seml(run, args, envs, work, seml_db, n, reps, out, wanted)
+    return out
 
 
-def _seml(run, args, envs, work, seml_db, n: int, reps: int, out: dict, wanted: set) -> dict:
-    """SEML 0.5.7 on a collection of its own format (``seml`` in ``wanted``): ``add``, then
-    ``status`` (when ``status`` is wanted too) and ``delete -y``; adds to ``out``."""
-    if "seml" not in wanted:
-        return out
+def _floor(run, db, n: int) -> dict:
+    """mongod's own time (pymongo, no ``seml``) to rewrite and to delete the ``n`` documents of
+    a copy of :data:`STATUS` with its indexes: ``{"floor_update": [...], "floor_delete":
+    [...]}``, each ``[{"wall_s", "load"}]``."""
+    from datetime import datetime, timezone
+
+    db.drop_collection(FLOOR)
+    db[STATUS].aggregate([{"$match": {}}, {"$out": FLOOR}])
+    for name, spec in db[STATUS].index_information().items():
+        if name != "_id_":
+            options = {k: v for k, v in spec.items() if k not in ("key", "v", "ns")}
+            db[FLOOR].create_index(spec["key"], name=name, **options)
+    mark = {"status": "INTERRUPTED", "execution.cancel_time": datetime.now(timezone.utc)}
+    out = {}
+    for key, act in (
+        ("floor_update", lambda: db[FLOOR].update_many({}, {"$set": mark})),
+        ("floor_delete", lambda: db[FLOOR].delete_many({})),
+    ):
+        load = os.getloadavg()[0]
+        start = time.perf_counter()
+        act()
+        out[key] = [{"wall_s": time.perf_counter() - start, "load": load}]
+        run.say(f"  (s) {key:28s}: {out[key][0]['wall_s']:.2f} s (load {load:.1f})")
+    db.drop_collection(FLOOR)
+    return out
+
+
+def _seml_side(run, args, envs, work, seml_db, n: int):
+    """SEML 0.5.7 on a collection of its own format: ``add`` of an ``n``-point grid (not
+    compared with ours), then a function ``(label, *words) -> measurement`` running
+    ``seml bench_scale <words>``."""
     seml_dir = work / "scale-seml"
     seml_dir.mkdir()
     (seml_dir / "seml_noop.py").write_text(run.SEML_APP.read_text())
@@ -236,21 +295,20 @@ def _seml(run, args, envs, work, seml_db, n: int, reps: int, out: dict, wanted: 
     seml_env = _seml_env(envs, work, args.mongo)
 
     def seml_theirs(label: str, *words: str) -> dict:
-        result = run.measure([str(seml), *words], env=seml_env, cwd=seml_dir, label=label)
+        load = os.getloadavg()[0]
+        result = run.measure(
+            [str(seml), SEML_COLLECTION, *words], env=seml_env, cwd=seml_dir, label=label
+        )
+        result["load"] = load
         run.say(
-            f"  (s) SEML {label:23s}: {result['wall_s']:.2f} s, {result['peak_rss_mib']:.0f} MiB"
+            f"  (s) SEML {label:23s}: {result['wall_s']:.2f} s, "
+            f"{result['peak_rss_mib']:.0f} MiB (load {load:.1f})"
         )
         return result
 
-    seml_theirs("add", SEML_COLLECTION, "add", "grid.yaml")
+    seml_theirs("add", "add", "grid.yaml")
     assert seml_db[SEML_COLLECTION].count_documents({"status": "STAGED"}) == n
-    if "status" in wanted:
-        out["seml_status"] = [
-            seml_theirs(f"status-{r}", SEML_COLLECTION, "status") for r in range(reps)
-        ]
-    out["seml_delete"] = [seml_theirs("delete", SEML_COLLECTION, "delete", "-y")]
-    assert seml_db[SEML_COLLECTION].count_documents({}) == 0
-    return out
+    return seml_theirs
 
 
 def _median(runs: list[dict], key: str) -> float:
@@ -259,14 +317,24 @@ def _median(runs: list[dict], key: str) -> float:
 
 def rows(results: dict, args) -> list[tuple]:
     """``(measure, seml-hydra, theirs, ratio, target, met)`` rows of :func:`bench`'s results;
-    theirs is SEML 0.5.7 where it applies (else NaN); targets from issue 20. The CPU time
-    (user + system of the command, not of mongod) says what the machine's load does not."""
+    theirs is SEML 0.5.7 where it applies, our own ``status`` of 100,000 PENDING for ``cancel``
+    and the KILLED marking (whose targets are relative to it), else NaN. The CPU time (user +
+    system of the command, not of mongod) says what the machine's load does not; the load
+    average at each start is in the raw numbers (``load``)."""
     r = results["scale_cli"]
     n = r["points"]
     nan = float("nan")
     out = []
 
-    def row(label: str, key: str, theirs_key: str | None, wall: float | None, mib: float | None):
+    def row(
+        label: str,
+        key: str,
+        theirs_key: str | None,
+        wall: float | None,
+        mib: float | None,
+        relative: tuple[float, str] | None = None,
+    ):
+        """``relative=(factor, whom)``: the wall target is ``ratio <= factor`` (``wall`` unused)."""
         if key not in r:  # not measured (--scale-rows)
             return
         metrics = (
@@ -279,21 +347,22 @@ def rows(results: dict, args) -> list[tuple]:
                 continue
             ours = _median(r[key], metric)
             theirs = _median(r[theirs_key], metric) if theirs_key in r else nan
-            out.append(
-                (
-                    f"(s) {label}, {unit}",
-                    ours,
-                    theirs,
-                    ours / theirs if theirs == theirs else nan,
-                    "-" if target is None else f"<= {target:g}",
-                    None if target is None else ours <= target,
-                )
-            )
+            ratio = ours / theirs if theirs == theirs else nan
+            if relative is not None and metric == "wall_s":
+                factor, whom = relative
+                text, met = f"<= {factor:g}x {whom}", (ratio <= factor if ratio == ratio else None)
+            else:
+                text = "-" if target is None else f"<= {target:g}"
+                met = None if target is None else ours <= target
+            out.append((f"(s) {label}, {unit}", ours, theirs, ratio, text, met))
 
+    status = (2.0, "status")
     row(f"status, {n} PENDING (SEML: STAGED)", "status", "seml_status", 0.5, 100)
-    row(f"status marking {n} KILLED", "killed", None, 2, 150)
-    row(f"delete -y of {n}", "delete", "seml_delete", 2, 150)
-    row(f"cancel -y of {n}", "cancel", None, 2, 150)
+    row(f"status marking {n} KILLED (theirs: our status)", "killed", "status", None, 150, status)
+    row(f"delete -y of {n}", "delete", "seml_delete", None, 150, (1.0, "SEML"))
+    row(f"cancel -y of {n} (theirs: our status)", "cancel", "status", None, 150, status)
+    row(f"floor: pymongo update_many of {n}", "floor_update", None, None, None)
+    row(f"floor: pymongo delete_many of {n}", "floor_delete", None, None, None)
     row(f"queue, {3 * n} held queued", "queue", None, 0.5, None)
     row(f"results -f table, {n} rows", "results_table", None, None, None)
     row(f"results -f csv, {n} rows", "results_csv", None, None, None)

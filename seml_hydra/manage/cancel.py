@@ -14,9 +14,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.core.ranges import id_filter
+from seml_hydra.core.ranges import id_filter, id_sort_key
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.slurm import client as slurm
+from seml_hydra.track import census
 from seml_hydra.track.groups import Group, docs_of, ids_of, task_groups
 from seml_hydra.track.jobs import (
     array_of,
@@ -148,12 +149,119 @@ def held_task_rows(rows: Iterable[Any]) -> set[str]:
     }
 
 
+@dataclass(frozen=True)
+class CancelFacts:
+    """What ``cancel`` read before deciding (:func:`plan_cancel`).
+
+    ``selected``: the groups (``track.groups.Group``) of the matching active experiments of this
+    cluster; ``unfinished``: the groups an earlier cancel marked INTERRUPTED whose task squeue
+    still listed alive (:func:`_unfinished_cancels`); ``others``: the representatives of the
+    active experiments of the same arrays that are not cancelled (their tasks are spared);
+    ``orphaned``: the pending tasks of SEML 0.5 arrays left without a PENDING experiment
+    (:func:`_orphaned_pending_tasks`), ``"<array>_<task>"``; ``rows``: squeue's rows (every task
+    its own row) of the candidate tasks' arrays whose comment is the collection."""
+
+    selected: Sequence[Group]
+    unfinished: Sequence[Group] = ()
+    others: Sequence[Mapping[str, Any]] = ()
+    orphaned: Sequence[str] = ()
+    rows: Sequence[Any] = ()
+
+
+@dataclass(frozen=True)
+class CancelPlan:
+    """What ``cancel`` does, decided by :func:`plan_cancel` (every id list in group order).
+
+    ``mark``: the ids set INTERRUPTED with ``execution.cancel_time`` before the ``scancel``;
+    ``scancel``: the tasks (``"<array>_<task>"``) squeue lists alive, cancelled; ``again``: the
+    ids set INTERRUPTED once more after the tasks are gone (a live Sacred observer may have
+    written RUNNING over the mark meanwhile); ``candidates``: every task the cancel is about,
+    alive or not; ``local_ids``: the experiments of submitit's local executor (marked, their
+    process is not stopped); ``finished``: the ids of ``unfinished`` whose task is cancelled
+    now."""
+
+    mark: list[Any]
+    scancel: list[str]
+    again: list[Any]
+    candidates: list[str]
+    local_ids: list[Any]
+    finished: list[Any]
+
+
+def _task_id(group: Group) -> str | None:
+    """The job id (``"<array>_<task>"`` or ``"<job>"``) of a group's task, or None (pure)."""
+    task = task_of(group.doc)
+    return task[1] if task is not None else None
+
+
+def candidate_tasks(
+    selected: Sequence[Group],
+    unfinished: Sequence[Group],
+    others: Sequence[Mapping[str, Any]],
+    orphaned: Sequence[str] = (),
+) -> list[str]:
+    """The Slurm tasks a cancel of ``selected`` (and of the ``unfinished`` earlier cancels) is
+    about (pure): :func:`tasks_to_cancel` of their representatives, sparing the tasks of
+    ``others``, then the ``orphaned`` SEML tasks; the caller asks squeue about these."""
+    return tasks_to_cancel([*docs_of(selected), *docs_of(unfinished)], others) + list(orphaned)
+
+
+def finished_ids(unfinished: Sequence[Group], candidates: Sequence[str]) -> list[Any]:
+    """The ids of the ``unfinished`` earlier cancels whose task is among ``candidates``
+    (:func:`candidate_tasks`): those this cancel finishes (pure)."""
+    wanted = set(candidates)
+    return [i for g in unfinished if _task_id(g) in wanted for i in g.ids]
+
+
+def local_ids(groups: Sequence[Group]) -> list[Any]:
+    """The ids of the experiments of ``groups`` run by submitit's local executor (pure)."""
+    return [i for g in groups if (task_of(g.doc) or ("",))[0] == "local" for i in g.ids]
+
+
+def plan_cancel(facts: CancelFacts, *, mark_held: bool = True) -> CancelPlan:
+    """Decide a cancel from what was read (pure): see :class:`CancelFacts` and
+    :class:`CancelPlan`.
+
+    - Only the candidate tasks (:func:`candidate_tasks`) squeue lists alive are cancelled.
+    - ``mark``: every selected experiment; with ``mark_held=False`` (``delete``, which deletes
+      them right after) not those whose task squeue lists pending and held
+      (:func:`held_task_rows`): such a task cannot start and claim its experiment before the
+      ``scancel``.
+    - ``again``: the marked and finished experiments but the PENDING ones (when read) of a
+      task squeue lists pending and held: no process runs them, so no observer can write
+      RUNNING over the mark (one write per experiment instead of two for a held array; squeue
+      is asked after the mark, and a task that ran is held again only by a requeue, which
+      ends its process).
+    - ``finished``: the experiments of ``unfinished`` whose task is a candidate (not spared).
+    """
+    held = held_task_rows(facts.rows)
+    candidates = candidate_tasks(facts.selected, facts.unfinished, facts.others, facts.orphaned)
+    mark = [i for g in facts.selected if mark_held or _task_id(g) not in held for i in g.ids]
+    finished = finished_ids(facts.unfinished, candidates)
+    resting = {
+        i
+        for g in facts.selected
+        if g.doc.get("status") == states.PENDING and _task_id(g) in held
+        for i in g.ids
+    }
+    return CancelPlan(
+        mark=mark,
+        scancel=_alive_in(candidates, facts.rows),
+        again=[i for i in [*mark, *finished] if i not in resting],
+        candidates=candidates,
+        local_ids=local_ids(facts.selected),
+        finished=finished,
+    )
+
+
 def cancel(
     collection: Any,
     query: Mapping[str, Any],
     *,
     wait_s: float = CANCEL_WAIT_S,
     mark_held: bool = True,
+    within: Sequence[Any] | None = None,
+    whole: bool = False,
 ) -> CancelResult:
     """Interrupt the matching active experiments: INTERRUPTED (with ``execution.cancel_time``),
     ``scancel`` of exactly their array tasks, wait (at most ``wait_s``) until Slurm no longer
@@ -161,11 +269,13 @@ def cancel(
     until the process is gone. Tasks shared with active experiments not cancelled are spared.
     Experiments of the local executor are marked but their processes are not stopped.
     Experiments of another Slurm cluster are left alone (``foreign``): a job id there names
-    another job here.
+    another job here. What to mark and cancel is decided by :func:`plan_cancel` from what this
+    step reads (:class:`CancelFacts`); this step reads, asks Slurm and applies the plan.
 
     Safe to run again: a cancel that stopped between marking and ``scancel`` (killed, or Slurm
     failed) is finished by the next one, which also cancels the tasks squeue still lists alive
     of the matching experiments a cancel marked INTERRUPTED (:func:`_unfinished_cancels`).
+    With ``mark_held`` every experiment is marked before Slurm is asked anything.
 
     Only jobs whose sbatch comment is the collection are cancelled (:func:`rows_of_collection`:
     a document may name any job id); the others are reported in ``strangers``.
@@ -173,15 +283,24 @@ def cancel(
     ``mark_held=False`` (``lifecycle.delete``, which deletes the experiments right after): the
     experiments whose Slurm task squeue lists as held (:func:`held_task_rows`) are not marked
     INTERRUPTED, their tasks are only cancelled; the others are marked after the squeue that
-    finds the tasks alive (before it otherwise), still before the ``scancel``. A held task
-    cannot start and claim an experiment before the ``scancel`` (one released meanwhile runs
-    until then, and its experiment is deleted with the others), and a ``delete`` killed before
-    its ``scancel`` leaves them PENDING with their task held, where the next ``delete`` finds
-    them: the mark's write of every document (2-6 s for 100,000) would be deleted a
-    moment later. They are not in ``interrupted``. When Slurm fails, every experiment is marked
-    before the error, as with ``mark_held``."""
+    finds the tasks alive, still before the ``scancel``. A held task cannot start and claim an
+    experiment before the ``scancel`` (one released meanwhile runs until then, and its
+    experiment is deleted with the others), and a ``delete`` killed before its ``scancel``
+    leaves them PENDING with their task held, where the next ``delete`` finds them. They are
+    not in ``interrupted``. When Slurm fails, every experiment is marked before the error, as
+    with ``mark_held``.
 
-    groups = task_groups(collection, and_(query, {"status": {"$in": sorted(states.ACTIVE)}}))
+    ``within``: the ids ``query`` selects, when the caller read them (``delete``); with them, or
+    with an empty ``query``, the active experiments are grouped from the census index
+    (:func:`active_groups`). ``whole`` (or an empty ``query``): the selection is every
+    experiment of the collection when it was read, so no active experiment outside it shares
+    their tasks (one that became active since was submitted in an array of its own): the look
+    for them is skipped.
+
+    Raises ``ManageError`` when Slurm cannot be asked (after marking), pymongo errors."""
+
+    whole = whole or not query
+    groups = active_groups(collection, query, within=within)
     try:  # job ids are per cluster: another cluster's experiments are not touched from here
         groups, foreign, here = without_foreign(groups)
     except slurm.SlurmError as error:
@@ -191,89 +310,167 @@ def cancel(
     unfinished = _unfinished_cancels(collection, query)
     if not groups and not unfinished:
         return CancelResult(foreign=foreign, cluster=here)
-    docs = docs_of(groups)
-    ids = ids_of(groups)
-    mark = {"status": states.INTERRUPTED, CANCEL_MARK: datetime.now(timezone.utc)}
-    active = {"status": {"$in": sorted(states.ACTIVE)}}
-
-    def mark_ids(which: list[Any]) -> None:
-        if which:  # by id ranges (``core.ranges.id_filter``), not a list of every id
-            collection.update_many(and_(id_filter(which), active), {"$set": mark})
-
-    def mark_the_rest() -> None:  # on a Slurm failure: every experiment, as with mark_held
-        done = set(marked)
-        mark_ids([i for i in ids if i not in done])
-
-    marked = ids if mark_held else []
-    mark_ids(marked)
-    cancelled = docs + docs_of(unfinished)
-    arrays = sorted({t[1].split("_")[0] for t in map(task_of, cancelled) if is_slurm_task(t)})
-    others: list[dict] = []
-    if arrays:
-        values = array_values(arrays)
-        others = docs_of(
-            task_groups(
-                collection,
-                {
-                    "$nor": [id_filter([*ids, *ids_of(unfinished)])],
-                    **active,
-                    "$or": [
-                        {"slurm.array_id": {"$in": values}},
-                        {"execution.array_id": {"$in": values}},
-                    ],
-                },
-            )
-        )
-        if here is not None:  # (unknown: a foreign task of the same id spares ours, safely)
-            skipped = {i for ids in foreign_experiments(others, here).values() for i in ids}
-            others = [d for d in others if d["_id"] not in skipped]
-    tasks = tasks_to_cancel(cancelled, others)
+    marks = _Marks(collection, ids_of(groups))
+    if mark_held:  # before Slurm is asked: a cancel killed from here on is finished by the next
+        marks.apply(ids_of(groups))
+    others = [] if whole else _others_sharing(collection, [*groups, *unfinished], here)
     strangers: dict[str, str | None] = {}
     try:
-        tasks += _orphaned_pending_tasks(
-            collection, {a for a in map(array_of, docs) if a}, strangers
+        orphaned = _orphaned_pending_tasks(
+            collection, {a for a in map(array_of, docs_of(groups)) if a}, strangers
         )
     except slurm.SlurmError:
-        mark_the_rest()
+        marks.apply_rest()
         raise
+    candidates = candidate_tasks(groups, unfinished, others, orphaned)
     result = CancelResult(
         strangers=strangers,
         foreign=foreign,
         cluster=here,
-        interrupted=marked,
-        local_ids=[i for g in groups if (task_of(g.doc) or ("",))[0] == "local" for i in g.ids],
-        finished=[i for g in unfinished if task_of(g.doc)[1] in tasks for i in g.ids],  # type: ignore[index]
+        interrupted=marks.done_ids(),
+        local_ids=local_ids(groups),
+        finished=finished_ids(unfinished, candidates),
     )
     try:
-        rows = _squeue_of(tasks, collection.name, strangers) if tasks else []
-        if not mark_held:
-            held = held_task_rows(rows)
-            marked = [
-                i for g in groups if (task_of(g.doc) or ("", ""))[1] not in held for i in g.ids
-            ]
-            mark_ids(marked)
-            result.interrupted = marked
-        if tasks:
-            # only tasks squeue still lists are cancelled (and reported): the others are gone
-            result.cancelled_tasks = _alive_in(tasks, rows)
-            if result.cancelled_tasks:
-                slurm.scancel(result.cancelled_tasks)
-                result.still_alive = _wait_gone(result.cancelled_tasks, wait_s, collection.name)
+        rows = _squeue_of(candidates, collection.name, strangers) if candidates else []
+        facts = CancelFacts(groups, unfinished, others, orphaned, rows)
+        plan = plan_cancel(facts, mark_held=mark_held)
+        marks.apply(plan.mark)
+        result.interrupted = plan.mark
+        # only tasks squeue still lists are cancelled (and reported): the others are gone
+        result.cancelled_tasks = plan.scancel
+        if plan.scancel:
+            slurm.scancel(plan.scancel)
+            result.still_alive = _wait_gone(plan.scancel, wait_s, collection.name)
     except slurm.SlurmError as error:
-        mark_the_rest()
-        ids = [*ids, *result.finished]
+        marks.apply_rest()
+        ids = [*ids_of(groups), *result.finished]
         raise ManageError(
             f"Experiment(s) {', '.join(map(str, ids))} are INTERRUPTED, but Slurm could not "
-            f"cancel their task(s) {', '.join(tasks)}: {error}. Run the command again to "
+            f"cancel their task(s) {', '.join(candidates)}: {error}. Run the command again to "
             "cancel them."
         ) from None
-    again = [*marked, *result.finished]
-    if again:
+    if plan.again:
         collection.update_many(
-            and_(id_filter(again), {"status": {"$in": [*sorted(states.ACTIVE), states.KILLED]}}),
+            and_(
+                id_filter(plan.again),
+                {"status": {"$in": [*sorted(states.ACTIVE), states.KILLED]}},
+            ),
             {"$set": {"status": states.INTERRUPTED}},
         )
     return result
+
+
+def active_groups(
+    collection: Any, query: Mapping[str, Any], *, within: Sequence[Any] | None = None
+) -> list[Group]:
+    """The groups (``track.groups.Group``, in the order of their first id, each representative's
+    ``_id`` its index) of the active experiments matching ``query``.
+
+    With an empty ``query``, or ``within`` (the ids ``query`` selects), the keys of the
+    census index (``track.census``) stand for the unclaimed experiments that name their
+    ``slurm[0]`` array: what ``cancel`` reads of them (``task_of``, ``array_of``, the state)
+    is in the key, so their documents are not read (:func:`census_groups`; with ``within``,
+    only its ids are kept: an experiment staged since is not selected). The others (claimed:
+    their task is in ``execution``; without an array in ``slurm[0]``), and every experiment
+    when the census cannot answer, are grouped from their documents
+    (``track.groups.task_groups``). Raises pymongo errors."""
+    active = and_(query, {"status": {"$in": sorted(states.ACTIVE)}})
+    found = census_groups(collection) if within is not None or not query else None
+    if found is None:
+        return task_groups(collection, active)
+    keyed, rest = found
+    if within is not None:
+        wanted = set(within)
+        kept = [Group(g.doc, [i for i in g.ids if i in wanted]) for g in keyed]
+        keyed = [g for g in kept if g.ids]
+    read = task_groups(collection, and_(query, {"$or": rest})) if rest else []
+    ordered = sorted([*keyed, *read], key=lambda g: id_sort_key(g.ids[0]))
+    return [Group({**g.doc, "_id": n}, g.ids) for n, g in enumerate(ordered)]
+
+
+def census_groups(collection: Any) -> tuple[list[Group], list[dict[str, Any]]] | None:
+    """``(groups, rest)`` of the active experiments from the census index alone: a group per
+    key without ``execution.array_id`` and with ``slurm[0].array_id`` (its representative the
+    key as a document, ``census.key_document``; its ids counted from the index), and the
+    query (``census.key_filter``) of every other key, whose documents the caller reads (a
+    ``slurm[0]`` that is not a document, which the index keys as null, is among them: see
+    ``census.read_back``). None
+    when the census cannot answer (no usable index, a value of another type, too many keys).
+    Raises pymongo errors."""
+    try:
+        if not census.covered(collection):
+            return None
+        entries = census.walk(collection, [(s,) for s in sorted(states.ACTIVE)], len(census.FIELDS))
+    except census.Unplain:
+        return None
+    array_at = census.FIELDS.index("slurm.0.array_id")
+    claim_at = census.FIELDS.index("execution.array_id")
+    keyed = [e for e in entries if e.key[claim_at] is None and e.key[array_at] is not None]
+    rest = [census.key_filter(e.key) for e in entries if e not in keyed]
+    groups = [
+        Group(census.key_document(e.key, _id=n), list(ids))
+        for n, (e, ids) in enumerate(zip(keyed, census.key_ids(collection, keyed, False)))
+        if ids
+    ]
+    return groups, rest
+
+
+class _Marks:
+    """The INTERRUPTED marks of one cancel (``execution.cancel_time`` = the cancel's time), by
+    id ranges (``core.ranges.id_filter``), each id written at most once; ``ids``: every
+    selected experiment (:meth:`apply_rest` marks those not yet marked)."""
+
+    def __init__(self, collection: Any, ids: Sequence[Any]) -> None:
+        self.collection = collection
+        self.ids = list(ids)
+        self.done: set[Any] = set()
+        self.change = {"status": states.INTERRUPTED, CANCEL_MARK: datetime.now(timezone.utc)}
+
+    def apply(self, which: Sequence[Any]) -> None:
+        """Mark the active experiments among ``which`` not marked yet (one ``update_many``)."""
+        todo = [i for i in which if i not in self.done]
+        if todo:
+            active = {"status": {"$in": sorted(states.ACTIVE)}}
+            self.collection.update_many(and_(id_filter(todo), active), {"$set": self.change})
+            self.done.update(todo)
+
+    def done_ids(self) -> list[Any]:
+        """The ids marked so far, in selection order."""
+        return [i for i in self.ids if i in self.done]
+
+    def apply_rest(self) -> None:
+        """Mark every selected experiment not marked yet (on a Slurm failure)."""
+        self.apply(self.ids)
+
+
+def _others_sharing(collection: Any, cancelled: Sequence[Group], here: str | None) -> list[Any]:
+    """The representatives of the active experiments of this cluster that are not among
+    ``cancelled`` but share their Slurm arrays (their tasks are spared: ``tasks_to_cancel``).
+    One aggregate by array (``track.groups.task_groups``). Raises pymongo errors."""
+    arrays = sorted(
+        {t[1].split("_")[0] for t in map(task_of, docs_of(cancelled)) if is_slurm_task(t)}
+    )
+    if not arrays:
+        return []
+    values = array_values(arrays)
+    others = docs_of(
+        task_groups(
+            collection,
+            {
+                "$nor": [id_filter(ids_of(cancelled))],
+                "status": {"$in": sorted(states.ACTIVE)},
+                "$or": [
+                    {"slurm.array_id": {"$in": values}},
+                    {"execution.array_id": {"$in": values}},
+                ],
+            },
+        )
+    )
+    if here is None:  # (unknown: a foreign task of the same id spares ours, safely)
+        return others
+    skipped = {i for ids in foreign_experiments(others, here).values() for i in ids}
+    return [d for d in others if d["_id"] not in skipped]
 
 
 def _unfinished_cancels(collection: Any, query: Mapping[str, Any]) -> list[Group]:

@@ -128,7 +128,11 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     by_id = id_filter(ids)
     leftovers = run_leftovers(collection, by_id)
     # experiments of held tasks are not marked INTERRUPTED first: they go a moment later
-    cancelled = cancel(collection, by_id, mark_held=False) if cancel_first else None
+    cancelled = (
+        cancel(collection, by_id, mark_held=False, within=ids, whole=not query)
+        if cancel_first
+        else None
+    )
     collection.delete_many(by_id)
     # only files the deleted experiments used: a launch staging into the collection right
     # now has uploaded its payload and snapshot before inserting the documents using them
@@ -161,40 +165,55 @@ class Leftovers:
 _RUN_FILES = {"_id": 1, "experiment.sources": 1, "artifacts": 1, "info.metrics": 1}
 
 
+#: whether a document has what :data:`_RAN` asks for, as an aggregation expression (a field
+#: that is there, whatever its type; the runs are then read with :data:`_RAN` itself)
+_RAN_EXPR = {
+    "$or": [
+        {"$ne": [{"$type": f"${path}"}, "missing"]}
+        for path in ("experiment.sources", "artifacts", "info.metrics")
+    ]
+}
+#: the runs that stored files or metrics (Sacred's sources, artifacts, metrics)
+_RAN = {
+    "$or": [
+        {"experiment.sources": {"$exists": True}},
+        {"artifacts": {"$exists": True}},
+        {"info.metrics": {"$exists": True}},
+    ]
+}
+
+
 def seml_files_pipeline(query: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The aggregation pipeline of the distinct ``{payload_file, source_files, source_manifest}``
     of the documents matching ``query`` (pure): one ``$group`` by them, straight after the
-    ``$match``; a row's ``_id`` is the triple, a field the documents lack absent from it.
+    ``$match``; a row's ``_id`` is the triple, a field the documents lack absent from it, and
+    ``ran`` the ``_id`` s of its documents that may hold files of a run (:data:`_RAN_EXPR`).
 
-    No ``$project`` and no ``$sort`` before the ``$group``, and no ids collected: projecting
-    the ``seml.source_files`` of 100,000 documents (a launch's snapshot: 72 ``[path, id]`` pairs
-    in each) into documents to sort them took mongod 3 s of a 7 s ``delete``; the
-    ``$group`` alone reads each array once."""
+    No ``$project`` and no ``$sort`` before the ``$group``, and no other ids collected:
+    projecting the ``seml.source_files`` of 100,000 documents (a launch's snapshot: 72
+    ``[path, id]`` pairs in each) into documents to sort them took mongod 3 s of a 7 s
+    ``delete``; the ``$group`` alone reads each array once, and the runs are found in the same
+    pass (a second pass over 100,000 documents cost ~0.5 s)."""
     pair = {
         "payload_file": "$seml.payload_file",
         "source_files": "$seml.source_files",
         "source_manifest": "$seml.source_manifest",
     }
-    return [{"$match": dict(query)}, {"$group": {"_id": pair}}]
+    ran = {"$push": {"$cond": [_RAN_EXPR, "$_id", "$$REMOVE"]}}
+    return [{"$match": dict(query)}, {"$group": {"_id": pair, "ran": ran}}]
 
 
 def run_leftovers(collection: Any, query: Mapping[str, Any]) -> Leftovers:
-    """:class:`Leftovers` of the experiments matching ``query``: one aggregate for the payloads
-    and snapshots (:func:`seml_files_pipeline`), one query for the runs that stored files or
-    metrics. Raises pymongo errors."""
-    rows = collection.aggregate(seml_files_pipeline(query), allowDiskUse=True)
+    """:class:`Leftovers` of the experiments matching ``query``: one aggregate for the payloads,
+    snapshots and the ids of the runs that may have stored files or metrics
+    (:func:`seml_files_pipeline`), then those runs' documents (by id, with :data:`_RAN`), when
+    there are any. Raises pymongo errors."""
+    rows = list(collection.aggregate(seml_files_pipeline(query), allowDiskUse=True))
     seml = [{"seml": dict(row["_id"])} for row in rows]
-    ran = and_(
-        query,
-        {
-            "$or": [
-                {"experiment.sources": {"$exists": True}},
-                {"artifacts": {"$exists": True}},
-                {"info.metrics": {"$exists": True}},
-            ]
-        },
-    )
-    return Leftovers(seml, select(collection, ran, _RUN_FILES))
+    ran = [i for row in rows for i in row["ran"]]
+    if not ran:
+        return Leftovers(seml, [])
+    return Leftovers(seml, select(collection, and_(and_(query, id_filter(ran)), _RAN), _RUN_FILES))
 
 
 def _manifest(doc: Mapping[str, Any]) -> bool:

@@ -262,3 +262,70 @@ def test_a_collection_of_too_many_keys_is_walked_once_per_command(test_db):
         assert [e.key for e in census.walk(coll, [()], 2)] == [("PENDING", None)]
     finally:
         client.close()
+
+
+def test_the_status_index_of_earlier_versions_is_dropped_and_the_census_answers_by_state(test_db):
+    """A collection indexed by an earlier version has a ``status`` index besides the census
+    index, whose first field is ``status``: every write of a state paid for both. The next
+    command's ``ensure_job_indexes`` drops it, and a query by state is answered from the
+    census index's keys."""
+    from seml_hydra.store.db.collections import CENSUS_INDEX, ensure_job_indexes
+
+    coll = test_db["old"]
+    coll.insert_many({"_id": i, "status": "PENDING"} for i in range(1, 5))
+    coll.create_index("status")
+    assert ensure_job_indexes(coll)
+    names = {index["name"] for index in coll.list_indexes()}
+    assert "status_1" not in names and CENSUS_INDEX in names
+    plan = coll.find({"status": {"$in": ["PENDING", "RUNNING"]}}).explain()["queryPlanner"]
+    stage = plan["winningPlan"].get("queryPlan", plan["winningPlan"])
+    while stage.get("stage") != "IXSCAN":
+        stage = stage["inputStage"]
+    assert stage["indexName"] == CENSUS_INDEX
+    assert ensure_job_indexes(coll)  # a second command finds nothing to drop
+
+
+def test_cancel_groups_a_whole_collection_from_the_census_keys_and_keeps_only_the_ids_read(
+    test_db,
+):
+    """``cancel`` of a whole collection groups its unclaimed experiments from the census keys
+    (no document read), the claimed one from its document; given the ids a ``delete`` read,
+    an experiment staged since (14, in the same array) is left out, and so is the claimed one
+    outside them."""
+    from seml_hydra.core.ranges import id_filter
+    from seml_hydra.manage.cancel import active_groups
+    from seml_hydra.store.db.collections import ensure_job_indexes
+    from seml_hydra.track.groups import ids_of
+
+    def job(i):
+        return {"array_id": 7, "task_id": i % 2, "cluster": "c", "job_id": f"7_{i % 2}"}
+
+    test_db["mix"].insert_many(
+        {"_id": i, "status": "PENDING", "slurm": [job(i)]} for i in range(1, 13)
+    )
+    test_db["mix"].insert_one(
+        {
+            "_id": 13,
+            "status": "RUNNING",
+            "slurm": [job(13)],
+            "execution": {"cluster": "c", "array_id": 7, "task_id": 1},
+        }
+    )
+    ensure_job_indexes(test_db["mix"])
+    reads = Reads()
+    client = pymongo.MongoClient(MONGO_URL, event_listeners=[reads])
+    try:
+        coll = client[TEST_DB]["mix"]
+        groups = active_groups(coll, {})
+        assert sorted(ids_of(groups)) == list(range(1, 14))
+        # one aggregate reads documents: those of the claimed key (RUNNING)
+        assert len(reads.matched) == 1 and "RUNNING" in str(reads.matched[0]), reads.matched
+        assert "PENDING" not in str(reads.matched[0])
+        test_db["mix"].insert_one({"_id": 14, "status": "PENDING", "slurm": [job(14)]})
+        read = list(range(1, 7))
+        groups = active_groups(coll, id_filter(read), within=read)
+        assert sorted(ids_of(groups)) == read
+        tasks = {g.doc["slurm"][0]["job_id"] for g in groups}
+        assert tasks == {"7_0", "7_1"}
+    finally:
+        client.close()
