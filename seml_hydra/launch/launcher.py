@@ -64,9 +64,14 @@ class SemlLauncher(Launcher):
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         from hydra.core.hydra_config import HydraConfig
 
+        from seml_hydra.launch.sweeper import adopt_driving_basic_sweeper
+
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
+        # Hydra's default sweeper would compose every point once more to validate it: the
+        # launcher composes and validates them all before staging anything
+        adopt_driving_basic_sweeper()
         # The launcher has its db settings (self.params); what Hydra writes and what the jobs
         # get (multirun.yaml, which the sweeper saves from this very object after setup, every
         # point's config, .hydra/*.yaml on the nodes, the payload) holds the URL masked.
