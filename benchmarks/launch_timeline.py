@@ -90,11 +90,11 @@ class Recorder:
 
 def instrument(recorder: Recorder) -> None:
     """Wrap Hydra's and seml-hydra's steps (those present in this environment)."""
-    import hydra.main as hydra_main
+    import hydra.main  # noqa: F401  (the module: ``hydra.main`` the attribute is the function)
     from hydra._internal import hydra as hydra_module
     from hydra.core.plugins import Plugins
 
-    recorder.wrap(hydra_main, "_run_hydra", "hydra: whole run (_run_hydra)")
+    recorder.wrap(sys.modules["hydra.main"], "_run_hydra", "hydra: whole run (_run_hydra)")
     recorder.wrap(Plugins, "_initialize", "hydra: plugin scan")
     recorder.wrap(hydra_module.Hydra, "multirun", "hydra: multirun")
     recorder.wrap(hydra_module.Hydra, "compose_config", "hydra: compose the multirun config")
