@@ -10,8 +10,9 @@ start time, ``/proc``), Hydra's entry (``_run_hydra``), the plugin scan, the con
 of the multirun (``Hydra.multirun`` to the sweeper's ``sweep``), the sweeper's validation of each
 batch (``validate_batch_is_legal``: Hydra's basic sweeper composes every point there), the
 launcher's ``launch`` and, inside a seml-hydra launch, the import of the pipeline, the
-composition and checks of the first chunk, staging (documents, payload, snapshot), submission
-(sbatch), waiting (polling) and the reading of the results; then the exit (the last event to
+composition of each chunk, staging (documents, payload, snapshot), submission (the documents'
+updates and sbatch), waiting (polling) and the reading of the results, and every MongoDB command
+of 20 ms or more (pymongo's command monitoring); then the exit (the last event to
 the child's end, seen by this parent: Python's shutdown, thread joins). Prints one line per
 span, start and length in seconds from the process start; nothing is asserted. The timing
 wrappers cost microseconds a call. Not part of the test suite.
@@ -130,6 +131,7 @@ def after_scan(recorder: Recorder) -> None:
         from seml_hydra.launch import pipeline
 
         recorder.spans.append(("seml: import the pipeline", start, time.time()))
+        watch_mongodb(recorder)
         recorder.wrap_iterator(pipeline, "iter_point_chunks", "seml: compose a chunk")
         recorder.wrap(pipeline, "checked_chunk", "seml: check a composed chunk")
         recorder.wrap(pipeline, "pickled_batch_payload", "seml: pickle the payload")
@@ -143,6 +145,34 @@ def after_scan(recorder: Recorder) -> None:
         return original(self, *args, **kwargs)
 
     launcher.SemlLauncher._launch = first_launch  # type: ignore[method-assign]
+
+
+#: MongoDB commands shorter than this (s) are left out of the timeline
+MONGODB_SHORTEST = 0.02
+
+
+def watch_mongodb(recorder: Recorder) -> None:
+    """Record every MongoDB command of :data:`MONGODB_SHORTEST` or longer (pymongo's command
+    monitoring, for the clients made from now on) as span ``mongodb: <command>``."""
+    from pymongo import monitoring
+
+    class Listener(monitoring.CommandListener):
+        def started(self, event: Any) -> None:
+            pass
+
+        def succeeded(self, event: Any) -> None:
+            self.add(event)
+
+        def failed(self, event: Any) -> None:
+            self.add(event)
+
+        def add(self, event: Any) -> None:
+            seconds = event.duration_micros / 1e6
+            if seconds >= MONGODB_SHORTEST:
+                end = time.time()
+                recorder.spans.append((f"mongodb: {event.command_name}", end - seconds, end))
+
+    monitoring.register(Listener())
 
 
 def child(events: str, app: str, argv: list[str]) -> None:

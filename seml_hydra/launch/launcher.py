@@ -51,6 +51,9 @@ class SemlLauncher(Launcher):
     """
 
     executor = "slurm"
+    #: composes and validates every point before staging any (``launch.sweeper``: the basic
+    #: sweeper leaves its validation to it)
+    validates_points = True
 
     def __init__(self, **params: Any) -> None:
         self.params = {
@@ -124,6 +127,7 @@ class SemlLauncher(Launcher):
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, console: Any
     ) -> list[JobReturn]:
         # here, not at the top: every Hydra app imports this module at start (plugin scan)
+        from seml_hydra.launch.exit import quick_exit_after_launch
         from seml_hydra.launch.pipeline import launch_points
         from seml_hydra.store.client import skip_exit_join
 
@@ -131,8 +135,10 @@ class SemlLauncher(Launcher):
             return launch_points(self, job_overrides, initial_job_idx, console)
         finally:
             # every write of the launch is done: the app exits without joining pymongo's
-            # monitor threads (up to ~0.5 s), as the jobs and the `seml` command do
+            # monitor threads (up to ~0.5 s), as the jobs and the `seml` command do, and
+            # without Python's shutdown walking every object the launch left (launch.exit)
             skip_exit_join()
+            quick_exit_after_launch()
 
 
 def mask_db_credentials(config: Any) -> None:

@@ -24,6 +24,9 @@ from typing import Any
 #: the module of Hydra's basic sweeper. Hydra's plugin scan executes it again, which makes a new
 #: ``BasicSweeper`` class: it is looked up when needed, never kept from an earlier import
 BASIC_SWEEPER_MODULE = "hydra._internal.core_plugins.basic_sweeper"
+#: the class attribute, true on a launcher that composes and validates every point of a batch
+#: before it stages or runs any (``SemlLauncher``)
+VALIDATES_POINTS = "validates_points"
 #: how many frames above the launcher's ``setup`` the sweeper's ``setup`` may be: Hydra 1.3 has
 #: one between them (``Plugins.instantiate_launcher``)
 SEARCH_DEPTH = 6
@@ -38,12 +41,10 @@ class LauncherValidates:
     config: Any
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        """Nothing with a seml-hydra launcher (it composes and validates every point before
-        staging); else every point of ``batch`` composed through ``iter_point_chunks``.
+        """Nothing with a launcher that validates the points itself (:data:`VALIDATES_POINTS`:
+        seml-hydra's, which composes and validates every point before staging); else every point of ``batch`` composed through ``iter_point_chunks``.
         Raises Hydra's composition errors (``ConfigCompositionException``...)."""
-        from seml_hydra.launch.launcher import SemlLauncher
-
-        if isinstance(self.launcher, SemlLauncher):
+        if getattr(self.launcher, VALIDATES_POINTS, False):
             return  # the launcher composes, validates and raises before staging anything
         from seml_hydra.launch.compose import iter_point_chunks
 
