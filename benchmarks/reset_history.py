@@ -25,7 +25,7 @@ from bson import ObjectId
 
 def fill(db, name: str, points: int) -> None:
     """``points`` FAILED documents and one metric document each in collection ``name``."""
-    from seml_hydra.store.collections import metrics_collection_name
+    from seml_hydra.store.db.collections import metrics_collection_name
 
     db.drop_collection(name)
     db.drop_collection(metrics_collection_name(name))
@@ -84,7 +84,7 @@ def main() -> None:
     import pymongo
 
     from seml_hydra.manage.lifecycle import reset
-    from seml_hydra.store.collections import metrics_collection_name
+    from seml_hydra.store.db.collections import metrics_collection_name
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="mongodb://127.0.0.1:27017")

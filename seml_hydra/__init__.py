@@ -9,16 +9,19 @@ below it):
   submit -> wait (the ``hydra/launcher=seml`` plugin's code).
 - ``job/``     on the compute node, in every rank of every Slurm job: claim, rank plan,
   seeding, the Sacred run, requeue, metrics.
-- ``store/``   MongoDB and files on both sides: settings, client, embedded mongod, SSH
-  tunnel, code snapshots, reading results back.
+- ``store/``   MongoDB and files on both sides: ``server/`` (embedded mongod, SSH tunnel),
+  ``db/`` (settings, client, collections), ``snapshot/`` (code snapshots), the payload,
+  reading results back.
 - ``slurm/``   Slurm's command-line tools: pure parsers and the client that runs them.
-- ``core/``    pure vocabulary shared by all: experiment states, documents, errors, id ranges.
+- ``core/``    pure vocabulary shared by all: experiment states, documents (their types:
+  ``core.schema``), errors, id ranges.
 - ``config``   the launcher's config dataclasses (what ``hydra.launcher.<field>`` accepts).
 
 Importing the package is cheap: submodules load on first use. The public API for apps:
 ``current_plan`` (rank facts), ``local_device`` (the GPU a rank uses), ``log_scalar``
 (metrics), ``report`` (a metric, and whether to stop early: ``hydra.launcher.pruner``), ``on_requeue``/``requeues`` (checkpointing), ``get_results``/``get_metrics``/
-``results_table`` (reading results back).
+``results_table`` (reading results back; ``CollectionNotFound`` when the collection does
+not exist).
 """
 
 import importlib
@@ -32,6 +35,7 @@ _compat.install()  # the flat layout's module names, deprecated (seml_hydra._com
 _PUBLIC = {
     "get_results": "seml_hydra.store.results",
     "get_metrics": "seml_hydra.store.results",
+    "CollectionNotFound": "seml_hydra.store.errors",
     "results_table": "seml_hydra.manage.results_table",
     "current_plan": "seml_hydra.job.rank",
     "local_device": "seml_hydra.job.devices",

@@ -78,7 +78,7 @@ def launcher_only(default: Any = MISSING, *, factory: Callable[[], Any] | None =
 
 @dataclass
 class DbConf:
-    """Where the experiment documents go. All ``None``: see ``seml_hydra.store.settings`` for the order
+    """Where the experiment documents go. All ``None``: see ``seml_hydra.store.db.settings`` for the order
     (environment variable ``SEML_MONGODB_URI``, ``~/.config/seml/mongodb.config``, embedded)."""
 
     # a MongoDB URI, e.g. mongodb://user:pass@host:27017/seml
@@ -110,8 +110,10 @@ class SemlLauncherConf:
     poll_interval_s: float = launcher_only(0.25)
     # fail-fast: once this many experiments of the launch ended FAILED, its other experiments
     # stop (INTERRUPTED, running ones cancelled) and a waiting launcher exits non-zero; the jobs
-    # keep the rule, so it holds with wait=false too (seml_hydra.job.failfast); null = off
-    max_failures: int | None = launcher_only(None)
+    # keep the rule, so it holds with wait=false too (seml_hydra.job.failfast); null = off.
+    # An integer >= 1, checked by the launcher (typed Any so that 1.5, abc or true get its
+    # one-line refusal instead of OmegaConf's conversion error)
+    max_failures: Any = launcher_only(None)
     # sweep points run one after another in one array task (1 = one experiment per task)
     experiments_per_job: int = launcher_only(1)
     # at most this many array tasks run at once (sbatch --array=...%k); null = no limit
@@ -136,7 +138,8 @@ class SemlLauncherConf:
     after_kind: str = launcher_only("ok")
     # early stopping through seml_hydra.report(name, value, step) (seml_hydra.core.pruning):
     # {rule: asha, metric: loss, mode: min, min_step: 1, reduction_factor: 3, max_step: null}
-    # or {rule: median, metric: loss, mode: min, warmup_steps: 0, min_experiments: 5}; null: off
+    # or {rule: median, metric: loss, mode: min, warmup_steps: 0, min_experiments: 5,
+    # max_step: null} (max_step: the run's last step, no decision at or past it); null: off
     pruner: Any = launcher_only(None)
     # log level on the primary rank (global rank 0)
     primary_log_level: str = launcher_only("INFO")

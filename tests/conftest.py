@@ -132,7 +132,7 @@ def db_url(mongo_client, monkeypatch):
         db.drop_collection(name)
     url = f"{MONGO_URL}/{TEST_DB}"
     monkeypatch.setenv("SEML_MONGODB_URI", url)
-    from seml_hydra.store.client import reset_client_cache
+    from seml_hydra.store.db.client import reset_client_cache
 
     reset_client_cache()
     return url
@@ -355,8 +355,8 @@ def wait_until(what: str, predicate, timeout: float = 180.0, interval: float = 0
 
 def snapshot_files(db, doc) -> list[list]:
     """``[[relative path, GridFS id], ...]`` of a document's code snapshot: its launch's
-    manifest, or the list an older document carries (``store.snapshot.load_snapshot``)."""
-    from seml_hydra.store.snapshot import load_snapshot
+    manifest, or the list an older document carries (``store.snapshot.node.load_snapshot``)."""
+    from seml_hydra.store.snapshot.node import load_snapshot
 
     found = load_snapshot(db, doc.get("seml") or {})
     return found.files if found is not None else []

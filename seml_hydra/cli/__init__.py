@@ -3,7 +3,7 @@
 ``seml list|queue|drop ...`` work without a collection; everything else is
 ``seml <collection> <command> ...``. Importing this package (``seml --help``, shell
 completion) loads typer and rich only; each command imports pymongo, submitit... when it runs.
-So the in-package modules that load ``store.client``, ``slurm.client`` or ``manage.*`` (about
+So the in-package modules that load ``store.db.client``, ``slurm.client`` or ``manage.*`` (about
 60 ms together, measured with ``python -X importtime``) are imported inside the commands; the
 cheap ones (``core.*``, ``track.outputs``, ``track.query``) at the top of each module.
 

@@ -17,7 +17,7 @@ from seml_hydra.cli.core import app
 def main() -> None:
     """Console script ``seml``. Every command has finished its writes when it returns, so the
     exit does not wait for pymongo's monitor threads (``client.skip_exit_join``)."""
-    from seml_hydra.store.client import skip_exit_join
+    from seml_hydra.store.db.client import skip_exit_join
 
     try:
         app(prog_name="seml")

@@ -118,7 +118,7 @@ def configure(
     `~/.config/seml/mongodb.config`). The password is stored in it in plain text, readable by
     you only, and never shown.
     """
-    from seml_hydra.store.settings import default_config_path
+    from seml_hydra.store.db.settings import default_config_path
 
     path = default_config_path()
     out = console()
@@ -165,8 +165,8 @@ def configure(
         config["ssh_config"] = block
 
     # check the content the way every reader will, before replacing anything
+    from seml_hydra.store.db.settings import settings_from_config_file
     from seml_hydra.store.errors import DatabaseError
-    from seml_hydra.store.settings import settings_from_config_file
 
     tmp_check = path.with_name(f".{path.name}.{os.getpid()}.check")
     write_config_file(tmp_check, config)
@@ -186,7 +186,7 @@ def configure(
             f"connect once with `ssh{port_flag} {ssh_username}@{ssh_host}` if it is not."
         )
     if check:
-        from seml_hydra.store.client import connect
+        from seml_hydra.store.db.client import connect
 
         db = connect(settings)
         out.print(f"Connected: database {db.name!r} answers.")

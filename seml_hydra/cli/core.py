@@ -66,7 +66,7 @@ class SemlGroup(TyperGroup):
 
         if incomplete.startswith("-"):
             return super().shell_complete(ctx, incomplete)
-        # here, not at the top: it loads store.client (~10 ms), which `seml --help` does not need
+        # here, not at the top: it loads store.db.client (~10 ms), which `seml --help` does not need
         from seml_hydra.track.cache import cached_collections
 
         items = [
@@ -149,7 +149,7 @@ collection_app = typer.Typer(
 @collection_app.callback()
 def _collection(ctx: typer.Context) -> None:
     """Commands on the collection named before the command."""
-    from seml_hydra.store.collections import validate_collection_name
+    from seml_hydra.store.db.collections import validate_collection_name
 
     ctx.meta["seml_collection"] = validate_collection_name(ctx.info_name or "")
 

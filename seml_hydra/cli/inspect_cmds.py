@@ -159,35 +159,49 @@ def description_list(target: Target) -> None:
 def print_attempts(target: Target, num_experiments: AtMost = 0) -> None:
     """Show every run of the selected experiments (all states unless -s): the earlier attempts
     that `reset`, a new launch or a requeue kept (the last 20), then the current run; with
-    their state, times, host, Slurm job, how they ended (a KILLED run's reason, or the fail
-    trace's last line), then each one's Slurm output file. Their metrics:
-    `get_metrics(col, attempt=N)`."""
+    their state, times, host, Slurm job, then how they ended (a KILLED run's reason, or the fail
+    trace's last line) and each one's Slurm output file. Fits an 80-column terminal. Their
+    metrics: `get_metrics(col, attempt=N)`."""
+    from rich import box
     from rich.table import Table
 
-    from seml_hydra.core.attempts import job_label, why_it_ended
+    from seml_hydra.core.attempts import ended_lines, job_label, stop_label
     from seml_hydra.manage.inspection import attempt_histories
     from seml_hydra.manage.selection import ManageError
 
     found = attempt_histories(target.collection, target.selection.query(), num_experiments)
     if not found:
         raise ManageError("No experiments match the filters.")
+    width = console().width
     for exp_id, entries in found:
-        table = Table(title=f"experiment {shown(exp_id)}", title_justify="left")
-        for name in ("#", "Status", "Started", "Stopped", "Host", "Job", "Kept by"):
+        # no vertical rules; the long cells (host, job) fold: every row fits the terminal,
+        # and how each run ended goes under the table, wrapped
+        table = Table(
+            title=f"experiment {shown(exp_id)}",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            collapse_padding=True,
+        )
+        for name in ("#", "Status", "Started", "Stopped"):
             table.add_column(name, no_wrap=True)
-        table.add_column("Ended", min_width=16)
+        for name in ("Host", "Job", "Kept by"):
+            table.add_column(name, overflow="fold")
         for entry in entries:
+            start = entry.get("start_time")
             table.add_row(
                 shown(entry.get("attempt", "?")),
                 shown(entry.get("status", "")) + (" [dim](now)[/]" if entry.get("current") else ""),
-                shown(_when(entry.get("start_time"))),
-                shown(_when(entry.get("stop_time") or entry.get("heartbeat"))),
+                shown(_when(start)),
+                shown(stop_label(start, entry.get("stop_time") or entry.get("heartbeat"))),
                 shown(entry.get("host", "")),
                 shown(job_label(entry)),
                 shown(entry.get("moved_by", "")),
-                shown(why_it_ended(entry)),
             )
         console().print(table)
+        for line in ended_lines(entries, width):  # plain text: never rich markup
+            typer.echo(terminal_safe(line))
         for entry in entries:  # plain text: a path must be copied whole
             if entry.get("output_file"):
                 typer.echo(

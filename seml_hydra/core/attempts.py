@@ -219,3 +219,40 @@ def why_it_ended(entry: Mapping[str, Any], lines: int = 1) -> str:
     if entry.get("reason"):
         return str(entry["reason"]).strip()
     return trace_tail(entry.get("fail_trace_tail"), lines)
+
+
+def stop_label(start: Any, stop: Any) -> str:
+    """How ``print-attempts`` shows a run's stop time (pure): ``HH:MM:SS`` on the day it
+    started, else ``YYYY-MM-DD HH:MM:SS`` (times as stored, UTC); ``""`` for none; a value
+    that is not a ``datetime`` as its text."""
+    from datetime import datetime
+
+    if not isinstance(stop, datetime):
+        return "" if stop is None else str(stop)
+    if isinstance(start, datetime) and start.date() == stop.date():
+        return stop.strftime("%H:%M:%S")
+    return stop.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def ended_lines(entries: Sequence[Mapping[str, Any]], width: int) -> list[str]:
+    """What ``print-attempts`` prints under an experiment's table (pure): for each entry that
+    says how its run ended (:func:`why_it_ended`), ``  #<attempt> <status>: <why>`` wrapped to
+    ``width`` columns (at least 40), continuation lines indented; a word longer than a line
+    (a path) is cut across lines, so no line is longer than ``width``."""
+    import textwrap
+
+    width = max(40, width)
+    out: list[str] = []
+    for entry in entries:
+        why = why_it_ended(entry)
+        if not why:
+            continue
+        head = f"  #{entry.get('attempt', '?')} {entry.get('status', '')}: "
+        out += textwrap.wrap(
+            head + why,
+            width=width,
+            subsequent_indent=" " * 6,
+            break_long_words=True,
+            break_on_hyphens=False,
+        )
+    return out

@@ -14,15 +14,25 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import re
 import shlex
+import shutil
 import stat
-from collections.abc import Mapping
+import struct
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "UnsafePathError",
+    "default_acl_problem",
+    "group_has_others",
+    "parse_acl",
+    "acl_write_grants",
+    "creatable_dir_problem",
+    "program_lookup_problem",
+    "search_path_entries",
     "job_dir_problem",
     "launch_paths_problem",
     "unsafe_executable",
@@ -37,7 +47,7 @@ class UnsafePathError(Exception):
 
 
 @lru_cache(maxsize=64)
-def _group_has_others(gid: int, uid: int) -> bool:
+def group_has_others(gid: int, uid: int) -> bool:
     """Whether group ``gid`` may hold a user other than ``uid``: it lists another member, or it
     is not ``uid``'s own user-private group (named as the user, the convention of Debian's
     ``adduser`` and most clusters), whose other primary members cannot be told without listing
@@ -50,28 +60,107 @@ def _group_has_others(gid: int, uid: int) -> bool:
     return bool(set(group.gr_mem) - {name}) or group.gr_name != name
 
 
-def _has_acl(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` carries a POSIX access ACL (then its group mode bits are the ACL's
-    mask: what the users and groups it names may do at most)."""
+#: the extended attributes holding a POSIX ACL: what a file or directory allows now
+#: (``access``), and what entries made in a directory inherit (``default``)
+ACL_ACCESS, ACL_DEFAULT = "system.posix_acl_access", "system.posix_acl_default"
+#: ACL entry tags (``linux/posix_acl.h``) and the write permission bit
+ACL_USER_OBJ, ACL_USER, ACL_GROUP_OBJ, ACL_GROUP, ACL_MASK, ACL_OTHER = 1, 2, 4, 8, 16, 32
+ACL_WRITE = 2
+
+
+class AclEntry(NamedTuple):
+    """One entry of a POSIX ACL: ``tag`` (``ACL_USER``, ...), ``perm`` (bits r=4, w=2, x=1)
+    and ``id`` (the uid or gid of an ``ACL_USER``/``ACL_GROUP`` entry, else None)."""
+
+    tag: int
+    perm: int
+    id: int | None
+
+
+def parse_acl(data: bytes) -> list[AclEntry]:
+    """The entries of a POSIX ACL as Linux stores it in ``system.posix_acl_*`` (pure): a
+    little-endian header (version 2) and 8-byte entries ``(tag u16, perm u16, id u32)``.
+    Raises ``ValueError`` for another version or a truncated value."""
+    if len(data) < 4 or (len(data) - 4) % 8 or struct.unpack_from("<I", data)[0] != 2:
+        raise ValueError(f"not a POSIX ACL (version 2) of {len(data)} bytes")
+    entries = []
+    for offset in range(4, len(data), 8):
+        tag, perm, ident = struct.unpack_from("<HHI", data, offset)
+        named = tag in (ACL_USER, ACL_GROUP)
+        entries.append(AclEntry(tag, perm, ident if named else None))
+    return entries
+
+
+def acl_write_grants(
+    entries: Sequence[AclEntry], uid: int, gid: int, shared: Callable[[int], bool]
+) -> list[AclEntry]:
+    """The entries of an ACL that let a user other than ``uid`` (and root) write (pure): a
+    named user other than ``uid``, the owning group (``gid``) or a named group when
+    ``shared(gid)`` says it holds other users, each as far as the mask allows, and ``other``.
+    An ACL naming only its owner, or granting others no write, gives none. For a default ACL,
+    ``gid`` is the group the entries made in the directory get."""
+    masks = [e.perm for e in entries if e.tag == ACL_MASK]
+    mask = masks[0] if masks else 7
+    grants = []
+    for entry in entries:
+        if entry.tag == ACL_OTHER:
+            allowed = entry.perm
+        elif entry.tag == ACL_USER and entry.id not in (uid, 0):
+            allowed = entry.perm & mask
+        elif entry.tag in (ACL_GROUP_OBJ, ACL_GROUP):
+            group = gid if entry.id is None else entry.id
+            allowed = entry.perm & mask if shared(group) else 0
+        else:
+            allowed = 0
+        if allowed & ACL_WRITE:
+            grants.append(entry)
+    return grants
+
+
+def _acl_entry_text(entry: AclEntry) -> str:
+    """``user:semlother:rwx`` (getfacl's form; a number for an id without a name)."""
+    kind = "user" if entry.tag in (ACL_USER_OBJ, ACL_USER) else "group"
+    kind = {ACL_MASK: "mask", ACL_OTHER: "other"}.get(entry.tag, kind)
+    name = ""
+    if entry.id is not None:
+        try:
+            name = (pwd.getpwuid if kind == "user" else grp.getgrgid)(entry.id)[0]
+        except KeyError:
+            name = str(entry.id)
+    perm = "".join(c if entry.perm & b else "-" for c, b in (("r", 4), ("w", 2), ("x", 1)))
+    return f"{kind}:{name}:{perm}"
+
+
+def _acl_grants(path: str | os.PathLike[str], which: str, uid: int, gid: int) -> list[str] | None:
+    """The entries (getfacl's text) of the ACL ``which`` (:data:`ACL_ACCESS` or
+    :data:`ACL_DEFAULT`) of ``path`` that let others write (:func:`acl_write_grants`): empty
+    when it grants others nothing, None when there is no such ACL (or no ACLs on that file
+    system). An ACL that cannot be parsed counts as granting (``["an unreadable ACL"]``)."""
     try:
-        os.getxattr(path, "system.posix_acl_access", follow_symlinks=False)
+        data = os.getxattr(path, which)
     except OSError:
-        return False
-    return True
-
-
-def _others_can_write(st: os.stat_result, uid: int, path: str | os.PathLike[str]) -> str | None:
-    """Who besides the owner may create, rename or delete entries of the directory ``st`` at
-    ``path`` (``"every user"``, ``"users its ACL names"``, ``"group <name>"``), or None. A
-    sticky directory (``/tmp``) lets others add entries but not touch yours: it counts as
-    safe."""
-    if st.st_mode & stat.S_ISVTX:
         return None
+    try:
+        grants = acl_write_grants(parse_acl(data), uid, gid, lambda g: group_has_others(g, uid))
+    except ValueError:
+        return ["an unreadable ACL"]
+    prefix = "default:" if which == ACL_DEFAULT else ""
+    return [prefix + _acl_entry_text(e) for e in grants]
+
+
+def _writers(st: os.stat_result, uid: int, path: str | os.PathLike[str]) -> str | None:
+    """Who besides the owner may write ``st`` (at ``path``), sticky bit aside: ``"every
+    user"`` (o+w), ``"users of its ACL (user:bob:rwx)"`` (with a POSIX access ACL the group
+    mode bits are only its mask: its entries decide; one naming only the owner grants
+    nothing), ``"group <name>"`` (g+w when the group holds other users), or None."""
     if st.st_mode & stat.S_IWOTH:
         return "every user"
-    if st.st_mode & stat.S_IWGRP and _has_acl(path):
-        return "users its ACL names"
-    if st.st_mode & stat.S_IWGRP and _group_has_others(st.st_gid, uid):
+    if not st.st_mode & stat.S_IWGRP:
+        return None
+    granted = _acl_grants(path, ACL_ACCESS, uid, st.st_gid)
+    if granted is not None:
+        return f"users of its ACL ({', '.join(granted)})" if granted else None
+    if group_has_others(st.st_gid, uid):
         try:
             return f"group {grp.getgrgid(st.st_gid).gr_name}"
         except KeyError:
@@ -79,7 +168,38 @@ def _others_can_write(st: os.stat_result, uid: int, path: str | os.PathLike[str]
     return None
 
 
-def unsafe_path_part(path: str | os.PathLike[str], uid: int | None = None) -> str | None:
+def _others_can_write(st: os.stat_result, uid: int, path: str | os.PathLike[str]) -> str | None:
+    """Who besides the owner may create, rename or delete entries of the directory ``st`` at
+    ``path`` (:func:`_writers`), or None. A sticky directory (``/tmp``) lets others add
+    entries but not touch yours: it counts as safe."""
+    if st.st_mode & stat.S_ISVTX:
+        return None
+    return _writers(st, uid, path)
+
+
+def default_acl_problem(path: str | os.PathLike[str], uid: int | None = None) -> str | None:
+    """Why what is made in the directory ``path`` would be open to other users through its
+    default ACL (``setfacl -d -m u:bob:rwx``: every file and directory made there inherits
+    it, whatever the umask), or None. The group judged is the one new entries get: the
+    directory's with the set-group-id bit, else the effective gid."""
+    me = os.geteuid() if uid is None else uid
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    gid = st.st_gid if st.st_mode & stat.S_ISGID else os.getegid()
+    granted = _acl_grants(path, ACL_DEFAULT, me, gid)
+    if not granted:
+        return None
+    return (
+        f"{path} has a default ACL that lets other users write what is made in it "
+        f"({', '.join(granted)})"
+    )
+
+
+def unsafe_path_part(
+    path: str | os.PathLike[str], uid: int | None = None, *, any_owner: bool = False
+) -> str | None:
     """Why another user could redirect what is read or written under ``path``, or None.
 
     Each part of ``path`` that exists is judged, along ``path`` as given (``lstat``: a link
@@ -87,12 +207,16 @@ def unsafe_path_part(path: str | os.PathLike[str], uid: int | None = None) -> st
     another user's directory): a symbolic link or directory owned by a user other than
     ``uid`` (default: the effective uid) and root, or a directory that others may write
     without the sticky bit (mode o+w; g+w when its group holds other users:
-    :func:`_group_has_others`). Parts that do not exist yet are not judged (they will be
-    made by you). Same rule as ``restore-sources`` (SEML has none: it writes wherever told).
+    :func:`group_has_others`; a POSIX access ACL granting others write). Parts that do not
+    exist yet are not judged (they will be made by you), but the deepest directory that
+    exists must have no default ACL granting others write (:func:`default_acl_problem`:
+    what is made below it would inherit that). Same rule as ``restore-sources`` (SEML has none: it writes wherever told).
 
     Args:
         path: a file or directory path, absolute or relative to the working directory.
         uid: the user who must own the path (tests pass another).
+        any_owner: judge only what others can write, not who owns each part (a software
+            tree of an admin account on ``PATH``: trusted as its owner is).
 
     Returns:
         One sentence naming the first unsafe part (``"/tmp/x is a directory every user can
@@ -101,13 +225,16 @@ def unsafe_path_part(path: str | os.PathLike[str], uid: int | None = None) -> st
     me = os.geteuid() if uid is None else uid
     literal = Path(os.path.abspath(path))
     for candidate in (literal, Path(os.path.realpath(literal))):
+        deepest: Path | None = None  # the last directory there: what is made goes in it
         for prefix in [*reversed(candidate.parents), candidate]:
             try:
                 st = os.lstat(prefix)
             except (FileNotFoundError, NotADirectoryError):  # not there (under a file, too)
                 break
+            if stat.S_ISDIR(st.st_mode):
+                deepest = prefix
             is_link = stat.S_ISLNK(st.st_mode)
-            if st.st_uid not in (me, 0):
+            if st.st_uid not in (me, 0) and not any_owner:
                 kind = (
                     "a symbolic link"
                     if is_link
@@ -126,27 +253,33 @@ def unsafe_path_part(path: str | os.PathLike[str], uid: int | None = None) -> st
                     f"{prefix} is a directory {writers} can write "
                     f"(mode {stat.S_IMODE(st.st_mode):04o}, no sticky bit)"
                 )
+        inherited = None if deepest is None else default_acl_problem(deepest, me)
+        if inherited is not None:
+            return inherited
     return None
 
 
-def unsafe_import_dir(path: str | os.PathLike[str], uid: int | None = None) -> str | None:
+def unsafe_import_dir(
+    path: str | os.PathLike[str], uid: int | None = None, *, any_owner: bool = False
+) -> str | None:
     """Why a module another user planted in the directory ``path`` could be imported by a
     process with ``path`` on ``sys.path``, or None: :func:`unsafe_path_part`, or the directory
     itself lets others add entries (o+w, or g+w with other users in the group), sticky or not
-    (``/tmp``: the sticky bit keeps your files, not theirs, out of reach)."""
+    (``/tmp``: the sticky bit keeps your files, not theirs, out of reach). ``any_owner``:
+    as for :func:`unsafe_path_part`."""
     me = os.geteuid() if uid is None else uid
-    problem, st = _path_and_stat(path, me)
+    problem, st = _path_and_stat(path, me, any_owner=any_owner)
     if problem is None and st is not None and _writable_by_others(st, me, path):
         return f"{path} is a directory other users can add files to (mode {_mode(st):04o})"
     return problem
 
 
 def _path_and_stat(
-    path: str | os.PathLike[str], uid: int
+    path: str | os.PathLike[str], uid: int, *, any_owner: bool = False
 ) -> tuple[str | None, os.stat_result | None]:
     """``(unsafe_path_part(path), os.stat(path))``; the stat is None when the path is unsafe
     or not there (links followed)."""
-    problem = unsafe_path_part(path, uid)
+    problem = unsafe_path_part(path, uid, any_owner=any_owner)
     if problem is not None:
         return problem, None
     try:
@@ -160,13 +293,9 @@ def _mode(st: os.stat_result) -> int:
 
 
 def _writable_by_others(st: os.stat_result, uid: int, path: str | os.PathLike[str]) -> bool:
-    """Whether users other than ``uid`` may write ``st`` (at ``path``): o+w, or g+w when the
-    group holds other users or a POSIX ACL names more writers (sticky or not)."""
-    mode = _mode(st)
-    return bool(
-        mode & stat.S_IWOTH
-        or (mode & stat.S_IWGRP and (_group_has_others(st.st_gid, uid) or _has_acl(path)))
-    )
+    """Whether users other than ``uid`` may write ``st`` (at ``path``): :func:`_writers`,
+    sticky or not."""
+    return _writers(st, uid, path) is not None
 
 
 def unsafe_file(path: str | os.PathLike[str], uid: int | None = None) -> str | None:
@@ -222,17 +351,74 @@ def unsafe_executable(path: str | os.PathLike[str], uid: int | None = None) -> s
     return None
 
 
-def _program_problem(program: str) -> str | None:
-    """:func:`unsafe_executable` of an existing ``program``; for one not there yet, whether
-    another user could create it (its nearest existing directory lets others add files:
-    :func:`unsafe_import_dir`)."""
-    if os.path.lexists(program):
-        return unsafe_executable(program)
-    parent = Path(os.path.abspath(program)).parent
+def creatable_dir_problem(
+    directory: str | os.PathLike[str], *, any_owner: bool = False
+) -> str | None:
+    """Why another user could put files into ``directory``, or None: :func:`unsafe_import_dir`
+    of it, or, when it does not exist, of its nearest existing ancestor (whoever can add
+    entries there could create it, filled with their files). ``any_owner``: as for
+    :func:`unsafe_path_part`."""
+    if os.path.isdir(directory):
+        return unsafe_import_dir(directory, any_owner=any_owner)
+    parent = Path(os.path.abspath(directory)).parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
-    problem = unsafe_import_dir(parent)
+    problem = unsafe_import_dir(parent, any_owner=any_owner)
+    return None if problem is None else f"{directory} does not exist and {problem}"
+
+
+def _program_problem(program: str) -> str | None:
+    """:func:`unsafe_executable` of an existing ``program``; for one not there yet, whether
+    another user could create it (:func:`creatable_dir_problem` of its directory)."""
+    if os.path.lexists(program):
+        return unsafe_executable(program)
+    problem = creatable_dir_problem(Path(os.path.abspath(program)).parent)
     return None if problem is None else f"{program} does not exist and {problem}"
+
+
+def search_path_entries(value: str, cwd: str) -> list[tuple[str, str]]:
+    """``[(entry as given, the directory it means), ...]`` of a ``PATH``-like ``value``
+    (pure): an empty entry means the working directory ``cwd``, a relative one is relative to
+    it (a job's working directory is its launch directory)."""
+    return [
+        (entry, os.path.normpath(os.path.join(cwd, entry or ".")))
+        for entry in value.split(os.pathsep)
+    ]
+
+
+def program_lookup_problem(program: str, path: str, cwd: str) -> str | None:
+    """Why the program a job finds by ``PATH`` lookup (``program``: a bare name such as
+    ``python3``; ``path``: the ``PATH`` value; ``cwd``: what its empty and relative entries
+    mean) could be another user's, or None (also when it is not found: the job's own error
+    says so): an entry searched before it is found, or the one it is found in, lets others
+    add files (:func:`creatable_dir_problem`), or the file found fails
+    :func:`unsafe_executable`."""
+    for entry, directory in search_path_entries(path, cwd):
+        problem = creatable_dir_problem(directory, any_owner=True)
+        if problem is not None:
+            return f"PATH entry {entry!r} (searched for {program}): {problem}"
+        found = shutil.which(program, path=directory)
+        if found is not None:
+            return unsafe_executable(found)
+    return None
+
+
+#: words of the ``python`` launcher field that are not the program it starts
+_SHELL_PREFIXES = ("exec", "command", "nice")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _program_words(python: str) -> tuple[str | None, list[str]]:
+    """``(the program the field starts when it names it by PATH lookup, the words that name
+    programs by path)`` of a ``python`` launcher field (pure): ``exec`` and ``NAME=value``
+    words before the program are skipped."""
+    try:
+        words = shlex.split(python)
+    except ValueError:
+        return None, []
+    head = [w for w in words if w not in _SHELL_PREFIXES and not _ASSIGNMENT.match(w)]
+    bare = head[0] if head and "/" not in head[0] else None
+    return bare, [w for w in words if "/" in w and not w.startswith("-")]
 
 
 def launch_paths_problem(hydra: Mapping[str, Any], judged: set[str]) -> str | None:
@@ -253,14 +439,15 @@ def launch_paths_problem(hydra: Mapping[str, Any], judged: set[str]) -> str | No
             return problem
         judged.add(str(value))
     python = launcher.get("python")
-    try:
-        words = shlex.split(str(python)) if python else []
-    except ValueError:
-        words = []
-    for program in (w for w in words if "/" in w and not w.startswith("-")):
+    bare, by_path = _program_words(str(python)) if python else (None, [])
+    for program in ([bare] if bare else []) + by_path:
         if program in judged:
             continue
-        problem = _program_problem(program)
+        problem = (
+            _program_problem(program)
+            if "/" in program
+            else program_lookup_problem(program, os.environ.get("PATH", os.defpath), os.getcwd())
+        )
         if problem is not None:
             return (
                 f"hydra.launcher.python={python}: {problem}; another user could change the "

@@ -22,7 +22,10 @@ watches (``mode``: ``min`` when smaller is better, ``max`` otherwise). The rules
     default 5), nor at a step below ``warmup_steps`` (``n_warmup_steps``, default 0); then stop
     when the experiment's best value so far is worse than the median of the values those
     completed experiments reported at the same step (no decision when none did). A NaN best
-    value stops it.
+    value stops it. ``max_step`` (default null), as ASHA's: the run's last step; no decision
+    at it or past it (Optuna's pruner has no such bound: an Optuna run stops reporting there),
+    so a run that reports to its end is never stopped at its last step, which would save
+    nothing (:func:`at_or_past_end`).
 
 Steps are the integers the task passes to ``report``; a report that skips a rung's step
 decides that rung (and any other it passed) with its value.
@@ -39,7 +42,7 @@ from typing import Any
 #: rule name -> {parameter: default}
 RULES: Mapping[str, Mapping[str, Any]] = {
     "asha": {"min_step": 1, "reduction_factor": 3, "max_step": None},
-    "median": {"warmup_steps": 0, "min_experiments": 5},
+    "median": {"warmup_steps": 0, "min_experiments": 5, "max_step": None},
 }
 MODES = ("min", "max")
 #: keys every rule accepts
@@ -122,15 +125,22 @@ def rung_step(pruner: Pruner, rung: int) -> int:
     return step
 
 
+def at_or_past_end(pruner: Pruner, step: int) -> bool:
+    """Whether ``step`` is at or past the rule's ``max_step`` (the run's last step), where no
+    rule decides: ASHA has no rung there, the median rule stops nothing (pure; False without
+    ``max_step``)."""
+    max_step = pruner.params.get("max_step")
+    return max_step is not None and step >= max_step
+
+
 def rungs_reached(pruner: Pruner, step: int, decided: int) -> list[int]:
     """The ASHA rungs a report at ``step`` decides, in order, when rungs ``0 .. decided-1``
     are decided already: every rung at or below ``step``, below ``max_step`` when it is set
     (pure)."""
     rungs = []
     rung = decided
-    max_step = pruner.params.get("max_step")
     while rung_step(pruner, rung) <= step:
-        if max_step is not None and rung_step(pruner, rung) >= max_step:
+        if at_or_past_end(pruner, rung_step(pruner, rung)):
             break
         rungs.append(rung)
         rung += 1
@@ -169,7 +179,7 @@ def median_prunes(
     step or not). See the module docstring for the rule."""
     if n_completed == 0 or n_completed < pruner.params["min_experiments"]:
         return False
-    if step < pruner.params["warmup_steps"]:
+    if step < pruner.params["warmup_steps"] or at_or_past_end(pruner, step):
         return False
     if math.isnan(best):
         return True
@@ -185,3 +195,16 @@ def best_value(values: Sequence[float], mode: str) -> float:
     if not finite:
         return math.nan
     return min(finite) if mode == "min" else max(finite)
+
+
+def unreported_message(metric: str, reported: Sequence[str]) -> str:
+    """What the job's log says once when a run ended without reporting the metric its
+    ``pruner`` watches (pure): nothing could be stopped early, and why. ``reported``: the
+    other names the task passed to ``report``, if any."""
+    other = f" (it reported {', '.join(repr(n) for n in sorted(reported))})" if reported else ""
+    return (
+        f"hydra.launcher.pruner watches the metric {metric!r}, which the task never reported "
+        f"with seml_hydra.report{other}, so nothing was stopped early: report it "
+        f"(seml_hydra.report({metric!r}, value, step); log_scalar only logs), or set "
+        "pruner.metric to the name the task reports"
+    )

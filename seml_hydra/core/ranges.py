@@ -53,7 +53,7 @@ def id_filter(ids: Iterable[Any]) -> dict[str, Any]:
     than on deleting); the ranges of one ``seml`` selection are a few. A range requires an
     integer ``_id`` (``$type`` int or long): MongoDB compares numbers by value, so without it
     a forged document with ``_id: 2.5`` would match ``1-3``. Ids an experiment collection
-    gives are integers (``store.collections.next_ids``); other ids (strings, ObjectIds) go to
+    gives are integers (``store.db.collections.next_ids``); other ids (strings, ObjectIds) go to
     the ``$in`` as they are. No ids: a filter matching nothing (``{"_id": {"$in": []}}``).
     """
     runs, others = id_runs(ids)

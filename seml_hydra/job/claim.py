@@ -10,10 +10,13 @@ import logging
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import attempts, states
-from seml_hydra.store.retry import retrying
+from seml_hydra.store.db.retry import retrying
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import ExperimentCollection, ExperimentDoc
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +94,12 @@ _REFUSAL_FIELDS = {"status": 1, "execution": 1, "heartbeat": 1, "start_time": 1,
 
 
 def claim(
-    collection: Any,
+    collection: ExperimentCollection,
     exp_id: int,
     execution: Mapping[str, Any],
     *,
     record_execution: bool = True,
-) -> tuple[dict[str, Any] | None, str | None]:
+) -> tuple[ExperimentDoc | None, str | None]:
     """Claim experiment ``exp_id`` for this rank with one atomic ``find_one_and_update``.
 
     Returns ``(document after the claim, None)`` when :func:`claim_filter` matches (the document
@@ -111,8 +114,12 @@ def claim(
 
 
 def _claim_once(
-    collection: Any, exp_id: int, execution: Mapping[str, Any], *, record_execution: bool
-) -> tuple[dict[str, Any] | None, str | None, dict[str, Any] | None]:
+    collection: ExperimentCollection,
+    exp_id: int,
+    execution: Mapping[str, Any],
+    *,
+    record_execution: bool,
+) -> tuple[ExperimentDoc | None, str | None, ExperimentDoc | None]:
     """:func:`claim`, also returning the document as read after a refusal (None otherwise)."""
     from pymongo import ReturnDocument
 
@@ -165,7 +172,7 @@ EARLIER_RUN_POLL_S = 5.0
 
 
 def claim_after_earlier_run(
-    collection: Any,
+    collection: ExperimentCollection,
     exp_id: int,
     execution: Mapping[str, Any],
     *,
@@ -173,7 +180,7 @@ def claim_after_earlier_run(
     max_wait_s: float = EARLIER_RUN_WAIT_S,
     poll_s: float = EARLIER_RUN_POLL_S,
     world_size: int = 1,
-) -> tuple[dict[str, Any] | None, str | None]:
+) -> tuple[ExperimentDoc | None, str | None]:
     """:func:`claim`, waiting while an earlier run of this array task still runs the experiment,
     then the fail-fast check (:func:`stopped_at_claim`).
 
@@ -219,7 +226,10 @@ def claim_after_earlier_run(
 
 
 def stopped_at_claim(
-    collection: Any, doc: Mapping[str, Any], execution: Mapping[str, Any], world_size: int = 1
+    collection: ExperimentCollection,
+    doc: Mapping[str, Any],
+    execution: Mapping[str, Any],
+    world_size: int = 1,
 ) -> str | None:
     """The fail-fast check of a task that just claimed ``doc``: when the FAILED experiments of
     its launch (``doc["fail_fast"]``, ``seml_hydra.job.failfast``) reached ``max_failures``, the

@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from seml_hydra.core.jobenv import environment_problem, safe_path_problem
 from seml_hydra.core.paths import unsafe_file, unsafe_import_dir
 
 __all__ = ["BOOTSTRAP", "SUBMITIT_ARGS", "guarded_python", "main"]
@@ -51,8 +52,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Check the job's pickle, then run it as submitit does. ``argv``: the arguments after the
     module (default ``sys.argv[1:]``): :data:`SUBMITIT_ARGS` and the folder.
 
-    Returns 1 (after one line on stderr) when the arguments are not submitit's or the pickle
-    fails :func:`seml_hydra.core.paths.unsafe_file`; otherwise what submitit's
+    Returns 1 (after one line on stderr) when the arguments are not submitit's, the job's
+    ``PATH`` or ``PYTHONPATH`` has an entry others can add files to
+    (``core.jobenv.environment_problem``), its working directory is unsafe and its Python
+    too old to keep it off its children's import path (``core.jobenv.safe_path_problem``),
+    or the pickle is missing (its folder deleted or replaced since the launch) or fails
+    :func:`seml_hydra.core.paths.unsafe_file`; otherwise what submitit's
     ``process_job`` does (it raises the task's error, which exits non-zero)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != len(SUBMITIT_ARGS) + 1 or args[:-1] != SUBMITIT_ARGS:
@@ -61,6 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     folder = args[-1]
     cwd = os.getcwd()
     unsafe_cwd = unsafe_import_dir(cwd)
+    problem = safe_path_problem(sys.version_info[:2], unsafe_cwd) or environment_problem(
+        os.environ, cwd
+    )
+    if problem is not None:
+        return _refuse(f"seml-hydra: not starting the job: {problem}; nothing was run.")
     if unsafe_cwd is None:  # where -m would have put it: the launch directory's modules
         sys.path.insert(0, cwd)
     else:  # nor on that of the Python processes the task starts (multiprocessing's workers)
@@ -76,20 +86,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadline = time.monotonic() + PICKLE_WAIT_S
     while not pickle.exists() and time.monotonic() < deadline:
         time.sleep(1)  # submitit waits as long for a pickle written after the job started
+    if not os.path.lexists(pickle):
+        return _refuse(
+            f"seml-hydra: the job's pickle {pickle} is not there after {PICKLE_WAIT_S} s: its "
+            "submitit folder was deleted or replaced after the launch; nothing was run. "
+            "Launch the sweep again (or reset and start its experiments)."
+        )
     problem = unsafe_file(pickle)
     if problem is not None:
-        refusal = (
+        return _refuse(
             f"seml-hydra: not loading the job's pickle {pickle}: {problem}, so another user "
             "could have put their code there; nothing was run. Launch again with a sweep dir "
             "and submitit folder of yours."
         )
-        print(refusal, file=sys.stderr)
-        print(refusal)  # also where status and print-fail-trace read a killed job's reason
-        return 1
     from submitit.core.submission import process_job
 
     process_job(folder)
     return 0
+
+
+def _refuse(line: str) -> int:
+    """Print the one-line refusal ``line`` on stderr and stdout (where ``status`` and
+    ``print-fail-trace`` read a killed job's reason); returns the exit code 1."""
+    print(line, file=sys.stderr)
+    print(line)
+    return 1
 
 
 if __name__ == "__main__":

@@ -16,7 +16,12 @@ without the launcher (``wait=false``, after Ctrl-C, a launcher that died):
   skips the rest of its experiments itself) and, once Slurm no longer lists them, marked
   INTERRUPTED again (a run's final save may have written its outcome meanwhile; its
   heartbeats do not write over the mark: :data:`STOP_REASON`);
-- a task that claimed an experiment of a stopped group does not run it.
+- a task that claimed an experiment of a stopped group does not run it;
+- a run that ends COMPLETED all the same (a ``seml_local`` process, which a stop does not end;
+  a Slurm task finishing within Slurm's ``KillWait`` of its ``scancel``) was not stopped: its
+  mark (``fail_fast.reason``, ``stop_time``, the stop's ``fail_trace``) is dropped
+  (:func:`unmark_completed`, by the job right after the run and by the stop once Slurm ended
+  the tasks it cancelled).
 
 Every step is idempotent: several jobs reaching the threshold at once stop the group once.
 """
@@ -27,16 +32,19 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from seml_hydra.core import states
-from seml_hydra.store.retry import retrying
+from seml_hydra.store.db.retry import retrying
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import ExperimentCollection
 
 log = logging.getLogger(__name__)
 
 #: the document field: ``{group, max_failures}`` from the submission, ``reason`` and
 #: ``stop_time`` once the group was stopped
-FIELD = "fail_fast"
+FIELD: Final = "fail_fast"
 #: set once the group was stopped: a run's heartbeats no longer write to such a document
 STOP_REASON = f"{FIELD}.reason"
 
@@ -106,7 +114,7 @@ def tasks_to_cancel(
     return sorted(out)
 
 
-def failed_ids(collection: Any, group: str) -> list[int]:
+def failed_ids(collection: ExperimentCollection, group: str) -> list[int]:
     """The ids of the FAILED experiments of fail-fast group ``group``, sorted."""
     query = {f"{FIELD}.group": group, "status": states.FAILED}
     return sorted(d["_id"] for d in collection.find(query, {"_id": 1}))
@@ -124,7 +132,7 @@ class Stop:
 
 
 def enforce(
-    collection: Any,
+    collection: ExperimentCollection,
     fail_fast: Mapping[str, Any] | None,
     *,
     own_task: tuple[Any, Any] | None = None,
@@ -145,7 +153,7 @@ def enforce(
 
 
 def stop_group(
-    collection: Any,
+    collection: ExperimentCollection,
     group: str,
     failed: Sequence[int],
     *,
@@ -206,7 +214,41 @@ def stop_group(
             ),
             "marking the stopped experiments INTERRUPTED again",
         )
+        unmark_completed(collection, ids)  # they ended on their own before the scancel
     return stop
+
+
+def unmark_completed(collection: Any, ids: Sequence[Any]) -> list[Any]:
+    """Drop the stop's mark from those of ``ids`` that ended COMPLETED although their group
+    was stopped (a completed run is not "stopped"): ``fail_fast.reason`` and
+    ``fail_fast.stop_time`` go, and ``fail_trace`` too when it is the stop's reason (the one
+    :func:`stop_group` wrote); ``fail_fast.{group, max_failures}`` stay. Each document is
+    changed only while it is COMPLETED with the reason it was read with; returns the ids
+    changed. Raises pymongo errors past the retry window (``store.retry``)."""
+    query = {
+        "_id": {"$in": list(ids)},
+        "status": states.COMPLETED,
+        STOP_REASON: {"$type": "string"},
+    }
+    docs = retrying(
+        lambda: list(collection.find(query, {FIELD: 1, "fail_trace": 1})),
+        "reading the completed experiments of a stopped launch",
+    )
+    changed = []
+    for doc in docs:
+        why = doc[FIELD]["reason"]
+        drop = {STOP_REASON: "", f"{FIELD}.stop_time": ""}
+        if doc.get("fail_trace") == [why + "\n"]:
+            drop["fail_trace"] = ""
+        where = {"_id": doc["_id"], "status": states.COMPLETED, STOP_REASON: why}
+
+        def unset(where: dict[str, Any] = where, drop: dict[str, str] = drop) -> Any:
+            return collection.update_one(where, {"$unset": drop})
+
+        done = retrying(unset, f"dropping the fail-fast mark of experiment {doc['_id']}")
+        if done.modified_count:
+            changed.append(doc["_id"])
+    return changed
 
 
 def _alive_ours(jobs: Sequence[str], collection_name: str) -> list[str]:

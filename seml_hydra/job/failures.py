@@ -8,20 +8,23 @@ from __future__ import annotations
 import socket
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import states
-from seml_hydra.store.retry import retrying
+from seml_hydra.store.db.retry import retrying
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import ExperimentCollection
 
 
 def record_rank_failure(
-    collection: Any, exp_id: int, global_rank: Any, trace: str, restart: int = 0
+    collection: ExperimentCollection, exp_id: int, global_rank: Any, trace: str, restart: int = 0
 ) -> None:
     """Append this rank's failure in run ``restart`` (``execution.restart``: a requeued run
     counts its own ranks' failures only) to ``rank_failures`` (a field Sacred's observer never
     holds).
 
-    The ``$push`` is made idempotent for :func:`~seml_hydra.store.retry.retrying`: the failure
+    The ``$push`` is made idempotent for :func:`~seml_hydra.store.db.retry.retrying`: the failure
     carries a random ``id`` and the filter requires it absent, so a retry of a push that reached
     the server before the connection dropped adds nothing."""
     import uuid
@@ -47,7 +50,9 @@ def trace_lines() -> list[str]:
     return traceback.format_exc().splitlines(True)
 
 
-def fail_if_a_rank_failed(collection: Any, exp_id: int, restart: int | None = None) -> None:
+def fail_if_a_rank_failed(
+    collection: ExperimentCollection, exp_id: int, restart: int | None = None
+) -> None:
     """Mark the experiment FAILED when ranks recorded failures (``rank_failures``; with
     ``restart``, only those of that run: :func:`in_run`); its
     ``fail_trace`` gets, once per failing rank, a header naming the rank followed by its trace.
@@ -64,11 +69,13 @@ def fail_if_a_rank_failed(collection: Any, exp_id: int, restart: int | None = No
     )
 
 
-def _fail_if_a_rank_failed_once(collection: Any, exp_id: int, restart: int | None) -> None:
+def _fail_if_a_rank_failed_once(
+    collection: ExperimentCollection, exp_id: int, restart: int | None
+) -> None:
     doc = collection.find_one({"_id": exp_id}, {"rank_failures": 1})
     entries = [
         [rank_failure_header(failure), *str(failure.get("trace", "")).splitlines(True)]
-        for failure in (doc or {}).get("rank_failures") or []
+        for failure in (doc.get("rank_failures") if doc is not None else None) or []
         if restart is None or in_run(failure, restart)
     ]
     if not entries:
@@ -115,11 +122,11 @@ class OtherRanksFailed(RuntimeError):
 
 
 def record_rank_end(
-    collection: Any, exp_id: int, global_rank: int, restart: int, outcome: str
+    collection: ExperimentCollection, exp_id: int, global_rank: int, restart: int, outcome: str
 ) -> None:
     """Append ``{rank, restart, outcome, id}`` to the document's ``rank_ends`` (a field Sacred's
     observer never holds): this rank's task of run ``restart`` (``execution.restart``) ended.
-    Idempotent under :func:`~seml_hydra.store.retry.retrying`, as :func:`record_rank_failure`."""
+    Idempotent under :func:`~seml_hydra.store.db.retry.retrying`, as :func:`record_rank_failure`."""
     import uuid
 
     end = {"rank": global_rank, "restart": restart, "outcome": outcome, "id": uuid.uuid4().hex}
@@ -147,7 +154,7 @@ def ranks_outcome(doc: Mapping[str, Any], world_size: int, restart: int) -> tupl
 
 
 def await_other_ranks(
-    collection: Any,
+    collection: ExperimentCollection,
     exp_id: int,
     world_size: int,
     restart: int,

@@ -1,7 +1,7 @@
 """Writes a job keeps in memory while MongoDB stays unreachable past ``SEML_MONGODB_RETRY_S``,
 and writes later (:func:`write_kept`: after the job's next claim, and at its end).
 
-An outage longer than the retry budget (``seml_hydra.store.retry.retrying``) used to lose the
+An outage longer than the retry budget (``seml_hydra.store.db.retry.retrying``) used to lose the
 experiment's outcome, its captured output included. Here the job goes on with the write kept
 (one log line says so), and writes it, in order, as soon as MongoDB answers again before the
 job ends. What cannot be written by then is lost (one log line each): the experiment stays
@@ -18,9 +18,12 @@ import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from seml_hydra.store.retry import ENV_RETRY, is_connection_error, retrying, short_reason
+from seml_hydra.store.db.retry import ENV_RETRY, is_connection_error, retrying, short_reason
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import ExperimentCollection
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +33,7 @@ class KeptWrite:
     """One ``update_one(filter, update)`` of ``collection`` not written yet; ``what`` names it
     for the log (e.g. ``"saving the outcome of experiment 3 (COMPLETED)"``)."""
 
-    collection: Any
+    collection: ExperimentCollection
     filter: dict[str, Any]
     update: Any
     what: str
@@ -40,7 +43,9 @@ class KeptWrite:
 _KEPT: list[KeptWrite] = []
 
 
-def write_or_keep(collection: Any, filter: Mapping[str, Any], update: Any, what: str) -> Any | None:
+def write_or_keep(
+    collection: ExperimentCollection, filter: Mapping[str, Any], update: Any, what: str
+) -> Any | None:
     """``collection.update_one(filter, update)``, retried while MongoDB is unreachable
     (``retrying``, up to ``SEML_MONGODB_RETRY_S``), after the writes kept earlier (so a kept
     outcome never lands after a later write of the same experiment). Past the budget the write
@@ -59,7 +64,7 @@ def write_or_keep(collection: Any, filter: Mapping[str, Any], update: Any, what:
 
 
 def keep(
-    collection: Any,
+    collection: ExperimentCollection,
     filter: Mapping[str, Any],
     update: Any,
     what: str,

@@ -13,7 +13,7 @@ rank only; the task itself never sees Sacred's ``_run``. :func:`log_scalar` reac
 Sacred stores the values the way every Sacred tool reads them: one document per metric
 (``run_id`` = the experiment's ``_id``, ``name``, ``steps``, ``values``, ``timestamps``), listed in
 the run's ``info.metrics``, in the experiments collection's own metrics collection
-``seml_hydra_metrics.<collection>`` (``seml_hydra.store.collections.metrics_collection_name``; every
+``seml_hydra_metrics.<collection>`` (``seml_hydra.store.db.collections.metrics_collection_name``; every
 collection's ids start at 1, so one shared collection keyed by ``run_id`` would mix them). They
 are flushed with each heartbeat and at the end of the run; read them with
 ``seml_hydra.get_metrics``.

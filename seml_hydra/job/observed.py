@@ -1,38 +1,26 @@
-"""The primary rank's Sacred run: a ``MongoObserver`` that overwrites the experiment's own
-document (as SEML does), so the document IS the Sacred run (``start_time``, ``heartbeat``,
-``host``, ``captured_out``, ``result``, ``stop_time``, ``fail_trace``), riding out an
-unreachable MongoDB; the bounds on what it stores (captured output, result); and freezing it
-when the job is being requeued. Sacred itself is imported when a run starts."""
+"""The primary rank's Sacred run (:func:`run_observed`), observed by
+``seml_hydra.job.observer.DocumentObserver``, which overwrites the experiment's own document
+(as SEML does), so the document IS the Sacred run; the bounds on what it stores (captured
+output, result); and freezing the observer when the job is being requeued. Sacred itself, and
+the observer's module, are imported when a run starts."""
 
 from __future__ import annotations
 
-import contextlib
-import datetime
 import logging
-import os
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from seml_hydra.job import heartbeat, kept, metrics
-from seml_hydra.job.failfast import STOP_REASON
-from seml_hydra.job.heartbeat import MAX_CAPTURED_CHARS, bounded_output  # noqa: F401 (re-exported)
+from seml_hydra.job import metrics
+from seml_hydra.job.heartbeat import bounded_output
 from seml_hydra.job.sacred_compat import experiment
-from seml_hydra.store.collections import metrics_collection_name
-from seml_hydra.store.retry import is_connection_error, retrying, short_reason
-from seml_hydra.store.sacred_sources import SACRED_SOURCE_KIND as SACRED_SOURCE_KIND  # its old home
-from seml_hydra.store.sacred_sources import sacred_source_copies
+from seml_hydra.store.db.retry import retrying
 
-log = logging.getLogger(__name__)
-
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Database
 
 #: a result larger than this (bytes of BSON) is stored as a truncated repr: a MongoDB document
 #: holds at most 16 MB, and the result shares it with the captured output and the config
 MAX_RESULT_BYTES = 4 * 1024 * 1024
-
-#: how long the final save waits for Sacred's heartbeat thread to end (seconds): a beat in
-#: flight reads the run's last output; past this, ``captured_out_incomplete`` is set
-FINAL_BEAT_WAIT_S = 30.0
 
 
 def bounded_result(value: Any, problems: list[str]) -> Any:
@@ -48,7 +36,7 @@ def bounded_result(value: Any, problems: list[str]) -> Any:
 
 
 def run_observed(
-    db: Any,
+    db: Database,
     collection_name: str,
     doc: Mapping[str, Any],
     task: Any,
@@ -59,9 +47,12 @@ def run_observed(
 ) -> Any:
     """Run ``task`` as a Sacred run whose ``MongoObserver`` overwrites document ``doc['_id']``.
 
-    ``fence``: a filter every save of the observer must also match (``seml_hydra.job.claim.fence``), else the
-    save writes nothing. ``sources``: asked when the run starts, the code snapshot files the run
-    lists as Sacred's ``experiment.sources`` (:func:`sacred_experiment_info`); None: none.
+    ``fence``: a filter every save of the observer must also match
+    (``seml_hydra.job.claim.fence``), else the save writes nothing. ``sources``: asked when the
+    run starts, the code snapshot files the run lists as Sacred's ``experiment.sources``
+    (``seml_hydra.job.observer.sacred_experiment_info``); None: none. ``extra_observers``: Hydra
+    nodes of more Sacred observers, instantiated. Returns what ``task`` returned. The observer
+    is ``seml_hydra.job.observer.DocumentObserver`` (what it writes, and when).
 
     Sacred 0.8.7 (``observers/mongo.py``) loads the whole document when asked to overwrite and
     writes it back with ``$set`` on every heartbeat, which would undo fields other processes
@@ -71,15 +62,14 @@ def run_observed(
     is written as the task returned it (already plain: ``documents.storable_result``), not
     through Sacred's jsonpickle ``flatten``.
     """
-    import warnings
-
     from hydra.utils import instantiate
+
+    from seml_hydra.job.observer import DocumentObserver  # imports Sacred
 
     # the app's own sources are snapshotted by seml-hydra and its git state is in the
     # document's ``git`` block: the Experiment discovers neither
     ex = experiment(doc.get("seml", {}).get("name", collection_name))
     from sacred import SETTINGS
-    from sacred.observers import MongoObserver
 
     SETTINGS.CAPTURE_MODE = "sys"
     SETTINGS.CONFIG.READ_ONLY_CONFIG = False
@@ -91,238 +81,14 @@ def run_observed(
     ex.main(task)
     ex.pre_run_hook(lambda _run: metrics.bind_run(_run))  # seml_hydra.job.metrics.log_scalar
 
-    class DocumentObserver(MongoObserver):
-        """Never writes ``config``: the document keeps the config staged for it (Sacred would
-        store its own copy with an added ``seed`` key). Never creates the document either:
-        Sacred's ``final_save`` upserts, which would bring back, as a fragment, an experiment
-        deleted while it ran (``seml delete --no-cancel``).
-
-        Rides out an unreachable MongoDB: a heartbeat that cannot be saved logs one line and
-        the next one saves again (the entry holds everything); metrics that could not be sent
-        go with the next heartbeat; the final save (result, captured output, status) is retried
-        through ``seml_hydra.store.retry.retrying`` (Sacred 0.8.7 gives up after a few attempts
-        and leaves the run in a pickle on the node) and, past ``SEML_MONGODB_RETRY_S``, kept in
-        memory and written when MongoDB is back before the job ends (``seml_hydra.job.kept``).
-        One lock orders the heartbeat thread's saves and the final save, and no heartbeat
-        writes once the final save began.
-
-        The final save holds the run's whole output, taken from the run itself
-        (:meth:`_take_final_output`), not from the last heartbeat: Sacred 0.8.7 hands the last
-        output to the observer only through the heartbeat thread's last beat, which its
-        ``_stop_heartbeat`` waits 2 s for (a beat waiting for an unreachable MongoDB takes
-        longer), and its capture keeps the output printed after the last read in
-        ``CapturedStdout.final``, which no beat reads once the capture is closed (a failing
-        task). When the heartbeat thread does not end in :data:`FINAL_BEAT_WAIT_S`, the
-        document gets ``captured_out_incomplete: true``.
-
-        Each save sends only what changed since the last one the server acknowledged, the new
-        output appended to ``captured_out`` by the server (``seml_hydra.job.heartbeat``): the
-        bytes of a beat grow with the output printed since the previous beat, not with the
-        run's length (Sacred 0.8.7 resends the whole entry, up to the 1 MB output cap)."""
-
-        _lock = threading.RLock()
-        #: True once the job is being requeued: nothing more is saved (freeze_observers)
-        frozen = False
-        _finished = False
-        #: set when the final save begins: the heartbeat thread saves nothing more
-        _closing = False
-        #: Sacred's run (its pre-run hook sets it)
-        _run: Any = None
-        #: the fields ``completed_event`` sets
-        _completed: dict[str, Any] | None = None
-        _unsent: dict[str, dict[str, list[Any]]] | None = None
-        #: the entry of the last save the server acknowledged, or None when unknown
-        _stored: dict[str, Any] | None = None
-        #: False once the server refused an update pipeline (MongoDB < 4.2)
-        _appends = True
-
-        def started_event(self, ex_info: Any, *args: Any, **kwargs: Any) -> Any:
-            return super().started_event(
-                sacred_experiment_info(
-                    ex_info, doc.get("seml") or {}, sources() if sources is not None else []
-                ),
-                *args,
-                **kwargs,
-            )
-
-        def save_sources(self, ex_info: Mapping[str, Any]) -> list[list[Any]]:
-            return retrying(
-                lambda: sacred_source_copies(db, ex_info["sources"]),
-                f"storing the sources of experiment {doc['_id']} for Sacred",
-            )
-
-        def _entry(self) -> dict[str, Any]:
-            # a copy: swapping ``run_entry`` itself would lose what the main thread writes into
-            # it meanwhile (Sacred's completed_event sets status and result while a heartbeat
-            # save waits for the server)
-            return {k: v for k, v in self.run_entry.items() if k != "config"}
-
-        def _filter(self, entry: Mapping[str, Any], *, final: bool = True) -> dict[str, Any]:
-            # the fence: an earlier run that a requeued task took over writes nothing; and no
-            # save but the final one (INTERRUPTED on the scancel) writes RUNNING over a
-            # fail-fast stop (job.failfast), which a waiting launcher may already have read
-            where = {"_id": entry["_id"], **(fence or {})}
-            if not final:
-                where[STOP_REASON] = {"$exists": False}
-            return where
-
-        @contextlib.contextmanager
-        def _without_config(self) -> Iterator[None]:
-            entry, runs = self.run_entry, self.runs
-            self.run_entry = self._entry()
-            self.runs = _WithoutUpsert(runs, fence or {})
-            try:
-                yield
-            finally:
-                self.run_entry, self.runs = entry, runs
-
-        def save(self) -> None:
-            with self._lock:
-                if self.frozen or self._finished or self._closing:
-                    return
-                _untee_log_handlers()
-                entry = self._entry()
-                try:
-                    self._send(entry, final=False)
-                except Exception as error:
-                    if not is_connection_error(error):
-                        raise  # Sacred's run logs it and stops calling this observer
-                    log.warning(
-                        "Experiment %s: heartbeat not saved, MongoDB unreachable (%s); "
-                        "the next one tries again",
-                        entry["_id"],
-                        short_reason(error),
-                    )
-
-        def final_save(self, attempts: int) -> None:
-            if self.frozen or self._finished:
-                return
-            self._closing = True
-            self._take_final_output()
-            self.run_entry.update(self._completed or {})
-            with self._lock:
-                if self.frozen or self._finished:
-                    return
-                self._finished = True
-                _untee_log_handlers()
-                # a new heartbeat guards the final append of output (heartbeat.save_update)
-                self.run_entry["heartbeat"] = heartbeat.next_heartbeat(
-                    self.run_entry.get("heartbeat"),
-                    datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None),
-                )
-                entry = self._entry()
-                what = f"saving the outcome of experiment {entry['_id']} ({entry['status']})"
-                try:
-                    retrying(lambda: self._send(entry), what)
-                except Exception as error:
-                    if is_connection_error(error):  # past SEML_MONGODB_RETRY_S
-                        update = heartbeat.full_update(entry)
-                        kept.keep(self.runs, self._filter(entry), update, what, error)
-                        return
-                    with self._without_config():  # Sacred's own path: unencodable entries
-                        super().final_save(attempts)
-
-        def _take_final_output(self) -> None:
-            # Sacred 0.8.7 (run.py, stdout_capturing.py): wait for the heartbeat thread, whose
-            # beat in flight may still read the output, then add what the closed capture kept
-            # in ``final`` to the run's ``captured_out``
-            run = self._run
-            if run is None:
-                return
-            beat = getattr(run, "_heartbeat", None)
-            if isinstance(beat, threading.Thread) and beat is not threading.current_thread():
-                beat.join(timeout=FINAL_BEAT_WAIT_S)
-                if beat.is_alive():
-                    log.warning(
-                        "Experiment %s: Sacred's heartbeat did not end within %g s; its "
-                        "captured_out may miss the last output (the job's output file has it)",
-                        doc["_id"],
-                        FINAL_BEAT_WAIT_S,
-                    )
-                    self.run_entry["captured_out_incomplete"] = True
-            capture = getattr(run, "_output_file", None)
-            rest = getattr(capture, "final", None)
-            if rest and capture is not None and getattr(capture, "closed", False):
-                capture.final = None
-                if isinstance(rest, bytes):
-                    rest = rest.decode("utf-8", "replace")
-                text = (run.captured_out or "") + rest
-                run.captured_out = bounded_output(text)
-            if isinstance(run.captured_out, str):
-                self.run_entry["captured_out"] = run.captured_out
-
-        def _send(self, entry: dict[str, Any], *, final: bool = True) -> None:
-            # what changed since the last acknowledged save; an append whose guard fails (the
-            # server holds something else: a lost answer, another writer) sends it all
-            from pymongo.errors import OperationFailure
-
-            update, guard = heartbeat.save_update(self._stored, entry, append=self._appends)
-            where = self._filter(entry, final=final)
-            try:
-                result = self.runs.update_one({**where, **guard}, update)
-            except OperationFailure:
-                if not isinstance(update, list):
-                    raise
-                self._appends, result = False, None  # no update pipelines before MongoDB 4.2
-            if guard and not (result and result.matched_count):
-                result = self.runs.update_one(where, heartbeat.full_update(entry))
-            self._stored = heartbeat.snapshot(entry) if result.matched_count else None
-
-        # The task's value is already plain (``documents.storable_result``): Sacred's
-        # ``flatten`` (jsonpickle) would store a datetime, bytes or a tuple as a
-        # ``{"py/...": ...}`` dict instead of the BSON date, binary or array MongoDB can query.
-        def heartbeat_event(
-            self, info: Any, captured_out: Any, beat_time: Any, result: Any
-        ) -> None:
-            if self._closing:  # its last beat, after the final save began: nothing to add
-                return
-            super().heartbeat_event(info, captured_out, beat_time, None)  # stored at completion
-
-        def completed_event(self, stop_time: Any, result: Any) -> None:
-            # set again after the heartbeat thread ended (``final_save``): a beat of it that
-            # was under way sets ``result`` to None
-            self._completed = {"stop_time": stop_time, "result": result, "status": "COMPLETED"}
-            self.run_entry.update(self._completed)
-            self.final_save(attempts=10)
-
-        def log_metrics(self, metrics_by_name: dict[str, Any], info: dict[str, Any]) -> None:
-            from pymongo.errors import ServerSelectionTimeoutError
-
-            with self._lock:
-                metrics_by_name = _merge_metrics(self._unsent, metrics_by_name)
-                self._unsent = None
-                try:
-                    super().log_metrics(metrics_by_name, info)
-                except Exception as error:
-                    if not is_connection_error(error):
-                        raise
-                    # nothing was sent when no server could be selected: send it again with
-                    # the next heartbeat; otherwise part of it may be stored (a $push), and
-                    # sending it again could duplicate values
-                    resend = isinstance(error, ServerSelectionTimeoutError)
-                    self._unsent = metrics_by_name if resend else None
-                    log.warning(
-                        "Experiment %s: metrics not saved, MongoDB unreachable (%s); %s",
-                        doc["_id"],
-                        short_reason(error),
-                        "the next heartbeat sends them" if resend else "these values are lost",
-                    )
-
-    def make_observer() -> DocumentObserver:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return DocumentObserver(client=db.client, db_name=db.name, collection=collection_name)
-
-    observer = retrying(make_observer, f"starting the Sacred run of experiment {doc['_id']}")
-    # Sacred's overwrite of this document, without the read of it Sacred's ``overwrite=<id>``
-    # makes (its entry would start from the whole document: see the docstring above)
-    observer.overwrite = {"_id": doc["_id"]}
-    observer.frozen = False
-    # the collection's own metrics collection: Sacred's default, the one shared ``metrics``
-    # keyed by ``run_id`` alone, mixes the runs of collections whose ids all start at 1
-    observer.metrics = db[metrics_collection_name(collection_name)]
+    observer = retrying(
+        lambda: DocumentObserver(db, collection_name, doc, fence=fence, sources=sources),
+        f"starting the Sacred run of experiment {doc['_id']}",
+    )
     ex.observers.append(observer)
-    ex.pre_run_hook(lambda _run: setattr(observer, "_run", _run))
+    # a function of ``_run`` (Sacred injects its run by that name; a bound method cannot be
+    # captured: Sacred sets an attribute on the function)
+    ex.pre_run_hook(lambda _run: observer.bind_run(_run))
     _ACTIVE_OBSERVERS.append(observer)
     for node in extra_observers:
         ex.observers.append(instantiate(node))
@@ -330,70 +96,6 @@ def run_observed(
         return ex.run().result
     finally:
         _ACTIVE_OBSERVERS.remove(observer)
-
-
-def sacred_experiment_info(
-    ex_info: Mapping[str, Any], seml: Mapping[str, Any], sources: Sequence[Sequence[Any]] = ()
-) -> dict[str, Any]:
-    """Sacred's ``experiment`` block of a run (``ex_info``) with the app's script as Sacred
-    would record it for a run of the script itself (pure): ``base_dir`` the script's folder,
-    ``mainfile`` its name (relative to ``base_dir``, as Sacred has it) and ``sources`` the
-    files of the code snapshot given as ``sources`` (``[[path relative to the project root,
-    GridFS id], ...]``: the runner gives those of the modules loaded when the run starts, as
-    Sacred's own discovery lists them; the observer stores them as Sacred's copies:
-    :func:`sacred_source_copies`). ``seml``: the document's ``seml`` block; without
-    ``executable`` the block is returned as Sacred made it, but for ``sources``."""
-    info = dict(ex_info)
-    info["sources"] = [[str(rel), file_id] for rel, file_id in sources]
-    executable = seml.get("executable")
-    if executable:
-        info["base_dir"] = os.path.dirname(str(executable))
-        info["mainfile"] = os.path.basename(str(executable))
-    return info
-
-
-def _untee_log_handlers() -> None:
-    """Point the root logger's stream handlers back at the real stream once Sacred's output
-    capture is over. Hydra configures logging inside the captured run, so its console handler
-    writes to Sacred's tee, whose buffer is closed after the run: every later log line (the
-    final save's retries, the next experiment's claim) would end in a "Logging error"."""
-    for handler in logging.getLogger().handlers:
-        if not isinstance(handler, logging.StreamHandler):
-            continue
-        stream = handler.stream
-        out = getattr(stream, "_self_out", None)
-        if out is not None and getattr(out, "closed", False):
-            handler.setStream(stream.__wrapped__)
-
-
-def _merge_metrics(
-    earlier: Mapping[str, Mapping[str, list[Any]]] | None, later: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Sacred's ``linearize_metrics`` output ``{name: {"steps", "values", "timestamps"}}`` of
-    ``earlier`` followed by ``later``, per name (pure)."""
-    merged = {name: {k: list(v) for k, v in m.items()} for name, m in (earlier or {}).items()}
-    for name, m in later.items():
-        if name not in merged:
-            merged[name] = {k: list(v) for k, v in m.items()}
-            continue
-        for key in ("steps", "values", "timestamps"):
-            merged[name][key] = merged[name].get(key, []) + list(m.get(key, []))
-    return merged
-
-
-class _WithoutUpsert:
-    """A pymongo collection whose ``update_one`` never inserts (``upsert`` is dropped) and only
-    updates a document that also matches ``fence``."""
-
-    def __init__(self, collection: Any, fence: Mapping[str, Any]) -> None:
-        self._collection = collection
-        self._fence = dict(fence)
-
-    def update_one(self, filter: Any, update: Any, upsert: bool = False, **kwargs: Any) -> Any:
-        return self._collection.update_one({**filter, **self._fence}, update, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._collection, name)
 
 
 #: the document observers of runs in progress in this process (``freeze_observers``)

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import pruning, states
 from seml_hydra.job import metrics
-from seml_hydra.store.retry import retrying
+from seml_hydra.store.db.retry import retrying
 
 if TYPE_CHECKING:
-    from pymongo.collection import Collection
+    from seml_hydra.core.schema import ExperimentCollection, ExperimentDoc
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ MAX_DECISION_POLL_S = 1.0
 class _Bound:
     """The experiment this process runs now and what its reports decided so far."""
 
-    collection: Any
+    collection: ExperimentCollection
     exp_id: int
     batch_id: Any
     pruner: pruning.Pruner | None
@@ -62,13 +62,15 @@ class _Bound:
     decisions: dict[int, bool] = field(default_factory=dict)
     rungs_decided: int = 0
     stopped: bool = False
+    #: the names reported that the pruner does not watch (for :func:`note_unreported`)
+    others: set[str] = field(default_factory=set)
 
 
 _BOUND: _Bound | None = None
 
 
 def bind(
-    collection: Any,
+    collection: ExperimentCollection,
     doc: Mapping[str, Any],
     pruner_node: Any,
     plan: Any,
@@ -105,7 +107,7 @@ def bind(
         _index_launches(collection)
 
 
-def _index_launches(collection: Any) -> None:
+def _index_launches(collection: ExperimentCollection) -> None:
     """An index on ``batch_id`` (a no-op when it exists): every decision reads the launch's
     other experiments. A user who may not create indexes decides without it."""
     from pymongo.errors import OperationFailure
@@ -114,6 +116,19 @@ def _index_launches(collection: Any) -> None:
         retrying(lambda: collection.create_index("batch_id"), "indexing the launches")
     except OperationFailure:
         pass
+
+
+def note_unreported() -> None:
+    """Say once in the job's log (a warning, the primary rank only) when the experiment's run
+    ended without reporting the metric its ``pruner`` watches, in this run or an earlier
+    attempt of it (``core.pruning.unreported_message``): the researcher learns why nothing was
+    stopped. Called by the run step when the task returned; nothing without a pruner or
+    outside a job."""
+    bound = _BOUND
+    if bound is None or bound.pruner is None or not bound.primary or bound.values:
+        return
+    message = pruning.unreported_message(bound.pruner.metric, sorted(bound.others))
+    log.warning("Experiment %s: %s", bound.exp_id, message)
 
 
 def unbind() -> None:
@@ -141,6 +156,7 @@ def report(name: str, value: float, step: int) -> bool:
     value = float(value)
     metrics.log_scalar(name, value, step)
     if bound.pruner is None or name != bound.pruner.metric:
+        bound.others.add(name)
         return False
     if not bound.primary:
         return _await_decision(bound, step)
@@ -160,8 +176,8 @@ def report(name: str, value: float, step: int) -> bool:
 
 
 def _find_all(
-    collection: Collection[dict[str, Any]], query: Mapping[str, Any], path: str
-) -> list[dict[str, Any]]:
+    collection: ExperimentCollection, query: Mapping[str, Any], path: str
+) -> list[ExperimentDoc]:
     """The documents matching ``query``, with only the field at ``path`` (and ``_id``)."""
     return list(collection.find(query, {path: 1}))
 

@@ -19,12 +19,13 @@ import pickle
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff, storable_result, task_config
 from seml_hydra.core.hydra_node import JOB_ID_TOKEN, job_config, with_job_id
 from seml_hydra.core.paths import UnsafePathError, job_dir_problem
+from seml_hydra.core.schema import experiment_collection
 from seml_hydra.core.shell import seml_for
 from seml_hydra.job import kept, pruning, rank, requeue, stats
 from seml_hydra.job.claim import claim_after_earlier_run, fence
@@ -32,6 +33,7 @@ from seml_hydra.job.collector import StartUpCollector
 from seml_hydra.job.devices import local_gpu_environment
 from seml_hydra.job.failfast import FIELD as FAIL_FAST
 from seml_hydra.job.failfast import enforce as enforce_fail_fast
+from seml_hydra.job.failfast import unmark_completed
 from seml_hydra.job.failures import (
     await_other_ranks,
     fail_if_a_rank_failed,
@@ -42,21 +44,24 @@ from seml_hydra.job.failures import (
 from seml_hydra.job.main_module import load_script, script_as_main, script_dir, script_path
 from seml_hydra.job.observed import bounded_result, freeze_observers, run_observed
 from seml_hydra.job.slurm_env import execution_identity, placement, rank_label, restart_count
-from seml_hydra.store.client import connect, skip_exit_join
+from seml_hydra.store.db.client import connect, skip_exit_join
+from seml_hydra.store.db.retry import retrying
+from seml_hydra.store.db.settings import resolve_db_settings
 
 # ``Payload`` is also what ``seml_hydra.run.Payload`` (this module's name before the sub-package
 # layout, a deprecated name of it: seml_hydra._compat) unpickles to in payloads stored before then
 from seml_hydra.store.payload import Payload, load_payload
-from seml_hydra.store.retry import retrying
-from seml_hydra.store.settings import resolve_db_settings
-from seml_hydra.store.snapshot import (
+from seml_hydra.store.snapshot.node import (
     SourceSnapshotError,
     imported_files,
     load_snapshot,
     materialized,
     snapshot_key,
 )
-from seml_hydra.store.sources import imported_module_files
+from seml_hydra.store.snapshot.sources import imported_module_files
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Database, ExperimentCollection, ExperimentDoc
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +117,9 @@ class JobRunner:
     """The picklable callable each array task runs: ``JobRunner(...)(exp_ids)``.
 
     Attributes:
-        db_cfg: the database inputs (``seml_hydra.store.settings.resolve_db_settings``), resolved again
+        db_cfg: the database inputs (``seml_hydra.store.db.settings.resolve_db_settings``), resolved again
             on the node the way the launcher did; never holds a password (a URL's password
-            reaches the job in its environment: ``seml_hydra.store.job_db.job_db_environment``).
+            reaches the job in its environment: ``seml_hydra.store.db.job_db.job_db_environment``).
         collection: the collection name.
         payload_id: GridFS file id of the batch's :class:`Payload`.
         primary_log_level, other_log_level: log levels (names) of the primary and other ranks.
@@ -149,7 +154,7 @@ class JobRunner:
         """:meth:`__call__` once the collector is paused."""
         os.environ.update(local_gpu_environment(os.environ))  # seml_local: this rank's GPUs
         db = connect(resolve_db_settings(self.db_cfg, start_embedded=False), retry=True)
-        collection = db[self.collection]
+        collection = experiment_collection(db, self.collection)
         self._collection = collection  # for checkpoint(), which submitit calls on this object
         execution = execution_identity(os.environ)
         execution["restart"] = restart_count(os.environ)
@@ -216,7 +221,9 @@ class JobRunner:
         log.warning("Experiment %s: state saved, requeueing the same array task", exp_id)
         return submitit.helpers.DelayedSubmission(self, exp_ids)
 
-    def _run_one(self, db: Any, collection: Any, exp_id: int, execution: dict[str, Any]) -> str:
+    def _run_one(
+        self, db: Database, collection: ExperimentCollection, exp_id: int, execution: dict[str, Any]
+    ) -> str:
         """Claim experiment ``exp_id`` and run it (:meth:`_run_claimed_doc`). When it FAILED and
         its launch set ``max_failures`` (``fail_fast``), this job counts the launch's failures
         and stops the launch's other experiments at the limit (``seml_hydra.job.failfast``)."""
@@ -230,13 +237,20 @@ class JobRunner:
             # the failure is recorded: this job stops the launch at its max_failures
             own = (execution.get("array_id"), execution.get("task_id"))
             enforce_fail_fast(collection, doc[FAIL_FAST], own_task=own)
+        elif outcome == states.COMPLETED and doc.get(FAIL_FAST):
+            # it ran to the end although its launch was stopped meanwhile: not "stopped"
+            unmark_completed(collection, [exp_id])
         return outcome
 
     def _run_claimed_doc(
-        self, db: Any, collection: Any, doc: dict[str, Any], execution: dict[str, Any]
+        self,
+        db: Database,
+        collection: ExperimentCollection,
+        doc: ExperimentDoc,
+        execution: dict[str, Any],
     ) -> str:
         """Run the claimed ``doc``, inside its code snapshot when it has one
-        (``seml_hydra.store.snapshot.materialized``: once per node for the tasks running it at
+        (``seml_hydra.store.snapshot.node.materialized``: once per node for the tasks running it at
         the same time, removed after the last one), with the snapshot's copy of the app's script
         as ``__main__`` when the snapshot holds it (``seml_hydra.job.main_module``); returns
         its outcome on this rank."""
@@ -269,7 +283,9 @@ class JobRunner:
         finally:
             snapshot.__exit__(None, None, None)
 
-    def _snapshot_failed(self, collection: Any, exp_id: int, execution: Mapping[str, Any]) -> str:
+    def _snapshot_failed(
+        self, collection: ExperimentCollection, exp_id: int, execution: Mapping[str, Any]
+    ) -> str:
         """Record that experiment ``exp_id`` could not start from its code snapshot (called in
         the ``except`` of a :class:`SourceSnapshotError`: its trace is this rank's failure);
         returns FAILED."""
@@ -281,8 +297,8 @@ class JobRunner:
         return states.FAILED
 
     def _claim(
-        self, collection: Any, exp_id: int, execution: dict[str, Any]
-    ) -> tuple[dict[str, Any] | None, str | None]:
+        self, collection: ExperimentCollection, exp_id: int, execution: dict[str, Any]
+    ) -> tuple[ExperimentDoc | None, str | None]:
         """Claim ``exp_id`` for this rank (``seml_hydra.job.claim.claim_after_earlier_run``);
         ``(document, None)`` or ``(None, why)``. A local worker claims STAGED ones instead
         (``seml_hydra.job.worker``)."""
@@ -299,7 +315,12 @@ class JobRunner:
         (``seml start --debug --post-mortem`` opens pdb here); nothing in a job."""
 
     def _with_job_id(
-        self, collection: Any, doc: dict[str, Any], node: dict[str, Any], plan: Any, fenced: Any
+        self,
+        collection: ExperimentCollection,
+        doc: ExperimentDoc,
+        node: dict[str, Any],
+        plan: Any,
+        fenced: Any,
     ) -> dict[str, Any]:
         """The point's Hydra ``node`` with this job's id where ``${hydra.job.id}`` of its
         ``hydra.sweep.subdir`` was left at staging (``core.hydra_node.with_job_id``); the
@@ -318,9 +339,9 @@ class JobRunner:
 
     def _run_claimed(
         self,
-        db: Any,
-        collection: Any,
-        doc: dict[str, Any],
+        db: Database,
+        collection: ExperimentCollection,
+        doc: ExperimentDoc,
         main: Any = None,
         sources: Callable[[], list[list[Any]]] | None = None,
     ) -> str:
@@ -414,6 +435,7 @@ class JobRunner:
                 else:
                     task()
             outcome = states.COMPLETED
+            pruning.note_unreported()  # why nothing was stopped early, once in the job's log
         except Exception:
             outcome = states.FAILED
             log.exception("Experiment %s failed on rank %d", exp_id, plan.global_rank)

@@ -21,9 +21,12 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.job.kept import write_or_keep
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import ExperimentCollection
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +125,9 @@ def stats_fields(start: Usage, end: Usage, *, torch_imported: bool) -> dict[str,
     return fields
 
 
-def record(collection: Any, exp_id: Any, start: Usage, fence: Mapping[str, Any]) -> None:
+def record(
+    collection: ExperimentCollection, exp_id: Any, start: Usage, fence: Mapping[str, Any]
+) -> None:
     """Store the statistics of the run that began at ``start`` in document ``exp_id``
     (``$set`` of ``stats``, only where ``fence`` also matches: ``seml_hydra.job.claim.fence``).
     A failure to write is logged, never raised: the run's outcome is already recorded."""

@@ -20,15 +20,19 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff
 from seml_hydra.core.processes import process_start
+from seml_hydra.core.schema import experiment_collection
 from seml_hydra.core.scoped import temporarily
 from seml_hydra.job.runner import JobRunner
+from seml_hydra.store.db.retry import retrying
 from seml_hydra.store.payload import hydra_base
-from seml_hydra.store.retry import retrying
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Database, ExperimentCollection, ExperimentDoc
 
 #: ``execution.cluster`` of an experiment a worker runs (SEML's, and submitit's local executor's)
 LOCAL_CLUSTER = "local"
@@ -128,8 +132,8 @@ class LocalRunner(JobRunner):
     on_claimed: Callable[[Mapping[str, Any]], None] | None = None
 
     def _claim(
-        self, collection: Any, exp_id: int, execution: dict[str, Any]
-    ) -> tuple[dict[str, Any] | None, str | None]:
+        self, collection: ExperimentCollection, exp_id: int, execution: dict[str, Any]
+    ) -> tuple[ExperimentDoc | None, str | None]:
         """One atomic ``find_one_and_update`` STAGED -> RUNNING with this worker's
         ``execution`` (``restart`` 0, ``claim_time`` an aware UTC datetime); ``(None, why)``
         when it is not STAGED (any more)."""
@@ -161,7 +165,9 @@ class LocalRunner(JobRunner):
             pdb.post_mortem(sys.exc_info()[2])
 
 
-def runner_for(db: Any, collection_name: str, doc: Mapping[str, Any], **kwargs: Any) -> LocalRunner:
+def runner_for(
+    db: Database, collection_name: str, doc: Mapping[str, Any], **kwargs: Any
+) -> LocalRunner:
     """The :class:`LocalRunner` of document ``doc``: its payload and the log levels and
     ``max_requeues`` of its launcher node (the payload's base Hydra node with the document's
     diff, as ``seml_hydra.launch.submit`` reads them for a job). ``kwargs``: more fields
@@ -181,7 +187,7 @@ def runner_for(db: Any, collection_name: str, doc: Mapping[str, Any], **kwargs: 
 
 
 def run_local(
-    db: Any,
+    db: Database,
     collection_name: str,
     doc: Mapping[str, Any],
     *,
@@ -204,7 +210,9 @@ def run_local(
     )
     execution = local_execution(pid, socket.gethostname(), process_start(pid))
     with working_directory((doc.get("seml") or {}).get("working_dir")):
-        return runner._run_one(db, db[collection_name], doc["_id"], execution)
+        return runner._run_one(
+            db, experiment_collection(db, collection_name), doc["_id"], execution
+        )
 
 
 class Stealing(Protocol):
@@ -227,7 +235,7 @@ class WorkerReport:
 
 
 def run_worker(
-    db: Any,
+    db: Database,
     collection_name: str,
     query: Mapping[str, Any],
     *,

@@ -3,7 +3,7 @@ document (``seml_hydra.core.documents.build_document``), and the blocks every po
 shares.
 
 The launcher (``seml_hydra.launch.launcher``) does the I/O around it: it stores the payload and
-the code snapshot, reads the git state (``store.gitinfo.git_info``), takes the clock and draws
+the code snapshot, reads the git state (``store.snapshot.gitinfo.git_info``), takes the clock and draws
 the seeds, then hands :class:`LaunchDocs` and each point to :func:`make_document`.
 """
 
@@ -255,7 +255,7 @@ def refreshed_fields(docs: LaunchDocs, point: SweepPoint, batch_id: int) -> dict
     """The fields set on an existing document that this launch runs again (a re-run or a
     re-submission): this launch's ``hydra`` and ``seml`` blocks and its ``batch_id``. The
     re-run joins this batch: it names this batch's source files, which SEML's delete removes
-    with the last document of the batch (``store.sources.upload_sources``)."""
+    with the last document of the batch (``store.snapshot.sources.upload_sources``)."""
     return {
         "hydra": hydra_doc(point, docs.base_hydra, docs.base_origin, docs.memo),
         "seml": point_seml(docs, point),

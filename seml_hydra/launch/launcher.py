@@ -18,8 +18,8 @@ from omegaconf import OmegaConf
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.shell import seml_for
 from seml_hydra.launch.containers import to_dict, to_list
+from seml_hydra.store.db.retry import is_connection_error, short_reason
 from seml_hydra.store.masking import mask_credentials
-from seml_hydra.store.retry import is_connection_error, short_reason
 
 
 def connection_lost_message(collection: Any, reason: str, staging_started: bool) -> str:
@@ -81,6 +81,11 @@ class SemlLauncher(Launcher):
         mask_db_credentials(config)
         if HydraConfig.initialized():
             mask_db_credentials(HydraConfig.instance().cfg)
+        # before Hydra's sweeper makes the sweep dir and writes multirun.yaml into it
+        problem = setup_problem(config)
+        if problem is not None:
+            print_error(problem)
+            raise SystemExit(1)
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
@@ -88,7 +93,6 @@ class SemlLauncher(Launcher):
         """Stage, submit and (with ``wait=true``) wait for the points; returns one ``JobReturn``
         per point in input order. A user mistake prints one message and exits with status 1."""
         from rich.console import Console
-        from rich.markup import escape
 
         from seml_hydra.job.main_module import refuse_launch_while_loading
 
@@ -98,18 +102,15 @@ class SemlLauncher(Launcher):
         try:
             return self._launch(job_overrides, initial_job_idx, console)
         except UserError as error:
-            Console(stderr=True, highlight=False, soft_wrap=True).print(
-                f"[bold red]Error:[/] {escape(str(error))}"
-            )
+            print_error(str(error))
             raise SystemExit(1) from None
         except Exception as error:
             if not is_connection_error(error):
                 raise
-            message = connection_lost_message(
-                self.params.get("collection"), short_reason(error), self._staging_started
-            )
-            Console(stderr=True, highlight=False, soft_wrap=True).print(
-                f"[bold red]Error:[/] {escape(message)}"
+            print_error(
+                connection_lost_message(
+                    self.params.get("collection"), short_reason(error), self._staging_started
+                )
             )
             raise SystemExit(1) from None
         except KeyboardInterrupt:
@@ -129,7 +130,7 @@ class SemlLauncher(Launcher):
         # here, not at the top: every Hydra app imports this module at start (plugin scan)
         from seml_hydra.launch.exit import quick_exit_after_launch
         from seml_hydra.launch.pipeline import launch_points
-        from seml_hydra.store.client import skip_exit_join
+        from seml_hydra.store.db.client import skip_exit_join
 
         try:
             return launch_points(self, job_overrides, initial_job_idx, console)
@@ -139,6 +140,48 @@ class SemlLauncher(Launcher):
             # without Python's shutdown walking every object the launch left (launch.exit)
             skip_exit_join()
             quick_exit_after_launch()
+
+
+def print_error(message: str) -> None:
+    """Print ``Error: <message>`` in red on stderr (rich markup in ``message`` is not
+    interpreted)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[bold red]Error:[/] {escape(message)}"
+    )
+
+
+def setup_problem(config: Any) -> str | None:
+    """What makes a launch unsafe before anything is written, as one sentence; None when it
+    may go on. Judged in ``SemlLauncher.setup``, before Hydra's sweeper makes the sweep dir
+    and writes ``multirun.yaml`` into it: the umask is first made private
+    (``core.jobenv.tighten_umask``, with a warning when it changes: what the launch, submitit,
+    Hydra and the jobs create is then not writable by others), then the sweep dir
+    (``core.paths.job_dir_problem``; one that cannot be resolved yet is judged per point) and
+    the ``PATH``/``PYTHONPATH`` the jobs inherit (``core.jobenv.environment_problem``)."""
+    import logging
+    import os
+
+    from seml_hydra.core.jobenv import environment_problem, tighten_umask
+    from seml_hydra.core.paths import job_dir_problem
+
+    changed = tighten_umask()
+    if changed is not None:
+        logging.getLogger(__name__).warning(
+            "umask %04o lets other users write what this launch and its jobs create: "
+            "launching with umask %04o",
+            *changed,
+        )
+    try:
+        sweep_dir = OmegaConf.select(config, "hydra.sweep.dir", throw_on_missing=True)
+    except Exception:  # an interpolation only a point can resolve: judged per point
+        sweep_dir = None
+    problem = None if sweep_dir is None else job_dir_problem("hydra.sweep.dir", str(sweep_dir))
+    if problem is None:
+        problem = environment_problem(os.environ, os.getcwd())
+    return None if problem is None else f"{problem}; nothing was staged"
 
 
 def mask_db_credentials(config: Any) -> None:

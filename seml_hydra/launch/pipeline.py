@@ -46,13 +46,15 @@ from seml_hydra.launch.submit import (
     ScriptValueError,
     SubmissionError,
     SubmitRequest,
+    UnsafeFolderError,
     submit_groups,
 )
 from seml_hydra.launch.wait import Submission, job_return_from_document, wait_for
-from seml_hydra.store.client import connect
-from seml_hydra.store.collections import validate_collection_name
-from seml_hydra.store.gitinfo import git_info
-from seml_hydra.store.job_db import job_db_config, job_db_environment
+from seml_hydra.store.db.client import connect
+from seml_hydra.store.db.collections import validate_collection_name
+from seml_hydra.store.db.job_db import job_db_config, job_db_environment
+from seml_hydra.store.db.retry import retrying
+from seml_hydra.store.db.settings import resolve_db_settings
 from seml_hydra.store.masking import mask_credentials
 from seml_hydra.store.payload import (
     delete_payload,
@@ -60,9 +62,8 @@ from seml_hydra.store.payload import (
     pickled_payload,
     put_payload,
 )
-from seml_hydra.store.retry import retrying
-from seml_hydra.store.settings import resolve_db_settings
-from seml_hydra.store.sources import (
+from seml_hydra.store.snapshot.gitinfo import git_info
+from seml_hydra.store.snapshot.sources import (
     MANIFEST_TYPE,
     config_dirs_of,
     imported_module_files,
@@ -512,7 +513,7 @@ class _Launch:
 
     # -- staging -------------------------------------------------------------------------
     def _snapshot(self, batch_id: int, lease: dict[str, Any], seml: dict[str, Any]) -> None:
-        """Store the project's sources in GridFS (``seml_hydra.store.sources``: its Python
+        """Store the project's sources in GridFS (``seml_hydra.store.snapshot.sources``: its Python
         files, the modules imported from it and its Hydra config), each file carrying ``lease``,
         and their list once, as the launch's manifest (``sources.put_manifest``); into
         ``seml``: ``source_manifest``, and ``main_file`` (the script's path in the snapshot,
@@ -608,12 +609,19 @@ class _Launch:
             self._delete_batch_sources(batch_id)
             self.launcher._staging_started = False  # undone: Ctrl-C says nothing was stored
             raise
-        if result.concurrent:  # another launch staged (and submits) some of the points
-            self.requests.retain(set(result.new_ids))
+        if result.taken:  # another launch staged some of the points: should it die before
+            # its sbatch, this launch submits them (only what is still STAGED is moved), with
+            # that launch's payload and batch, as that launch would have
+            ours = self.requests.pop(set(result.taken))
+            self.requests.add(
+                SubmitRequest(t.exp_id, r.launcher, t.payload_id, t.batch_id, r.cluster)
+                for r, t in ((ours[i], t) for i, t in result.taken.items() if i in ours)
+                if t.payload_id is not None
+            )
         for exp_id in [*result.rerun_ids, *result.resubmit_ids]:
             self.requests.add([self._request(self._launcher_of[exp_id], exp_id, batch_id)])
         self._launcher_of = {}
-        if not result.to_submit:  # everything was there already: no job will need the payload
+        if not result.to_submit and not result.concurrent:  # no job will need the payload
             delete_payload(self.db, payload_id)
             self._delete_batch_sources(batch_id)  # nor this batch's snapshot: no document names it
         if self.recovered:
@@ -704,7 +712,8 @@ class _Launch:
         if result.concurrent:
             self.console.print(
                 f"{len(result.concurrent)} point(s) were staged at the same moment by another "
-                "launch of this sweep: waiting for its experiment(s), not running them again: "
+                "launch of this sweep: waiting for its experiment(s), not running them again "
+                "(submitted here if that launch has not submitted them yet): "
                 f"ids {format_ids(result.concurrent)}"
             )
         for status, ids in sorted(result.awaited.items()):
@@ -732,7 +741,7 @@ class _Launch:
                 f"{self.collection_name}; launch the sweep again once the folder can be written."
                 + submitted_note(error.submitted, self.collection_name)
             ) from None
-        except ScriptValueError as error:
+        except (ScriptValueError, UnsafeFolderError) as error:
             raise LaunchError(
                 f"{error}\nThe experiment(s) stay STAGED in collection {self.collection_name}."
             ) from None

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from seml_hydra.core import states
 from seml_hydra.core.attempts import BY_LAUNCH, LAST_NUMBER, move_pipeline, number_after
 from seml_hydra.core.errors import UserError
-from seml_hydra.store.collections import next_ids
+from seml_hydra.store.db.collections import next_ids
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +281,17 @@ def plan_staging(
     return plan_chunk(hashes, found, force, {})
 
 
+@dataclass(frozen=True)
+class StagedElsewhere:
+    """The experiment another launch staged for a point of this one (:meth:`Stager.finish`):
+    its id, and that launch's payload file and batch id (None when the document has none), with
+    which this launch submits it as that launch would have."""
+
+    exp_id: int
+    payload_id: Any
+    batch_id: Any
+
+
 @dataclass
 class StageResult:
     """Outcome of a launch's staging (:meth:`Stager.finish`): the experiment id of every point
@@ -293,8 +304,12 @@ class StageResult:
     resubmit_ids: list[int]
     awaited: dict[str, list[int]]  # status -> ids of existing experiments we only wait for
     #: ids of the experiments another launch staged at the same time for points of this one
-    #: (:meth:`Stager.finish`): awaited, never submitted here
+    #: (:meth:`Stager.finish`): awaited, and submitted here too, should they still be STAGED
+    #: when this launch submits (that launch died before its sbatch, or has not reached it:
+    #: the move to PENDING lets one submission take each, ``submit.submit_group``)
     concurrent: list[int] = field(default_factory=list)
+    #: the id this launch reserved for such a point -> the other launch's experiment
+    taken: dict[int, StagedElsewhere] = field(default_factory=dict)
 
     @property
     def to_submit(self) -> list[int]:
@@ -553,23 +568,28 @@ class Stager:
             self.collection.delete_many({"_id": {"$in": part}, "status": states.STAGED})
         self.new_ids = []
 
-    def _concurrent(self) -> list[int]:
+    def _concurrent(self) -> dict[int, StagedElsewhere]:
         """Map the points whose new document :data:`UNIQUE_INDEX` refused to the experiment
-        another launch inserted for their hash (in :attr:`ids`); returns those experiments'
-        ids, ascending. A point whose other experiment is gone again (that launch undid its
+        another launch inserted for their hash (in :attr:`ids`); returns ``{reserved id: that
+        experiment}``. A point whose other experiment is gone again (that launch undid its
         staging, or a ``delete``) keeps its id, which names no document: it ends as deleted."""
         if not self.lost:
-            return []
-        winners: dict[str, int] = {}
+            return {}
+        winners: dict[str, StagedElsewhere] = {}
         for part in chunked(sorted(set(self.lost.values())), DELETE_CHUNK):
             for doc in self.collection.find(
-                {"config_hash": {"$in": part}, UNIQUE_FIELD: True}, {"config_hash": 1}
+                {"config_hash": {"$in": part}, UNIQUE_FIELD: True},
+                {"config_hash": 1, "batch_id": 1, "seml.payload_file": 1},
             ):
-                winners[doc["config_hash"]] = doc["_id"]
+                seml = doc.get("seml")
+                payload = seml.get("payload_file") if isinstance(seml, Mapping) else None
+                winners[doc["config_hash"]] = StagedElsewhere(
+                    doc["_id"], payload, doc.get("batch_id")
+                )
         taken = {i: winners[h] for i, h in self.lost.items() if h in winners}
-        self.ids = [taken.get(i, i) for i in self.ids]
+        self.ids = [taken[i].exp_id if i in taken else i for i in self.ids]
         self.lost = {}
-        return sorted(set(taken.values()))
+        return taken
 
     def finish(self) -> StageResult:
         """Reset the re-run experiments and refresh the re-submitted ones (each only while it
@@ -580,7 +600,7 @@ class Stager:
         insert."""
         self._settle()
         self._shutdown()
-        concurrent = self._concurrent()
+        taken = self._concurrent()
         awaited: dict[str, list[int]] = {}
         for exp_id, doc in self.awaited_docs.items():
             awaited.setdefault(doc["status"], []).append(exp_id)
@@ -605,5 +625,12 @@ class Stager:
             tag_metrics(self.db, self.collection_name, moved)
         self.updates = {}
         return StageResult(
-            self.ids, self.batch_id, self.new_ids, rerun_ids, resubmit_ids, awaited, concurrent
+            self.ids,
+            self.batch_id,
+            self.new_ids,
+            rerun_ids,
+            resubmit_ids,
+            awaited,
+            sorted({t.exp_id for t in taken.values()}),
+            taken,
         )

@@ -27,7 +27,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
-from seml_hydra.core.paths import job_dir_problem
+from seml_hydra.core.paths import job_dir_problem, unsafe_file
 from seml_hydra.core.scoped import temporarily
 from seml_hydra.job import failfast
 from seml_hydra.job.devices import GPUS_PER_TASK_VAR, LOCAL_GPUS_VAR, local_job_environment
@@ -47,7 +47,7 @@ from seml_hydra.launch.sbatch import (
     split_array,
 )
 from seml_hydra.slurm.client import SlurmError, cluster_name, max_array_size, start_now
-from seml_hydra.store.retry import retrying
+from seml_hydra.store.db.retry import retrying
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,12 @@ class SubmissionError(UserError):
 class ScriptValueError(SubmissionError):
     """A value stored with the experiments (``seml start`` rebuilds the launcher from them)
     would break the job script: refused before any sbatch (``sbatch.check_script_values``)."""
+
+
+class UnsafeFolderError(SubmissionError):
+    """The folder submitit just made for a job, or the pickle it wrote there, could be changed
+    by another user (:func:`job_files_problem`): the array was cancelled before it started and
+    its experiments are STAGED again."""
 
 
 class JobFilesError(SubmissionError):
@@ -125,7 +131,7 @@ def absolute_path_entries(value: str) -> tuple[str, list[str]]:
 @contextlib.contextmanager
 def clean_environment(extra: Mapping[str, str] | None = None) -> Iterator[None]:
     """Temporarily drop the variables a job must not inherit (sbatch exports the environment)
-    and set ``extra`` (e.g. ``seml_hydra.store.job_db.job_db_environment``: a secret reaches the job
+    and set ``extra`` (e.g. ``seml_hydra.store.db.job_db.job_db_environment``: a secret reaches the job
     through the environment of ``sbatch`` / the local job process, never a file or a command
     line); everything is restored afterwards. ``PYTHONPATH`` loses its empty and relative
     entries (:func:`absolute_path_entries`), with a warning."""
@@ -263,7 +269,10 @@ def submit_group(
     (``seml_hydra.launch.recovery.recover_interrupted_submissions``).
     Only the documents this update moved are submitted and written afterwards (filtered on its
     mark's ``token``): an experiment a concurrent submission moved first is neither submitted
-    twice nor has its ``slurm[0]`` overwritten. ``job_env`` is set in the submitting
+    twice nor has its ``slurm[0]`` overwritten. It moves only documents that name the
+    ``runner``'s payload (``seml.payload_file``): one that another launch of the sweep found
+    STAGED and took meanwhile (it names that launch's payload, sweep dir and batch) is that
+    launch's to submit; run with this payload its job would look for another sweep dir. ``job_env`` is set in the submitting
     environment only (:func:`clean_environment`). ``executor_args`` go to submitit's
     ``AutoExecutor`` constructor (``launch.sbatch.executor_arguments``: ``slurm_python``...).
     With ``per_job_env`` (the local executor: no arrays) the jobs are submitted one by one,
@@ -290,7 +299,8 @@ def submit_group(
     else:
         cleared[failfast.FIELD] = ""
     update = collection.update_many(
-        {"_id": {"$in": all_ids}, "status": states.STAGED}, {"$set": moved, "$unset": cleared}
+        {"_id": {"$in": all_ids}, "status": states.STAGED, "seml.payload_file": runner.payload_id},
+        {"$set": moved, "$unset": cleared},
     )
     # only what this update moved: a concurrent launch or `seml start` may have moved (and
     # submitted) some of them first; every later write is filtered on this submission's mark
@@ -391,9 +401,33 @@ def submit_group(
             gone = set(orphaned)
             jobs = [j for i, j in enumerate(jobs) if i not in gone]
             submitted = [g for i, g in enumerate(submitted) if i not in gone]
+    problem = job_files_problem(jobs)
+    if problem is not None:  # made by submitit just now, below a folder judged before
+        cancel_orphaned(jobs, range(len(jobs)), cluster)
+        collection.update_many(
+            {"_id": {"$in": all_ids}, "slurm.0.job_id": {"$in": [str(j.job_id) for j in jobs]}},
+            {"$set": {"status": states.STAGED}, "$unset": cleared},
+        )
+        raise UnsafeFolderError(
+            f"hydra.launcher.submitit_folder={folder}: {problem}; another user could replace "
+            "the files your jobs load there, so the array was cancelled before it started. "
+            "Choose a folder of yours"
+        )
     if deferred and jobs:
         start_submitted(sorted({str(job.job_id).split("_")[0] for job in jobs}))
     return jobs, submitted, orphans
+
+
+def job_files_problem(jobs: Sequence[Any]) -> str | None:
+    """The first problem of the pickles submitit just wrote for ``jobs`` (submitit Jobs) and
+    of the folders it made for them (``core.paths.unsafe_file``: another user's or writable
+    by others, an ACL inherited included), or None. Judged before the deferred start is
+    brought forward: the folder was judged before submitit made what is below it."""
+    for job in jobs:
+        problem = unsafe_file(job.paths.submitted_pickle)
+        if problem is not None:
+            return problem
+    return None
 
 
 def always_arrays(executor: Any) -> None:
@@ -572,6 +606,14 @@ class RequestGroups:
             else:
                 group.exp_ids.append(r.exp_id)
 
+    def pop(self, exp_ids: set[int]) -> dict[int, SubmitRequest]:
+        """Take the requests of ``exp_ids`` out (groups left empty go); returns ``{id: the
+        first request of its group}`` (whose launcher, executor, payload and batch stand for
+        it) for those that were here."""
+        taken = {i: g.first for g in self._groups.values() for i in g.exp_ids if i in exp_ids}
+        self.retain({i for g in self._groups.values() for i in g.exp_ids} - exp_ids)
+        return taken
+
     def retain(self, exp_ids: set[int]) -> None:
         """Keep only the requests of ``exp_ids`` (groups left empty go)."""
         for key, group in list(self._groups.items()):
@@ -628,7 +670,7 @@ def submit_requests(
     keyword arguments of :func:`submit_groups`, ``db_cfg`` (pickled with the runner: no secret),
     ``launch_id``
     and ``job_env`` (the jobs' environment: the secret, if any), from
-    ``seml_hydra.store.job_db.job_db_config`` / ``job_db_environment``. A launcher with
+    ``seml_hydra.store.db.job_db.job_db_config`` / ``job_db_environment``. A launcher with
     ``after`` gets the Slurm dependency on that batch's arrays (``launch.after``), resolved
     now; :class:`SubmissionError` when it can no longer be satisfied. The experiments one call
     submits with the same ``max_failures`` are one fail-fast group (``job.failfast``: "one

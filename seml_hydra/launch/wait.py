@@ -21,8 +21,8 @@ from seml_hydra.core.shell import seml_for
 from seml_hydra.job import failfast
 from seml_hydra.launch.recovery import recover_interrupted_submissions
 from seml_hydra.slurm import client as slurm
+from seml_hydra.store.db.retry import retrying, short_reason
 from seml_hydra.store.results import restore_results
-from seml_hydra.store.retry import retrying, short_reason
 from seml_hydra.track.jobs import STUCK_REASONS, foreign_lines, stuck_message
 from seml_hydra.track.killed import (
     alive_killed,
@@ -157,7 +157,7 @@ def wait_for(
     on Ctrl-C after saying how to follow the experiments; nothing is cancelled.
 
     While MongoDB is unreachable every database step is retried
-    (``seml_hydra.store.retry.retrying``: up to ``SEML_MONGODB_RETRY_S``, 300 s by default, per
+    (``seml_hydra.store.db.retry.retrying``: up to ``SEML_MONGODB_RETRY_S``, 300 s by default, per
     step) and the console says once that the launcher waits for the database, and when it is
     back; past that budget the connection error is raised.
     """

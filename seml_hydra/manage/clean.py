@@ -6,13 +6,13 @@ and batch payloads in GridFS that no document names, Sacred artifacts of runs th
 metrics of deleted experiments, and, for a collection dropped half-way, its metrics collection
 and id counters. :func:`survey` says what there is (read only, for the question the CLI asks);
 :func:`clean` removes it. Snapshot files and payloads go through the same lease-safe deletion
-as ``delete`` (``store.sources.delete_unused_files``): a file a launch is staging right now
+as ``delete`` (``store.snapshot.sources.delete_unused_files``): a file a launch is staging right now
 (leased) is never touched, and a dropped collection's counters are kept while a launch holds a
 lease on one of its files (it is being staged again).
 
 GridFS chunks whose file is gone (a ``delete`` or ``clean-db`` killed between removing
 ``fs.files`` and ``fs.chunks``) belong to no collection any more: every ``clean-db`` removes
-them once they are older than a launch's lease (``store.sources.orphan_chunks``; younger ones
+them once they are older than a launch's lease (``store.snapshot.sources.orphan_chunks``; younger ones
 may be an upload under way, whose chunks GridFS writes before the file), reported as
 ``GridFS``.
 
@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seml_hydra.manage.lifecycle import delete_orphan_sources
-from seml_hydra.store.collections import (
+from seml_hydra.store.db.collections import (
     COUNTERS_COLLECTION,
     METRICS_PREFIX,
     metrics_collection_name,
 )
 from seml_hydra.store.payload import PAYLOAD_KIND, delete_orphan_payloads
-from seml_hydra.store.sources import (
+from seml_hydra.store.snapshot.sources import (
     MANIFEST_TYPE,
     delete_unused_files,
     has_live_lease,
@@ -47,7 +47,7 @@ from seml_hydra.track.cache import is_listed_collection
 ARTIFACT_PREFIX = "artifact://"
 #: the name :func:`survey` and :func:`clean` report orphan GridFS chunks under
 GRIDFS = "GridFS"
-#: the counters of collection C (``store.collections.next_ids``)
+#: the counters of collection C (``store.db.collections.next_ids``)
 COUNTER_SUFFIXES = ("._id", ".batch_id")
 
 

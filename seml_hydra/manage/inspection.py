@@ -20,9 +20,9 @@ from seml_hydra.manage.describe import (
 )
 from seml_hydra.manage.selection import ManageError, id_ranges_by_state
 from seml_hydra.slurm import client as slurm
-from seml_hydra.store.collections import ensure_job_indexes
-from seml_hydra.store.snapshot import SourceSnapshotError, load_snapshot, write_sources
-from seml_hydra.store.snapshot import foreign_files as foreign
+from seml_hydra.store.db.collections import ensure_job_indexes
+from seml_hydra.store.snapshot.node import SourceSnapshotError, load_snapshot, write_sources
+from seml_hydra.store.snapshot.node import foreign_files as foreign
 from seml_hydra.track import census
 from seml_hydra.track.cache import is_listed_collection, refresh_collection_cache
 from seml_hydra.track.groups import task_groups
@@ -91,7 +91,7 @@ def _snapshot_name(seml: Any) -> tuple | None:
 def snapshot_of(docs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The ``seml`` block naming the one code snapshot the documents share (pure): its
     manifest (``seml.source_manifest``) or, for documents of earlier versions, its list
-    (``seml.source_files``); ``store.snapshot.load_snapshot`` reads it.
+    (``seml.source_files``); ``store.snapshot.node.load_snapshot`` reads it.
 
     Returns ``None`` when none of them has one. Raises :class:`ManageError` listing the batch
     ids when they have different snapshots: the filter must pick one.
@@ -366,14 +366,14 @@ def orphan_arrays(collection: Any, arrays: Mapping[str, str | None]) -> set[str]
     """Of the Slurm ``arrays`` (``{array id: job name}``) whose jobs squeue lists with this
     collection as comment, those that no experiment names (``slurm.array_id`` in any entry,
     ``execution.array_id``), whose job name is one of the batches this database's counter
-    handed out for the collection (:func:`batch_of_job`, ``store.collections.next_ids``) and
+    handed out for the collection (:func:`batch_of_job`, ``store.db.collections.next_ids``) and
     whose batch has no experiment marked by a live submitter (an array its submitter is about to
     record): what a ``delete`` during a launch's submission left (the launcher cancels it itself
     since then). An array of a collection of the same name in another database, of a batch
     number this one handed out too, looks the same. Three queries, by index. Raises pymongo
     errors."""
     from seml_hydra.launch.marks import submitter_gone
-    from seml_hydra.store.collections import COUNTERS_COLLECTION
+    from seml_hydra.store.db.collections import COUNTERS_COLLECTION
 
     counter = collection.database[COUNTERS_COLLECTION].find_one(
         {"_id": f"{collection.name}.batch_id"}
@@ -417,7 +417,7 @@ def queue(
     """The user's Slurm jobs, with the collection of their ``--comment`` and the experiments
     they run. Without ``all_jobs`` only jobs whose comment names an experiment collection of
     ``db`` are kept. One squeue call, one MongoDB aggregate per collection (over the
-    experiments of the arrays squeue lists, found by index: ``store.collections.JOB_INDEXES``);
+    experiments of the arrays squeue lists, found by index: ``store.db.collections.JOB_INDEXES``);
     the arrays of a collection whose rows run no experiment are checked by
     :func:`orphan_arrays` (``QueueRow.orphan``)."""
 

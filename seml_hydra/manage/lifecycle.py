@@ -13,10 +13,10 @@ from seml_hydra.core.ranges import id_filter
 from seml_hydra.launch.stage import RUN_FIELDS
 from seml_hydra.manage.cancel import CancelResult, cancel
 from seml_hydra.manage.selection import ManageError
-from seml_hydra.store import sources
-from seml_hydra.store.collections import COUNTERS_COLLECTION, metrics_collection_name
+from seml_hydra.store.db.collections import COUNTERS_COLLECTION, metrics_collection_name
 from seml_hydra.store.metrics import delete_metrics, tag_metrics
 from seml_hydra.store.payload import delete_orphan_payloads, payload_ids, restricted_to
+from seml_hydra.store.snapshot import sources
 from seml_hydra.track.cache import forget_cached_collections, is_listed_collection
 from seml_hydra.track.query import and_, select
 
@@ -263,7 +263,7 @@ def delete_orphan_sources(
     db: Any, name: str, only: set[str] | None = None, dry_run: bool = False
 ) -> list[Any]:
     """Delete the code snapshots of collection ``name`` that no experiment of the collection
-    refers to any more: first the launches' manifests (``store.sources.MANIFEST_TYPE``) no
+    refers to any more: first the launches' manifests (``store.snapshot.sources.MANIFEST_TYPE``) no
     experiment names, then the snapshot files (``metadata.type: source_file``, written by SEML
     0.5 or by us) neither a remaining manifest nor an experiment's own list (documents of
     earlier versions) names. With ``only`` (ids as strings), just those manifests and files,

@@ -4,7 +4,7 @@
 The project's current files replace the code snapshot (a new manifest, ``seml.source_manifest``;
 documents of earlier versions had the list itself, ``seml.source_files``) of the selected
 STAGED, FAILED, KILLED and INTERRUPTED experiments; ``reset`` + ``start`` then run the new code.
-Which files, and from where, is what the launch chose (``store.sources``), worked out again from
+Which files, and from where, is what the launch chose (``store.snapshot.sources``), worked out again from
 what the documents record: the project root of the app (``seml.executable``'s directory, or
 ``seml.working_dir``, and the launch's ``hydra.launcher.project_root``, from the base Hydra node
 stored with the batch payload), the project's Python files (``sources.project_python_files``),
@@ -35,8 +35,8 @@ from seml_hydra.core.ranges import format_ids
 from seml_hydra.manage.lifecycle import delete_orphan_sources
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.store.payload import hydra_base
-from seml_hydra.store.snapshot import SourceSnapshotError, load_snapshot
-from seml_hydra.store.sources import (
+from seml_hydra.store.snapshot.node import SourceSnapshotError, load_snapshot
+from seml_hydra.store.snapshot.sources import (
     DEFAULT_MAX_FILE_KB,
     SourceFile,
     config_dirs_of,
@@ -133,7 +133,7 @@ def module_candidates(old_paths: Iterable[str], root: Path) -> tuple[list[str], 
 class BatchPlan(LeftOut):
     """What :func:`plan_reload` will upload for one batch: ``batch_id``, its reloadable
     ``docs``, the project ``root`` and ``config_dirs`` (absolute, inside ``root``) the files
-    come from, ``files`` (``store.sources.SourceFile``), and ``missing`` / ``skipped``
+    come from, ``files`` (``store.snapshot.sources.SourceFile``), and ``missing`` / ``skipped``
     (:class:`LeftOut`)."""
 
     docs: list[Mapping[str, Any]]
@@ -249,7 +249,7 @@ def reload_sources(
 
 
 def _snapshot_files(db: Any, seml: Mapping[str, Any]) -> list[list[Any]]:
-    """The files of a document's code snapshot (``store.snapshot.load_snapshot``: its launch's
+    """The files of a document's code snapshot (``store.snapshot.node.load_snapshot``: its launch's
     manifest, or its own list); ``[]`` when it has none. Raises :class:`ManageError` when its
     manifest is gone."""
     try:

@@ -290,6 +290,7 @@ def results_table(
     Raises:
         ManageError: no experiment matches, one has a status that is not a string (a forged
             or garbled document), or ``sort`` is no column.
+        seml_hydra.store.errors.CollectionNotFound: the database has no such collection.
         ImportError: ``to_data_frame=True`` without pandas.
     """
     pandas = need_pandas("results_table") if to_data_frame else None

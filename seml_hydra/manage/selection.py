@@ -16,9 +16,9 @@ from typing import Any
 from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.ranges import format_ids, id_sort_key
-from seml_hydra.store.client import connect
-from seml_hydra.store.collections import validate_collection_name
-from seml_hydra.store.settings import resolve_db_settings
+from seml_hydra.store.db.client import connect
+from seml_hydra.store.db.collections import validate_collection_name
+from seml_hydra.store.db.settings import resolve_db_settings
 from seml_hydra.track.jobs import state_of
 
 

@@ -11,13 +11,14 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff
+from seml_hydra.core.jobenv import environment_problem, private_umask_kept
 from seml_hydra.core.paths import launch_paths_problem, unsafe_import_dir
 from seml_hydra.job.failfast import max_failures_problem
 from seml_hydra.launch.submit import SubmitRequest, submit_requests
 from seml_hydra.manage.selection import ManageError, state_values
-from seml_hydra.store.job_db import job_db_config, job_db_environment
+from seml_hydra.store.db.job_db import job_db_config, job_db_environment
+from seml_hydra.store.db.settings import resolve_db_settings
 from seml_hydra.store.payload import hydra_base
-from seml_hydra.store.settings import resolve_db_settings
 from seml_hydra.track.query import and_
 
 #: the launchers a document may name (``seml.launcher``) and the submitit cluster of each
@@ -27,13 +28,15 @@ EXECUTORS = {"seml_hydra.slurm": "slurm", "seml_hydra.local": "local"}
 @dataclass
 class StartedArray:
     """One array job ``start`` submitted: its Slurm (or local) ``array_id``, job ``name``,
-    ``cluster`` (``"slurm"``/``"local"``), submitit ``folder`` and the experiment ``ids``."""
+    ``cluster`` (``"slurm"``/``"local"``), submitit ``folder``, the experiment ``ids`` and the
+    fail-fast limit its experiments carry (``max_failures``; None: no fail-fast)."""
 
     array_id: str
     name: str
     cluster: str
     folder: str
     ids: list[int]
+    max_failures: int | None = None
 
 
 def no_payload_message(doc: Mapping[str, Any]) -> str:
@@ -109,7 +112,8 @@ def build_requests(
             sweep["dir"] = os.path.join(workdir, str(sweep["dir"]))
         problem = launch_paths_problem({**node, "launcher": launcher, "sweep": sweep}, judged)
         if problem is None and workdir not in judged:
-            problem = unsafe_import_dir(workdir)  # the jobs run (and import) there
+            # the jobs run (and import) there, with this environment's PATH and PYTHONPATH
+            problem = unsafe_import_dir(workdir) or environment_problem(os.environ, workdir)
             judged.add(workdir)
         if problem is not None:  # checked at launch; it may have changed since
             raise ManageError(f"Experiment {doc['_id']}: {problem}; nothing was started.")
@@ -159,7 +163,8 @@ def start(
     launch_id = uuid.uuid4().hex[:12]  # one fail-fast launch (job.failfast) for every array
     for workdir, requests in by_dir.items():
         launch_db = requests[0].launcher.get("db")
-        with _cwd(workdir):
+        # what submitit writes (pickles, job folders) and the jobs write: not others' to change
+        with _cwd(workdir), private_umask_kept():
             arrays = submit_requests(
                 db[collection_name],
                 collection_name,
@@ -172,10 +177,28 @@ def start(
             if not array.jobs:  # cancelled at once: its experiments were deleted meanwhile
                 continue
             ids = sorted(i for _, group in array.jobs.values() for i in group)
+            stops_at = (array.fail_fast or {}).get("max_failures")
             started.append(
-                StartedArray(array.array_id, array.name, array.cluster, array.folder, ids)
+                StartedArray(array.array_id, array.name, array.cluster, array.folder, ids, stops_at)
             )
     return started
+
+
+def fail_fast_lines(arrays: Sequence[StartedArray], option: int | None) -> list[str]:
+    """What ``start`` says about the fail-fast limit it applies (pure): one line per limit of
+    the ``arrays`` it started (``option``: the ``--max-failures`` given, else each launch's own
+    ``max_failures``); none when no array has one. E.g. ``Fail-fast: once 2 of the 6
+    experiment(s) started now ended FAILED, the others stop (--max-failures 2).``"""
+    by_limit: dict[int, list[int]] = {}
+    for array in arrays:
+        if array.max_failures is not None:
+            by_limit.setdefault(array.max_failures, []).extend(array.ids)
+    source = "--max-failures" if option is not None else "their launch's max_failures ="
+    return [
+        f"Fail-fast: once {limit} of the {len(ids)} experiment(s) started now ended FAILED, "
+        f"the others stop ({source} {limit})."
+        for limit, ids in sorted(by_limit.items())
+    ]
 
 
 class _cwd:

@@ -68,7 +68,7 @@ def fail_fast_stops(collection: Any, query: Mapping[str, Any]) -> list[tuple[str
 def pruned_ids(collection: Any, query: Mapping[str, Any]) -> list[Any]:
     """The ids of the COMPLETED experiments matching ``query`` that were stopped early (a
     ``pruned`` field: ``seml_hydra.report``), by ``_id``; one query on the sparse index of
-    ``pruned.step`` (``store.collections.JOB_INDEXES``). Raises pymongo errors."""
+    ``pruned.step`` (``store.db.collections.JOB_INDEXES``). Raises pymongo errors."""
     found = and_(query, {"pruned.step": {"$exists": True}, "status": states.COMPLETED})
     return [d["_id"] for d in collection.find(found, {"_id": 1}).sort("_id", 1)]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from seml_hydra.core.errors import UserError
 
-__all__ = ["DatabaseError", "InvalidCollectionName"]
+__all__ = ["CollectionNotFound", "DatabaseError", "InvalidCollectionName"]
 
 
 class DatabaseError(UserError):
@@ -21,3 +21,16 @@ class DatabaseError(UserError):
 
 class InvalidCollectionName(DatabaseError, ValueError):
     """A collection name that MongoDB (or seml-hydra) does not accept."""
+
+
+class CollectionNotFound(DatabaseError, LookupError):
+    """The collection named does not exist in the database (a typo, another database): raised
+    by ``get_results``/``get_metrics`` instead of returning nothing. ``collection`` and
+    ``database`` are the names; the message says where to look (``seml list``)."""
+
+    def __init__(self, collection: str, database: str) -> None:
+        self.collection, self.database = collection, database
+        super().__init__(
+            f"There is no collection {collection!r} in database {database!r}. "
+            "`seml list` shows the collections."
+        )

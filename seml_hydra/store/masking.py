@@ -3,7 +3,7 @@
 
 Pure: our own small URI splitter (pymongo's parser resolves ``mongodb+srv`` names over DNS and
 is slow to import); pymongo validates the URI again when connecting. Imports nothing of the
-package, so the tunnel process (:mod:`seml_hydra.store.tunnel_worker`) can use it too.
+package, so the tunnel process (:mod:`seml_hydra.store.server.tunnel_worker`) can use it too.
 """
 
 from __future__ import annotations

@@ -6,12 +6,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from seml_hydra.store.collections import metrics_collection_name
+from seml_hydra.store.db.collections import metrics_collection_name
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Database
 
 
-def delete_metrics(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> None:
+def delete_metrics(db: Database, name: str, docs: Sequence[Mapping[str, Any]]) -> None:
     """Delete the metric documents of the runs ``docs`` (each with ``_id`` and, when it has
     any, ``info.metrics``) of collection ``name``: those of the collection's own metrics
     collection (``database.metrics_collection_name``) by ``run_id``, and the entries of
@@ -34,7 +37,7 @@ def delete_metrics(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> Non
         db["metrics"].delete_many({"_id": {"$in": metrics}})
 
 
-def tag_metrics(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> None:
+def tag_metrics(db: Database, name: str, docs: Sequence[Mapping[str, Any]]) -> None:
     """Keep the metric documents of the runs ``docs`` of collection ``name`` as their attempt's:
     each doc is ``{"_id", "attempt": <the number of the run being moved into the history>}``
     plus ``info.metrics`` when it has any. In the collection's own metrics collection
@@ -86,7 +89,7 @@ def _listed_metric_ids(docs: Sequence[Mapping[str, Any]]) -> list[Any]:
     return found
 
 
-def is_view(db: Any, name: str) -> bool:
+def is_view(db: Database, name: str) -> bool:
     """Whether ``name`` in ``db`` is a MongoDB view (read-only: writes to it fail). Omniboard's
     recipe adds a view named ``metrics`` over ``seml_hydra_metrics.<collection>``, whose
     documents :func:`delete_metrics` deletes there, by ``run_id``. Raises pymongo errors."""

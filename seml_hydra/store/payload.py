@@ -25,10 +25,13 @@ import inspect
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core.errors import UserError
-from seml_hydra.store.sources import delete_unused_files, unused_files
+from seml_hydra.store.snapshot.sources import delete_unused_files, unused_files
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Database
 
 #: ``metadata.kind`` of a payload file in ``fs.files``
 PAYLOAD_KIND = "seml_hydra_payload"
@@ -94,7 +97,7 @@ def pickled_payload(
             return dumps_main_by_name(payload)
         import cloudpickle
 
-        return cloudpickle.dumps(payload)
+        return bytes(cloudpickle.dumps(payload))
     except Exception as error:
         raise UnpicklableTaskError(
             f"the task function cannot be pickled ({type(error).__name__}: {error}). Jobs "
@@ -161,7 +164,7 @@ def dumps_main_by_name(obj: Any) -> bytes:
 
     main = sys.modules.get("__main__")
 
-    class _Pickler(cloudpickle.Pickler):
+    class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships no types
         def reducer_override(self, obj: Any) -> Any:
             ref = main_reference(obj, main) if main is not None else None
             if ref is None:
@@ -174,7 +177,7 @@ def dumps_main_by_name(obj: Any) -> bytes:
 
 
 def put_payload(
-    db: Any,
+    db: Database,
     collection_name: str,
     blob: bytes,
     hydra_base: Mapping[str, Any],
@@ -202,7 +205,7 @@ def put_payload(
     return str(file_id)
 
 
-def delete_payload(db: Any, payload_id: str) -> None:
+def delete_payload(db: Database, payload_id: str) -> None:
     """Delete payload ``payload_id`` (a file id string) from GridFS: a launch whose staging
     failed or stored no experiment to submit. Nothing happens when it is gone already."""
     import gridfs
@@ -212,7 +215,7 @@ def delete_payload(db: Any, payload_id: str) -> None:
 
 
 def load_payload(
-    db: Any, payload_id: str, main: types.ModuleType | None = None
+    db: Database, payload_id: str, main: types.ModuleType | None = None
 ) -> tuple[Payload, dict[str, Any]]:
     """The payload and its base Hydra node from GridFS file ``payload_id``, loaded (and
     unpickled) once per process: every experiment of a job, and every requeue inside one
@@ -245,7 +248,7 @@ def loads_with_main(blob: bytes, main: types.ModuleType | None) -> Any:
         _UNPICKLING_MAIN[0] = None
 
 
-def hydra_base(db: Any, payload_id: str) -> dict[str, Any]:
+def hydra_base(db: Database, payload_id: str) -> dict[str, Any]:
     """The base Hydra node stored with payload ``payload_id`` (``metadata.hydra_base``; no
     unpickling). Raises ``AttributeError`` when the payload is gone, pymongo errors."""
     import gridfs
@@ -260,7 +263,7 @@ def hydra_base(db: Any, payload_id: str) -> dict[str, Any]:
 
 
 def hydra_base_for(
-    db: Any, doc: Mapping[str, Any], base: dict[str, Any], payload_id: str
+    db: Database, doc: Mapping[str, Any], base: dict[str, Any], payload_id: str
 ) -> dict[str, Any]:
     """The base Hydra node the diff of document ``doc`` (``hydra.node_diff``) refers to.
 
@@ -288,7 +291,7 @@ def payload_ids(docs: Iterable[Mapping[str, Any]]) -> set[str]:
 
 
 def delete_orphan_payloads(
-    db: Any, name: str, only: set[str] | None = None, dry_run: bool = False
+    db: Database, name: str, only: set[str] | None = None, dry_run: bool = False
 ) -> list[Any]:
     """Delete the payloads of collection ``name`` no experiment of it names any more; with
     ``only``, just those of these file ids (strings). The payload of a launch still staging

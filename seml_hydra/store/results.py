@@ -13,14 +13,18 @@ back as the plain dict it is stored as, with a :class:`StoredObjectWarning`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import states as core_states
 from seml_hydra.core.attempts import LAST_NUMBER, check_selector, number_after, resolve_attempt
 from seml_hydra.core.documents import plain_result
-from seml_hydra.store.client import connect
-from seml_hydra.store.collections import metrics_collection_name, validate_collection_name
-from seml_hydra.store.settings import resolve_db_settings
+from seml_hydra.store.db.client import connect
+from seml_hydra.store.db.collections import metrics_collection_name, validate_collection_name
+from seml_hydra.store.db.settings import resolve_db_settings
+from seml_hydra.store.errors import CollectionNotFound
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Database
 
 #: fields returned when ``fields`` is not given
 DEFAULT_FIELDS = ("_id", "batch_id", "status", "config", "result")
@@ -57,7 +61,7 @@ def get_results(
     filter: Mapping[str, Any] | Sequence[str] | None = None,
     fields: Sequence[str] | None = None,
     to_data_frame: bool = False,
-    db: Any = None,
+    db: Database | None = None,
     metrics: bool = False,
     *,
     states: Sequence[str] | None = None,
@@ -91,6 +95,7 @@ def get_results(
     Raises:
         ImportError: ``to_data_frame=True`` without pandas.
         ValueError: an unknown state in ``states``, or both ``filter`` and ``filter_dict``.
+        seml_hydra.store.errors.CollectionNotFound: the database has no such collection.
         seml_hydra.store.errors.DatabaseError: the database cannot be reached.
     """
     pandas = need_pandas("get_results") if to_data_frame else None
@@ -104,9 +109,10 @@ def get_results(
             raise ValueError("get_results: give `filter` or `filter_dict`, not both.")
         filter = filter_dict
     query = results_filter(filter, states)
+    validate_collection_name(collection)
     if db is None:
         db = connect(resolve_db_settings(None))
-    validate_collection_name(collection)
+    must_exist(db, collection)
     wanted = list(fields) if fields else list(DEFAULT_FIELDS)
     projection = {name: 1 for name in wanted}
     if "_id" not in wanted and not metrics:
@@ -130,6 +136,14 @@ def get_results(
     if pandas is None:
         return docs
     return pandas.DataFrame([flatten(doc) for doc in docs])
+
+
+def must_exist(db: Any, collection: str) -> None:
+    """Raise :class:`~seml_hydra.store.errors.CollectionNotFound` when ``db`` (a pymongo
+    database) has no collection ``collection``: a misspelt name reads as an error, not as a
+    collection without results. One ``listCollections`` of that name."""
+    if collection not in db.list_collection_names(filter={"name": collection}):
+        raise CollectionNotFound(collection, db.name)
 
 
 def need_pandas(caller: str) -> Any:
@@ -169,7 +183,10 @@ def results_filter(
 
 
 def get_metrics(
-    collection: str, ids: Sequence[Any] | None = None, db: Any = None, attempt: int | None = None
+    collection: str,
+    ids: Sequence[Any] | None = None,
+    db: Database | None = None,
+    attempt: int | None = None,
 ) -> dict[Any, dict[str, dict[str, list[Any]]]]:
     """The metrics logged by experiments of ``collection`` (``seml_hydra.job.metrics.log_scalar``).
 
@@ -198,6 +215,7 @@ def get_metrics(
     Raises:
         ValueError: ``attempt`` is 0 or not an integer.
         seml_hydra.store.errors.InvalidCollectionName: a bad ``collection``.
+        seml_hydra.store.errors.CollectionNotFound: the database has no such collection.
         seml_hydra.store.errors.DatabaseError: the database cannot be reached.
     """
     from bson import ObjectId
@@ -208,6 +226,7 @@ def get_metrics(
     validate_collection_name(collection)
     if db is None:
         db = connect(resolve_db_settings(None))
+    must_exist(db, collection)
     query = {} if ids is None else {"_id": {"$in": list(ids)}}
     fields: dict[str, Any] = {"_id": 1, "info.metrics": 1}
     if attempt is not None:
@@ -239,7 +258,7 @@ def get_metrics(
 
 
 def _earlier_attempts(
-    db: Any,
+    db: Database,
     collection: str,
     docs: list[dict[str, Any]],
     attempt: int,

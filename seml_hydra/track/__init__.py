@@ -11,7 +11,7 @@ and the ``seml`` command (``seml_hydra.manage``).
   aggregate, one representative document per Slurm task): what ``detect_killed``, ``cancel``,
   ``queue`` judge, so the work grows with the Slurm tasks, not the experiments.
 - :mod:`seml_hydra.track.census`: the experiments counted from a covered compound index
-  alone (``store.collections.CENSUS_INDEX``): the keys ``detect_killed`` vouches for without
+  alone (``store.db.collections.CENSUS_INDEX``): the keys ``detect_killed`` vouches for without
   reading a document, ``status`` 's table and ``queue`` 's experiments per job.
 - :mod:`seml_hydra.track.query`: the small MongoDB query helpers (``select``, ``grouped``,
   ``and_``).

@@ -10,12 +10,12 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from seml_hydra.store.collections import is_reserved_collection
+from seml_hydra.store.db.collections import is_reserved_collection
 
 
 def is_listed_collection(name: str) -> bool:
     """Whether ``name`` is an experiment collection to show, drop or complete: not a reserved
-    one (``store.collections.is_reserved_collection``: counters, the shared metrics, GridFS's,
+    one (``store.db.collections.is_reserved_collection``: counters, the shared metrics, GridFS's,
     MongoDB's, the per-collection metrics). Pure."""
     return not is_reserved_collection(name)
 

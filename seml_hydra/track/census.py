@@ -1,7 +1,7 @@
 """The experiments counted from an index alone: ``status`` and ``queue`` without reading a
 document (100,000 experiments feel like 100).
 
-``store.collections.CENSUS_INDEX`` is a compound index on ``status``, ``seml.description``, the
+``store.db.collections.CENSUS_INDEX`` is a compound index on ``status``, ``seml.description``, the
 positional ``slurm.0.*`` job fields, ``execution.array_id`` and ``_id``: not multikey, so
 MongoDB answers from its keys. :func:`walk` lists the distinct keys (a skip scan: one indexed
 look-up per distinct key, whatever the number of experiments); :func:`key_filter` turns a key
@@ -35,9 +35,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from seml_hydra.store.collections import CENSUS_FIELDS, CENSUS_INDEX
+from seml_hydra.store.db.collections import CENSUS_FIELDS, CENSUS_INDEX
 
-#: the census index's fields (``store.collections.CENSUS_FIELDS``)
+#: the census index's fields (``store.db.collections.CENSUS_FIELDS``)
 FIELDS = CENSUS_FIELDS
 
 #: at most this many distinct keys are walked; beyond, the census gives up (``None``): a

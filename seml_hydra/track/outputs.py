@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,14 +217,17 @@ def submission_problem(doc: Mapping[str, Any], path: str, collection_name: str) 
     if not isinstance(template, str) or not jobs:
         return "not read: the experiment records no submitit folder or job"
     expected = f"#SBATCH --comment={collection_name}"
+    found = False  # a script of the document's jobs is there at all
+    folders = []
     for array, _ in jobs:
-        script = os.path.join(
-            os.path.expanduser(template.replace("%j", array)), f"{array}_submission.sh"
-        )
+        folder = os.path.expanduser(template.replace("%j", array))
+        folders.append(folder)
+        script = os.path.join(folder, f"{array}_submission.sh")
         try:
             fd = os.open(script, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
             continue
+        found = True
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
@@ -232,9 +235,29 @@ def submission_problem(doc: Mapping[str, Any], path: str, collection_name: str) 
             lines = f.read(SUBMISSION_SCRIPT_BYTES).decode("utf-8", "replace").splitlines()
         if expected in (line.strip() for line in lines):
             return None
+    if not found:
+        return gone_folder_problem(folders, jobs[0][0])
     return (
         f"not read: no sbatch script of job {jobs[0][0]} with --comment={collection_name} in "
         "its submitit folder (the document may name a job of another collection)"
+    )
+
+
+def gone_folder_problem(folders: Sequence[str], array: str) -> str:
+    """Why a job's output cannot be read when its sbatch script is missing from every folder
+    of ``folders`` (the document's submitit folders, ``%j`` replaced; ``array``: its first
+    job's array id): the folder is gone, or it is there without the script (deleted and
+    made again, or replaced, after the launch: the job found neither its pickle nor, when
+    the folder was gone, a place for its output, so Slurm failed it)."""
+    missing = [f for f in folders if not os.path.isdir(f)]
+    if missing:
+        return (
+            f"not read: the job's submitit folder {missing[0]} is gone (deleted or replaced "
+            "after the launch: the job found neither its pickle nor its sbatch script there)"
+        )
+    return (
+        f"not read: the submitit folder {folders[0]} holds no sbatch script of job {array} "
+        "(deleted and made again, or replaced, after the launch; the job's pickle went with it)"
     )
 
 

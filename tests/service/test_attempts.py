@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from seml_hydra.cli import app
 from seml_hydra.core import states
 from seml_hydra.job.claim import claim
-from seml_hydra.store.collections import metrics_collection_name
+from seml_hydra.store.db.collections import metrics_collection_name
 from seml_hydra.store.results import get_metrics
 
 runner = CliRunner()
@@ -23,8 +23,8 @@ T0 = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
 TRACE = [f"  line {i}\n" for i in range(30)] + ["RuntimeError: the first run fails\n"]
 
 
-def seml(*args: str):
-    return runner.invoke(app, list(args), prog_name="seml", env={"COLUMNS": "250"})
+def seml(*args: str, columns: int = 250):
+    return runner.invoke(app, list(args), prog_name="seml", env={"COLUMNS": str(columns)})
 
 
 def ran(exp_id: int, status: str = "FAILED", array_id: int = 17, **extra) -> dict:
@@ -174,8 +174,9 @@ def test_print_attempts_shows_each_run_then_the_current_one(test_db):
     result = seml("c", "print-attempts", "-id", "1")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    (first,) = [line for line in lines if "FAILED" in line]
-    for cell in ("1", "2026-12-01 10:00:00", "2026-12-01 10:05:00", "node2", "17_1", "reset"):
+    (first,) = [line for line in lines if " FAILED " in line and ": " not in line]
+    # the stop time of a run that stopped the day it started: its time of day
+    for cell in ("1", "2026-12-01 10:00:00", " 10:05:00 ", "node2", "17_1", "reset"):
         assert cell in first, result.output
     assert "RuntimeError: the first run fails" in result.output
     assert "/sweep/.submitit/17_1_0_log.out" in result.output
@@ -265,3 +266,31 @@ def test_a_new_launch_of_a_failed_point_keeps_the_failed_run(test_db, tmp_path):
     assert "RuntimeError: first attempt fails" in entry["fail_trace_tail"][-1]
     assert loss(get_metrics("flaky_metrics_app", db=test_db)) == [1.0, 1.0, 1.0]
     assert loss(get_metrics("flaky_metrics_app", db=test_db, attempt=-2)) == [100.0, 100.0]
+
+
+def test_print_attempts_fits_an_80_column_terminal(test_db):
+    """A long host name, a requeued job and a long fail-trace line: the table folds its long
+    cells and the reason is wrapped under it; only an output path (copied whole) may be
+    longer."""
+    long = (
+        "RuntimeError: the data loader could not open "
+        "/data/a/very/long/path/shard-000123-of-004096.tfrecord after 3 retries"
+    )
+    coll = test_db["c"]
+    coll.insert_one(
+        ran(1, fail_trace=["Traceback (most recent call last):\n", long + "\n"])
+        | {"host": {"hostname": "node2.cluster.example.org"}}
+    )
+    coll.update_one({"_id": 1}, {"$set": {"execution.array_id": 1234567, "execution.restart": 2}})
+    assert seml("c", "reset", "-y").exit_code == 0
+    coll.update_one({"_id": 1}, {"$set": {"status": "RUNNING", "start_time": T0}})
+    result = seml("c", "print-attempts", "-id", "1", columns=80)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    too_long = [line for line in lines if len(line) > 80 and " output: " not in line]
+    assert too_long == [], result.output
+    # nothing cut off: the row's cells, and the reason read back whole from its lines
+    assert "2026-12-01 10:00:00" in result.output and "RUNNING (now)" in result.output
+    text = " ".join(line.strip() for line in lines)
+    assert "#1 FAILED: " + long in text, result.output
+    assert "  #1 output: /sweep/.submitit/17_1_0_log.out" in lines

@@ -212,7 +212,7 @@ def test_a_sweep_with_zero_points_is_a_clear_error_and_stages_nothing(test_db, t
 def test_a_task_that_prints_more_than_a_document_holds_completes_with_its_result(test_db, tmp_path):
     """20 MB of output: MongoDB documents hold 16 MB, so ``captured_out`` keeps the last
     MAX_CAPTURED_CHARS characters and says so; the run is COMPLETED with its result."""
-    from seml_hydra.job.observed import MAX_CAPTURED_CHARS
+    from seml_hydra.job.heartbeat import MAX_CAPTURED_CHARS
 
     proc = start_app(
         "tests/apps/chatty_app.py",

@@ -106,7 +106,7 @@ def mixed(live: int, dead: int, here: str) -> list[dict]:
 def twin(test_db, docs):
     """``(census, documents)``: two collections holding ``docs``, with the census index and
     without it (``ensure_job_indexes`` then the census index dropped)."""
-    from seml_hydra.store.collections import CENSUS_INDEX, ensure_job_indexes
+    from seml_hydra.store.db.collections import CENSUS_INDEX, ensure_job_indexes
     from seml_hydra.track import census
 
     out = []
@@ -239,7 +239,7 @@ def test_a_collection_of_too_many_keys_is_walked_once_per_command(test_db):
     # keys and gives up; its table must not walk the same keys again before giving up too,
     # while queue's shorter walk of the first two fields still answers
     from seml_hydra.core import states
-    from seml_hydra.store.collections import ensure_job_indexes
+    from seml_hydra.store.db.collections import ensure_job_indexes
     from seml_hydra.track import census
 
     test_db["many"].insert_many(

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from seml_hydra.cli import app
-from seml_hydra.store.collections import COUNTERS_COLLECTION
+from seml_hydra.store.db.collections import COUNTERS_COLLECTION
 from seml_hydra.store.payload import put_payload
-from seml_hydra.store.sources import (
+from seml_hydra.store.snapshot.sources import (
     SourceFile,
     new_lease,
     put_manifest,

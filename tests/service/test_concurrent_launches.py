@@ -37,13 +37,10 @@ RACE_APP = ROOT / "tests" / "apps" / "race_app.py"
 POINTS = 6
 
 
-@pytest.mark.slurm
-def test_identical_launches_staging_at_once_store_and_run_each_point_once(slurm, test_db, tmp_path):
-    race, runs = tmp_path / "race", tmp_path / "runs"
-    race.mkdir()
-    runs.mkdir()
-    env = {**os.environ, "SEML_TEST_RACE_DIR": str(race), "SEML_TEST_RACE_N": "3"}
-    argv = [
+def race_argv(runs: Path) -> list[str]:
+    """The command of one launch of the race sweep (:data:`RACE_APP`, :data:`POINTS` points
+    into collection ``race``), each run leaving a file in ``runs``."""
+    return [
         sys.executable,
         str(RACE_APP),
         "-m",
@@ -54,6 +51,27 @@ def test_identical_launches_staging_at_once_store_and_run_each_point_once(slurm,
         f"runs_dir={runs}",
         f"x={','.join(str(x) for x in range(POINTS))}",
     ]
+
+
+def assert_each_point_ran_once(coll, runs: Path) -> None:
+    """Every point of the race sweep is one COMPLETED document, run once (one file in ``runs``)."""
+    assert sorted(d["config"]["x"] for d in coll.find()) == list(range(POINTS))
+    assert set(statuses(coll).values()) == {"COMPLETED"}
+    ran = sorted(int(name.split("_")[0]) for name in os.listdir(runs))
+    assert ran == list(range(POINTS))  # each point ran once, in one job
+
+
+def result_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("RESULT")]
+
+
+@pytest.mark.slurm
+def test_identical_launches_staging_at_once_store_and_run_each_point_once(slurm, test_db, tmp_path):
+    race, runs = tmp_path / "race", tmp_path / "runs"
+    race.mkdir()
+    runs.mkdir()
+    env = {**os.environ, "SEML_TEST_RACE_DIR": str(race), "SEML_TEST_RACE_N": "3"}
+    argv = race_argv(runs)
     procs = []
     for n in range(3):  # every launch looks for duplicates before any inserts (race_app.py)
         cwd = tmp_path / f"launch{n}"
@@ -69,17 +87,108 @@ def test_identical_launches_staging_at_once_store_and_run_each_point_once(slurm,
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    coll = test_db["race"]
-    assert sorted(d["config"]["x"] for d in coll.find()) == list(range(POINTS))
-    assert set(statuses(coll).values()) == {"COMPLETED"}
-    ran = sorted(int(name.split("_")[0]) for name in os.listdir(runs))
-    assert ran == list(range(POINTS))  # each point ran once, in one job
+    assert_each_point_ran_once(test_db["race"], runs)
     expected = [f"RESULT runs_dir={runs} x={x} {x * 10}" for x in range(POINTS)]
     for proc, out in zip(procs, outs):
         assert proc.returncode == 0, out
-        assert [line for line in out.splitlines() if line.startswith("RESULT")] == expected, out
+        assert result_lines(out) == expected, out
     waited = [out for out in outs if "staged at the same moment by another launch" in out]
     assert len(waited) >= 1, outs
+
+
+@pytest.mark.slurm
+def test_a_launch_waiting_for_points_a_killed_launch_staged_submits_and_returns_them(
+    slurm, test_db, tmp_path
+):
+    # launch 1 looks for duplicates first (none), then launch 2 inserts every point and is
+    # SIGKILLed before its sbatch; launch 1's inserts are refused (the unique index), so it
+    # waits for launch 2's experiments, which nobody else will submit
+    race, runs, inserted = tmp_path / "race", tmp_path / "runs", tmp_path / "inserted"
+    race.mkdir()
+    runs.mkdir()
+    env = {**os.environ, "SEML_TEST_RACE_DIR": str(race), "SEML_TEST_RACE_N": "1"}
+    first_cwd, second_cwd = tmp_path / "launch1", tmp_path / "launch2"
+    first_cwd.mkdir()
+    second_cwd.mkdir()
+    waiting = subprocess.Popen(
+        race_argv(runs),
+        cwd=first_cwd,
+        env={**env, "SEML_TEST_RACE_WAIT_FOR": str(inserted)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_until("the first launch looked for duplicates", lambda: len(os.listdir(race)) == 1)
+        killed = subprocess.run(
+            race_argv(runs),
+            cwd=second_cwd,
+            env={**env, "SEML_TEST_RACE_DIE": str(inserted)},
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert killed.returncode == -9, killed.stdout + killed.stderr
+        assert "Staged 6 new experiment(s)" in killed.stdout, killed.stdout + killed.stderr
+        try:
+            out = waiting.communicate(timeout=240)[0]
+        except subprocess.TimeoutExpired:
+            waiting.kill()
+            out = waiting.communicate()[0]
+            pytest.fail(f"the launch still waits for experiments nobody submitted:\n{out}")
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert waiting.returncode == 0, out
+    assert "staged at the same moment by another launch" in out, out
+    assert_each_point_ran_once(test_db["race"], runs)
+    expected = [f"RESULT runs_dir={runs} x={x} {x * 10}" for x in range(POINTS)]
+    assert result_lines(out) == expected, out
+
+
+@pytest.mark.slurm
+def test_a_launch_that_takes_another_launchs_staged_points_submits_them_itself(
+    slurm, test_db, tmp_path
+):
+    # launch 1 stages every point and stops before its sbatch; launch 2 (its own sweep dir)
+    # finds them STAGED, takes them (its sweep dir, payload and batch) and stops before its
+    # sbatch; launch 1 submits first, then launch 2
+    runs = tmp_path / "runs"
+    race = tmp_path / "race"
+    runs.mkdir()
+    race.mkdir()
+    env = {**os.environ, "SEML_TEST_RACE_DIR": str(race), "SEML_TEST_RACE_N": "1"}
+    procs = []
+    for n in (1, 2):
+        cwd = tmp_path / f"launch{n}"
+        cwd.mkdir()
+        procs.append(
+            subprocess.Popen(
+                [*race_argv(runs), f"hydra.sweep.dir={tmp_path / f'sweep{n}'}"],
+                cwd=cwd,
+                env={**env, "SEML_TEST_RACE_PAUSE": str(tmp_path / f"go{n}")},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+        paused = tmp_path / f"go{n}.paused"
+        wait_until(f"launch {n} stops before its sbatch", paused.exists)
+    try:
+        (tmp_path / "go1").touch()
+        wait_until("launch 1 submitted", (tmp_path / "go1.submitted").exists)
+        (tmp_path / "go2").touch()
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert "Submitting 6 experiment(s) that were already staged" in outs[1], outs
+    expected = [f"RESULT runs_dir={runs} x={x} {x * 10}" for x in range(POINTS)]
+    for proc, out in zip(procs, outs):
+        assert proc.returncode == 0, out
+        assert result_lines(out) == expected, out
+    assert_each_point_ran_once(test_db["race"], runs)
 
 
 def no_refresh(offset: int) -> dict:

@@ -22,7 +22,7 @@ from seml_hydra.core import states
 from seml_hydra.job import claim as claiming
 from seml_hydra.job.claim import claim, claim_after_earlier_run, fence
 from seml_hydra.job.failures import fail_if_a_rank_failed, rank_failure_header, record_rank_failure
-from seml_hydra.job.observed import _WithoutUpsert
+from seml_hydra.job.observer import _WithoutUpsert
 from seml_hydra.job.slurm_env import restart_count
 
 JOB = {"cluster": "semltest", "array_id": 700, "task_id": 2}

@@ -1,4 +1,4 @@
-"""seml_hydra.store.database and seml_hydra.store.embedded against a real mongod (no mocks): connecting,
+"""seml_hydra.store.database and seml_hydra.store.server.embedded against a real mongod (no mocks): connecting,
 id counters, embedded mongod processes, ``seml configure`` (the pure parts: tests/unit).
 
 The server at $SEML_TEST_MONGO_URL (default mongodb://127.0.0.1:27017, no access control,
@@ -25,14 +25,18 @@ import yaml
 from conftest import SECRET, wait_until, write_config
 
 from seml_hydra.core.processes import process_alive
-from seml_hydra.store import embedded as embedded_db
-from seml_hydra.store.client import connect, get_collection, reset_client_cache
-from seml_hydra.store.collections import COUNTERS_COLLECTION, next_ids
-from seml_hydra.store.embedded import EmbeddedServer, ensure_embedded_mongod, stop_embedded_mongod
+from seml_hydra.store.db.client import connect, get_collection, reset_client_cache
+from seml_hydra.store.db.collections import COUNTERS_COLLECTION, next_ids
+from seml_hydra.store.db.job_db import job_db_config
+from seml_hydra.store.db.settings import resolve_db_settings
 from seml_hydra.store.errors import DatabaseError
-from seml_hydra.store.job_db import job_db_config
-from seml_hydra.store.mongod import free_ports
-from seml_hydra.store.settings import resolve_db_settings
+from seml_hydra.store.server import embedded as embedded_db
+from seml_hydra.store.server.embedded import (
+    EmbeddedServer,
+    ensure_embedded_mongod,
+    stop_embedded_mongod,
+)
+from seml_hydra.store.server.mongod import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 MONGO_URL = os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
@@ -177,9 +181,9 @@ def test_next_ids_threads_get_disjoint_ranges(db_settings):
 WORKER = textwrap.dedent(
     """
     import json, sys, time
-    from seml_hydra.store.client import connect, get_collection
-    from seml_hydra.store.collections import next_ids
-    from seml_hydra.store.settings import resolve_db_settings
+    from seml_hydra.store.db.client import connect, get_collection
+    from seml_hydra.store.db.collections import next_ids
+    from seml_hydra.store.db.settings import resolve_db_settings
     url, name, go = sys.argv[1], sys.argv[2], float(sys.argv[3])
     db = connect(resolve_db_settings({"url": url, "database": name}, env={}))
     while time.time() < go:

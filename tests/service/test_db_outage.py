@@ -102,7 +102,7 @@ class PrivateMongod:
 @pytest.fixture
 def private_mongod(tmp_path_factory, monkeypatch):
     """A standalone mongod of this test, the launch's database (``SEML_MONGODB_URI``)."""
-    from seml_hydra.store.client import reset_client_cache
+    from seml_hydra.store.db.client import reset_client_cache
 
     base = tmp_path_factory.mktemp("mongod")
     server = PrivateMongod(base)
@@ -121,7 +121,7 @@ def private_mongod(tmp_path_factory, monkeypatch):
 def replica_set(tmp_path_factory, monkeypatch):
     """Three mongod of one replica set ``rs`` (elections after 2 s without a primary), the
     launch's database through a multi-host URI. Yields the members."""
-    from seml_hydra.store.client import reset_client_cache
+    from seml_hydra.store.db.client import reset_client_cache
 
     base = tmp_path_factory.mktemp("rs")
     members = [PrivateMongod(base, repl_set="rs") for _ in range(3)]

@@ -227,13 +227,21 @@ def test_start_with_max_failures_stops_what_it_submits(slurm, test_db, tmp_path)
     seml("gate", "reset")
     assert set(statuses(coll).values()) == {"STAGED"}
 
-    refused = CliRunner().invoke(app, ["gate", "start", "--max-failures", "0"])
-    assert refused.exit_code == 1, refused.output
-    assert "--max-failures=0: must be an integer >= 1" in refused.output
-    assert "Traceback" not in refused.output and len(refused.output.strip().splitlines()) == 1
+    for bad in ("0", "-1"):
+        refused = CliRunner().invoke(app, ["gate", "start", "--max-failures", bad])
+        assert refused.exit_code == 1, refused.output
+        assert f"--max-failures={bad}: must be an integer >= 1" in refused.output
+        assert "Traceback" not in refused.output
+        assert len(refused.output.strip().splitlines()) == 1, refused.output
     assert set(statuses(coll).values()) == {"STAGED"}
 
-    assert "Started 6 experiment(s)" in seml("gate", "start", "--max-failures", "2")
+    out = seml("gate", "start", "--max-failures", "2")
+    assert "Started 6 experiment(s)" in out
+    # it says the limit it applies
+    assert (
+        "Fail-fast: once 2 of the 6 experiment(s) started now ended FAILED, the others stop "
+        "(--max-failures 2)."
+    ) in out.replace("\n", " "), out
     marks = [d["fail_fast"] for d in coll.find()]
     assert {m["max_failures"] for m in marks} == {2} and len({m["group"] for m in marks}) == 1
     seml("gate", "release")  # the launch's hold=true holds the new array too
@@ -245,21 +253,27 @@ def test_start_with_max_failures_stops_what_it_submits(slurm, test_db, tmp_path)
     assert_stopped(coll, range(3, 7))
 
 
-def test_max_failures_zero_is_refused_before_staging(test_db, tmp_path):
+@pytest.mark.parametrize(
+    ("value", "shown"), [("0", "0"), ("1.5", "1.5"), ("abc", "'abc'"), ("true", "True")]
+)
+def test_max_failures_not_a_positive_integer_is_refused_before_staging_in_one_line(
+    test_db, tmp_path, value, shown
+):
+    """Zero, a float, a word or a bool: the launcher's one line (not OmegaConf's conversion
+    error of a typed field), and nothing staged."""
     proc = run_app(
         GATE_APP,
         "-m",
         "hydra/launcher=seml",
-        "hydra.launcher.max_failures=0",
+        f"hydra.launcher.max_failures={value}",
         "x=1,2",
         cwd=tmp_path,
     )
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
-    assert errors == [
-        "Error: hydra.launcher.max_failures=0: must be an integer >= 1 (the number of FAILED "
-        "experiments that stops the launch's other experiments), or null for no fail-fast; "
-        "nothing was staged"
+    assert proc.stderr.strip().splitlines() == [
+        f"Error: hydra.launcher.max_failures={shown}: must be an integer >= 1 (the number of "
+        "FAILED experiments that stops the launch's other experiments), or null for no "
+        "fail-fast; nothing was staged"
     ], proc.stderr
     assert test_db["gate"].count_documents({}) == 0

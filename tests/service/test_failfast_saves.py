@@ -43,3 +43,29 @@ def test_a_run_starting_after_its_launch_was_stopped_does_not_write_running_over
     assert run_observed(test_db, "stopped", doc, task, fence=fence(doc)) == 7
     assert seen == ["INTERRUPTED"]
     assert coll.find_one({"_id": 3})["fail_fast"]["reason"] == REASON
+
+
+def test_the_stop_drops_its_mark_from_runs_that_completed_before_their_task_ended(test_db):
+    """What a Slurm stop does once its cancelled tasks are gone (``failfast.stop_group``): a
+    run that finished within Slurm's KillWait ended COMPLETED and is not "stopped" (as a
+    ``seml_local`` run that completes); the INTERRUPTED ones keep the reason, and a fail trace
+    that is not the stop's stays."""
+    from seml_hydra.job.failfast import unmark_completed
+
+    coll = test_db["stopped"]
+    stop = {"group": "g", "max_failures": 2, "reason": REASON, "stop_time": 1}
+    coll.insert_many(
+        [
+            {"_id": 3, "status": "INTERRUPTED", "fail_fast": stop, "fail_trace": [REASON + "\n"]},
+            {"_id": 4, "status": "COMPLETED", "fail_fast": stop, "fail_trace": [REASON + "\n"]},
+            {"_id": 5, "status": "COMPLETED", "fail_fast": stop, "fail_trace": ["its own\n"]},
+        ]
+    )
+    assert unmark_completed(coll, [3, 4, 5]) == [4, 5]
+    docs = {d["_id"]: d for d in coll.find()}
+    assert docs[3]["fail_fast"] == stop and docs[3]["fail_trace"] == [REASON + "\n"]
+    assert docs[4]["fail_fast"] == {"group": "g", "max_failures": 2}
+    assert "fail_trace" not in docs[4]
+    assert docs[5]["fail_fast"] == {"group": "g", "max_failures": 2}
+    assert docs[5]["fail_trace"] == ["its own\n"]
+    assert unmark_completed(coll, [3, 4, 5]) == []  # idempotent

@@ -338,7 +338,19 @@ def _held_request(tmp_path, exp_id: int):
 
 
 def _staged(coll, *ids):
-    coll.insert_many([{"_id": i, "status": "STAGED", "batch_id": 1, "slurm": [{}]} for i in ids])
+    """STAGED experiments ``ids`` of batch 1, naming the payload of :func:`_held_request`."""
+    coll.insert_many(
+        [
+            {
+                "_id": i,
+                "status": "STAGED",
+                "batch_id": 1,
+                "slurm": [{}],
+                "seml": {"payload_file": "no-payload"},
+            }
+            for i in ids
+        ]
+    )
 
 
 #: slurm[0] of an experiment a concurrent `seml start` moved and submitted first

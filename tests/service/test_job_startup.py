@@ -84,10 +84,10 @@ def test_a_later_snapshot_directory_imports_the_modules_compiled_before(
 ):
     """The first directory of a snapshot compiles its modules (Python writes their bytecode);
     when its last user leaves, that bytecode is kept in the node's cache
-    (``seml_hydra.store.bytecode``), and the next directory of the same sources - the next wave
+    (``seml_hydra.store.snapshot.bytecode``), and the next directory of the same sources - the next wave
     of tasks on this node - imports them without compiling."""
-    from seml_hydra.store import snapshot as snapshots
-    from seml_hydra.store import sources
+    from seml_hydra.store.snapshot import node as snapshots
+    from seml_hydra.store.snapshot import sources
 
     runtime = tmp_path / "runtime"
     monkeypatch.setenv("SEML_HYDRA_RUNTIME_DIR", str(runtime))

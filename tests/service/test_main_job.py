@@ -157,7 +157,7 @@ def test_two_launches_at_once_get_distinct_ids_and_lose_nothing(test_db, tmp_pat
 
 
 def test_unreachable_mongodb_is_a_clear_error_after_5_s_and_nothing_is_submitted(slurm, tmp_path):
-    """The launcher waits 5 s for the server (``store.client.connect``'s ``timeout_s``, named in
+    """The launcher waits 5 s for the server (``store.db.client.connect``'s ``timeout_s``, named in
     the message), not pymongo's 30 s. The wall-clock bound is only a guard: on a loaded machine
     Python's start-up alone can take seconds (speed lives in benchmarks/, not in asserts)."""
     proc = run_app(
@@ -263,7 +263,7 @@ def test_ctrl_c_detaches_without_cancelling_anything(slurm, test_db, tmp_path, m
 def test_without_configured_database_the_embedded_mongod_is_used(tmp_path):
     import os
 
-    from seml_hydra.store import embedded as embedded_db
+    from seml_hydra.store.server import embedded as embedded_db
 
     env = {
         k: v for k, v in os.environ.items() if k not in ("SEML_MONGODB_URI", "SEML_MONGODB_CONFIG")

@@ -340,3 +340,19 @@ def test_reset_and_start_keep_only_the_new_attempts_metrics(test_db, tmp_path):
         assert result.exit_code == 0, result.output
     wait_until("the re-run completes", lambda: coll.find_one({"_id": 1})["status"] == "COMPLETED")
     assert _loss(get_metrics("flaky_metrics_app", db=test_db)[1]) == ONLY_SECOND_ATTEMPT
+
+
+def test_reading_a_collection_that_does_not_exist_is_an_error_not_an_empty_result(filled):
+    """A misspelt name (here ``rr`` for ``r``) must not read as a collection without results."""
+    from seml_hydra import CollectionNotFound, get_metrics, get_results
+
+    message = f"There is no collection 'rr' in database {filled.name!r}. `seml list` shows"
+    for read in (get_results, get_metrics):
+        with pytest.raises(CollectionNotFound, match=message) as error:
+            read("rr")  # the database resolved like the CLI's
+        assert error.value.collection == "rr" and "\n" not in str(error.value)
+        with pytest.raises(CollectionNotFound):
+            read("rr", db=filled)
+    assert "rr" not in filled.list_collection_names()  # reading created nothing
+    filled.create_collection("empty")  # one that exists but holds nothing: empty, no error
+    assert get_results("empty", db=filled) == [] and get_metrics("empty", db=filled) == {}

@@ -11,8 +11,8 @@ import gridfs
 from bson import ObjectId
 from conftest import ROOT, run_app, snapshot_files
 
-from seml_hydra.job.observed import sacred_experiment_info
-from seml_hydra.store.collections import metrics_collection_name
+from seml_hydra.job.observer import sacred_experiment_info
+from seml_hydra.store.db.collections import metrics_collection_name
 
 ZEN_APP = ROOT / "tests" / "apps" / "zen_app.py"
 

@@ -23,7 +23,7 @@ from seml_hydra.store.payload import (
     put_payload,
     restricted_to,
 )
-from seml_hydra.store.sources import new_lease, release_lease
+from seml_hydra.store.snapshot.sources import new_lease, release_lease
 
 
 def task(cfg):

@@ -126,6 +126,49 @@ def test_a_bad_pruner_is_refused_before_staging_in_one_line(test_db, tmp_path, p
     assert "bad" not in test_db.list_collection_names()
 
 
+def test_a_metric_the_task_never_reports_is_named_once_in_the_job_log(test_db, tmp_path):
+    """The pruner watches ``val_loss``; the app reports ``loss`` only: nothing is stopped, and
+    each experiment's job log says why, once."""
+    proc = run_curves(
+        "hydra/launcher=seml_local",
+        "hydra.launcher.collection=unreported",
+        "hydra.launcher.pruner={rule: median, metric: val_loss, min_experiments: 1}",
+        "x=1,2",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    docs = list(test_db["unreported"].find())
+    assert [d["status"] for d in docs] == ["COMPLETED", "COMPLETED"]
+    assert not any("pruned" in d for d in docs)
+    said = (
+        "hydra.launcher.pruner watches the metric 'val_loss', which the task never reported "
+        "with seml_hydra.report (it reported 'loss'), so nothing was stopped early"
+    )
+    logs = {
+        path: path.read_text()
+        for path in tmp_path.rglob("*_log.*")
+        if path.suffix in (".out", ".err")
+    }
+    counts = {
+        exp_id: sum(text.count(f"Experiment {exp_id}: {said}") for text in logs.values())
+        for exp_id in (d["_id"] for d in docs)
+    }
+    assert counts == {d["_id"]: 1 for d in docs}, logs
+
+
+def test_a_reported_metric_is_not_named_as_unreported(test_db, tmp_path):
+    proc = run_curves(
+        "hydra/launcher=seml_local",
+        "hydra.launcher.collection=reported",
+        "hydra.launcher.pruner={rule: median, metric: loss}",
+        "x=1",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    logs = "".join(p.read_text() for p in tmp_path.rglob("*_log.*"))
+    assert "successful completion" in logs and "never reported" not in logs, logs
+
+
 def test_reset_clears_what_early_stopping_recorded(test_db):
     # else the next run would compare with its old rungs and stop at its first report
     test_db["c"].insert_one(

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from seml_hydra.cli import app
 from seml_hydra.store.payload import put_payload
-from seml_hydra.store.sources import (
+from seml_hydra.store.snapshot.sources import (
     new_lease,
     put_manifest,
     release_lease,

@@ -1,5 +1,5 @@
 """Sacred's ``experiment.sources`` copies of a code snapshot
-(``seml_hydra.store.sacred_sources.sacred_source_copies``): found or stored in a few queries
+(``seml_hydra.store.snapshot.sacred_sources.sacred_source_copies``): found or stored in a few queries
 whatever the snapshot's size. Real MongoDB."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pymongo
 from conftest import MONGO_URL
 from pymongo import monitoring
 
-from seml_hydra.store.sacred_sources import SACRED_SOURCE_KIND, sacred_source_copies
-from seml_hydra.store.sources import SourceFile, upload_sources
+from seml_hydra.store.snapshot.sacred_sources import SACRED_SOURCE_KIND, sacred_source_copies
+from seml_hydra.store.snapshot.sources import SourceFile, upload_sources
 
 
 class Commands(monitoring.CommandListener):

@@ -5,14 +5,25 @@ a second local user)."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import secrets
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import launch_gate, run_app, squeue_tasks, statuses, wait_until
+from conftest import (
+    GATE_APP,
+    ROOT,
+    launch_gate,
+    run_app,
+    seml_ok,
+    squeue_tasks,
+    statuses,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -175,3 +186,204 @@ def test_seml_start_refuses_a_sweep_dir_others_can_write_since_the_launch(slurm,
     assert result.exit_code == 1, result.output
     assert "hydra.sweep.dir=" in result.output and "every user can write" in result.output
     assert statuses(test_db["gate"]) == {1: "STAGED"}  # nothing submitted
+
+
+def test_a_default_acl_for_another_user_on_the_sweep_dir_is_refused_before_anything_is_written(
+    slurm, test_db, tmp_path, other_user
+):
+    """``setfacl -d -m u:<other>:rwx`` on the project folder: every directory and pickle the
+    launch would make below it would be theirs to write too."""
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["setfacl", "-d", "-m", f"u:{other_user.name}:rwx", str(project)], check=True)
+    proc = launch_gate(tmp_path, "x=1", f"hydra.sweep.dir={project}/multirun", "gate=", check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    [line] = [x for x in proc.stderr.splitlines() if "Error:" in x]
+    assert f"{project} has a default ACL that lets other users write what is made in it " in line
+    assert f"(default:user:{other_user.name}:rwx)" in line and "Traceback" not in proc.stderr
+    assert list(project.iterdir()) == []  # nor multirun.yaml: judged before Hydra writes it
+    assert test_db["gate"].count_documents({}) == 0
+
+
+def test_a_sweep_dir_others_can_write_gets_no_multirun_yaml(slurm, test_db, tmp_path, shared_tmp):
+    shared_tmp.mkdir()
+    shared_tmp.chmod(0o777)
+    proc = launch_gate(tmp_path, "x=1", f"hydra.sweep.dir={shared_tmp}/multirun", "gate=",
+                       check=False)  # fmt: skip
+    assert proc.returncode == 1 and "every user can write" in proc.stderr
+    assert list(shared_tmp.iterdir()) == []  # Hydra's sweeper never made the sweep dir
+
+
+SITECUSTOMIZE = (
+    "import os, pathlib\n"
+    "if os.environ.get('SEML_HYDRA_DB_URL') or os.environ.get('SUBMITIT_FOLDER'):\n"
+    "    pathlib.Path(os.environ['PWNED']).write_text('ran as the job user')\n"
+)
+
+
+@pytest.mark.parametrize("variable", ["PYTHONPATH", "PATH"])
+def test_a_search_path_entry_another_user_can_fill_is_refused_at_launch(
+    slurm, test_db, tmp_path, shared_tmp, other_user, variable
+):
+    """Another user's folder (or one they may add files to) on the PYTHONPATH or PATH the
+    jobs inherit: their ``sitecustomize.py`` or ``python3`` would run in every job."""
+    other_user.run("mkdir", "-m", "1777", str(shared_tmp), check=True)
+    other_user.run("sh", "-c", f"cat > {shared_tmp}/sitecustomize.py", input=SITECUSTOMIZE,
+                   check=True)  # fmt: skip
+    pwned = tmp_path / "pwned"
+    value = f"{shared_tmp}:{os.environ.get(variable, '')}".rstrip(":")
+    proc = run_app(GATE_APP, "-m", "hydra/launcher=seml", "hydra.launcher.wait=false", "x=1",
+                   "gate=", cwd=tmp_path, env={variable: value, "PWNED": str(pwned)})  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    [line] = [x for x in proc.stderr.splitlines() if "Error:" in x]
+    assert (
+        f"{variable} entry '{shared_tmp}': {shared_tmp} is a directory other users can add" in line
+    )
+    assert test_db["gate"].count_documents({}) == 0 and not pwned.exists()
+
+
+def test_a_umask_that_lets_others_write_still_makes_private_job_files(slurm, test_db, tmp_path):
+    """``umask 000``: the sweep dir, submitit's folders and pickles, Hydra's ``.hydra/`` and
+    the job's log files are made without write for other users all the same (the jobs run).
+    The group keeps its write here: root's group is its own (``core.jobenv.private_umask``)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / GATE_APP), "-m", "hydra/launcher=seml",
+         "x=1", "gate="],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, umask=0o000,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert statuses(test_db["gate"]) == {1: "COMPLETED"}
+    made = [p for p in (tmp_path / "multirun").rglob("*")]
+    names = {p.name for p in made}
+    assert {"multirun.yaml", "config.yaml", ".hydra", ".submitit"} <= names
+    assert any(n.endswith("_submitted.pkl") for n in names)
+    assert any(n.endswith(".out") for n in names)
+    open_to_others = [f"{p} {p.stat().st_mode & 0o777:04o}" for p in [tmp_path / "multirun", *made]
+                      if p.stat().st_mode & 0o002]  # fmt: skip
+    assert open_to_others == []
+
+
+PY310 = Path("/root/.pyenv/versions/3.10.13/bin/python")
+
+
+def test_a_job_on_python_3_10_refuses_a_working_directory_opened_since_the_launch(
+    slurm, test_db, tmp_path
+):
+    """Python 3.10 ignores PYTHONSAFEPATH: a job whose working directory became one others can
+    add files to cannot keep it off the import path of the processes its task starts."""
+    assert PY310.exists(), "the 3.10 interpreter of this machine"
+    wrapper = tmp_path / "py310"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {PY310} "$@"\n')
+    wrapper.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = run_app(GATE_APP, "-m", "hydra/launcher=seml", "hydra.launcher.wait=false", "x=1",
+                   "gate=", f"hydra.launcher.python={wrapper}",
+                   f"hydra.sweep.dir={tmp_path}/multirun",
+                   "+hydra.launcher.additional_parameters.hold=true", cwd=work)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    array = test_db["gate"].find_one({"_id": 1})["slurm"][0]["array_id"]
+    work.chmod(0o1777)  # every user may add files there now
+    subprocess.run(["scontrol", "release", str(array)], check=True)
+    wait_until("the job ends", lambda: squeue_tasks(array) == {})
+    logs = "".join(p.read_text() for p in tmp_path.glob("multirun/**/.submitit/**/*_log.err"))
+    assert "seml-hydra: not starting the job: Python 3.10 ignores PYTHONSAFEPATH, and" in logs
+    assert f"{work} is a directory other users can add files to (mode 1777)" in logs
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_submitit_folder_gone_before_the_job_starts_ends_its_experiment_with_a_reason(
+    slurm, test_db, tmp_path, how
+):
+    """Deleted: Slurm cannot open the job's output there and fails it; replaced (made again
+    empty): the job finds no pickle. Either way the experiment ends KILLED, and its trace
+    says what happened to the folder instead of a traceback."""
+    launch_gate(tmp_path, "x=1", "gate=", "+hydra.launcher.additional_parameters.hold=true")
+    coll = test_db["gate"]
+    array = coll.find_one({"_id": 1})["slurm"][0]["array_id"]
+    [folder] = list(tmp_path.glob("multirun/**/.submitit"))
+    shutil.rmtree(folder)
+    job_folder = folder / f"{array}_0"
+    if how == "replaced":
+        job_folder.mkdir(parents=True, mode=0o700)
+    subprocess.run(["scontrol", "release", str(array)], check=True)
+    wait_until("the job ends", lambda: squeue_tasks(array) == {})
+    seml_ok("gate", "status")  # detects the dead job
+    doc = coll.find_one({"_id": 1})
+    assert doc["status"] == "KILLED"
+    trace = "".join(doc["fail_trace"])
+    assert "Traceback" not in trace
+    # the folder of the array's sbatch script: the reason names it
+    assert f"the job's submitit folder {folder / str(array)} is gone (deleted or replaced" in trace
+    if how == "replaced":
+        log = (job_folder / f"{array}_0_0_log.out").read_text()
+        assert log.startswith(f"seml-hydra: the job's pickle {job_folder}/{array}_0_submitted")
+        assert "Traceback" not in (job_folder / f"{array}_0_0_log.err").read_text()
+
+
+def test_a_job_folder_another_user_made_first_in_tmp_cancels_the_array_before_it_starts(
+    slurm, test_db, tmp_path, other_user
+):
+    """``submitit_folder=/tmp/<name>-%j``: /tmp is fine at launch (sticky), but another user
+    can make ``/tmp/<name>-<next job id>_0`` first, with a link where Slurm will write the
+    job's output. submitit then moves the pickle into their folder: the launcher sees it
+    before the array starts, cancels it, and nothing is written through the link."""
+    name = f"/tmp/seml-hydra-race-{secrets.token_hex(4)}"
+    victim = tmp_path / "victim-file"
+    victim.write_text("precious\n")
+    tmp_path.chmod(0o755)  # the link's target must be reachable for the attack to matter
+    probe = subprocess.run(  # the latest job id: the next ones follow it
+        ["sbatch", "--parsable", "--hold", "--wrap=true"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    subprocess.run(["scancel", probe], check=True)
+    first = int(probe.split(";")[0])
+    script = (
+        f"for i in $(seq {first + 1} {first + 300}); do mkdir -m 0777 {name}-${{i}}_0 && "
+        f"ln -s {victim} {name}-${{i}}_0/${{i}}_0_0_log.out; done"
+    )
+    try:
+        other_user.run("sh", "-c", script, check=True, timeout=120)
+        proc = launch_gate(tmp_path, "x=1", "gate=", f"hydra.launcher.submitit_folder={name}-%j",
+                           check=False)  # fmt: skip
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert f"is a directory of another user (uid {other_user.uid})" in proc.stderr
+        assert "the array was cancelled before it started" in proc.stderr
+        assert statuses(test_db["gate"]) == {1: "STAGED"}
+        array = test_db["gate"].find_one({"_id": 1})["slurm"][0].get("array_id")
+        assert array is None
+        assert victim.read_text() == "precious\n"
+    finally:
+        subprocess.run(f"rm -rf {name}-*", shell=True, check=False)
+
+
+def test_a_job_refuses_a_pythonpath_entry_opened_to_others_since_the_launch(
+    slurm, test_db, tmp_path, shared_tmp, other_user
+):
+    """The jobs inherit the launch's PYTHONPATH: an entry others may add files to by the time
+    the job starts (here: after the launch judged it) stops the job before it loads its
+    pickle, in one line of its log."""
+    lib = shared_tmp
+    lib.mkdir(mode=0o755)
+    proc = run_app(GATE_APP, "-m", "hydra/launcher=seml", "hydra.launcher.wait=false", "x=1",
+                   "gate=", "+hydra.launcher.additional_parameters.hold=true", cwd=tmp_path,
+                   env={"PYTHONPATH": str(lib)})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    array = test_db["gate"].find_one({"_id": 1})["slurm"][0]["array_id"]
+    lib.chmod(0o1777)
+    pwned = tmp_path / "pwned"  # what their module writes if it runs as the job's user
+    other_user.run("sh", "-c", f"cat > {lib}/submitit.py",
+                   input=f"open({str(pwned)!r}, 'w').write('ran')\n", check=True)  # fmt: skip
+    subprocess.run(["scontrol", "release", str(array)], check=True)
+    wait_until("the job ends", lambda: squeue_tasks(array) == {})
+    [log] = list(tmp_path.glob("multirun/**/.submitit/**/*_log.err"))
+    lines = log.read_text().splitlines()
+    assert lines == [
+        f"seml-hydra: not starting the job: PYTHONPATH entry '{lib}': {lib} is a directory "
+        "other users can add files to (mode 1777), so another user could put a module (a "
+        f"sitecustomize.py too) there that your jobs would run as you. Take it out of "
+        "PYTHONPATH (or take others' write access away); nothing was run."
+    ]
+    assert not pwned.exists()  # their submitit.py was never imported

@@ -13,8 +13,9 @@ from conftest import snapshot_files as files_of
 
 from seml_hydra.manage.inspection import snapshot_of
 from seml_hydra.manage.selection import ManageError
-from seml_hydra.store import snapshot as snapshots
-from seml_hydra.store import sources, tunnel
+from seml_hydra.store.server import tunnel
+from seml_hydra.store.snapshot import node as snapshots
+from seml_hydra.store.snapshot import sources
 
 
 def make_project(tmp_path: Path) -> Path:
@@ -406,7 +407,7 @@ def test_a_snapshot_base_taken_by_another_user_is_passed_over_with_a_warning(
         fallback.chmod(0o777)
         (fallback / "planted_d.py").write_text("VALUE = 667\n")
     path_before = list(sys.path)
-    with caplog.at_level(logging.WARNING, logger="seml_hydra.store.tunnel"):
+    with caplog.at_level(logging.WARNING, logger="seml_hydra.store.server.tunnel"):
         with snapshots.materialized(test_db, snapshot, f"semltest_44_{len(planted_as)}") as where:
             assert import_value("planted_d") == 1
             if planted_as == "home taken too":
@@ -588,7 +589,7 @@ def test_a_snapshot_is_read_in_two_queries_whatever_its_number_of_files(test_db,
     import pymongo
     from pymongo import monitoring
 
-    from seml_hydra.store.snapshot import read_sources
+    from seml_hydra.store.snapshot.node import read_sources
 
     fs = gridfs.GridFS(test_db)
     contents = {f"pkg/m{i}.py": f"x = {i}\n".encode() for i in range(20)}
@@ -721,8 +722,8 @@ def test_a_real_launch_survives_a_delete_or_drop_while_it_stages(test_db, tmp_pa
                 "import runpy, sys",
                 "import seml_hydra.launch.stage as st",
                 "from seml_hydra.manage import lifecycle as manage",
-                "from seml_hydra.store.client import connect",
-                "from seml_hydra.store.settings import resolve_db_settings",
+                "from seml_hydra.store.db.client import connect",
+                "from seml_hydra.store.db.settings import resolve_db_settings",
                 "real = st.Stager.add_chunk",
                 "def racy(self, *args, **kwargs):",
                 "    db = connect(resolve_db_settings(None))",

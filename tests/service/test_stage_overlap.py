@@ -141,7 +141,7 @@ def test_an_insert_that_hits_another_launchs_id_leaves_that_experiment(db_url, t
     # (duplicate key), and only what we inserted is removed: SEML's STAGED experiment stays.
     from pymongo.errors import BulkWriteError
 
-    from seml_hydra.store.collections import COUNTERS_COLLECTION
+    from seml_hydra.store.db.collections import COUNTERS_COLLECTION
 
     test_db[COUNTERS_COLLECTION].insert_one({"_id": f"{COLLECTION}._id", "value": 0})
     theirs = {"_id": 2, "status": "STAGED", "config_hash": "theirs", "batch_id": 1}

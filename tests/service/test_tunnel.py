@@ -23,10 +23,10 @@ import pytest
 import yaml
 from conftest import MONGO_URL, ROOT, machine_lock, run_app, wait_until
 
-from seml_hydra.store import tunnel
-from seml_hydra.store.client import connect, reset_client_cache
+from seml_hydra.store.db.client import connect, reset_client_cache
+from seml_hydra.store.db.settings import resolve_db_settings
 from seml_hydra.store.errors import DatabaseError
-from seml_hydra.store.settings import resolve_db_settings
+from seml_hydra.store.server import tunnel
 
 SSHD_PORT = int(os.environ.get("SEML_TEST_SSHD_PORT", "22022"))
 SSHD_DIR = Path(os.environ.get("SEML_TEST_SSHD_DIR", "/tmp/seml-hydra-sshd"))
@@ -144,7 +144,7 @@ def worker_pids(runtime: Path) -> list[int]:
             cmd = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"seml_hydra.store.tunnel_worker" in cmd and any(
+        if b"seml_hydra.store.server.tunnel_worker" in cmd and any(
             str(runtime).encode() in c for c in cmd
         ):
             pids.append(int(proc.name))
@@ -244,7 +244,7 @@ def test_ssh_config_is_resolved_and_connect_goes_through_the_tunnel(tunnel_env, 
     assert mongo_user["client"][mongo_user["database"]]["probe"].find_one() == {"_id": 1}
     # the worker runs our module, never the caller's script
     cmd = Path(f"/proc/{state['pid']}/cmdline").read_bytes().split(b"\0")
-    assert cmd[1:3] == [b"-m", b"seml_hydra.store.tunnel_worker"]
+    assert cmd[1:3] == [b"-m", b"seml_hydra.store.server.tunnel_worker"]
     assert os.readlink(f"/proc/{state['pid']}/cwd") == str(tunnel_env["runtime"])
 
 
@@ -289,7 +289,7 @@ def test_a_runtime_dir_another_user_took_is_passed_over_and_the_tunnel_opens(
         monkeypatch.setenv("HOME", str(home))
         taken = shared / f"seml-hydra-{os.getuid()}"
         other_user.run("mkdir", "-m", "777", str(taken), check=True)
-        with caplog.at_level(logging.WARNING, logger="seml_hydra.store.tunnel"):
+        with caplog.at_level(logging.WARNING, logger="seml_hydra.store.server.tunnel"):
             db = connect(resolve_db_settings(None))
             assert db.command("ping")["ok"] == 1
         fallback = home / ".cache" / "seml-hydra" / "run" / socket.gethostname()
@@ -324,7 +324,7 @@ def test_a_home_too_long_for_a_socket_path_falls_back_to_a_directory_of_the_proc
     home = tmp_path / ("h" * 100)
     env = {"HOME": str(home)}
     try:
-        with caplog.at_level(logging.WARNING, logger="seml_hydra.store.tunnel"):
+        with caplog.at_level(logging.WARNING, logger="seml_hydra.store.server.tunnel"):
             paths = tunnel.tunnel_paths("0123456789abcdef", env)
             again = tunnel.tunnel_paths("0123456789abcdef", env)
         where = paths["socket"].parent
@@ -360,8 +360,8 @@ def test_bad_ssh_host_or_unreachable_mongodb_fail_clearly(tunnel_env, tmp_path):
 
 HOLDER = """
 import sys, time
-from seml_hydra.store.client import connect
-from seml_hydra.store.settings import resolve_db_settings
+from seml_hydra.store.db.client import connect
+from seml_hydra.store.db.settings import resolve_db_settings
 db = connect(resolve_db_settings(None))
 print(db.client.address[0], flush=True)
 for line in sys.stdin:          # 'ping' -> one round trip through the tunnel

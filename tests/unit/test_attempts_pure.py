@@ -84,3 +84,31 @@ def test_the_move_is_one_pipeline_history_first_then_the_new_values_taken_litera
     assert pipeline[2] == {"$unset": ["a", "b"]}
     keep = pipeline[0]["$set"]["attempts"]["$cond"][1]["$slice"]
     assert keep[1] == -attempts.HISTORY_LIMIT == -20
+
+
+def test_print_attempts_stop_time_is_a_time_of_day_on_the_start_day():
+    from datetime import datetime
+
+    from seml_hydra.core.attempts import stop_label
+
+    start = datetime(2026, 12, 1, 23, 0)
+    assert stop_label(start, datetime(2026, 12, 1, 23, 30, 5)) == "23:30:05"
+    assert stop_label(start, datetime(2026, 12, 2, 0, 30)) == "2026-12-02 00:30:00"
+    assert stop_label(None, datetime(2026, 12, 2, 0, 30)) == "2026-12-02 00:30:00"
+    assert stop_label(start, None) == ""
+
+
+def test_print_attempts_reasons_wrap_within_the_width_and_keep_every_character():
+    from seml_hydra.core.attempts import ended_lines
+
+    why = "OSError: cannot open /data/" + "x" * 120 + " after 3 retries"
+    entries = [
+        {"attempt": 1, "status": "FAILED", "fail_trace_tail": ["Traceback\n", why + "\n"]},
+        {"attempt": 2, "status": "RUNNING", "current": True},  # nothing to say yet
+    ]
+    lines = ended_lines(entries, 80)
+    assert lines[0].startswith("  #1 FAILED: OSError: cannot open /data/xxx")
+    assert all(len(line) <= 80 for line in lines) and len(lines) >= 3
+    assert "".join(line.strip() for line in lines).replace(" ", "") == (
+        "#1FAILED:" + why.replace(" ", "")
+    )

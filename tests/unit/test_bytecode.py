@@ -1,4 +1,4 @@
-"""seml_hydra.store.bytecode: the compiled code of a snapshot's modules kept by content when a
+"""seml_hydra.store.snapshot.bytecode: the compiled code of a snapshot's modules kept by content when a
 snapshot directory goes, and given to a later directory with the same sources, so that their
 import loads it instead of compiling; a changed source is compiled as before. The imports run
 in fresh interpreters that report what they compiled."""
@@ -14,7 +14,12 @@ from pathlib import Path
 
 from conftest import MODULE_SOURCE, import_fresh, module_project
 
-from seml_hydra.store.bytecode import KEEP_DAYS, checked_hash_pyc, restore_bytecode, store_bytecode
+from seml_hydra.store.snapshot.bytecode import (
+    KEEP_DAYS,
+    checked_hash_pyc,
+    restore_bytecode,
+    store_bytecode,
+)
 
 SOURCE = (
     "VALUE = 41\n\n\ndef where():\n    import inspect\n    return inspect.getsourcefile(where)\n"
@@ -97,7 +102,7 @@ def test_bytecode_of_an_optimizing_interpreter_is_not_given_to_another(tmp_path)
         directory.mkdir()
         (directory / "m.py").write_text(source)
     store = (
-        "import m, pathlib\nfrom seml_hydra.store.bytecode import store_bytecode\n"
+        "import m, pathlib\nfrom seml_hydra.store.snapshot.bytecode import store_bytecode\n"
         f"print(m.DEBUG, store_bytecode(pathlib.Path({str(first)!r}), pathlib.Path({str(cache)!r})))"
     )
     assert _run(first, store, "-O") == "False 1"

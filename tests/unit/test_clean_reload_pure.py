@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from seml_hydra.manage.clean import Garbage, artifact_run_id, counter_owner
 from seml_hydra.manage.reload import module_candidates, refusal, split_reloadable
-from seml_hydra.store.sources import config_dirs_of
+from seml_hydra.store.snapshot.sources import config_dirs_of
 
 
 def test_split_reloadable_keeps_staged_failed_killed_interrupted_and_old_queued():
@@ -77,7 +77,7 @@ def test_chunks_without_a_file_are_abandoned_only_when_all_are_older_than_the_cu
 
     from bson import ObjectId
 
-    from seml_hydra.store.sources import chunks_abandoned
+    from seml_hydra.store.snapshot.sources import chunks_abandoned
 
     now = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
     old, new = ObjectId.from_datetime(now - timedelta(hours=2)), ObjectId.from_datetime(now)

@@ -1,4 +1,4 @@
-"""seml_hydra.store.database and seml_hydra.store.embedded without a server: settings precedence, config
+"""seml_hydra.store.database and seml_hydra.store.server.embedded without a server: settings precedence, config
 files, job configuration, password masking, collection names (the server parts:
 tests/service/test_database_server.py)."""
 
@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from conftest import SECRET, write_config
 
-from seml_hydra.store.client import connect, get_collection
-from seml_hydra.store.collections import (
+from seml_hydra.store.db.client import connect, get_collection
+from seml_hydra.store.db.collections import (
     validate_collection_name,
 )
-from seml_hydra.store.embedded import ensure_embedded_mongod
+from seml_hydra.store.db.job_db import job_db_config, job_db_environment
+from seml_hydra.store.db.settings import DbSettings, resolve_db_settings
 from seml_hydra.store.errors import DatabaseError, InvalidCollectionName
-from seml_hydra.store.job_db import job_db_config, job_db_environment
 from seml_hydra.store.masking import mask_credentials
-from seml_hydra.store.settings import DbSettings, resolve_db_settings
+from seml_hydra.store.server.embedded import ensure_embedded_mongod
 
 REPO = Path(__file__).resolve().parents[2]
 MONGO_URL = os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
@@ -84,7 +84,7 @@ def test_a_config_file_other_users_can_read_is_warned_about_once_with_the_fix(en
     a 0600 file. In a subprocess, as the ``seml`` CLI runs (logging not configured)."""
     path = write_config(tmp_path / "m.config")
     code = (
-        "from seml_hydra.store.settings import resolve_db_settings\n"
+        "from seml_hydra.store.db.settings import resolve_db_settings\n"
         "for _ in range(3):\n    resolve_db_settings(None)\n"
     )
     run_env = {"PATH": os.environ["PATH"], **env, "SEML_MONGODB_CONFIG": str(path)}
@@ -477,8 +477,8 @@ def test_the_unreachable_message_is_intact_whatever_the_password(password):
 
 def test_import_does_not_load_pymongo_or_yaml():
     code = (
-        "import sys, seml_hydra.store.collections, seml_hydra.store.job_db, "
-        "seml_hydra.store.embedded; "
+        "import sys, seml_hydra.store.db.collections, seml_hydra.store.db.job_db, "
+        "seml_hydra.store.server.embedded; "
         "print([m for m in ('pymongo', 'yaml', 'filelock') if m in sys.modules])"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -42,13 +42,13 @@ def failing(errors: list[BaseException], clock: FakeClock, cost_s: float = 5.0):
 def test_retrying_rides_out_connection_errors_with_backoff_and_one_log_line_each(caplog):
     from pymongo.errors import AutoReconnect, NetworkTimeout, ServerSelectionTimeoutError
 
-    from seml_hydra.store.retry import retrying
+    from seml_hydra.store.db.retry import retrying
 
     clock = FakeClock()
     errors = [ServerSelectionTimeoutError("h:1: refused"), AutoReconnect("x"), NetworkTimeout("y")]
     operation, calls = failing(errors, clock)
     seen = []
-    with caplog.at_level(logging.WARNING, logger="seml_hydra.store.retry"):
+    with caplog.at_level(logging.WARNING, logger="seml_hydra.store.db.retry"):
         result = retrying(
             operation,
             "saving X",
@@ -69,7 +69,7 @@ def test_retrying_rides_out_connection_errors_with_backoff_and_one_log_line_each
 def test_retrying_gives_up_after_its_budget_and_raises_the_connection_error():
     from pymongo.errors import ServerSelectionTimeoutError
 
-    from seml_hydra.store.retry import retrying
+    from seml_hydra.store.db.retry import retrying
 
     clock = FakeClock()
     errors = [ServerSelectionTimeoutError("down")] * 1000
@@ -83,7 +83,7 @@ def test_retrying_gives_up_after_its_budget_and_raises_the_connection_error():
 def test_retrying_does_not_retry_other_errors_nor_with_a_zero_budget():
     from pymongo.errors import AutoReconnect, DuplicateKeyError
 
-    from seml_hydra.store.retry import retrying
+    from seml_hydra.store.db.retry import retrying
 
     clock = FakeClock()
     operation, calls = failing([DuplicateKeyError("dup")], clock)
@@ -97,8 +97,8 @@ def test_retrying_does_not_retry_other_errors_nor_with_a_zero_budget():
 
 
 def test_retry_budget_comes_from_the_environment_and_a_bad_value_is_one_clear_error():
+    from seml_hydra.store.db.retry import DEFAULT_RETRY_S, retry_budget_s
     from seml_hydra.store.errors import DatabaseError
-    from seml_hydra.store.retry import DEFAULT_RETRY_S, retry_budget_s
 
     assert retry_budget_s({}) == DEFAULT_RETRY_S == 300
     assert retry_budget_s({"SEML_MONGODB_RETRY_S": "42.5"}) == 42.5
@@ -109,8 +109,8 @@ def test_retry_budget_comes_from_the_environment_and_a_bad_value_is_one_clear_er
 
 
 def test_a_multi_host_uri_is_accepted_and_every_host_is_checked():
+    from seml_hydra.store.db.settings import resolve_db_settings
     from seml_hydra.store.errors import DatabaseError
-    from seml_hydra.store.settings import resolve_db_settings
 
     url = "mongodb://127.0.0.1:27018,127.0.0.1:27019,127.0.0.1:27020/db?replicaSet=rs"
     settings = resolve_db_settings({"url": url}, env={})
@@ -123,7 +123,7 @@ def test_a_multi_host_uri_is_accepted_and_every_host_is_checked():
 
 
 def test_metrics_kept_for_the_next_heartbeat_are_sent_before_the_new_ones():
-    from seml_hydra.job.observed import _merge_metrics
+    from seml_hydra.job.observer import _merge_metrics
 
     earlier = {"loss": {"steps": [0, 1], "values": [1.0, 0.5], "timestamps": ["a", "b"]}}
     later = {

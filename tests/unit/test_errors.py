@@ -10,8 +10,8 @@ from seml_hydra.launch.submit import JobFilesError, SubmissionError
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.slurm.client import SlurmError
 from seml_hydra.store.errors import DatabaseError, InvalidCollectionName
-from seml_hydra.store.snapshot import SourceSnapshotError
-from seml_hydra.store.tunnel import RuntimeDirError, TunnelError
+from seml_hydra.store.server.tunnel import RuntimeDirError, TunnelError
+from seml_hydra.store.snapshot.node import SourceSnapshotError
 
 USER_ERRORS = [
     LaunchError,

@@ -20,7 +20,7 @@ def test_max_failures_null_or_at_least_one_is_accepted(value):
     validate_launcher(launcher(max_failures=value))
 
 
-@pytest.mark.parametrize("value", [0, -1, True, 1.5, "2"])
+@pytest.mark.parametrize("value", [0, -1, True, False, 1.5, "2", "abc"])
 def test_max_failures_below_one_is_refused_before_staging_in_one_line(value):
     with pytest.raises(ValueError) as error:
         validate_launcher(launcher(max_failures=value))
@@ -101,3 +101,22 @@ def test_the_waiting_launcher_names_the_failures_and_how_many_it_stopped():
     )
     assert fail_fast_message(docs, {"g": 3}, "c") is None
     assert fail_fast_message(docs, {}, "c") is None
+
+
+def test_start_says_the_limit_it_applies():
+    from seml_hydra.manage.start import StartedArray, fail_fast_lines
+
+    arrays = [
+        StartedArray("70", "gate_1", "slurm", "/f", [1, 2, 3], 2),
+        StartedArray("71", "gate_1", "slurm", "/f", [4, 5], 2),
+        StartedArray("72", "gate_2", "slurm", "/f", [6], None),
+    ]
+    assert fail_fast_lines(arrays, 2) == [
+        "Fail-fast: once 2 of the 5 experiment(s) started now ended FAILED, the others stop "
+        "(--max-failures 2)."
+    ]
+    assert fail_fast_lines(arrays[1:], None) == [
+        "Fail-fast: once 2 of the 2 experiment(s) started now ended FAILED, the others stop "
+        "(their launch's max_failures = 2)."
+    ]
+    assert fail_fast_lines(arrays[2:], None) == []

@@ -4,7 +4,11 @@ top and inside functions), and the sub-packages import only those below them."""
 from __future__ import annotations
 
 import ast
+import functools
+import re
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "seml_hydra"
 
@@ -43,6 +47,7 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
     found = modules()
     known = set(found)
@@ -99,4 +104,48 @@ def test_sub_packages_import_only_those_below_them():
             there = sub_package(target)
             if there and there != here and there not in ALLOWED[here]:
                 wrong.append(f"{name} -> {target}")
+    assert wrong == []
+
+
+#: packages whose docstring lists their parts lowest first, each importing only those before it
+LAYERED = [
+    "seml_hydra.store",
+    "seml_hydra.store.server",
+    "seml_hydra.store.db",
+    "seml_hydra.store.snapshot",
+]
+
+
+def listed_parts(docstring: str) -> list[str]:
+    """The parts a package's docstring lists, in order: its ``- ``name`` `` / ``- ``name/`` ``
+    lines (pure)."""
+    return re.findall(r"(?m)^- ``(\w+)/?``", docstring)
+
+
+def test_listed_parts_reads_modules_and_sub_packages_in_order():
+    assert listed_parts("Intro.\n\n- ``errors``  a.\n- ``server/`` b\n  - ``x`` no\n") == [
+        "errors",
+        "server",
+    ]
+
+
+@pytest.mark.parametrize("package", LAYERED)
+def test_layered_packages_list_every_part_and_import_only_those_before_it(package):
+    found = modules()
+    init = found[package]
+    order = listed_parts(ast.get_docstring(ast.parse(init.read_text())) or "")
+    depth = package.count(".") + 1
+    parts = {n.split(".")[depth] for n in found if n.startswith(package + ".")}
+    assert sorted(order) == sorted(parts), "the docstring lists every module and sub-package"
+    rank = {part: i for i, part in enumerate(order)}
+    wrong = []
+    for name, targets in graph().items():
+        if not name.startswith(package + "."):
+            continue
+        here = name.split(".")[depth]
+        for target in targets:
+            if target.startswith(package + ".") and target.split(".")[depth] != here:
+                there = target.split(".")[depth]
+                if rank[there] > rank[here]:
+                    wrong.append(f"{name} -> {target}")
     assert wrong == []

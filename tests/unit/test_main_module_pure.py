@@ -1,6 +1,6 @@
 """The app's script as a module on the node, without services: script objects pickled by name
 with a by-value fallback (``store.payload``), the script's path in the snapshot
-(``store.sources.script_in_snapshot``, ``job.main_module``), and loading it as ``__main__`` without its main guard."""
+(``store.snapshot.sources.script_in_snapshot``, ``job.main_module``), and loading it as ``__main__`` without its main guard."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from seml_hydra.job import main_module
 from seml_hydra.job.main_module import load_script, script_as_main, script_dir, script_path
 from seml_hydra.store.payload import dumps_main_by_name, loads_with_main, main_reference
-from seml_hydra.store.sources import script_in_snapshot
+from seml_hydra.store.snapshot.sources import script_in_snapshot
 
 SCRIPT = """
 import functools

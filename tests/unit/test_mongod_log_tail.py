@@ -1,11 +1,11 @@
-"""``store.mongod.log_tail`` keeps the error in view when mongod aborts with a backtrace (CI,
+"""``store.server.mongod.log_tail`` keeps the error in view when mongod aborts with a backtrace (CI,
 session 6: the embedded server's port was taken, the tail showed 8 stack frames, and
 ``start_on_free_port`` did not see "Address already in use", so it gave up instead of trying
 another port)."""
 
 import json
 
-from seml_hydra.store.mongod import log_tail
+from seml_hydra.store.server.mongod import log_tail
 
 
 def _line(msg, attr=None, severity="I"):

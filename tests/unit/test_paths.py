@@ -169,9 +169,10 @@ def test_a_directory_an_acl_opens_to_another_user_is_named(tmp_path):
     opened.chmod(0o755)
     subprocess.run(["setfacl", "-m", f"u:{OTHER_UID}:rwx", str(opened)], check=True)
     assert unsafe_path_part(opened / "multirun") == (
-        f"{opened} is a directory users its ACL names can write (mode 0775, no sticky bit)"
+        f"{opened} is a directory users of its ACL (user:{OTHER_UID}:rwx) can write "
+        "(mode 0775, no sticky bit)"
     )
-    assert "users its ACL names can write" in unsafe_import_dir(opened)
+    assert f"users of its ACL (user:{OTHER_UID}:rwx)" in unsafe_import_dir(opened)
 
 
 def test_relative_pythonpath_entries_are_left_out_of_the_jobs_environment():

@@ -127,23 +127,71 @@ def _optuna_median_decision(completed, mine, step, n_startup, warmup, direction)
     return study.pruner.prune(study, study._storage.get_trial(trial._trial_id))
 
 
-@pytest.mark.parametrize("mode", ["min", "max"])
-def test_median_decides_as_optunas_median_pruner(mode):
-    rng = random.Random(7 if mode == "min" else 8)
+def _median_cases(seed: int, n_steps: int):
+    """150 random cases ``(completed curves, my values so far, step, n_startup, warmup)``:
+    up to 8 completed experiments, each reporting 80% of ``n_steps`` steps."""
+    rng = random.Random(seed)
     for _ in range(150):
-        steps = list(range(6))
+        steps = list(range(n_steps))
         completed = [
             {s: float(rng.randint(0, 9)) for s in steps if rng.random() < 0.8}
             for _ in range(rng.randint(0, 8))
         ]
         step = rng.choice(steps)
         mine = {s: float(rng.randint(0, 9)) for s in steps if s <= step}
-        n_startup, warmup = rng.randint(0, 5), rng.randint(0, 3)
+        yield completed, mine, step, rng.randint(0, 5), rng.randint(0, 3)
+
+
+def _our_median_decision(completed, mine, step, mode, **params) -> bool:
+    at_step = [c[step] for c in completed if step in c]
+    best = pruning.best_value(list(mine.values()), mode)
+    return median_prunes(best, at_step, len(completed), step, median(mode=mode, **params))
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_median_decides_as_optunas_median_pruner(mode):
+    for completed, mine, step, n_startup, warmup in _median_cases(7 if mode == "min" else 8, 6):
         expected = _optuna_median_decision(completed, mine, step, n_startup, warmup, mode + "imize")
-        p = median(mode=mode, min_experiments=n_startup, warmup_steps=warmup)
-        at_step = [c[step] for c in completed if step in c]
-        best = pruning.best_value(list(mine.values()), mode)
-        assert median_prunes(best, at_step, len(completed), step, p) == expected
+        ours = _our_median_decision(
+            completed, mine, step, mode, min_experiments=n_startup, warmup_steps=warmup
+        )
+        assert ours == expected
+
+
+def test_median_decides_nothing_at_or_past_max_step_and_as_optunas_before_it():
+    """Before ``max_step`` the median rule is Optuna's MedianPruner's decision; at the run's
+    last step and past it nothing is stopped, even a value far worse than the median."""
+    for completed, mine, step, n_startup, warmup in _median_cases(9, 7):
+        decided = _our_median_decision(
+            completed, mine, step, "min", min_experiments=n_startup, warmup_steps=warmup, max_step=4
+        )
+        if step >= 4:
+            assert decided is False
+        else:
+            optuna_says = _optuna_median_decision(
+                completed, mine, step, n_startup, warmup, "minimize"
+            )
+            assert decided == optuna_says
+    worst = [1.0, 1.0, 1.0, 1.0, 1.0]
+    assert median_prunes(9.0, worst, 5, 3, median(max_step=4)) is True
+    assert median_prunes(9.0, worst, 5, 4, median(max_step=4)) is False  # its last step
+    assert median_prunes(9.0, worst, 5, 5, median(max_step=4)) is False  # past it
+    assert median_prunes(math.nan, worst, 5, 4, median(max_step=4)) is False
+
+
+def test_median_and_asha_stop_deciding_at_the_same_max_step():
+    for max_step in (1, 3, 9, 10, 27):
+        a, m = asha(max_step=max_step), median(max_step=max_step, min_experiments=1)
+        for step in range(1, 40):
+            asha_decides = (
+                bool(rungs_reached(a, step, 0))
+                and max(pruning.rung_step(a, r) for r in rungs_reached(a, step, 0)) == step
+            )
+            median_decides = median_prunes(9.0, [1.0], 1, step, m)
+            if step >= max_step:
+                assert not asha_decides and not median_decides, (max_step, step)
+            elif asha_decides:
+                assert median_decides, (max_step, step)
 
 
 # -- the launcher field ----------------------------------------------------------------------
@@ -154,7 +202,7 @@ def test_null_is_off_and_defaults_are_filled_in():
     p = asha()
     assert (p.rule, p.metric, p.mode) == ("asha", "loss", "min")
     assert dict(p.params) == {"min_step": 1, "reduction_factor": 3, "max_step": None}
-    assert dict(median().params) == {"warmup_steps": 0, "min_experiments": 5}
+    assert dict(median().params) == {"warmup_steps": 0, "min_experiments": 5, "max_step": None}
 
 
 @pytest.mark.parametrize(
@@ -178,3 +226,13 @@ def test_a_bad_pruner_is_refused_in_one_line(node, message):
     with pytest.raises(ValueError, match=message) as caught:
         parse_pruner(node)
     assert "\n" not in str(caught.value)
+
+
+def test_the_unreported_metric_message_names_it_and_what_was_reported():
+    message = pruning.unreported_message("val_loss", ["loss", "acc"])
+    assert message.startswith(
+        "hydra.launcher.pruner watches the metric 'val_loss', which the task never reported "
+        "with seml_hydra.report (it reported 'acc', 'loss'), so nothing was stopped early"
+    )
+    assert "\n" not in message
+    assert "(it reported" not in pruning.unreported_message("loss", [])

@@ -9,7 +9,7 @@ import pytest
 
 import seml_hydra
 from seml_hydra.job import metrics, pruning, rank, requeue, runner
-from seml_hydra.store import results
+from seml_hydra.store import errors, results
 
 
 @pytest.mark.parametrize(
@@ -22,6 +22,7 @@ from seml_hydra.store import results
         ("requeues", requeue),
         ("get_results", results),
         ("get_metrics", results),
+        ("CollectionNotFound", errors),
     ],
 )
 def test_the_apps_api_is_on_the_top_level_package(name, module):

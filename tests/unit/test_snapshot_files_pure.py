@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from seml_hydra.store.snapshot import imported_files, legacy_root, snapshot_path
-from seml_hydra.store.sources import left_out_line, project_python_files, select_sources
+from seml_hydra.store.snapshot.node import imported_files, legacy_root, snapshot_path
+from seml_hydra.store.snapshot.sources import left_out_line, project_python_files, select_sources
 
 
 def git(root: Path, *args: str) -> None:
@@ -50,7 +50,7 @@ def test_a_project_outside_git_is_walked_without_hidden_folders_and_virtualenvs(
 def test_a_large_folder_outside_git_is_walked_only_so_far_and_the_line_says_so(
     tmp_path, monkeypatch
 ):
-    from seml_hydra.store import sources
+    from seml_hydra.store.snapshot import sources
 
     monkeypatch.setattr(sources, "MAX_WALKED_ENTRIES", 5)
     for i in range(8):

@@ -1,10 +1,10 @@
 """The key a code snapshot is materialized under on a node
-(``seml_hydra.store.snapshot.snapshot_key``): the same for every task running the same files,
+(``seml_hydra.store.snapshot.node.snapshot_key``): the same for every task running the same files,
 so the tasks of a batch on one node share one directory. Pure."""
 
 from __future__ import annotations
 
-from seml_hydra.store.snapshot import snapshot_key
+from seml_hydra.store.snapshot.node import snapshot_key
 
 FILES = [["app.py", "65f0c0ffee0000000000000a"], ["conf/config.yaml", "65f0c0ffee0000000000000b"]]
 

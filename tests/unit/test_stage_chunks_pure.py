@@ -146,6 +146,21 @@ def test_request_groups_keep_batches_and_executors_apart():
     assert [g.exp_ids for g in grouped.groups] == [[1], [2], [3]]
 
 
+def test_popped_requests_leave_their_groups_and_name_their_groups_first_request():
+    # points 7 and 9 of this launch were staged by another launch: taken out, with the request
+    # (launcher, executor) that stood for them
+    small, big = launcher(mem_gb=1), launcher(mem_gb=64)
+    grouped = RequestGroups()
+    grouped.add([SubmitRequest(i, small, "p", 4, "slurm") for i in (6, 7)])
+    grouped.add([SubmitRequest(i, big, "p", 4, "slurm") for i in (8, 9)])
+    popped = grouped.pop({7, 9, 11})
+    assert {i: r.exp_id for i, r in popped.items()} == {7: 6, 9: 8}
+    assert popped[9].launcher is big
+    assert [g.exp_ids for g in grouped.groups] == [[6], [8]]
+    grouped.pop({6})
+    assert [g.exp_ids for g in grouped.groups] == [[8]]
+
+
 def test_a_full_move_to_pending_needs_no_read_back():
     from types import SimpleNamespace
 

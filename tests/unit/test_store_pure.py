@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import pytest
 
-from seml_hydra.store.collections import is_reserved_collection, validate_collection_name
+from seml_hydra.store.db.collections import is_reserved_collection, validate_collection_name
 from seml_hydra.store.errors import InvalidCollectionName
 from seml_hydra.store.masking import scrub
 from seml_hydra.track.cache import is_listed_collection
@@ -102,7 +102,7 @@ def test_the_names_refused_as_the_seml_commands_own_are_its_root_commands():
     import typer
 
     from seml_hydra.cli.app import app
-    from seml_hydra.store.collections import CLI_WORDS
+    from seml_hydra.store.db.collections import CLI_WORDS
 
     root = typer.main.get_command(app)
     assert set(root.commands) == set(CLI_WORDS)

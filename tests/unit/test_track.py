@@ -36,7 +36,7 @@ def test_killed_trace_is_the_head_then_each_files_last_lines_or_why_it_was_not_r
     ["seml_hydra_counters", "metrics", "fs", "fs.files", "system.views", "seml_hydra_metrics.a"],
 )
 def test_reserved_collections_are_not_listed(name):
-    """One list of reserved names (``store.collections.is_reserved_collection``): ``fs`` too."""
+    """One list of reserved names (``store.db.collections.is_reserved_collection``): ``fs`` too."""
     assert not is_listed_collection(name)
 
 

@@ -1,5 +1,5 @@
 """Code snapshots, the node side: find a document's snapshot (its launch's manifest, or the
-list older documents carry: :func:`load_snapshot`; stored by :mod:`seml_hydra.store.sources`),
+list older documents carry: :func:`load_snapshot`; stored by :mod:`seml_hydra.store.snapshot.sources`),
 write it into a directory, and run a job inside it.
 
 On the node, each job writes the snapshot once per node into a directory it creates inside this
@@ -27,14 +27,17 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.processes import process_alive, process_start
-from seml_hydra.store.bytecode import CACHE_DIR, restore_bytecode, store_bytecode
-from seml_hydra.store.retry import retrying
-from seml_hydra.store.sources import is_project_file, read_manifest
-from seml_hydra.store.tunnel import RuntimeDirError, private_dir_problem, runtime_dir
+from seml_hydra.store.db.retry import retrying
+from seml_hydra.store.server.tunnel import RuntimeDirError, private_dir_problem, runtime_dir
+from seml_hydra.store.snapshot.bytecode import CACHE_DIR, restore_bytecode, store_bytecode
+from seml_hydra.store.snapshot.sources import is_project_file, read_manifest
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Database
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +56,9 @@ class Snapshot:
     root: str | None
 
 
-def load_snapshot(db: Any, seml: Mapping[str, Any]) -> Snapshot | None:
+def load_snapshot(db: Database, seml: Mapping[str, Any]) -> Snapshot | None:
     """The code snapshot a document's ``seml`` block names: its launch's manifest
-    (``seml.source_manifest``, ``store.sources.read_manifest``), else the list documents of
+    (``seml.source_manifest``, ``store.snapshot.sources.read_manifest``), else the list documents of
     earlier versions carry (``seml.source_files``; the root then from ``seml.executable`` and
     ``seml.main_file``, when it has them). None when it names none (``snapshot=false``).
 
@@ -104,7 +107,7 @@ def snapshot_path(
     snapshot ``directory``: the launch folder, the script's folder, ``PYTHONPATH`` and the
     paths an editable install of the project adds all import the launch-time files, never the
     live tree. Kept as they are: entries elsewhere, those of installed packages and
-    virtualenvs under the root (``store.sources.is_project_file``) and those under the
+    virtualenvs under the root (``store.snapshot.sources.is_project_file``) and those under the
     ``interpreter``'s prefixes (its standard library and environment, whatever root a forged
     manifest names); nothing is replaced without ``live_root``. Reads the file system only to
     tell virtualenvs."""
@@ -141,7 +144,7 @@ def imported_files(
 
 
 def read_sources(
-    db: Any, source_files: Sequence[Sequence[Any]], target: Path
+    db: Database, source_files: Sequence[Sequence[Any]], target: Path
 ) -> list[tuple[Path, bytes]]:
     """The files of a snapshot (``seml.source_files``) as ``(path under target, content)``.
 
@@ -173,7 +176,7 @@ def read_sources(
     return out
 
 
-def gridfs_contents(db: Any, file_ids: Sequence[Any]) -> dict[Any, bytes]:
+def gridfs_contents(db: Database, file_ids: Sequence[Any]) -> dict[Any, bytes]:
     """``{file id: content}`` of the complete GridFS files among ``file_ids``, in two queries
     whatever their number (``fs.files`` lengths, then ``fs.chunks`` in ``(files_id, n)`` order,
     the index GridFS keeps; the layout is the GridFS specification's). A file whose chunks do
@@ -190,7 +193,7 @@ def gridfs_contents(db: Any, file_ids: Sequence[Any]) -> dict[Any, bytes]:
     return {i: data for i, data in contents.items() if len(data) == lengths[i]}
 
 
-def write_sources(db: Any, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
+def write_sources(db: Database, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
     """Write a snapshot (``seml.source_files``) into ``target``; returns the paths written.
 
     Safe to run again: a file already there with the snapshot's content is left as it is, and
@@ -280,7 +283,7 @@ def _same_content(dir_fd: int, name: str, data: bytes) -> bool:
         return stream.read(len(data) + 1) == data
 
 
-def foreign_files(db: Any, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
+def foreign_files(db: Database, source_files: Sequence[Sequence[Any]], target: Path) -> list[Path]:
     """The files in ``target`` that are not the snapshot's: not in it, with other content, or
     symbolic links (what writing the snapshot there would mix with or overwrite). Raises as
     :func:`read_sources`."""
@@ -402,7 +405,7 @@ def remove_stale_snapshots(base: Path, host: str, *, skip: str = "") -> list[str
 
 def snapshot_base() -> Path:
     """The private directory the snapshots of this user live in: the per-user runtime
-    directory (``seml_hydra.store.tunnel.runtime_dir``: mode 0700, checked with ``lstat`` to be a
+    directory (``seml_hydra.store.server.tunnel.runtime_dir``: mode 0700, checked with ``lstat`` to be a
     directory of this user that nobody else can write). When another user took the usual
     name first (``<tmp>/seml-hydra-<uid>``), that one warns and uses a directory under the
     home, else a fresh one of this process: nothing is imported from the taken one.
@@ -430,7 +433,7 @@ def snapshot_key(cluster: str, source_files: Sequence[Sequence[Any]]) -> str:
 
 @contextlib.contextmanager
 def materialized(
-    db: Any,
+    db: Database,
     source_files: Sequence[Sequence[Any]],
     job_key: str,
     script_dir: str = "",
@@ -450,7 +453,7 @@ def materialized(
     directory; the other ranks reuse the directory the registry names; the last one to leave
     removes it, keeping the bytecode Python wrote for its modules in the node's cache, which
     gives the modules of a later directory with the same sources their compiled code
-    (``seml_hydra.store.bytecode``). Creating a directory also removes the leftovers of this
+    (``seml_hydra.store.snapshot.bytecode``). Creating a directory also removes the leftovers of this
     host's other killed jobs (:func:`remove_stale_snapshots`).
 
     Before anything is imported, the base and the snapshot directory are checked with

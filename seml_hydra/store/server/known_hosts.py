@@ -1,5 +1,5 @@
 """Checking an SSH host's key against ``known_hosts`` before anything is authenticated, as
-OpenSSH does (for the SSH tunnel process, :mod:`seml_hydra.store.tunnel_worker`).
+OpenSSH does (for the SSH tunnel process, :mod:`seml_hydra.store.server.tunnel_worker`).
 
 The files are read line by line (``@revoked`` and ``@cert-authority`` lines kept apart, since
 paramiko's ``HostKeys.load`` fails on them; malformed lines skipped with a warning). ``paramiko``
@@ -27,7 +27,7 @@ __all__ = [
 USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 
-log = logging.getLogger("seml_hydra.store.tunnel_worker.known_hosts")
+log = logging.getLogger("seml_hydra.store.server.tunnel_worker.known_hosts")
 
 
 def known_hosts_name(host: str, port: int) -> str:
@@ -224,4 +224,4 @@ def _fingerprint(key: Any) -> str:
     try:
         return str(key.fingerprint)  # "SHA256:..." (paramiko >= 3.2), as OpenSSH shows it
     except AttributeError:  # pragma: no cover - older paramiko
-        return key.get_fingerprint().hex(":")
+        return str(key.get_fingerprint().hex(":"))

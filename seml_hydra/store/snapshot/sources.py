@@ -14,10 +14,10 @@ list and the project root, with the ``collection_name`` and ``batch_id`` of the 
 files, so SEML 0.5.7's ``delete`` removes it with them. Each document names it
 (``seml.source_manifest``) instead of carrying the list, so documents do not grow with the
 snapshot. Documents of earlier versions carry the list itself (``seml.source_files``, SEML's
-field); every reader accepts both (``store.snapshot.load_snapshot``). A launch holds a lease on
+field); every reader accepts both (``store.snapshot.node.load_snapshot``). A launch holds a lease on
 the files and the manifest until its documents name them, so that a concurrent
 ``delete``/``drop`` (:func:`delete_unused_files`) leaves them alone. On the node,
-:mod:`seml_hydra.store.snapshot` writes the snapshot out and runs from it.
+:mod:`seml_hydra.store.snapshot.node` writes the snapshot out and runs from it.
 """
 
 from __future__ import annotations
@@ -31,10 +31,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core.processes import run_captured
-from seml_hydra.store.gitinfo import git_toplevel
+from seml_hydra.store.snapshot.gitinfo import git_toplevel
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Database
 
 #: files larger than this are not snapshotted (and reported), in KB
 DEFAULT_MAX_FILE_KB = 1024
@@ -257,7 +260,7 @@ def imported_module_files(modules: Mapping[str, Any] | None = None) -> list[str]
 
 
 def upload_sources(
-    db: Any,
+    db: Database,
     collection_name: str,
     batch_id: int,
     files: Sequence[SourceFile],
@@ -295,8 +298,9 @@ def upload_sources(
         fs_files.update_many(query, {"$push": {"metadata.leases": dict(lease)}})
         query = {**query, "metadata.leases.id": lease["id"]}
     existing: dict[tuple[str, str], Any] = {}
-    for f in fs_files.find(query, {"filename": 1, "metadata.content_hash": 1}):
-        existing.setdefault((f["filename"], f["metadata"]["content_hash"]), f["_id"])
+    for stored in fs_files.find(query, {"filename": 1, "metadata.content_hash": 1}):
+        key = (stored["filename"], stored["metadata"]["content_hash"])
+        existing.setdefault(key, stored["_id"])
     new = []
     out = []
     for f, content, digest in zip(files, data, digests):
@@ -328,7 +332,7 @@ def _new_id() -> Any:
 _CHUNK_SIZE = 255 * 1024
 
 
-def _put_files(db: Any, files: Sequence[tuple[Any, str, bytes, Mapping[str, Any]]]) -> None:
+def _put_files(db: Database, files: Sequence[tuple[Any, str, bytes, Mapping[str, Any]]]) -> None:
     """Write ``(id, filename, content, metadata)`` files into GridFS as ``GridFS.put`` writes
     each (the GridFS specification's layout: chunks of :data:`_CHUNK_SIZE` bytes in
     ``fs.chunks``, then the file's document in ``fs.files``, so a reader never sees a file
@@ -365,7 +369,7 @@ def _put_files(db: Any, files: Sequence[tuple[Any, str, bytes, Mapping[str, Any]
 
 
 def put_manifest(
-    db: Any,
+    db: Database,
     collection_name: str,
     batch_id: int,
     root: Path,
@@ -395,7 +399,7 @@ def put_manifest(
     return manifest_id
 
 
-def read_manifest(db: Any, manifest_id: Any) -> dict[str, Any] | None:
+def read_manifest(db: Database, manifest_id: Any) -> dict[str, Any] | None:
     """``{"root": str or None, "files": [[relative path, file id], ...]}`` of the manifest
     ``manifest_id`` (:func:`put_manifest`), or None when there is none with that id (deleted,
     or a forged id: one that is not an ObjectId, such as a query operator, finds none).
@@ -421,7 +425,7 @@ def read_manifest(db: Any, manifest_id: Any) -> dict[str, Any] | None:
     }
 
 
-def manifest_files(db: Any, query: Mapping[str, Any]) -> dict[str, list[str]]:
+def manifest_files(db: Database, query: Mapping[str, Any]) -> dict[str, list[str]]:
     """``{manifest id: [file id, ...]}`` (ids as strings) of the manifests matching ``query``
     (an ``fs.files`` filter, restricted to :data:`MANIFEST_TYPE`): what they keep in use.
     One query. Raises pymongo errors."""
@@ -449,7 +453,7 @@ def new_lease() -> dict[str, Any]:
     return {"id": uuid.uuid4().hex, "time": datetime.now(timezone.utc)}
 
 
-def release_lease(db: Any, lease_id: str) -> None:
+def release_lease(db: Database, lease_id: str) -> None:
     """Remove lease ``lease_id`` from every GridFS file (once the documents naming the files are
     stored, or the launch gave up)."""
     db["fs.files"].update_many(
@@ -477,7 +481,7 @@ def _unleased() -> dict[str, Any]:
 
 
 def unused_files(
-    db: Any, candidates: Mapping[str, Any], used: Callable[[], Iterable[str]]
+    db: Database, candidates: Mapping[str, Any], used: Callable[[], Iterable[str]]
 ) -> list[Any]:
     """The ids of the GridFS files :func:`delete_unused_files` would delete now (read only):
     those matching ``candidates`` without a live lease whose id is not in ``used()``."""
@@ -486,14 +490,14 @@ def unused_files(
     return [f["_id"] for f in found if str(f["_id"]) not in in_use]
 
 
-def has_live_lease(db: Any, candidates: Mapping[str, Any]) -> bool:
+def has_live_lease(db: Database, candidates: Mapping[str, Any]) -> bool:
     """Whether a file matching ``candidates`` carries a live lease (a launch is staging it)."""
     live = {"metadata.leases": {"$elemMatch": {"time": {"$gt": _stale_before()}}}}
     return db["fs.files"].find_one({"$and": [dict(candidates), live]}, {"_id": 1}) is not None
 
 
 def delete_unused_files(
-    db: Any, candidates: Mapping[str, Any], used: Callable[[], Iterable[str]]
+    db: Database, candidates: Mapping[str, Any], used: Callable[[], Iterable[str]]
 ) -> list[Any]:
     """Delete the GridFS files matching ``candidates`` (an ``fs.files`` filter) that no launch
     holds a live lease on and whose id is not in ``used()`` (the ids, as strings, documents
@@ -542,10 +546,10 @@ def chunks_abandoned(chunk_ids: Sequence[Any], before: datetime) -> bool:
 
     if not chunk_ids or not all(isinstance(i, ObjectId) for i in chunk_ids):
         return False
-    return max(i.generation_time for i in chunk_ids) < before
+    return bool(max(i.generation_time for i in chunk_ids) < before)
 
 
-def orphan_chunks(db: Any, *, dry_run: bool, min_age_s: float = LEASE_S) -> dict[Any, int]:
+def orphan_chunks(db: Database, *, dry_run: bool, min_age_s: float = LEASE_S) -> dict[Any, int]:
     """The GridFS chunks whose file is gone (no ``fs.files`` document with their
     ``files_id``: a ``delete`` or ``clean-db`` killed between removing the file and its chunks)
     and that were all written more than ``min_age_s`` seconds ago (:func:`chunks_abandoned`;
@@ -559,7 +563,7 @@ def orphan_chunks(db: Any, *, dry_run: bool, min_age_s: float = LEASE_S) -> dict
     ids, not the chunks' data. Raises pymongo errors."""
     before = datetime.now(timezone.utc) - timedelta(seconds=min_age_s)
     files, chunks = db["fs.files"], db["fs.chunks"]
-    pipeline = [
+    pipeline: list[dict[str, Any]] = [
         {"$sort": {"files_id": 1}},
         {"$group": {"_id": "$files_id"}},
         {"$lookup": {"from": "fs.files", "localField": "_id", "foreignField": "_id", "as": "f"}},

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from seml_hydra.store.db.settings import ENV_URI, DbSettings
 from seml_hydra.store.masking import url_has_password
-from seml_hydra.store.settings import ENV_URI, DbSettings
 
 __all__ = ["job_db_config", "job_db_environment"]
 
@@ -37,7 +37,7 @@ def job_db_config(
         launcher_db: the launch's ``hydra.launcher.db`` mapping, or None.
 
     Returns:
-        A ``db`` mapping for :func:`seml_hydra.store.settings.resolve_db_settings` on the
+        A ``db`` mapping for :func:`seml_hydra.store.db.settings.resolve_db_settings` on the
         node, or None.
     """
     return _job_db(settings, launcher_db)[0]

@@ -1,5 +1,5 @@
 """Collections: which names may hold experiments, where their metrics live, and the atomic id
-counters (:func:`next_ids`). (Opening one: :func:`seml_hydra.store.client.get_collection`.)
+counters (:func:`next_ids`). (Opening one: :func:`seml_hydra.store.db.client.get_collection`.)
 
 Experiment ids are handed out by :func:`next_ids`, an atomic counter that never collides with
 ids that SEML itself wrote (SEML 0.5 uses ``max(_id) + 1``, starting at 1). ``pymongo`` is
@@ -15,8 +15,7 @@ from seml_hydra.core.shell import seml_for
 from seml_hydra.store.errors import InvalidCollectionName
 
 if TYPE_CHECKING:
-    import pymongo.collection
-    import pymongo.database
+    from seml_hydra.core.schema import Collection, Database, ExperimentCollection
 
 __all__ = [
     "CLI_WORDS",
@@ -129,7 +128,7 @@ def validate_collection_name(name: str) -> str:
 
 
 def next_ids(
-    db: pymongo.database.Database,
+    db: Database,
     counter_name: str,
     n: int,
     floor: Callable[[], int | None] | None = None,
@@ -148,7 +147,7 @@ def next_ids(
     still never get the same ids. Without ``floor`` a new counter starts at 0 (first id 1).
 
     Args:
-        db: the database (from :func:`seml_hydra.store.client.connect`).
+        db: the database (from :func:`seml_hydra.store.db.client.connect`).
         counter_name: counter key, e.g. the experiment collection's name.
         n: number of ids to reserve (``>= 0``; 0 returns an empty range).
         floor: called only when the counter does not exist; returns the largest id already
@@ -234,7 +233,7 @@ CENSUS_FIELDS = (
 CENSUS_INDEX = "seml_hydra_census"
 
 
-def ensure_job_indexes(collection: pymongo.collection.Collection) -> bool:
+def ensure_job_indexes(collection: ExperimentCollection | Collection) -> bool:
     """Create the :data:`JOB_INDEXES` and the :data:`CENSUS_INDEX` of ``collection`` unless they
     exist (one ``createIndexes``
     round trip; building them once on a large collection takes a moment, after that MongoDB

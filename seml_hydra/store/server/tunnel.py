@@ -4,7 +4,7 @@
 MongoDB address (as seen from the SSH host). There is at most one tunnel per distinct
 configuration, per machine user and host: processes of one user on one machine share it.
 
-The tunnel runs in its own process, ``python -m seml_hydra.store.tunnel_worker`` (a small module of
+The tunnel runs in its own process, ``python -m seml_hydra.store.server.tunnel_worker`` (a small module of
 ours: it never imports the user's script), started with the SSH options on a pipe (never on the
 command line). It checks the SSH host's key against ``known_hosts`` before authenticating, and
 its SSH connection every few seconds, reconnecting under a listening socket that stays open, so
@@ -155,7 +155,7 @@ def _remove_process_dir(path: Path, pid: int) -> None:
 
 def runtime_dir(env: Mapping[str, str] | None = None, max_path_bytes: int | None = None) -> Path:
     """The per-user directory of the tunnels' locks, state and logs, and of the jobs' code
-    snapshots (``seml_hydra.store.snapshot.materialized``); created mode 0700.
+    snapshots (``seml_hydra.store.snapshot.node.materialized``); created mode 0700.
 
     ``$SEML_HYDRA_RUNTIME_DIR`` when set (refused when not private: it was asked for). Else
     the first of :func:`runtime_dir_candidates` that is (or can be made) a private directory
@@ -351,7 +351,7 @@ def _spawn(
     cmd = [
         sys.executable,
         "-m",
-        "seml_hydra.store.tunnel_worker",
+        "seml_hydra.store.server.tunnel_worker",
         "--state",
         str(paths["state"]),
         "--lock",

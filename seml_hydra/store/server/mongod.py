@@ -1,9 +1,9 @@
-"""Running a ``mongod`` binary for the embedded server (:mod:`seml_hydra.store.embedded`): which
+"""Running a ``mongod`` binary for the embedded server (:mod:`seml_hydra.store.server.embedded`): which
 binary, a free port, ``mongod --fork`` with a private umask, the bootstrap server on a Unix
 socket that sets up the one user, and waiting for a server to exit.
 
 Nothing here decides *whether* to start a server or which data directory is ours: that is
-:mod:`seml_hydra.store.embedded`. ``pymongo`` is imported only where a server is talked to.
+:mod:`seml_hydra.store.server.embedded`. ``pymongo`` is imported only where a server is talked to.
 """
 
 from __future__ import annotations

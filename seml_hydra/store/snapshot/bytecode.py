@@ -1,5 +1,5 @@
 """A node's cache of the bytecode of code snapshot modules, by content (the node side of
-``seml_hydra.store.snapshot``).
+``seml_hydra.store.snapshot.node``).
 
 Every code snapshot is written into a fresh directory on the node, so Python compiles each of
 its modules a job imports again, in every wave of tasks (~6 ms CPU per 1,000 lines, against
@@ -27,7 +27,7 @@ from pathlib import Path
 
 #: entries of the cache not used for this many days are removed (:func:`store_bytecode`)
 KEEP_DAYS = 14
-#: the cache's directory under the snapshot base (``seml_hydra.store.snapshot.snapshot_base``)
+#: the cache's directory under the snapshot base (``seml_hydra.store.snapshot.node.snapshot_base``)
 CACHE_DIR = "bytecode"
 _FLAGS_CHECKED_HASH = (0b11).to_bytes(4, "little")
 

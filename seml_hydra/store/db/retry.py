@@ -78,7 +78,7 @@ def is_connection_error(error: BaseException) -> bool:
 def backoff_delay(attempt: int, cap_s: float = MAX_RETRY_DELAY_S) -> float:
     """Pause (seconds) before retry number ``attempt`` (1, 2, ...): 0.5, 1, 2, 4, 8, then
     ``cap_s``. Pure."""
-    return min(cap_s, 0.5 * 2 ** max(0, attempt - 1))
+    return min(cap_s, 0.5 * 2.0 ** max(0, attempt - 1))
 
 
 def short_reason(error: BaseException) -> str:
@@ -99,14 +99,14 @@ def retrying(
     """Run ``operation()`` and, while it fails because MongoDB is unreachable
     (:func:`is_connection_error`), run it again with a growing pause (:func:`backoff_delay`)
     until ``budget_s`` seconds have passed since the first attempt began. Every retry logs one
-    warning (logger ``seml_hydra.store.retry``) naming ``what`` and the reason; success after a
+    warning (logger ``seml_hydra.store.db.retry``) naming ``what`` and the reason; success after a
     failure logs that MongoDB is back.
 
     Only for operations that are safe to repeat: a write that reached the server before the
     connection dropped is done again, so it must be idempotent (a ``$set``, a filter that no
     longer matches once applied; not a bare ``$push`` or ``$inc``). Each attempt itself waits
     up to the client's server selection timeout (5 s for the clients of
-    :func:`seml_hydra.store.client.connect`).
+    :func:`seml_hydra.store.db.client.connect`).
 
     Args:
         operation: the database operation(s), called without arguments.

@@ -1,5 +1,5 @@
-"""The SSH tunnel process: ``python -m seml_hydra.store.tunnel_worker`` (started by
-:mod:`seml_hydra.store.tunnel`, never by hand).
+"""The SSH tunnel process: ``python -m seml_hydra.store.server.tunnel_worker`` (started by
+:mod:`seml_hydra.store.server.tunnel`, never by hand).
 
 It imports nothing of the user's (no ``__main__`` re-import, no pickles): its command line holds
 only paths and the parent's pid; the SSH options (including any ``ssh_password`` or
@@ -13,7 +13,7 @@ Life of the process:
 2. open the tunnel with ``sshtunnel``, its local end a Unix socket (``--socket``, in the
    private runtime directory, no access for group or others: no other user can connect to it,
    unlike a TCP port on 127.0.0.1), after checking the SSH host's key against ``known_hosts``
-   before anything is authenticated (:func:`seml_hydra.store.known_hosts.check_host_key`);
+   before anything is authenticated (:func:`seml_hydra.store.server.known_hosts.check_host_key`);
    check that the SSH host reaches MongoDB, write the state file, answer one JSON line on
    stdout (``{"ok": true, "socket": ...}`` or ``{"ok": false, "error": ...}``);
 3. every 0.25 s check that the SSH transport is alive and every ``health_check_interval``
@@ -45,13 +45,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from seml_hydra.store.known_hosts import (
+from seml_hydra.store.masking import scrub
+from seml_hydra.store.server.known_hosts import (
     check_host_key,
     known_hosts_files,
     known_hosts_name,
     load_known_hosts,
 )
-from seml_hydra.store.masking import scrub
 
 #: keys of the configuration that are ours (or SEML's), not ``SSHTunnelForwarder`` arguments
 OWN_KEYS = (
@@ -68,7 +68,7 @@ PROBE_TIMEOUT_S = 5.0
 #: how long a new local connection waits for a lost SSH connection to come back
 HANDLER_WAIT_S = 60.0
 
-log = logging.getLogger("seml_hydra.store.tunnel_worker")
+log = logging.getLogger("seml_hydra.store.server.tunnel_worker")
 
 
 class TunnelFailed(Exception):
@@ -144,14 +144,14 @@ class Tunnel:
         key exchange (``start_client``) and then authenticates, with no host key check at all.
         Our hook wraps that transport's ``start_client``: right after the key exchange, before
         any key or password is sent, the server's key is checked against ``known_hosts``
-        (:func:`seml_hydra.store.known_hosts.check_host_key`); a refused key closes the
+        (:func:`seml_hydra.store.server.known_hosts.check_host_key`); a refused key closes the
         transport and raises :class:`HostKeyRejected`. The host key types ``known_hosts`` has
         for the host are offered first, as OpenSSH and ``paramiko.SSHClient`` do."""
         from sshtunnel import SSHTunnelForwarder
 
         tunnel = self
 
-        class Forwarder(SSHTunnelForwarder):
+        class Forwarder(SSHTunnelForwarder):  # type: ignore[misc]  # sshtunnel ships no types
             def _get_transport(self) -> Any:
                 transport = super()._get_transport()
                 tunnel.guard_transport(transport, self.ssh_host, self.ssh_port, self.ssh_username)
@@ -338,7 +338,7 @@ class Tunnel:
             return self._forwarder_class()(
                 remote_bind_address=self.remote,
                 local_bind_address=self.socket_path,
-                logger=logging.getLogger("seml_hydra.store.tunnel_worker.sshtunnel"),
+                logger=logging.getLogger("seml_hydra.store.server.tunnel_worker.sshtunnel"),
                 mute_exceptions=False,
                 **kwargs,
             )
@@ -539,7 +539,7 @@ def _remove_own_state(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m seml_hydra.store.tunnel_worker")
+    parser = argparse.ArgumentParser(prog="python -m seml_hydra.store.server.tunnel_worker")
     parser.add_argument("--state", required=True, help="state file (JSON) to write")
     parser.add_argument("--lock", required=True, help="the tunnel's 'alive' lock file")
     parser.add_argument("--parent", type=int, required=True, help="pid of the parent process")
@@ -557,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
         format=f"%(asctime)s [tunnel pid {os.getpid()}] %(levelname)s %(message)s",
     )
     logging.getLogger("paramiko").setLevel(logging.WARNING)
-    logging.getLogger("seml_hydra.store.tunnel_worker.sshtunnel").setLevel(logging.CRITICAL)
+    logging.getLogger("seml_hydra.store.server.tunnel_worker.sshtunnel").setLevel(logging.CRITICAL)
 
     out = sys.stdout
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from seml_hydra.store.snapshot import gridfs_contents
+from seml_hydra.store.snapshot.node import gridfs_contents
+
+if TYPE_CHECKING:
+    from seml_hydra.core.schema import Collection, Database
 
 #: ``metadata.kind`` of the GridFS copies of snapshot files a run lists in ``experiment.sources``
 SACRED_SOURCE_KIND = "sacred_source"
 
 
-def sacred_source_copies(db: Any, source_files: Sequence[Sequence[Any]]) -> list[list[Any]]:
+def sacred_source_copies(db: Database, source_files: Sequence[Sequence[Any]]) -> list[list[Any]]:
     """Sacred's ``experiment.sources`` of a run, ``[[relative path, GridFS id], ...]``, for the
     snapshot files ``source_files`` (``seml.source_files``): a copy of each, reused by a later run
     with the same path and content (``metadata.kind`` :data:`SACRED_SOURCE_KIND`, MD5 in
@@ -25,9 +28,9 @@ def sacred_source_copies(db: Any, source_files: Sequence[Sequence[Any]]) -> list
     from GridFS is left out. Raises pymongo errors.
 
     Two queries when every copy exists (the snapshot files' ``metadata.content_hash``, the
-    MD5 ``seml_hydra.store.sources`` records at staging; then the copies of those paths and
+    MD5 ``seml_hydra.store.snapshot.sources`` records at staging; then the copies of those paths and
     hashes, one per path and hash however many there are), plus two to read the files without
-    a copy (``store.snapshot.gridfs_contents``) and one insert per new copy: a job of a
+    a copy (``store.snapshot.node.gridfs_contents``) and one insert per new copy: a job of a
     70-file snapshot no longer makes ~200 round trips (``fs.get`` and ``find_one`` per file)
     before its task starts.
     """
@@ -57,7 +60,9 @@ def sacred_source_copies(db: Any, source_files: Sequence[Sequence[Any]]) -> list
     return out
 
 
-def _existing_copies(files: Any, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Any]:
+def _existing_copies(
+    files: Collection, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], Any]:
     """``{(path, md5): GridFS id}`` of the stored copies (:data:`SACRED_SOURCE_KIND`) among
     ``keys``, the oldest (smallest id) of each: one aggregate answering one document per
     ``(path, md5)``, however many copies the runs of a wave starting at the same time stored
@@ -82,7 +87,7 @@ def _existing_copies(files: Any, keys: Sequence[tuple[str, str]]) -> dict[tuple[
     return out
 
 
-def _put_copy(db: Any, rel: str, digest: str, data: bytes) -> Any:
+def _put_copy(db: Database, rel: str, digest: str, data: bytes) -> Any:
     """Store ``data`` as the copy of snapshot file ``rel`` (MD5 ``digest``); its GridFS id."""
     import gridfs
 

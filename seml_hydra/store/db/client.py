@@ -1,4 +1,4 @@
-"""Connecting to the database of some :class:`~seml_hydra.store.settings.DbSettings`: one
+"""Connecting to the database of some :class:`~seml_hydra.store.db.settings.DbSettings`: one
 cached ``MongoClient`` per settings and process, through an SSH tunnel when the settings say so,
 with errors explained for the user (never showing a password).
 
@@ -14,16 +14,18 @@ import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
-from seml_hydra.store import tunnel
-from seml_hydra.store.collections import validate_collection_name
+from seml_hydra.core.schema import experiment_collection
+from seml_hydra.store.db.collections import validate_collection_name
+from seml_hydra.store.db.retry import retry_budget_s, retrying, short_reason
+from seml_hydra.store.db.settings import HOW_TO_CONFIGURE, DbSettings
 from seml_hydra.store.errors import DatabaseError
 from seml_hydra.store.masking import scrub
-from seml_hydra.store.retry import retry_budget_s, retrying, short_reason
-from seml_hydra.store.settings import HOW_TO_CONFIGURE, DbSettings
+from seml_hydra.store.server import tunnel
 
 if TYPE_CHECKING:
-    import pymongo.collection
-    import pymongo.database
+    import pymongo
+
+    from seml_hydra.core.schema import Database, ExperimentCollection
 
 __all__ = ["connect", "get_collection", "reset_client_cache", "skip_exit_join"]
 
@@ -31,7 +33,7 @@ __all__ = ["connect", "get_collection", "reset_client_cache", "skip_exit_join"]
 #: reconnection of the SSH connection (the tunnel process checks it every few seconds).
 TUNNEL_SELECTION_TIMEOUT_S = 60.0
 
-_CLIENTS: dict[tuple[DbSettings, float], Any] = {}
+_CLIENTS: dict[tuple[DbSettings, float], pymongo.MongoClient[dict[str, Any]]] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
@@ -67,20 +69,18 @@ def skip_exit_join() -> None:
         atexit.unregister(hook)
 
 
-def connect(
-    settings: DbSettings, timeout_s: float = 5.0, *, retry: bool = False
-) -> pymongo.database.Database:
+def connect(settings: DbSettings, timeout_s: float = 5.0, *, retry: bool = False) -> Database:
     """Connect to the database of ``settings`` and check that the server answers.
 
     One ``MongoClient`` is cached per ``(settings, timeout_s)`` and process (forgotten in a
     forked child), so repeated calls are cheap: only the first one pings.
 
     Args:
-        settings: from :func:`seml_hydra.store.settings.resolve_db_settings`.
+        settings: from :func:`seml_hydra.store.db.settings.resolve_db_settings`.
         timeout_s: seconds to wait for the server (``serverSelectionTimeoutMS`` and
             ``connectTimeoutMS``) in each attempt.
         retry: keep pinging an unreachable server through
-            :func:`~seml_hydra.store.retry.retrying` (jobs: an outage at their start is ridden
+            :func:`~seml_hydra.store.db.retry.retrying` (jobs: an outage at their start is ridden
             out) instead of failing after ``timeout_s``.
 
     Returns:
@@ -96,7 +96,7 @@ def connect(
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
     if client is not None:
-        return client[settings.database]
+        return client.get_database(settings.database)
 
     import pymongo
     from pymongo import errors
@@ -168,17 +168,17 @@ def connect(
         cached = _CLIENTS.setdefault(key, client)
     if cached is not client:  # another thread won the race
         client.close()
-    return cached[settings.database]
+    return cached.get_database(settings.database)
 
 
-def get_collection(name: str, settings: DbSettings) -> pymongo.collection.Collection:
+def get_collection(name: str, settings: DbSettings) -> ExperimentCollection:
     """The collection ``name`` in the database of ``settings``.
 
     Args:
         name: collection name, checked with
-            :func:`~seml_hydra.store.collections.validate_collection_name` before any connection
+            :func:`~seml_hydra.store.db.collections.validate_collection_name` before any connection
             is made.
-        settings: from :func:`seml_hydra.store.settings.resolve_db_settings`.
+        settings: from :func:`seml_hydra.store.db.settings.resolve_db_settings`.
 
     Returns:
         A ``pymongo`` collection (from the cached client of :func:`connect`).
@@ -188,4 +188,4 @@ def get_collection(name: str, settings: DbSettings) -> pymongo.collection.Collec
         DatabaseError: as :func:`connect`.
     """
     validate_collection_name(name)
-    return connect(settings)[name]
+    return experiment_collection(connect(settings), name)

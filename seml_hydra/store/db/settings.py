@@ -11,11 +11,11 @@ launcher, the jobs and the CLI use. The first source that is set wins:
 3. SEML's config file ``~/.config/seml/mongodb.config`` (the file ``seml configure`` writes;
    its path can be overridden with the environment variable ``SEML_MONGODB_CONFIG``),
    including its ``ssh_config`` block: MongoDB is then reached through an SSH tunnel that
-   :func:`seml_hydra.store.client.connect` opens transparently (:mod:`seml_hydra.store.tunnel`);
+   :func:`seml_hydra.store.db.client.connect` opens transparently (:mod:`seml_hydra.store.server.tunnel`);
 4. the embedded default: a local ``mongod`` from the ``local-db`` extra, started on demand
-   (see :mod:`seml_hydra.store.embedded`).
+   (see :mod:`seml_hydra.store.server.embedded`).
 
-Resolving connects to nothing (:mod:`seml_hydra.store.client` does). ``yaml`` is imported
+Resolving connects to nothing (:mod:`seml_hydra.store.db.client` does). ``yaml`` is imported
 inside the function that reads a config file, so that ``seml --help`` stays fast.
 """
 
@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any, TypedDict
 from urllib.parse import parse_qs, unquote
 
-from seml_hydra.store import embedded
 from seml_hydra.store.errors import DatabaseError
 from seml_hydra.store.masking import SSH_SECRET_KEYS, host_port, mask_uri, scrub, split_uri
+from seml_hydra.store.server import embedded
 
 __all__ = [
     "DEFAULT_DATABASE",
@@ -94,7 +94,7 @@ HOW_TO_CONFIGURE = (
 class DbSettings:
     """Where the experiments live: one MongoDB server and database.
 
-    Instances are immutable and hashable, so :func:`~seml_hydra.store.client.connect` can
+    Instances are immutable and hashable, so :func:`~seml_hydra.store.db.client.connect` can
     cache one client per settings. Neither ``repr()`` nor :meth:`describe` ever show the password.
 
     Attributes:
@@ -108,13 +108,13 @@ class DbSettings:
         extra: further keyword arguments for ``pymongo.MongoClient`` as ``(name, value)``
             pairs, e.g. ``(("directConnection", False),)``.
         uri: the raw MongoDB URI when the settings came from one;
-            :func:`~seml_hydra.store.client.connect` then connects with the URI
+            :func:`~seml_hydra.store.db.client.connect` then connects with the URI
             (``host``/``port``/``username`` are informational).
         source: where the settings came from, for messages: ``"launcher db.url"``,
             ``"env SEML_MONGODB_URI"``, a config file path, or ``"embedded mongod at ..."``.
         ssh: the config file's ``ssh_config`` block as sorted ``(key, value)`` pairs (lists
             made tuples), or None. ``host``/``port`` are then MongoDB's address as seen from
-            the SSH host, and :func:`~seml_hydra.store.client.connect` goes through a
+            the SSH host, and :func:`~seml_hydra.store.db.client.connect` goes through a
             tunnel. Secrets are hidden from ``repr``.
         config_file: the config file the settings were read from, or None.
     """
@@ -231,7 +231,7 @@ def resolve_db_settings(
             False, an embedded server that is already running is used, else this fails.
 
     Returns:
-        The settings; nothing is connected (use :func:`~seml_hydra.store.client.connect`).
+        The settings; nothing is connected (use :func:`~seml_hydra.store.db.client.connect`).
 
     Raises:
         DatabaseError: unknown ``db_cfg`` keys, both ``url`` and ``config_file`` given, a
@@ -385,7 +385,7 @@ _WARNED_OPEN: set[str] = set()
 
 
 def warn_if_open_to_others(path: Path) -> str | None:
-    """Warn (once per file and process, one log line on ``seml_hydra.store.settings``) when the
+    """Warn (once per file and process, one log line on ``seml_hydra.store.db.settings``) when the
     MongoDB config file ``path``, which holds the database password, can be read or written by
     the group or other users; the warning says the fix (``chmod 600 <path>``, the mode
     ``seml configure`` writes). Returns the warning, ``None`` when the file is private."""
@@ -542,7 +542,7 @@ def _parse_ssh_config(block: Any, path: Path, hint: str) -> tuple[tuple[str, Any
             ) from None
     # remote_bind_address is always the configured host/port (as in SEML); lock_file is
     # replaced by per-user locks and local_bind_address by a Unix socket, both in the private
-    # seml_hydra.store.tunnel.runtime_dir (a TCP port would let every local user in).
+    # seml_hydra.store.server.tunnel.runtime_dir (a TCP port would let every local user in).
     cleaned = {
         k: _hashable(v)
         for k, v in block.items()

@@ -1,0 +1,105 @@
+"""What a job inherits from the launching shell that another local user could use to run
+code as you: the search paths (``PATH``, ``PYTHONPATH``), the umask, and an interpreter too
+old to keep the working directory off the import path of the processes a task starts.
+
+A job gets the launching environment (sbatch exports it). A ``PYTHONPATH`` entry others can
+add files to (``/tmp/shared``, sticky or not) lets them plant a ``sitecustomize.py`` or a
+module that shadows ours; a ``PATH`` entry others can add files to lets them plant the
+``python`` (or ``srun``) the job looks up; a umask without group or other write masked makes
+every file the launch, submitit, Hydra and the job create (pickles, ``.hydra/*``, job
+folders) writable by them. The rules judge metadata only (``core.paths``); the decisions
+without I/O are pure functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+
+from seml_hydra.core.paths import creatable_dir_problem, group_has_others, search_path_entries
+
+__all__ = [
+    "SEARCH_PATH_VARIABLES",
+    "environment_problem",
+    "private_umask",
+    "private_umask_kept",
+    "safe_path_problem",
+    "tighten_umask",
+]
+
+#: the variables whose entries a job searches for programs and modules, in the job's order
+SEARCH_PATH_VARIABLES = ("PYTHONPATH", "PATH")
+
+
+def environment_problem(environ: Mapping[str, str], cwd: str) -> str | None:
+    """The first ``PYTHONPATH`` or ``PATH`` entry of ``environ`` (a job's environment, or the
+    launcher's, which the jobs inherit) where another user could put a module or program,
+    as one sentence naming the variable and the entry; None when every entry is safe.
+    ``cwd``: the directory empty and relative entries mean. Judged by
+    :func:`core.paths.unsafe_import_dir` with ``any_owner``: a directory others can add files
+    to, sticky or not (``/tmp`` itself too), or a non-sticky one others can write above it;
+    who owns each part is not judged (software trees of admin accounts, ``/opt/slurm/bin``
+    owned by ``slurm``, are trusted as their owner is); an entry that
+    does not exist by its nearest existing directory (:func:`core.paths.creatable_dir_problem`)."""
+    for name in SEARCH_PATH_VARIABLES:
+        value = environ.get(name)
+        if not value:
+            continue
+        for entry, directory in search_path_entries(value, cwd):
+            problem = creatable_dir_problem(directory, any_owner=True)
+            if problem is not None:
+                what = "module (a sitecustomize.py too)" if name == "PYTHONPATH" else "program"
+                return (
+                    f"{name} entry {entry!r}: {problem}, so another user could put a {what} "
+                    "there that your jobs would run as you. Take it out of "
+                    f"{name} (or take others' write access away)"
+                )
+    return None
+
+
+def private_umask(umask: int, group_shared: bool) -> int:
+    """``umask`` with the write bits of other users added (pure): others' always, the
+    group's when ``group_shared`` (the group new files get holds other users). ``0o002``
+    with a user-private group stays as it is; ``0o000`` becomes ``0o002`` or ``0o022``."""
+    return umask | 0o002 | (0o020 if group_shared else 0)
+
+
+def tighten_umask() -> tuple[int, int] | None:
+    """Set the process umask to :func:`private_umask` of the current one (the group: the
+    effective gid's) so that what this process and its children create (the sweep dir,
+    ``multirun.yaml``, the submitit folder and pickles, and, through sbatch's
+    ``SLURM_UMASK``, what the jobs write) is not writable by other users. Returns ``(old,
+    new)`` when it changed, else None. Process-wide: call it on the launching side only."""
+    old = os.umask(0o077)
+    new = private_umask(old, group_has_others(os.getegid(), os.geteuid()))
+    os.umask(new)
+    return None if new == old else (old, new)
+
+
+@contextlib.contextmanager
+def private_umask_kept() -> Iterator[tuple[int, int] | None]:
+    """:func:`tighten_umask` for the ``with`` block only (e.g. ``seml start``'s submission,
+    in a process that goes on afterwards); yields what it changed."""
+    changed = tighten_umask()
+    try:
+        yield changed
+    finally:
+        if changed is not None:
+            os.umask(changed[0])
+
+
+def safe_path_problem(version: tuple[int, int], cwd_problem: str | None) -> str | None:
+    """Why a job cannot keep its working directory off the import path of the Python
+    processes its task starts (pure): the directory is unsafe (``cwd_problem``, from
+    :func:`core.paths.unsafe_import_dir`) and the interpreter (``version``: ``(major,
+    minor)``) is older than 3.11, which ignores ``PYTHONSAFEPATH`` (a ``-c`` or ``-m``
+    child, multiprocessing's workers included, would put the directory first on
+    ``sys.path``). None otherwise."""
+    if cwd_problem is None or version >= (3, 11):
+        return None
+    return (
+        f"Python {version[0]}.{version[1]} ignores PYTHONSAFEPATH, and {cwd_problem}: the "
+        "Python processes the task starts would import modules another user put there. Run "
+        "the jobs with Python >= 3.11 (hydra.launcher.python) or from a directory of yours"
+    )
