@@ -3,8 +3,10 @@
     python benchmarks/run.py --only life --life-rounds 5
 
 Each round runs the same no-op app (``apps/noop.py``, ``x=range(8)``: 8 experiments) once with
-``hydra/launcher=seml hydra/sweeper=seml`` (default launcher settings: its poll interval too) and
-once with ``hydra/launcher=submitit_slurm``, the order swapped every round. Per launch:
+``hydra/launcher=seml hydra/sweeper=seml`` (default launcher settings: its poll interval too),
+once with ``hydra/launcher=seml`` and Hydra's default sweeper (what a user types:
+``seml-hydra (default sweeper)``) and once with ``hydra/launcher=submitit_slurm``, the order
+rotated every round. Per launch:
 
 - ``wall_s``: the command line until it exits with the results (what a user waits for);
 - ``entry_s``: per task, the Slurm task's start (``BENCH_T0``, exported by the sbatch script's
@@ -35,13 +37,18 @@ from pathlib import Path
 from run import APP, OURS_DB, SETUP, measure, mongo_client, read_entries, say
 
 COLLECTION = "bench_life"
+#: the variants of a round: ours with ``hydra/sweeper=seml``, ours with Hydra's default sweeper,
+#: hydra-submitit-launcher
+NAMES = ("seml-hydra", DEFAULT := "seml-hydra (default sweeper)", "hydra-submitit-launcher")
 
 
 def _command(name: str, envs: dict, points: int) -> list[str]:
     x = f"x=range({points})"
-    if name == "seml-hydra":
+    if name.startswith("seml-hydra"):
         python = str(envs["ours_bin"] / "python")
-        launcher = ["hydra/launcher=seml", "hydra/sweeper=seml"]
+        launcher = ["hydra/launcher=seml"]
+        if name == "seml-hydra":
+            launcher.append("hydra/sweeper=seml")
         return [
             python,
             str(APP),
@@ -54,6 +61,11 @@ def _command(name: str, envs: dict, points: int) -> list[str]:
     python = str(envs["hsl_bin"] / "python")
     launcher = ["hydra/launcher=submitit_slurm", f"hydra.sweeper.max_batch_size={points}"]
     return [python, str(APP), "-m", *launcher, SETUP, x]
+
+
+def _slug(name: str) -> str:
+    """``name`` as a file name: ``seml-hydra (default sweeper)`` -> ``seml-hydra_default_sweeper``."""
+    return "_".join("".join(c if c.isalnum() or c == "-" else " " for c in name).split())
 
 
 def _t0s(path: Path) -> dict[str, float]:
@@ -116,11 +128,11 @@ def run_once(name: str, envs: dict, work: Path, label: str, points: int) -> dict
     run_dir = work / label
     run_dir.mkdir()
     log = run_dir / "entries.txt"
-    env_name = "ours" if name == "seml-hydra" else "hsl"
+    env_name = "ours" if name.startswith("seml-hydra") else "hsl"
     cpu_log = run_dir / "cpu.txt"
     env = {**envs[env_name], "BENCH_ENTRY_LOG": str(log), "BENCH_CPU_LOG": str(cpu_log)}
     started = time.time()
-    result = measure(_command(name, envs, points), env=env, cwd=run_dir, label=name)
+    result = measure(_command(name, envs, points), env=env, cwd=run_dir, label=_slug(name))
     ended = time.time()
     t0 = _t0s(log)
     last = {job: _last_output(run_dir, job) for job in t0}
@@ -135,18 +147,19 @@ def run_once(name: str, envs: dict, work: Path, label: str, points: int) -> dict
 
 
 def bench(args, envs, work: Path) -> dict:
-    """``{"seml-hydra": [run, ...], "hydra-submitit-launcher": [run, ...]}``, one run per round
-    (``args.life_rounds``), alternated; each run a dict of :func:`run_once`."""
+    """``{name: [run, ...]}`` for each of :data:`NAMES`, one run per round
+    (``args.life_rounds``), the order rotated every round; each run a dict of
+    :func:`run_once`."""
     client = mongo_client(args.mongo)
-    names = ["seml-hydra", "hydra-submitit-launcher"]
-    runs: dict[str, list] = {n: [] for n in names}
+    runs: dict[str, list] = {n: [] for n in NAMES}
     for rnd in range(args.life_rounds):
-        for name in names if rnd % 2 == 0 else names[::-1]:
+        shift = rnd % len(NAMES)
+        for name in NAMES[shift:] + NAMES[:shift]:
             client[OURS_DB].drop_collection(COLLECTION)
-            r = run_once(name, envs, work, f"life-{name}-{rnd}", args.life_points)
+            r = run_once(name, envs, work, f"life-{_slug(name)}-{rnd}", args.life_points)
             runs[name].append(r)
             say(
-                f"  (life) {name:23s} round {rnd}: total {r['wall_s']:.2f} s, entry "
+                f"  (life) {name:28s} round {rnd}: total {r['wall_s']:.2f} s, entry "
                 f"{statistics.median(r['entry_s']):.3f} s, CPU at entry "
                 f"{statistics.median(r['cpu_s']) if r['cpu_s'] else float('nan'):.3f} s, life "
                 f"{statistics.median(r['life_s']):.3f} s, sacct "
@@ -192,4 +205,15 @@ def rows(results: dict, args) -> list[tuple]:
             out.append((label, o, t, ratio, "-", None))
         else:
             out.append((label, o, t, ratio, f"<= {target}", o <= target * t))
+    default = r.get(DEFAULT)
+    if default:  # older results have no default-sweeper runs
+        for key, label, target in (
+            ("wall_s", f"(life) {n} no-op exps, command -> results, default sweeper, s", 0.9),
+            ("until_start_s", "(life) command -> first task start, default sweeper, s", None),
+            ("detect_s", "(life) last task exit -> command exit, default sweeper, s", None),
+        ):
+            o, t = _median_of(default, key), _median_of(theirs, key)
+            ratio = o / t if t else float("nan")
+            met = None if target is None else o <= target * t
+            out.append((label, o, t, ratio, "-" if target is None else f"<= {target}", met))
     return out

@@ -51,6 +51,9 @@ class SemlLauncher(Launcher):
     """
 
     executor = "slurm"
+    #: composes and validates every point before staging any (``launch.sweeper``: the basic
+    #: sweeper leaves its validation to it)
+    validates_points = True
 
     def __init__(self, **params: Any) -> None:
         self.params = {
@@ -64,9 +67,14 @@ class SemlLauncher(Launcher):
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         from hydra.core.hydra_config import HydraConfig
 
+        from seml_hydra.launch.sweeper import adopt_driving_basic_sweeper
+
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
+        # Hydra's default sweeper would compose every point once more to validate it: the
+        # launcher composes and validates them all before staging anything
+        adopt_driving_basic_sweeper()
         # The launcher has its db settings (self.params); what Hydra writes and what the jobs
         # get (multirun.yaml, which the sweeper saves from this very object after setup, every
         # point's config, .hydra/*.yaml on the nodes, the payload) holds the URL masked.
@@ -120,6 +128,7 @@ class SemlLauncher(Launcher):
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, console: Any
     ) -> list[JobReturn]:
         # here, not at the top: every Hydra app imports this module at start (plugin scan)
+        from seml_hydra.launch.exit import quick_exit_after_launch
         from seml_hydra.launch.pipeline import launch_points
         from seml_hydra.store.db.client import skip_exit_join
 
@@ -127,8 +136,10 @@ class SemlLauncher(Launcher):
             return launch_points(self, job_overrides, initial_job_idx, console)
         finally:
             # every write of the launch is done: the app exits without joining pymongo's
-            # monitor threads (up to ~0.5 s), as the jobs and the `seml` command do
+            # monitor threads (up to ~0.5 s), as the jobs and the `seml` command do, and
+            # without Python's shutdown walking every object the launch left (launch.exit)
             skip_exit_join()
+            quick_exit_after_launch()
 
 
 def print_error(message: str) -> None:

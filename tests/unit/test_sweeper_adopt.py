@@ -1,0 +1,38 @@
+"""A seml-hydra launcher set up by Hydra's plain basic sweeper adopts it (the sweeper's own
+validation pass goes, its state stays); other sweepers are left alone."""
+
+from __future__ import annotations
+
+from hydra.core.plugins import Plugins
+from omegaconf import OmegaConf
+
+from seml_hydra.config import LOCAL_LAUNCHER_TARGET
+from seml_hydra.launch.sweeper import LauncherValidates, basic_sweeper_class
+
+Plugins.instance()  # Hydra's plugin scan executes the basic sweeper's module again: scan first
+
+
+def config():
+    return OmegaConf.create({"hydra": {"launcher": {"_target_": LOCAL_LAUNCHER_TARGET}}})
+
+
+def set_up(sweeper):
+    sweeper.setup(hydra_context=None, task_function=lambda cfg: None, config=config())
+    return sweeper
+
+
+def test_plain_basic_sweeper_is_adopted_with_its_state_kept():
+    basic = basic_sweeper_class()
+    sweeper = set_up(basic(max_batch_size=3, params={"x": "1,2"}))
+    assert type(sweeper) is not basic and isinstance(sweeper, basic)
+    assert type(sweeper).validate_batch_is_legal is LauncherValidates.validate_batch_is_legal
+    assert (sweeper.max_batch_size, sweeper.params) == (3, {"x": "1,2"})
+    sweeper.validate_batch_is_legal([["x=1"], ["oops=2"]])  # the launcher validates instead
+
+
+def test_a_subclass_of_the_basic_sweeper_is_left_alone():
+    class Other(basic_sweeper_class()):
+        pass
+
+    sweeper = set_up(Other(max_batch_size=None))
+    assert type(sweeper) is Other
