@@ -1,4 +1,4 @@
-"""(h) Heartbeat load (issue 20, point 4): bytes into MongoDB for one experiment that prints
+"""(h) Heartbeat load: bytes into MongoDB for one experiment that prints
 ``--heartbeat-kb-per-s`` KB per second (10) for each of ``--heartbeat-seconds`` (60 and 120 s).
 
     python benchmarks/run.py --only heartbeat
@@ -17,7 +17,7 @@ after the other, in separate databases:
   Sacred 0.8's own ``MongoObserver`` (the one SEML 0.5.7 attaches; Sacred from SEML's
   virtualenv), capturing the output as seml-hydra does (``CAPTURE_MODE = "sys"``): it rewrites
   the whole run entry, captured output included, with every heartbeat, which is what seml-hydra
-  did before (issue 20 measured 3.4 MB for 60 s). SEML 0.5.7 itself captures no output unless
+  did before (3.4 MB for 60 s). SEML 0.5.7 itself captures no output unless
   asked (its ``CAPTURE_OUTPUT`` setting): it writes it to the job's file instead.
 
 Rows: bytes into MongoDB per byte printed (target <= 1.5 at every length) and the MB.

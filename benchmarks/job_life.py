@@ -1,4 +1,4 @@
-"""Issue 20, point 3: a no-op job's whole life, ours vs hydra-submitit-launcher, alternated.
+"""Job life: a no-op job's whole life, ours vs hydra-submitit-launcher, alternated.
 
     python benchmarks/run.py --only life --life-rounds 5
 

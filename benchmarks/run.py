@@ -51,7 +51,7 @@ import heartbeat_bytes
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import scale_cli  # noqa: E402  (benchmarks/scale_cli.py: (s), issue 20 point 1)
+import scale_cli  # noqa: E402  (benchmarks/scale_cli.py: (s), the CLI at scale)
 
 ROOT = HERE.parent
 APP = HERE / "apps" / "noop.py"
@@ -356,8 +356,8 @@ def median(runs: list[dict], key: str) -> float:
 
 #: --only name -> module of benchmarks/ with bench(args, envs, work) and rows(results, args)
 MODULES = {"stage100k": "scale_stage"}
-#: what ``--only issue20`` runs: every row of issue 20's targets table
-ISSUE_20 = ("stage100k", "s", "life", "heartbeat")
+#: what ``--only scale`` runs: the rows at scale (100,000 points, job life, output bytes)
+SCALE_ROWS = ("stage100k", "s", "life", "heartbeat")
 
 
 def table(results: dict, args) -> list[tuple]:
@@ -438,7 +438,7 @@ def main() -> None:
         "--only",
         default="a,b,c",
         help=f"which benchmarks: a,b,c,s,heartbeat,life,{','.join(MODULES)}; "
-        f"issue20 = {','.join(ISSUE_20)} (every row of issue 20's targets)",
+        f"scale = {','.join(SCALE_ROWS)} (the rows at scale)",
     )
     parser.add_argument("--points", type=int, default=10_000, help="(a)/(c) points (a square)")
     parser.add_argument("--reps", type=int, default=3, help="(a) repetitions")
@@ -462,8 +462,8 @@ def main() -> None:
     parser.add_argument("--output", default=str(HERE / "results.json"))
     args = parser.parse_args()
     only = set(args.only.split(","))
-    if "issue20" in only:
-        only = (only - {"issue20"}) | set(ISSUE_20)
+    if "scale" in only:
+        only = (only - {"scale"}) | set(SCALE_ROWS)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
 
@@ -514,7 +514,7 @@ def main() -> None:
 
             say(f"(life) {args.life_points} no-op experiments, whole job life ...")
             results["job_life"] = job_life.bench(args, envs, work)
-        if "s" in only:  # issue 20 point 1: the CLI at scale (benchmarks/scale_cli.py)
+        if "s" in only:  # the CLI at scale (benchmarks/scale_cli.py)
             say(f"(s) the seml CLI on {args.scale_points} experiments ...")
             results["scale_cli"] = scale_cli.bench(args, envs, work)
         for name in sorted(only & set(MODULES)):

@@ -1,4 +1,4 @@
-"""Staging at scale (issue 20, "staging streams"): 100,000 points, command line to every
+"""Staging at scale (the staging streams): 100,000 points, command line to every
 document PENDING in held arrays, wall time and peak memory, beside SEML 0.5.7's ``seml add`` of
 the same grid.
 
@@ -11,7 +11,7 @@ array of 8 held tasks: the testbed's MaxArraySize is 8), cancelled after each me
 points are really submitted; SEML's ``add`` stages its documents (STAGED) and submits nothing.
 Each tool gets its own database (``seml_hydra_bench_stage100k``, ``..._seml``), dropped at the
 end, so a concurrent ``run.py`` of (a) is not disturbed. Peak memory: ``wait4``'s ``ru_maxrss``.
-Target (issue 20): <= 8 s and <= 150 MiB for ours.
+Target: <= 8 s and <= 150 MiB for ours.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def bench(args, envs, work: Path) -> dict:
 
 def rows(results: dict, args) -> list[tuple]:
     """Table rows ``(measure, ours, theirs, ratio, target, met)`` (``run.table``'s shape): wall
-    time and peak memory, medians; the target is the issue's absolute one, SEML's ``add`` is
+    time and peak memory, medians; the target is an absolute one, SEML's ``add`` is
     beside it (nan when it was not run)."""
 
     def med(name: str, key: str) -> float:
