@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 from seml_hydra.cli.chain import Chain, split_chain
 from seml_hydra.core import errors, states
 from seml_hydra.core.ranges import format_ids
-from seml_hydra.track.outputs import terminal_safe
+from seml_hydra.core.terminal import terminal_safe
 
 #: destructive commands ask for confirmation above this many experiments (SEML's threshold)
 CONFIRM_THRESHOLD = 10
@@ -149,14 +149,16 @@ collection_app = typer.Typer(
 @collection_app.callback()
 def _collection(ctx: typer.Context) -> None:
     """Commands on the collection named before the command."""
-    from seml_hydra.store.collections import validate_collection_name
-
-    ctx.meta["seml_collection"] = validate_collection_name(ctx.info_name or "")
+    ctx.meta["seml_collection"] = ctx.info_name or ""
 
 
 def collection_name(ctx: typer.Context) -> str:
-    """The collection named on the command line (``seml <collection> ...``)."""
-    return ctx.meta["seml_collection"]
+    """The collection named on the command line (``seml <collection> ...``), checked here
+    (``store.collections.validate_collection_name``: ``InvalidCollectionName``, a user error),
+    when a command uses it: ``seml <collection> <command> --help`` imports no ``store``."""
+    from seml_hydra.store.collections import validate_collection_name
+
+    return validate_collection_name(ctx.meta["seml_collection"])
 
 
 def shown(value: Any) -> str:

@@ -42,6 +42,7 @@ def results(
     vary across the selection and the result fields. Python: `seml_hydra.results_table`."""
     from dataclasses import replace
 
+    from seml_hydra.core.terminal import terminal_safe
     from seml_hydra.manage.results_table import (
         results_table,
         to_csv,
@@ -49,7 +50,6 @@ def results(
         to_markdown,
         to_text,
     )
-    from seml_hydra.track.outputs import terminal_safe
 
     sel = target.selection
     table = results_table(
