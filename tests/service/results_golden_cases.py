@@ -18,21 +18,51 @@ def documents() -> list[dict]:
     results, floats, NaN, unicode, wide characters, escape sequences, lists and dicts."""
     nan = float("nan")
     docs = [
-        {"_id": 1, "status": "COMPLETED", "config": {"lr": 0.1, "m": "a", "k": 1},
-         "result": {"acc": 0.5, "loss": 1.25}},
-        {"_id": 2, "status": "COMPLETED", "config": {"lr": 0.01, "m": "b", "k": 1},
-         "result": {"acc": 0.75, "loss": nan}},
+        {
+            "_id": 1,
+            "status": "COMPLETED",
+            "config": {"lr": 0.1, "m": "a", "k": 1},
+            "result": {"acc": 0.5, "loss": 1.25},
+        },
+        {
+            "_id": 2,
+            "status": "COMPLETED",
+            "config": {"lr": 0.01, "m": "b", "k": 1},
+            "result": {"acc": 0.75, "loss": nan},
+        },
         {"_id": 3, "status": "FAILED", "config": {"lr": 1e-5, "m": "ü wide 漢字", "k": 1}},
-        {"_id": 4, "status": "COMPLETED", "config": {"lr": 0.3, "m": "x|y\nz", "k": 1,
-         "extra": [1, 2]}, "result": {"acc": None, "loss": 0.1}},
-        {"_id": 5, "status": "COMPLETED", "config": {"lr": 0.2, "m": "\x1b[2Jevil\rz", "k": 1},
-         "result": {"acc": 0.625, "loss": 2.0, "nested": {"a": 1}}, "pruned": {"step": 3}},
-        {"_id": 6, "status": "KILLED", "config": {"lr": 0.2, "m": "t\tab", "k": 1,
-         "d": {"x": 1}}, "result": 7},
-        {"_id": 7, "status": "COMPLETED", "config": {"lr": 0.2, "m": "s", "k": 1, "seed": 5},
-         "hydra": {"added_seed": True}, "result": {"acc": 1, "loss": -0.0}},
-        {"_id": 8, "status": "COMPLETED", "config": {"lr": "high", "m": "q", "k": 1},
-         "result": {"acc": "n/a", "loss": [0.5, 0.25]}},
+        {
+            "_id": 4,
+            "status": "COMPLETED",
+            "config": {"lr": 0.3, "m": "x|y\nz", "k": 1, "extra": [1, 2]},
+            "result": {"acc": None, "loss": 0.1},
+        },
+        {
+            "_id": 5,
+            "status": "COMPLETED",
+            "config": {"lr": 0.2, "m": "\x1b[2Jevil\rz", "k": 1},
+            "result": {"acc": 0.625, "loss": 2.0, "nested": {"a": 1}},
+            "pruned": {"step": 3},
+        },
+        {
+            "_id": 6,
+            "status": "KILLED",
+            "config": {"lr": 0.2, "m": "t\tab", "k": 1, "d": {"x": 1}},
+            "result": 7,
+        },
+        {
+            "_id": 7,
+            "status": "COMPLETED",
+            "config": {"lr": 0.2, "m": "s", "k": 1, "seed": 5},
+            "hydra": {"added_seed": True},
+            "result": {"acc": 1, "loss": -0.0},
+        },
+        {
+            "_id": 8,
+            "status": "COMPLETED",
+            "config": {"lr": "high", "m": "q", "k": 1},
+            "result": {"acc": "n/a", "loss": [0.5, 0.25]},
+        },
     ]
     return docs
 
