@@ -350,7 +350,7 @@ def median(runs: list[dict], key: str) -> float:
 
 
 #: --only name -> module of benchmarks/ with bench(args, envs, work) and rows(results, args)
-MODULES = {"stage100k": "scale_stage"}
+MODULES = {"stage100k": "scale_stage", "results100k": "scale_results", "help": "cli_help"}
 #: what ``--only issue20`` runs: every row of issue 20's targets table
 ISSUE_20 = ("stage100k", "s", "life", "heartbeat")
 
