@@ -88,3 +88,23 @@ def test_help_imports_only_typer_rich_cli_and_core(argv):
     own = {"seml_hydra", "seml_hydra._compat"}
     assert [m for m in extra if m not in own and not m.startswith(ALLOWED_OWN)] == []
     assert not [m for m in extra if m.split(".")[0] in HEAVY]
+
+
+def test_root_help_lists_the_collection_commands_as_their_group_has_them():
+    """``seml --help`` lists the collection commands from a parameterless listing: each with
+    the name, order, help, panel and flags of the command that runs."""
+    import typer
+
+    from seml_hydra.cli import app
+
+    root = typer.main.get_command(app)
+    ctx = root.make_context("seml", ["--help"], resilient_parsing=True)
+    real = root.collection_group()
+    listing = root.collection_listing()
+    assert list(listing) == real.list_commands(ctx)
+    for name, listed in listing.items():
+        command = real.get_command(ctx, name)
+        for attribute in ("name", "help", "short_help", "hidden", "deprecated"):
+            assert getattr(listed, attribute) == getattr(command, attribute), (name, attribute)
+        assert listed.rich_help_panel == command.rich_help_panel
+        assert root.get_command(ctx, name) is listed or name in root.commands
