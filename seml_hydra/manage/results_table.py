@@ -47,6 +47,9 @@ PRUNED_STEP = "pruned.step"
 FIELDS = ("_id", "status", "config", "result", "hydra.added_seed", "pruned")
 #: rows a writer's lines are joined into before each write (one write per row is slow)
 LINES_PER_WRITE = 1000
+#: documents MongoDB sends per batch: pymongo decodes a whole batch at once, and a batch of
+#: its default 16 MiB holds ~80,000 of the table's small documents (~120 MiB as dicts)
+DOCS_PER_BATCH = 1000
 #: ``_id`` s asked for in one query when the rows are printed in an order MongoDB does not give
 IDS_PER_QUERY = 1000
 
@@ -550,7 +553,7 @@ def results_stream(
         extra: Mapping[str, Any] | None = None, problems: list[str] | None = None
     ) -> Iterator[dict[str, Any]]:
         where = {"$and": [query, extra]} if extra else query
-        for doc in coll.find(where, projection).sort("_id", 1):
+        for doc in coll.find(where, projection, batch_size=DOCS_PER_BATCH).sort("_id", 1):
             if "result" in doc:
                 doc["result"], found = plain_result(doc["result"])
                 if problems is not None:

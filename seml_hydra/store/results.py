@@ -290,6 +290,10 @@ def _add_metric(
     }
 
 
+#: the types of stored values that are never mappings (:func:`flatten`)
+_NOT_MAPPINGS = frozenset({str, int, float, bool, list, bytes})
+
+
 def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``doc`` with nested mappings flattened into dotted keys, pure:
     ``{"config": {"lr": 0.1}, "result": 1}`` -> ``{"config.lr": 0.1, "result": 1}`` (an empty
@@ -298,7 +302,8 @@ def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in doc.items():
         name = f"{prefix}{key}"
-        if value and (type(value) is dict or isinstance(value, Mapping)):
+        kind = type(value)  # plain values skip the (slow) abstract Mapping check
+        if value and (kind is dict or (kind not in _NOT_MAPPINGS and isinstance(value, Mapping))):
             out.update(flatten(value, f"{name}."))
         else:
             out[name] = value
