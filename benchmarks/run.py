@@ -355,7 +355,7 @@ def median(runs: list[dict], key: str) -> float:
 
 
 #: --only name -> module of benchmarks/ with bench(args, envs, work) and rows(results, args)
-MODULES = {"stage100k": "scale_stage"}
+MODULES = {"stage100k": "scale_stage", "results100k": "scale_results", "help": "cli_help"}
 #: what ``--only scale`` runs: the rows at scale (100,000 points, job life, output bytes)
 SCALE_ROWS = ("stage100k", "s", "life", "heartbeat")
 

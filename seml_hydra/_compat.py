@@ -13,7 +13,6 @@ old name is asked for.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
@@ -31,8 +30,10 @@ MOVED = {
 REMOVED_IN = "0.3.0"
 
 
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """A ``sys.meta_path`` finder whose loader hands out the moved module for an old name."""
+class _MovedModules:
+    """A ``sys.meta_path`` finder whose loader hands out the moved module for an old name (the
+    finder and loader protocols, without ``importlib.abc``, whose import loads
+    ``importlib.resources``: every ``seml --help`` imports this module)."""
 
     def find_spec(
         self, fullname: str, path: object = None, target: object = None
@@ -42,17 +43,22 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        new = MOVED[spec.name]
-        warnings.warn(
-            f"{spec.name} is deprecated and will be removed in seml-hydra {REMOVED_IN}: "
-            f"import {new} (apps: from seml_hydra import ...)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return importlib.import_module(new)
+        return self.load_module(spec.name)
 
     def exec_module(self, module: ModuleType) -> None:
         """Nothing to run: the moved module is loaded already."""
+
+    def load_module(self, fullname: str) -> ModuleType:
+        """The module ``fullname`` moved to, with a ``DeprecationWarning`` (also the loader
+        protocol's older entry)."""
+        new = MOVED[fullname]
+        warnings.warn(
+            f"{fullname} is deprecated and will be removed in seml-hydra {REMOVED_IN}: "
+            f"import {new} (apps: from seml_hydra import ...)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return importlib.import_module(new)
 
 
 def install() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from seml_hydra.cli import (  # noqa: F401  (register the commands)
     collection_cmds,
     configure_cmd,
@@ -16,10 +18,12 @@ from seml_hydra.cli.core import app
 
 def main() -> None:
     """Console script ``seml``. Every command has finished its writes when it returns, so the
-    exit does not wait for pymongo's monitor threads (``client.skip_exit_join``)."""
-    from seml_hydra.store.db.client import skip_exit_join
-
+    exit does not wait for pymongo's monitor threads (``client.skip_exit_join``). A command
+    that never opened the database (``--help``, ``configure``) does not import the client
+    module for that."""
     try:
         app(prog_name="seml")
     finally:
-        skip_exit_join()
+        client = sys.modules.get("seml_hydra.store.db.client")
+        if client is not None:
+            client.skip_exit_join()

@@ -31,8 +31,7 @@ from seml_hydra.cli.options import (
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids as _ids
 from seml_hydra.core.shell import seml_for
-from seml_hydra.track.outputs import terminal_safe
-from seml_hydra.track.query import and_
+from seml_hydra.core.terminal import terminal_safe
 
 
 def command(name: str | None = None, **kwargs: Any) -> Any:
@@ -79,6 +78,7 @@ def _detect(collection: Any, query: Any) -> Any:
     launcher's submission code) is skipped when no selected experiment carries a submission
     mark (``slurm.0.submitting``, a sparse index): it would find nothing to recover."""
     from seml_hydra.track.killed import detect_killed as detect
+    from seml_hydra.track.query import and_
 
     marked = and_(query or {}, {"slurm.0.submitting": {"$exists": True}})
     if collection.find_one(marked, {"_id": 1}) is None:
@@ -344,6 +344,8 @@ def reset(target: Target, yes: Yes = False) -> None:
         if sel.filter_states
         else sel.query(default_states=sorted(states.RERUNNABLE))
     )
+    from seml_hydra.track.query import and_
+
     completed = coll.count_documents(and_(query, {"status": states.COMPLETED}))
     if completed and not yes:  # their results would be cleared
         typer.confirm(

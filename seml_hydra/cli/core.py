@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 from seml_hydra.cli.chain import Chain, split_chain
 from seml_hydra.core import errors, states
 from seml_hydra.core.ranges import format_ids
-from seml_hydra.track.outputs import terminal_safe
+from seml_hydra.core.terminal import terminal_safe
 
 #: destructive commands ask for confirmation above this many experiments (SEML's threshold)
 CONFIRM_THRESHOLD = 10
@@ -38,14 +38,34 @@ class SemlGroup(TyperGroup):
             group = self.__dict__["_collection_group"] = typer.main.get_group(collection_app)
         return group
 
+    def collection_listing(self) -> dict[str, Any]:
+        """The collection commands as ``seml --help`` lists them: name -> a command with their
+        help, panel and flags but no parameters (built once; reading every command's
+        parameters, as :meth:`collection_group` does, is most of the help's own time)."""
+        listing = self.__dict__.get("_collection_listing")
+        if listing is None:
+            commands = [*map(_listed_command, collection_app.registered_commands)]
+            commands += [  # the sub-groups (description): few commands, built as typer does
+                typer.main.get_group_from_info(
+                    info,
+                    pretty_exceptions_short=collection_app.pretty_exceptions_short,
+                    suggest_commands=collection_app.suggest_commands,
+                    rich_markup_mode=collection_app.rich_markup_mode,
+                )
+                for info in collection_app.registered_groups
+            ]
+            listing = self.__dict__["_collection_listing"] = {c.name: c for c in commands}
+        return listing
+
     def list_commands(self, ctx: Any) -> list[str]:
         # a name of both (clean-db) is listed once: help shows the root command's
-        both = [*super().list_commands(ctx), *self.collection_group().list_commands(ctx)]
+        both = [*super().list_commands(ctx), *self.collection_listing()]
         return list(dict.fromkeys(both))
 
     def get_command(self, ctx: Any, name: str) -> Any:
-        # used for help (and by click's default completion, which shell_complete replaces)
-        return super().get_command(ctx, name) or self.collection_group().get_command(ctx, name)
+        # used for the root's help (and by click's default completion, which shell_complete
+        # replaces); a collection command runs from collection_group, through resolve_command
+        return super().get_command(ctx, name) or self.collection_listing().get(name)
 
     def resolve_command(self, ctx: Any, args: list[str]) -> tuple[Any, Any, list[str]]:
         name = args[0]
@@ -90,6 +110,27 @@ class SemlGroup(TyperGroup):
                 raise
             err_console().print(f"[bold red]Error:[/] {message}", markup=True, highlight=False)
             raise typer.Exit(1) from None
+
+
+def _listed_command(info: Any) -> Any:
+    """A ``typer.main.CommandInfo`` of ``collection_app`` as a parameterless command for the
+    root's help: the name, help text, panel and flags ``typer.main.get_command_from_info``
+    gives the real one."""
+    import inspect
+
+    from typer.core import TyperCommand
+
+    help_text = info.help
+    help_text = inspect.getdoc(info.callback) if help_text is None else inspect.cleandoc(help_text)
+    return TyperCommand(
+        name=info.name or typer.main.get_command_name(info.callback.__name__),
+        help=help_text,
+        short_help=info.short_help,
+        hidden=info.hidden,
+        deprecated=info.deprecated,
+        rich_markup_mode=collection_app.rich_markup_mode,
+        rich_help_panel=info.rich_help_panel,
+    )
 
 
 def user_error_message(error: BaseException) -> str | None:
@@ -149,14 +190,16 @@ collection_app = typer.Typer(
 @collection_app.callback()
 def _collection(ctx: typer.Context) -> None:
     """Commands on the collection named before the command."""
-    from seml_hydra.store.db.collections import validate_collection_name
-
-    ctx.meta["seml_collection"] = validate_collection_name(ctx.info_name or "")
+    ctx.meta["seml_collection"] = ctx.info_name or ""
 
 
 def collection_name(ctx: typer.Context) -> str:
-    """The collection named on the command line (``seml <collection> ...``)."""
-    return ctx.meta["seml_collection"]
+    """The collection named on the command line (``seml <collection> ...``), checked here
+    (``store.db.collections.validate_collection_name``: ``InvalidCollectionName``, a user error),
+    when a command uses it: ``seml <collection> <command> --help`` imports no ``store``."""
+    from seml_hydra.store.db.collections import validate_collection_name
+
+    return validate_collection_name(ctx.meta["seml_collection"])
 
 
 def shown(value: Any) -> str:

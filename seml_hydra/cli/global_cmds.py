@@ -11,7 +11,7 @@ from seml_hydra.cli.options import Yes
 from seml_hydra.core import states
 from seml_hydra.core.ranges import format_ids
 from seml_hydra.core.shell import seml_for
-from seml_hydra.track.outputs import terminal_safe
+from seml_hydra.core.terminal import terminal_safe
 
 command = app.command
 

@@ -17,7 +17,7 @@ from seml_hydra.cli.core import (
 )
 from seml_hydra.cli.options import Projection, Target, Yes, num_experiments_option, on_collection
 from seml_hydra.core.ranges import format_ids
-from seml_hydra.track.outputs import terminal_safe
+from seml_hydra.core.terminal import terminal_safe
 
 AtMost = Annotated[int, num_experiments_option("At most this many; 0 = all.", min=0)]
 

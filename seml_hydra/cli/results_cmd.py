@@ -39,32 +39,37 @@ def results(
     ] = Format.table,
 ) -> None:
     """One row per experiment (COMPLETED ones unless -s says otherwise): the config keys that
-    vary across the selection and the result fields. Python: `seml_hydra.results_table`."""
+    vary across the selection and the result fields. Rows are printed as they are read, in
+    memory that does not grow with their number. Python: `seml_hydra.results_table`."""
     from dataclasses import replace
 
+    from seml_hydra.core.terminal import terminal_safe
     from seml_hydra.manage.results_table import (
-        results_table,
-        to_csv,
-        to_json,
-        to_markdown,
-        to_text,
+        chunks,
+        csv_lines,
+        json_lines,
+        markdown_lines,
+        results_stream,
+        text_lines,
     )
-    from seml_hydra.track.outputs import terminal_safe
 
     sel = target.selection
-    table = results_table(
+    table = results_stream(
         target.name,
         replace(sel, filter_states=()).query(),
         states=list(sel.filter_states) or None,  # None: COMPLETED unless -fd names a status
         sort=sort,
         descending=desc,
+        widths=fmt is Format.table,
         db=target.db,
     )
-    writers = {Format.csv: to_csv, Format.markdown: to_markdown, Format.json: to_json}
+    writers = {Format.csv: csv_lines, Format.markdown: markdown_lines, Format.json: json_lines}
     if fmt in writers:
-        text = writers[fmt](table.columns, table.rows)
-        if sys.stdout.isatty():  # what a forged document holds never drives the terminal
-            text = terminal_safe(text)
-    else:  # every cell made safe by to_text itself
-        text = to_text(table.columns, table.rows, title=target.name)
-    typer.echo(text, nl=False)
+        lines = writers[fmt](table.columns, table.rows())
+        # what a forged document holds never drives the terminal (pieces end at a row's end)
+        safe = terminal_safe if sys.stdout.isatty() else None
+    else:  # every cell made safe by text_lines itself
+        lines = text_lines(table.columns, table.rows(), table.widths, title=target.name)
+        safe = None
+    for piece in chunks(lines):
+        typer.echo(safe(piece) if safe else piece, nl=False)

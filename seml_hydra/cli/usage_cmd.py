@@ -3,7 +3,6 @@ suggestion (``track.usage``)."""
 
 from __future__ import annotations
 
-import json
 from enum import Enum
 from typing import Annotated, Any
 
@@ -49,6 +48,8 @@ def usage(
 
     groups = usage_report(target.collection, target.selection.query())
     if fmt is Format.json:
+        import json
+
         typer.echo(json.dumps([g.as_json() for g in groups], indent=2))
         return
     columns = [

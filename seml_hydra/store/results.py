@@ -40,20 +40,28 @@ def restore_results(docs: Sequence[dict[str, Any]], collection: str) -> None:
     (``seml_hydra.core.documents.plain_result``: no code runs). When some part would need code to
     rebuild, warns once for the whole read with a :class:`StoredObjectWarning` naming each
     experiment (``collection`` and ``_id``) and key."""
-    import warnings
-
     found = []
     for doc in docs:
         if "result" in doc:
             doc["result"], problems = plain_result(doc["result"])
             found += [f"experiment {doc.get('_id')}: {p}" for p in problems]
-    if found:
-        warnings.warn(
-            f"Results of collection {collection!r} hold stored objects that would need code to "
-            f"rebuild; they are returned as stored (plain dicts), not rebuilt: {'; '.join(found)}",
-            StoredObjectWarning,
-            stacklevel=3,
-        )
+    warn_stored_objects(found, collection, stacklevel=4)
+
+
+def warn_stored_objects(found: Sequence[str], collection: str, stacklevel: int = 3) -> None:
+    """One :class:`StoredObjectWarning` for a read of ``collection`` whose results held stored
+    objects, ``found`` naming each (``"experiment 3: result.model is a ..."``); nothing when
+    ``found`` is empty. ``stacklevel`` as ``warnings.warn``'s, counted from the caller."""
+    if not found:
+        return
+    import warnings
+
+    warnings.warn(
+        f"Results of collection {collection!r} hold stored objects that would need code to "
+        f"rebuild; they are returned as stored (plain dicts), not rebuilt: {'; '.join(found)}",
+        StoredObjectWarning,
+        stacklevel=stacklevel,
+    )
 
 
 def get_results(
@@ -301,6 +309,10 @@ def _add_metric(
     }
 
 
+#: the types of stored values that are never mappings (:func:`flatten`)
+_NOT_MAPPINGS = frozenset({str, int, float, bool, list, bytes})
+
+
 def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``doc`` with nested mappings flattened into dotted keys, pure:
     ``{"config": {"lr": 0.1}, "result": 1}`` -> ``{"config.lr": 0.1, "result": 1}`` (an empty
@@ -309,7 +321,8 @@ def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in doc.items():
         name = f"{prefix}{key}"
-        if value and (type(value) is dict or isinstance(value, Mapping)):
+        kind = type(value)  # plain values skip the (slow) abstract Mapping check
+        if value and (kind is dict or (kind not in _NOT_MAPPINGS and isinstance(value, Mapping))):
             out.update(flatten(value, f"{name}."))
         else:
             out[name] = value

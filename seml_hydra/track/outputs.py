@@ -4,7 +4,8 @@ of a KILLED experiment's ``fail_trace`` (:func:`killed_trace`), used by both the
 
 :func:`read_output_tail` never reads a file a forged document could point at (another user's,
 a symlink, outside the experiment's output folder, not its own job's output);
-:func:`terminal_safe` strips escape sequences before anything read is printed.
+:func:`terminal_safe` (``core.terminal``, re-exported here) strips escape sequences before
+anything read is printed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from seml_hydra.core.terminal import terminal_safe as terminal_safe  # re-exported
 
 #: lines of the job's output kept as ``fail_trace`` of a KILLED experiment
 TRACE_LINES = 40
@@ -300,28 +303,6 @@ def tail_text(data: bytes, lines: int = TRACE_LINES) -> str:
     """The last ``lines`` lines of ``data`` decoded as UTF-8, invalid bytes as U+FFFD."""
     text = data.decode("utf-8", errors="replace")
     return "\n".join(text.splitlines()[-lines:])
-
-
-# ANSI/ECMA-48 sequences: CSI (ESC [ ... final), OSC/DCS/SOS/PM/APC strings (ESC ] P X ^ _ up to
-# BEL or ST, or the line's end), other ESC sequences, and their 8-bit C1 forms
-_ESCAPE_SEQUENCES = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]?"
-    r"|\x1b[\]PX^_][^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
-    r"|\x1b[ -/]*[0-~]?"
-    r"|\x9b[0-?]*[ -/]*[@-~]?"
-    r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
-)
-
-_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def terminal_safe(text: str) -> str:
-    """``text`` without terminal escape sequences (colours, cursor moves, title or clipboard
-    changes: ``\\x1b[...``, ``\\x1b]...``) and control characters, except newline and tab; a
-    carriage return becomes a newline (so a progress bar's updates stay visible instead of
-    overwriting each other). For printing what a document or a job's output holds. Pure."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return _CONTROL_CHARACTERS.sub("", _ESCAPE_SEQUENCES.sub("", text))
 
 
 def killed_trace(head: str, tails: Iterable[tuple[str, FileTail]]) -> list[str]:
