@@ -1,12 +1,14 @@
 """What a job inherits from the launching shell that another local user could use to run
-code as you: the search paths (``PATH``, ``PYTHONPATH``), the umask, and an interpreter too
-old to keep the working directory off the import path of the processes a task starts.
+code as you: the search paths (``PATH``, ``PYTHONPATH``, ``LD_LIBRARY_PATH``), the umask, and
+an interpreter too old to keep the working directory off the import path of the processes a task starts.
 
 A job gets the launching environment (sbatch exports it). A ``PYTHONPATH`` entry others can
 add files to (``/tmp/shared``, sticky or not) lets them plant a ``sitecustomize.py`` or a
 module that shadows ours; a ``PATH`` entry others can add files to lets them plant the
-``python`` (or ``srun``) the job looks up; a umask without group or other write masked makes
-every file the launch, submitit, Hydra and the job create (pickles, ``.hydra/*``, job
+``python`` (or ``srun``) the job looks up; an ``LD_LIBRARY_PATH`` entry others can add files
+to lets them plant a shared library the job's interpreter loads (``libbz2.so.1.0`` when it
+imports ``bz2``), whose constructor runs as you; a umask without group or other write masked
+makes every file the launch, submitit, Hydra and the job create (pickles, ``.hydra/*``, job
 folders) writable by them. The rules judge metadata only (``core.paths``); the decisions
 without I/O are pure functions.
 """
@@ -29,12 +31,20 @@ __all__ = [
 ]
 
 #: the variables whose entries a job searches for programs and modules, in the job's order
-SEARCH_PATH_VARIABLES = ("PYTHONPATH", "PATH")
+SEARCH_PATH_VARIABLES = ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH")
+
+#: what another user would plant in an entry of each of :data:`SEARCH_PATH_VARIABLES`
+_PLANTED = {
+    "PYTHONPATH": "module (a sitecustomize.py too)",
+    "PATH": "program",
+    "LD_LIBRARY_PATH": "shared library",
+}
 
 
 def environment_problem(environ: Mapping[str, str], cwd: str) -> str | None:
-    """The first ``PYTHONPATH`` or ``PATH`` entry of ``environ`` (a job's environment, or the
-    launcher's, which the jobs inherit) where another user could put a module or program,
+    """The first ``PYTHONPATH``, ``PATH`` or ``LD_LIBRARY_PATH`` entry of ``environ`` (a job's
+    environment, or the launcher's, which the jobs inherit) where another user could put a
+    module, program or shared library,
     as one sentence naming the variable and the entry; None when every entry is safe.
     ``cwd``: the directory empty and relative entries mean. Judged by
     :func:`core.paths.unsafe_import_dir` with ``any_owner``: a directory others can add files
@@ -49,7 +59,7 @@ def environment_problem(environ: Mapping[str, str], cwd: str) -> str | None:
         for entry, directory in search_path_entries(value, cwd):
             problem = creatable_dir_problem(directory, any_owner=True)
             if problem is not None:
-                what = "module (a sitecustomize.py too)" if name == "PYTHONPATH" else "program"
+                what = _PLANTED[name]
                 return (
                     f"{name} entry {entry!r}: {problem}, so another user could put a {what} "
                     "there that your jobs would run as you. Take it out of "

@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module (default ``sys.argv[1:]``): :data:`SUBMITIT_ARGS` and the folder.
 
     Returns 1 (after one line on stderr) when the arguments are not submitit's, the job's
-    ``PATH`` or ``PYTHONPATH`` has an entry others can add files to
+    ``PATH``, ``PYTHONPATH`` or ``LD_LIBRARY_PATH`` has an entry others can add files to
     (``core.jobenv.environment_problem``), its working directory is unsafe and its Python
     too old to keep it off its children's import path (``core.jobenv.safe_path_problem``),
     or the pickle is missing (its folder deleted or replaced since the launch) or fails

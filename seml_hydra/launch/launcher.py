@@ -160,7 +160,8 @@ def setup_problem(config: Any) -> str | None:
     (``core.jobenv.tighten_umask``, with a warning when it changes: what the launch, submitit,
     Hydra and the jobs create is then not writable by others), then the sweep dir
     (``core.paths.job_dir_problem``; one that cannot be resolved yet is judged per point) and
-    the ``PATH``/``PYTHONPATH`` the jobs inherit (``core.jobenv.environment_problem``)."""
+    the ``PATH``/``PYTHONPATH``/``LD_LIBRARY_PATH`` the jobs inherit
+    (``core.jobenv.environment_problem``)."""
     import logging
     import os
 

@@ -216,12 +216,14 @@ SITECUSTOMIZE = (
 )
 
 
-@pytest.mark.parametrize("variable", ["PYTHONPATH", "PATH"])
+@pytest.mark.parametrize("variable", ["PYTHONPATH", "PATH", "LD_LIBRARY_PATH"])
 def test_a_search_path_entry_another_user_can_fill_is_refused_at_launch(
     slurm, test_db, tmp_path, shared_tmp, other_user, variable
 ):
-    """Another user's folder (or one they may add files to) on the PYTHONPATH or PATH the
-    jobs inherit: their ``sitecustomize.py`` or ``python3`` would run in every job."""
+    """Another user's folder (or one they may add files to) on the PYTHONPATH, PATH or
+    LD_LIBRARY_PATH the jobs inherit: their ``sitecustomize.py``, ``python3`` or a shared
+    library the job's interpreter loads (``libbz2.so.1.0``, loaded when the job imports
+    ``bz2``: its constructor runs as the job's user) would run in every job."""
     other_user.run("mkdir", "-m", "1777", str(shared_tmp), check=True)
     other_user.run("sh", "-c", f"cat > {shared_tmp}/sitecustomize.py", input=SITECUSTOMIZE,
                    check=True)  # fmt: skip

@@ -142,6 +142,9 @@ def test_a_search_path_entry_others_can_add_files_to_is_named(tmp_path):
     assert "sitecustomize.py" in problem and "\n" not in problem
     problem = jobenv.environment_problem({"PATH": f"{shared}/bin:/usr/bin"}, cwd)
     assert problem.startswith(f"PATH entry '{shared}/bin': {shared}/bin does not exist and")
+    problem = jobenv.environment_problem({"LD_LIBRARY_PATH": f"{mine}:{shared}"}, cwd)
+    assert problem.startswith(f"LD_LIBRARY_PATH entry '{shared}': {shared} is a directory other")
+    assert "shared library" in problem  # its constructor would run in every job
     setfacl("-m", f"u:{OTHER_UID}:rwx", str(mine))  # an ACL opens it to them
     assert "users of its ACL" in jobenv.environment_problem({"PATH": ":/usr/bin"}, cwd)
 
