@@ -1,5 +1,6 @@
 """What a job inherits from the launching shell that another local user could use to run
-code as you: the search paths (``PATH``, ``PYTHONPATH``, ``LD_LIBRARY_PATH``), the umask, and
+code as you: the search paths (``PATH``, ``PYTHONPATH``, ``LD_LIBRARY_PATH``, ``LD_PRELOAD``,
+``PYTHONHOME``, ``PYTHONUSERBASE``, ``PYTHONPYCACHEPREFIX``), the umask, and
 an interpreter too old to keep the working directory off the import path of the processes a task starts.
 
 A job gets the launching environment (sbatch exports it). A ``PYTHONPATH`` entry others can
@@ -30,21 +31,46 @@ __all__ = [
     "tighten_umask",
 ]
 
-#: the variables whose entries a job searches for programs and modules, in the job's order
-SEARCH_PATH_VARIABLES = ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH")
+#: the variables whose entries name directories a job loads programs, modules, compiled code or
+#: libraries from, in the order they are judged
+SEARCH_PATH_VARIABLES = (
+    "PYTHONPATH",
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PYTHONPYCACHEPREFIX",
+)
 
 #: what another user would plant in an entry of each of :data:`SEARCH_PATH_VARIABLES`
 _PLANTED = {
     "PYTHONPATH": "module (a sitecustomize.py too)",
     "PATH": "program",
     "LD_LIBRARY_PATH": "shared library",
+    "LD_PRELOAD": "shared library",
+    "PYTHONHOME": "standard-library module",
+    "PYTHONUSERBASE": "site-packages .pth file",
+    "PYTHONPYCACHEPREFIX": "compiled module (.pyc)",
 }
 
 
+def _entries(name: str, value: str, cwd: str) -> list[tuple[str, str]]:
+    """``[(entry as given, the directory judged), ...]`` of variable ``name``'s ``value``
+    (pure): ``LD_PRELOAD`` names library files (separated by spaces or colons; a bare name is
+    looked up in the system's and ``LD_LIBRARY_PATH``'s directories, judged there), so the
+    directory of each path is judged; the others are ``PATH``-like lists of directories
+    (:func:`core.paths.search_path_entries`)."""
+    if name != "LD_PRELOAD":
+        return search_path_entries(value, cwd)
+    files = [e for e in value.replace(" ", os.pathsep).split(os.pathsep) if "/" in e]
+    return [(e, os.path.dirname(os.path.normpath(os.path.join(cwd, e)))) for e in files]
+
+
 def environment_problem(environ: Mapping[str, str], cwd: str) -> str | None:
-    """The first ``PYTHONPATH``, ``PATH`` or ``LD_LIBRARY_PATH`` entry of ``environ`` (a job's
+    """The first entry of a :data:`SEARCH_PATH_VARIABLES` variable of ``environ`` (a job's
     environment, or the launcher's, which the jobs inherit) where another user could put a
-    module, program or shared library,
+    module, program, compiled module or shared library,
     as one sentence naming the variable and the entry; None when every entry is safe.
     ``cwd``: the directory empty and relative entries mean. Judged by
     :func:`core.paths.unsafe_import_dir` with ``any_owner``: a directory others can add files
@@ -56,7 +82,7 @@ def environment_problem(environ: Mapping[str, str], cwd: str) -> str | None:
         value = environ.get(name)
         if not value:
             continue
-        for entry, directory in search_path_entries(value, cwd):
+        for entry, directory in _entries(name, value, cwd):
             problem = creatable_dir_problem(directory, any_owner=True)
             if problem is not None:
                 what = _PLANTED[name]

@@ -149,6 +149,35 @@ def test_a_search_path_entry_others_can_add_files_to_is_named(tmp_path):
     assert "users of its ACL" in jobenv.environment_problem({"PATH": ":/usr/bin"}, cwd)
 
 
+@pytest.mark.parametrize(
+    ("name", "planted"),
+    [
+        ("PYTHONHOME", "standard-library module"),
+        ("PYTHONUSERBASE", "site-packages .pth file"),
+        ("PYTHONPYCACHEPREFIX", "compiled module (.pyc)"),
+    ],
+)
+def test_a_python_directory_variable_others_can_add_files_to_is_named(tmp_path, name, planted):
+    shared = private(tmp_path / "shared")
+    shared.chmod(0o1777)  # e.g. a pycache prefix under /tmp: they plant a matching .pyc
+    mine = private(tmp_path / "mine")
+    assert jobenv.environment_problem({name: str(mine)}, str(mine)) is None
+    problem = jobenv.environment_problem({name: str(shared)}, str(mine))
+    assert problem.startswith(f"{name} entry '{shared}': {shared} is a directory other")
+    assert planted in problem and "\n" not in problem
+
+
+def test_an_ld_preload_library_in_a_directory_others_can_add_files_to_is_named(tmp_path):
+    shared = private(tmp_path / "shared")
+    shared.chmod(0o1777)  # they replace the library before the job starts
+    mine = private(tmp_path / "mine")
+    preload = f"libc_fast.so {mine}/libmine.so"  # a bare name is looked up, not judged here
+    assert jobenv.environment_problem({"LD_PRELOAD": preload}, str(mine)) is None
+    problem = jobenv.environment_problem({"LD_PRELOAD": f"{preload}:{shared}/lib.so"}, str(mine))
+    assert problem.startswith(f"LD_PRELOAD entry '{shared}/lib.so': {shared} is a directory")
+    assert "shared library" in problem
+
+
 @pytest.mark.skipif(ME != 0, reason="chown needs root (CI runs as root)")
 def test_a_search_path_entry_of_an_admin_account_that_only_it_writes_is_fine(tmp_path):
     tools = private(tmp_path / "opt" / "slurm" / "bin")  # e.g. owned by the `slurm` account
