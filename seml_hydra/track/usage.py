@@ -358,6 +358,23 @@ def _batch(doc: Mapping[str, Any]) -> int:
     return int(batch) if batch is not None else 0
 
 
+def advice_lines(groups: Sequence[GroupUsage], *, markdown: bool = False) -> list[str]:
+    """The lines ``seml usage`` prints under its table (pure): per group its suggestions (or
+    that its requests fit) and its notes, each ``batch <id> [<arrays>]: <text>``. With
+    ``markdown`` they follow a blank line as list items, so a Markdown renderer neither joins
+    them into one paragraph nor reads them as rows of the table above (GitHub's tables go on
+    until a blank line). Empty when there are no groups."""
+    lines = []
+    for g in groups:
+        where = f"batch {g.batch_id} [{','.join(g.arrays)}]"
+        for line in g.advice or ["requests fit the use (no smaller request suggested)"]:
+            lines.append(f"{where}: {line}")
+        lines.extend(f"{where}: note: {line}" for line in g.missing)
+    if markdown and lines:
+        return ["", *(f"- {line}" for line in lines)]
+    return lines
+
+
 def underused_line(groups: Sequence[GroupUsage], collection: str) -> str | None:
     """One line when a group used less than a quarter of a request (memory, time limit,
     CPUs) and a smaller request is suggested for it, naming the first such group, else None;

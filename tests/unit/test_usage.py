@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from seml_hydra.slurm.usage import TaskUsage, parse_memory_mb, parse_usage
-from seml_hydra.track.usage import group_usage, requested_from_options, underused_line
+from seml_hydra.track.usage import advice_lines, group_usage, requested_from_options, underused_line
 
 SACCT = """\
 18_0|COMPLETED|00:10:00|00:16:00||8|16G|10:00:00|billing=8,cpu=8,gres/gpu=1,mem=16G,node=1
@@ -186,3 +186,14 @@ def test_a_job_our_time_limit_signal_ended_counts_as_having_hit_its_limit():
              "fail_trace": ["Slurm signalled a timeout or preemption and the task did not opt in"]}  # fmt: skip
     [group] = group_usage([ended], {})
     assert group.suggested["time_min"] == 120
+
+
+def test_markdown_advice_follows_the_table_as_a_list_not_as_rows():
+    small = [doc(1, 7, i, mem="16G", rss=500.0, real=60.0) for i in range(2)]
+    groups = group_usage(small, {})
+    plain = advice_lines(groups)
+    assert plain and all(line.startswith("batch 1 [7]: ") for line in plain)
+    lines = advice_lines(groups, markdown=True)
+    assert lines[0] == ""  # a blank line ends the table above
+    assert lines[1:] == [f"- {line}" for line in plain]
+    assert advice_lines([], markdown=True) == []
