@@ -262,6 +262,10 @@ def _max(values: Iterable[float | None]) -> float | None:
     return max(known) if known else None
 
 
+#: the sbatch options that ask for memory (``mem_gb``, ``mem_per_cpu``, ``mem_per_gpu``)
+MEMORY_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
+
+
 def _fmt_mb(mb: float) -> str:
     return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
 
@@ -288,18 +292,20 @@ def _suggest(
     mem, rss = requested.get("mem_mb"), used.get("max_rss_mb")
     nodes = _number(options.get("nodes")) or 1.0
     per_node = (_number(options.get("ntasks-per-node")) or 1.0) if nodes else 1.0
+    # what the user asked for; without a memory option Slurm gave its default (sacct's ReqMem)
+    asked = any(key in options for key in MEMORY_OPTIONS)
+    node_mb = (mem or 0.0) / nodes
+    mem_was = f"{node_mb / 1024:g}" if asked else f"unset (Slurm gave {_fmt_mb(node_mb)})"
     if mem and "OUT_OF_MEMORY" in states:  # mem_gb is per node; mem_mb (JSON) per job
         doubled = 2 * math.ceil(mem / nodes / 1024)
         out["mem_mb"] = doubled * 1024.0 * nodes
-        advice.append(f"mem_gb: {mem / nodes / 1024:g} -> {doubled}: a job ran out of memory")
+        advice.append(f"mem_gb: {mem_was} -> {doubled}: a job ran out of memory")
     elif mem and rss:  # the peak is one task's (rank 0's, or sacct's largest task): x tasks
         gb = max(1, math.ceil(rss * per_node * (1 + MEM_HEADROOM) / 1024))
         if gb * 1024 * nodes < mem:
             out["mem_mb"] = gb * 1024.0 * nodes
             tasks = f" x {per_node:g} tasks per node" if per_node > 1 else ""
-            advice.append(
-                f"mem_gb: {mem / nodes / 1024:g} -> {gb}: largest {_fmt_mb(rss)}{tasks} + 25%"
-            )
+            advice.append(f"mem_gb: {mem_was} -> {gb}: largest {_fmt_mb(rss)}{tasks} + 25%")
     limit, longest = requested.get("time_min"), used.get("elapsed_min")
     if limit and "TIMEOUT" in states:
         out["time_min"] = 2 * limit

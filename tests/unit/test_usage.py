@@ -92,6 +92,15 @@ def test_suggestions_with_headroom_from_sacct():
     assert group.missing == []
 
 
+def test_memory_slurm_gave_by_default_is_said_to_be_unset_not_asked():
+    unset = {"cpus-per-task": 8, "time": 600}  # no mem_gb: Slurm's default memory (ReqMem)
+    docs = [doc(1, 18, 0, **unset), doc(2, 18, 1, **unset)]
+    sacct = parse_usage(SACCT.replace("TIMEOUT", "COMPLETED").replace("|16G|", "|16000M|"))
+    [group] = group_usage(docs, sacct)
+    assert group.suggested["mem_mb"] == 4096
+    assert group.advice[0] == "mem_gb: unset (Slurm gave 15.6 GiB) -> 4: largest 2.8 GiB + 25%"
+
+
 def test_a_job_that_hit_its_limit_gets_more_time_not_less():
     docs = [doc(1, 18, 0, **BIG), doc(2, 18, 1, **BIG)]
     [group] = group_usage(docs, parse_usage(SACCT))
