@@ -44,7 +44,7 @@ def usage(
     longest run, CPU efficiency and GPU memory used (sacct, else the experiments' stats); and
     a smaller request with headroom where one fits (memory +25%, time +50%)."""
     from seml_hydra.manage.results_table import to_markdown, to_text
-    from seml_hydra.track.usage import usage_report
+    from seml_hydra.track.usage import advice_lines, usage_report
 
     groups = usage_report(target.collection, target.selection.query())
     if fmt is Format.json:
@@ -110,8 +110,5 @@ def usage(
         typer.echo(to_markdown(columns, rows), nl=False)
     else:
         typer.echo(to_text(columns, rows, title=f"{target.name}: usage"), nl=False)
-    for g in groups:
-        for line in g.advice or ["requests fit the use (no smaller request suggested)"]:
-            typer.echo(f"batch {g.batch_id} [{','.join(g.arrays)}]: {line}")
-        for line in g.missing:
-            typer.echo(f"batch {g.batch_id} [{','.join(g.arrays)}]: note: {line}")
+    for line in advice_lines(groups, markdown=fmt is Format.markdown):
+        typer.echo(line)

@@ -54,14 +54,22 @@ CANCEL_WAIT_S = 60.0
 CANCEL_POLL_S = 0.5
 
 
-def max_failures_problem(value: Any, name: str = "hydra.launcher.max_failures") -> str | None:
+#: how a launcher field says "off" (a command-line option says it by being left out)
+OFF_IN_CONFIG = "or null for no fail-fast"
+OFF_ON_COMMAND_LINE = "or leave --max-failures out (each launch's own max_failures applies)"
+
+
+def max_failures_problem(
+    value: Any, name: str = "hydra.launcher.max_failures", off: str = OFF_IN_CONFIG
+) -> str | None:
     """Why ``value`` cannot be a ``max_failures`` (pure): None when it is None (off) or an
-    integer >= 1, else a one-line message naming ``name``."""
+    integer >= 1, else a one-line message naming ``name`` and ending with ``off`` (how the
+    user turns it off where ``name`` is set: :data:`OFF_IN_CONFIG`, :data:`OFF_ON_COMMAND_LINE`)."""
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return None
     return (
         f"{name}={value!r}: must be an integer >= 1 (the number of FAILED experiments that "
-        "stops the launch's other experiments), or null for no fail-fast"
+        f"stops the launch's other experiments), {off}"
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.shell import seml_for
-from seml_hydra.job.failfast import max_failures_problem
+from seml_hydra.job.failfast import OFF_ON_COMMAND_LINE, max_failures_problem
 from seml_hydra.job.worker import runnable_query
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.manage.start import no_payload_message
@@ -44,7 +44,7 @@ def check_options(
         raise ManageError("--worker-gpus only works with --local (or launch-worker).")
     if steal_slurm and not local:
         raise ManageError("--steal-slurm only works with --local (or launch-worker).")
-    problem = max_failures_problem(max_failures, "--max-failures")
+    problem = max_failures_problem(max_failures, "--max-failures", OFF_ON_COMMAND_LINE)
     if problem is not None:
         raise ManageError(f"{problem}; nothing was submitted.")
     if max_failures is not None and (debug or local):

@@ -13,7 +13,7 @@ from seml_hydra.core import states
 from seml_hydra.core.documents import apply_diff
 from seml_hydra.core.jobenv import environment_problem, private_umask_kept
 from seml_hydra.core.paths import launch_paths_problem, unsafe_import_dir
-from seml_hydra.job.failfast import max_failures_problem
+from seml_hydra.job.failfast import OFF_ON_COMMAND_LINE, max_failures_problem
 from seml_hydra.launch.submit import SubmitRequest, submit_requests
 from seml_hydra.manage.selection import ManageError, state_values
 from seml_hydra.store.db.job_db import job_db_config, job_db_environment
@@ -137,7 +137,7 @@ def start(
     this call submits (``job.failfast``; None: each launch's own ``max_failures``). Raises
     ``SubmissionError`` when sbatch refuses (those experiments stay STAGED), ``ManageError``
     for a ``max_failures`` below 1."""
-    problem = max_failures_problem(max_failures, "--max-failures")
+    problem = max_failures_problem(max_failures, "--max-failures", OFF_ON_COMMAND_LINE)
     if problem is not None:
         raise ManageError(f"{problem}; nothing was submitted.")
 

@@ -262,6 +262,10 @@ def _max(values: Iterable[float | None]) -> float | None:
     return max(known) if known else None
 
 
+#: the sbatch options that ask for memory (``mem_gb``, ``mem_per_cpu``, ``mem_per_gpu``)
+MEMORY_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
+
+
 def _fmt_mb(mb: float) -> str:
     return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
 
@@ -288,18 +292,20 @@ def _suggest(
     mem, rss = requested.get("mem_mb"), used.get("max_rss_mb")
     nodes = _number(options.get("nodes")) or 1.0
     per_node = (_number(options.get("ntasks-per-node")) or 1.0) if nodes else 1.0
+    # what the user asked for; without a memory option Slurm gave its default (sacct's ReqMem)
+    asked = any(key in options for key in MEMORY_OPTIONS)
+    node_mb = (mem or 0.0) / nodes
+    mem_was = f"{node_mb / 1024:g}" if asked else f"unset (Slurm gave {_fmt_mb(node_mb)})"
     if mem and "OUT_OF_MEMORY" in states:  # mem_gb is per node; mem_mb (JSON) per job
         doubled = 2 * math.ceil(mem / nodes / 1024)
         out["mem_mb"] = doubled * 1024.0 * nodes
-        advice.append(f"mem_gb: {mem / nodes / 1024:g} -> {doubled}: a job ran out of memory")
+        advice.append(f"mem_gb: {mem_was} -> {doubled}: a job ran out of memory")
     elif mem and rss:  # the peak is one task's (rank 0's, or sacct's largest task): x tasks
         gb = max(1, math.ceil(rss * per_node * (1 + MEM_HEADROOM) / 1024))
         if gb * 1024 * nodes < mem:
             out["mem_mb"] = gb * 1024.0 * nodes
             tasks = f" x {per_node:g} tasks per node" if per_node > 1 else ""
-            advice.append(
-                f"mem_gb: {mem / nodes / 1024:g} -> {gb}: largest {_fmt_mb(rss)}{tasks} + 25%"
-            )
+            advice.append(f"mem_gb: {mem_was} -> {gb}: largest {_fmt_mb(rss)}{tasks} + 25%")
     limit, longest = requested.get("time_min"), used.get("elapsed_min")
     if limit and "TIMEOUT" in states:
         out["time_min"] = 2 * limit
@@ -356,6 +362,23 @@ def group_usage(
 def _batch(doc: Mapping[str, Any]) -> int:
     batch = _number(doc.get("batch_id"))
     return int(batch) if batch is not None else 0
+
+
+def advice_lines(groups: Sequence[GroupUsage], *, markdown: bool = False) -> list[str]:
+    """The lines ``seml usage`` prints under its table (pure): per group its suggestions (or
+    that its requests fit) and its notes, each ``batch <id> [<arrays>]: <text>``. With
+    ``markdown`` they follow a blank line as list items, so a Markdown renderer neither joins
+    them into one paragraph nor reads them as rows of the table above (GitHub's tables go on
+    until a blank line). Empty when there are no groups."""
+    lines = []
+    for g in groups:
+        where = f"batch {g.batch_id} [{','.join(g.arrays)}]"
+        for line in g.advice or ["requests fit the use (no smaller request suggested)"]:
+            lines.append(f"{where}: {line}")
+        lines.extend(f"{where}: note: {line}" for line in g.missing)
+    if markdown and lines:
+        return ["", *(f"- {line}" for line in lines)]
+    return lines
 
 
 def underused_line(groups: Sequence[GroupUsage], collection: str) -> str | None:

@@ -25,7 +25,11 @@ def test_an_oversized_request_is_told_by_the_launcher_and_usage(slurm, test_db, 
     table = seml_ok("fail", "usage", "-v")
     assert "timeout_min: 60 -> 5: longest " in table
     assert table.count("(COMPLETED)") == 3  # one row per experiment with -v
-    assert "| batch | arrays |" in seml_ok("fail", "usage", "-f", "markdown")
+    markdown = seml_ok("fail", "usage", "-f", "markdown")
+    assert "| batch | arrays |" in markdown
+    # the suggestions are a list after a blank line, not rows of the table (GitHub's tables
+    # go on until a blank line)
+    assert "|\n\n- batch 1 [" in markdown and "\nbatch 1 [" not in markdown
 
 
 def test_a_request_that_fits_gets_no_line(slurm, test_db, tmp_path):

@@ -38,6 +38,15 @@ def test_start_refuses_max_failures_below_one_and_with_local_runs():
         check_options(**{**base, "local": True}, max_failures=2)
 
 
+def test_start_refusal_says_how_to_turn_it_off_on_the_command_line():
+    base = dict(debug=False, local=False, post_mortem=False, worker_gpus=None, sacred_id=None)
+    with pytest.raises(ManageError) as error:
+        check_options(**base, max_failures=0)
+    message = str(error.value)
+    assert "null" not in message  # no value of the option means off: it is left out
+    assert "leave --max-failures out" in message
+
+
 def test_points_with_another_max_failures_make_their_own_arrays():
     assert resource_key(launcher(max_failures=2)) != resource_key(launcher(max_failures=3))
 

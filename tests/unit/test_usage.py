@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from seml_hydra.slurm.usage import TaskUsage, parse_memory_mb, parse_usage
-from seml_hydra.track.usage import group_usage, requested_from_options, underused_line
+from seml_hydra.track.usage import advice_lines, group_usage, requested_from_options, underused_line
 
 SACCT = """\
 18_0|COMPLETED|00:10:00|00:16:00||8|16G|10:00:00|billing=8,cpu=8,gres/gpu=1,mem=16G,node=1
@@ -90,6 +90,15 @@ def test_suggestions_with_headroom_from_sacct():
     assert group.advice[1] == "timeout_min: 600 -> 95: longest 61 min + 50%"
     assert group.advice[2].startswith("cpus_per_task: 8 -> 2: CPU efficiency 16%")
     assert group.missing == []
+
+
+def test_memory_slurm_gave_by_default_is_said_to_be_unset_not_asked():
+    unset = {"cpus-per-task": 8, "time": 600}  # no mem_gb: Slurm's default memory (ReqMem)
+    docs = [doc(1, 18, 0, **unset), doc(2, 18, 1, **unset)]
+    sacct = parse_usage(SACCT.replace("TIMEOUT", "COMPLETED").replace("|16G|", "|16000M|"))
+    [group] = group_usage(docs, sacct)
+    assert group.suggested["mem_mb"] == 4096
+    assert group.advice[0] == "mem_gb: unset (Slurm gave 15.6 GiB) -> 4: largest 2.8 GiB + 25%"
 
 
 def test_a_job_that_hit_its_limit_gets_more_time_not_less():
@@ -186,3 +195,14 @@ def test_a_job_our_time_limit_signal_ended_counts_as_having_hit_its_limit():
              "fail_trace": ["Slurm signalled a timeout or preemption and the task did not opt in"]}  # fmt: skip
     [group] = group_usage([ended], {})
     assert group.suggested["time_min"] == 120
+
+
+def test_markdown_advice_follows_the_table_as_a_list_not_as_rows():
+    small = [doc(1, 7, i, mem="16G", rss=500.0, real=60.0) for i in range(2)]
+    groups = group_usage(small, {})
+    plain = advice_lines(groups)
+    assert plain and all(line.startswith("batch 1 [7]: ") for line in plain)
+    lines = advice_lines(groups, markdown=True)
+    assert lines[0] == ""  # a blank line ends the table above
+    assert lines[1:] == [f"- {line}" for line in plain]
+    assert advice_lines([], markdown=True) == []
