@@ -44,7 +44,8 @@ def entry_expression(moved_by: str) -> dict[str, Any]:
         "attempt": {"$add": [_LAST_NUMBER, 1]},
         "status": "$status",
         "start_time": "$start_time",
-        "stop_time": "$stop_time",
+        # a run fail-fast stopped has the stop's time only (``fail_fast.stop_time``)
+        "stop_time": {"$ifNull": ["$stop_time", "$fail_fast.stop_time"]},
         "heartbeat": "$heartbeat",
         # Sacred's host block is {hostname, os, cpu, ...}; SEML 0.5 may store a plain name
         "host": {"$ifNull": ["$host.hostname", "$host"]},
@@ -171,6 +172,13 @@ def trace_tail(lines: Any, count: int = 3) -> str:
     return " | ".join(kept[-count:])
 
 
+def _fail_fast_stop(doc: Mapping[str, Any]) -> Any:
+    """When fail-fast stopped ``doc``'s run: ``fail_fast.stop_time`` (the stop writes no
+    ``stop_time``, which Sacred writes when a run ends on its own), else None (pure)."""
+    fail_fast = doc.get("fail_fast")
+    return fail_fast.get("stop_time") if isinstance(fail_fast, Mapping) else None
+
+
 def current_entry(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The current run of ``doc`` as a history entry would hold it (pure; the fields of
     :func:`entry_expression` but ``moved_by``/``moved_time``, plus ``current: True``), for
@@ -184,7 +192,7 @@ def current_entry(doc: Mapping[str, Any]) -> dict[str, Any]:
         "attempt": current_number(doc),
         "status": doc.get("status"),
         "start_time": doc.get("start_time"),
-        "stop_time": doc.get("stop_time"),
+        "stop_time": doc.get("stop_time") or _fail_fast_stop(doc),
         "heartbeat": doc.get("heartbeat"),
         "host": host.get("hostname", host) if isinstance(host, Mapping) else host,
         "cluster": execution.get("cluster"),

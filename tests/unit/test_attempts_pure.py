@@ -112,3 +112,17 @@ def test_print_attempts_reasons_wrap_within_the_width_and_keep_every_character()
     assert "".join(line.strip() for line in lines).replace(" ", "") == (
         "#1FAILED:" + why.replace(" ", "")
     )
+
+
+def test_a_run_fail_fast_stopped_shows_the_stops_time_as_its_stop():
+    # the stop writes fail_fast.stop_time only; Sacred's stop_time is written by a run's end
+    stopped = {
+        "status": "INTERRUPTED",
+        "start_time": 1,
+        "fail_fast": {"group": "g", "reason": "fail-fast: ...", "stop_time": 2},
+    }
+    assert attempts.current_entry(stopped)["stop_time"] == 2
+    assert attempts.current_entry({**stopped, "stop_time": 3})["stop_time"] == 3
+    assert attempts.entry_expression("reset")["stop_time"] == {
+        "$ifNull": ["$stop_time", "$fail_fast.stop_time"]
+    }
