@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from seml_hydra.core import states
 from seml_hydra.job import heartbeat, kept
 from seml_hydra.job.failfast import STOP_REASON
 from seml_hydra.job.heartbeat import bounded_output
@@ -143,11 +144,13 @@ class DocumentObserver(MongoObserver):
 
     def _filter(self, entry: Mapping[str, Any], *, final: bool = True) -> dict[str, Any]:
         # the fence: an earlier run that a requeued task took over writes nothing; and no
-        # save but the final one (INTERRUPTED on the scancel) writes RUNNING over a
-        # fail-fast stop (job.failfast), which a waiting launcher may already have read
-        where = {"_id": entry["_id"], **self._fence}
+        # save but the final one writes RUNNING over a fail-fast stop (job.failfast;
+        # INTERRUPTED on the scancel) or over FAILED (another rank of this run failed,
+        # job.failures), which a waiting launcher may already have read
+        where: dict[str, Any] = {"_id": entry["_id"], **self._fence}
         if not final:
             where[STOP_REASON] = {"$exists": False}
+            where["status"] = {"$ne": states.FAILED}
         return where
 
     @contextlib.contextmanager

@@ -69,3 +69,29 @@ def test_the_stop_drops_its_mark_from_runs_that_completed_before_their_task_ende
     assert docs[5]["fail_fast"] == {"group": "g", "max_failures": 2}
     assert docs[5]["fail_trace"] == ["its own\n"]
     assert unmark_completed(coll, [3, 4, 5]) == []  # idempotent
+
+
+def test_a_run_whose_other_rank_failed_does_not_write_running_over_the_failure(test_db):
+    """Another rank of a multi-task experiment failed and marked it FAILED
+    (``job.failures``) while the primary's run goes on: the primary's non-final saves (Sacred's
+    first save, heartbeats) must leave FAILED (the launcher may have returned on it); only the
+    run's own final save writes its outcome."""
+    coll = test_db["ranks"]
+    doc = {
+        "_id": 1,
+        "status": "RUNNING",
+        "config": {"x": 1},
+        "seed": 1,
+        "seml": {"name": "ranks"},
+        "execution": {"restart": 0},
+    }
+    coll.insert_one(doc)
+    coll.update_one({"_id": 1}, {"$set": {"status": "FAILED", "fail_trace": ["--- rank 1\n"]}})
+    seen = []
+
+    def task() -> int:
+        seen.append(coll.find_one({"_id": 1})["status"])  # after Sacred's started_event
+        return 7
+
+    assert run_observed(test_db, "ranks", doc, task, fence=fence(doc)) == 7
+    assert seen == ["FAILED"]
