@@ -78,7 +78,7 @@ elif [[ ! -e .venv/bin/pip ]]; then # a .venv of the cached dependencies
   # pip comes from the cached venv; it installs into .venv (the interpreter running it)
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . 2>&1 | pip_quiet
   # the commands README names: .venv/bin/pytest (with this .venv's Python), .venv/bin/ruff
-  printf '#!%s\nimport sys\nfrom pytest import console_main\nsys.exit(console_main())\n' "$PWD/.venv/bin/python" >.venv/bin/pytest
+  printf '#!%s\nimport sys\nimport pytest\nsys.exit(pytest.main())\n' "$PWD/.venv/bin/python" >.venv/bin/pytest
   chmod +x .venv/bin/pytest
   ln -sf "$DEPS/bin/ruff" .venv/bin/ruff
   step "dependencies from $DEPS"
