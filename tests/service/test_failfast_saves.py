@@ -13,6 +13,19 @@ pytestmark = pytest.mark.mongo
 REASON = "fail-fast: 2 experiments failed: ids 1, 2"
 
 
+def running(exp_id: int, collection: str, **fields: object) -> dict:
+    """A claimed experiment document as the run starts (RUNNING, run 0), plus ``fields``."""
+    return {
+        "_id": exp_id,
+        "status": "RUNNING",
+        "config": {"x": exp_id},
+        "seed": 1,
+        "seml": {"name": collection},
+        "execution": {"restart": 0},
+        **fields,
+    }
+
+
 def test_a_run_starting_after_its_launch_was_stopped_does_not_write_running_over_the_stop(
     test_db,
 ):
@@ -20,15 +33,7 @@ def test_a_run_starting_after_its_launch_was_stopped_does_not_write_running_over
     and the heartbeats must leave the mark (a waiting launcher may already have read it and
     exited); only the run's own final save writes its outcome."""
     coll = test_db["stopped"]
-    doc = {
-        "_id": 3,
-        "status": "RUNNING",
-        "config": {"x": 3},
-        "seed": 1,
-        "seml": {"name": "stopped"},
-        "execution": {"restart": 0},
-        "fail_fast": {"group": "g", "max_failures": 2},
-    }
+    doc = running(3, "stopped", fail_fast={"group": "g", "max_failures": 2})
     coll.insert_one(doc)
     coll.update_one(
         {"_id": 3},
@@ -77,14 +82,7 @@ def test_a_run_whose_other_rank_failed_does_not_write_running_over_the_failure(t
     first save, heartbeats) must leave FAILED (the launcher may have returned on it); only the
     run's own final save writes its outcome."""
     coll = test_db["ranks"]
-    doc = {
-        "_id": 1,
-        "status": "RUNNING",
-        "config": {"x": 1},
-        "seed": 1,
-        "seml": {"name": "ranks"},
-        "execution": {"restart": 0},
-    }
+    doc = running(1, "ranks")
     coll.insert_one(doc)
     coll.update_one({"_id": 1}, {"$set": {"status": "FAILED", "fail_trace": ["--- rank 1\n"]}})
     seen = []
