@@ -16,7 +16,6 @@ import os
 import pwd
 import re
 import shlex
-import shutil
 import stat
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -397,6 +396,9 @@ def program_lookup_problem(program: str, path: str, cwd: str) -> str | None:
         problem = creatable_dir_problem(directory, any_owner=True)
         if problem is not None:
             return f"PATH entry {entry!r} (searched for {program}): {problem}"
+        import shutil  # here: shutil imports bz2 and lzma, whose libraries a job's entry must
+        # not load before it judged LD_LIBRARY_PATH (job.entry)
+
         found = shutil.which(program, path=directory)
         if found is not None:
             return unsafe_executable(found)

@@ -32,7 +32,8 @@ __all__ = ["BOOTSTRAP", "SUBMITIT_ARGS", "guarded_python", "main"]
 #: entries) before this module is imported from the installed package
 BOOTSTRAP = (
     "import sys; sys.path[:] = [p for p in sys.path if p]; "
-    "from seml_hydra.job.entry import main; sys.exit(main())"
+    "p, sys.pycache_prefix = sys.pycache_prefix, None; "
+    "from seml_hydra.job.entry import main; sys.exit(main(pycache_prefix=p))"
 )
 
 #: what submitit puts between ``python`` and the folder (``SlurmExecutor._submitit_command_str``)
@@ -48,9 +49,12 @@ def guarded_python(python: str) -> str:
     return f"{python} -u -c {shlex.quote(BOOTSTRAP)}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, pycache_prefix: str | None = None) -> int:
     """Check the job's pickle, then run it as submitit does. ``argv``: the arguments after the
-    module (default ``sys.argv[1:]``): :data:`SUBMITIT_ARGS` and the folder.
+    module (default ``sys.argv[1:]``): :data:`SUBMITIT_ARGS` and the folder. ``pycache_prefix``:
+    the job's ``sys.pycache_prefix`` (``PYTHONPYCACHEPREFIX``), which :data:`BOOTSTRAP` turns
+    off until the environment is judged, so no compiled module under a prefix others could
+    write is loaded before; it is put back once the checks pass.
 
     Returns 1 (after one line on stderr) when the arguments are not submitit's, the job's
     ``PATH``, ``PYTHONPATH`` or ``LD_LIBRARY_PATH`` has an entry others can add files to
@@ -70,7 +74,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ, cwd
     )
     if problem is not None:
-        return _refuse(f"seml-hydra: not starting the job: {problem}; nothing was run.")
+        return _refuse(
+            f"seml-hydra: not starting the job: {problem}; the task was not run (code Python "
+            "itself loads at its start, such as a sitecustomize.py in such an entry, is "
+            "loaded before this check: see the security model)."
+        )
+    sys.pycache_prefix = pycache_prefix
     if unsafe_cwd is None:  # where -m would have put it: the launch directory's modules
         sys.path.insert(0, cwd)
     else:  # nor on that of the Python processes the task starts (multiprocessing's workers)

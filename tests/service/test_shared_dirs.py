@@ -381,6 +381,98 @@ def test_a_job_refuses_a_pythonpath_entry_opened_to_others_since_the_launch(
         f"seml-hydra: not starting the job: PYTHONPATH entry '{lib}': {lib} is a directory "
         "other users can add files to (mode 1777), so another user could put a module (a "
         f"sitecustomize.py too) there that your jobs would run as you. Take it out of "
-        "PYTHONPATH (or take others' write access away); nothing was run."
+        "PYTHONPATH (or take others' write access away); the task was not run (code Python "
+        "itself loads at its start, such as a sitecustomize.py in such an entry, is loaded "
+        "before this check: see the security model)."
     ]
     assert not pwned.exists()  # their submitit.py was never imported
+
+
+#: What another user's ``libbz2.so.1.0`` does: its constructor leaves a file (when loaded in a
+#: Slurm job); the ``BZ2_*`` functions ``_bz2`` links against are stubs that always fail.
+EVIL_LIBBZ2_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void planted(void) {
+    const char *pwned = getenv("PWNED");
+    if (pwned && getenv("SLURM_JOB_ID")) { FILE *f = fopen(pwned, "w"); if (f) fclose(f); }
+}
+int BZ2_bzCompressInit(void *s, int b, int v, int w) { return -3; }
+int BZ2_bzCompress(void *s, int a) { return -1; }
+int BZ2_bzCompressEnd(void *s) { return 0; }
+int BZ2_bzDecompressInit(void *s, int v, int m) { return -3; }
+int BZ2_bzDecompress(void *s) { return -1; }
+int BZ2_bzDecompressEnd(void *s) { return 0; }
+"""
+
+
+def _launch_held_then_open_to_others(test_db, tmp_path, variable, entry, plant):
+    """Launch a one-point gate sweep held in Slurm with ``entry`` (mode 0755, judged safe at
+    launch) as ``variable``, then open ``entry`` to others (mode 1777), let ``plant(entry)`` add
+    another user's file there and release the array. Returns the job's stderr lines and the
+    path the planted code writes when it runs in the job."""
+    entry.mkdir(mode=0o755)
+    pwned = tmp_path / "pwned"
+    proc = run_app(GATE_APP, "-m", "hydra/launcher=seml", "hydra.launcher.wait=false", "x=1",
+                   "gate=", "+hydra.launcher.additional_parameters.hold=true", cwd=tmp_path,
+                   env={variable: str(entry), "PWNED": str(pwned)})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    array = test_db["gate"].find_one({"_id": 1})["slurm"][0]["array_id"]
+    entry.chmod(0o1777)
+    plant(entry)
+    subprocess.run(["scontrol", "release", str(array)], check=True)
+    wait_until("the job ends", lambda: squeue_tasks(array) == {})
+    [log] = list(tmp_path.glob("multirun/**/.submitit/**/*_log.err"))
+    return log.read_text().splitlines(), pwned
+
+
+def test_a_library_planted_in_an_ld_library_path_entry_opened_since_the_launch_never_loads(
+    slurm, test_db, tmp_path, shared_tmp, other_user
+):
+    """The job refuses an LD_LIBRARY_PATH entry others may add files to since the launch, but
+    the job's own imports before that check (``shutil`` imports ``bz2``) must not load a
+    ``libbz2.so.1.0`` planted there: its constructor must never run as the job's user."""
+
+    def plant(entry):  # the other user builds their library right in the entry
+        other_user.run("sh", "-c", f"cat > {entry}/libbz2.c", input=EVIL_LIBBZ2_C, check=True)
+        other_user.run("cc", "-shared", "-fPIC", "-Wl,-soname,libbz2.so.1.0", "-o",
+                       f"{entry}/libbz2.so.1.0", f"{entry}/libbz2.c", check=True)  # fmt: skip
+
+    lines, pwned = _launch_held_then_open_to_others(
+        test_db, tmp_path, "LD_LIBRARY_PATH", shared_tmp, plant
+    )
+    assert any("not starting the job: LD_LIBRARY_PATH entry" in line for line in lines), lines
+    assert not pwned.exists()  # their library's constructor never ran as the job's user
+
+
+def test_a_pyc_planted_in_a_pycache_prefix_opened_since_the_launch_never_runs(
+    slurm, test_db, tmp_path, shared_tmp, other_user
+):
+    """The job refuses a PYTHONPYCACHEPREFIX others may add files to since the launch, but a
+    compiled ``shlex`` planted there (the job's check imports ``shlex`` before it judges the
+    prefix; Python loads the ``.pyc`` whose header matches the source's mtime and size) must
+    never run as the job's user."""
+    import importlib._bootstrap_external as bootstrap  # the same writer Python's import uses
+    import shlex
+
+    source = Path(shlex.__file__)
+    planted = (
+        f"{source.read_text()}\nimport os as _o, pathlib as _p\n"
+        "if _o.environ.get('SLURM_JOB_ID'): _p.Path(_o.environ['PWNED']).write_text('ran')\n"
+    )
+    stat = source.stat()
+    pyc = bootstrap._code_to_timestamp_pyc(
+        compile(planted, str(source), "exec"), stat.st_mtime, stat.st_size
+    )
+
+    def plant(entry):  # their file, in the place Python looks for shlex's bytecode
+        target = Path(f"{entry}{source.parent}") / f"shlex.{sys.implementation.cache_tag}.pyc"
+        other_user.run("mkdir", "-p", str(target.parent), check=True)
+        target.write_bytes(pyc)
+        os.chown(target, other_user.uid, other_user.gid)
+
+    lines, pwned = _launch_held_then_open_to_others(
+        test_db, tmp_path, "PYTHONPYCACHEPREFIX", shared_tmp, plant
+    )
+    assert any("not starting the job: PYTHONPYCACHEPREFIX entry" in line for line in lines), lines
+    assert not pwned.exists()  # their shlex.pyc never ran as the job's user
