@@ -402,8 +402,9 @@ def _spawn(
 
 
 def _end(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
-    """End a tunnel process that failed or gave no answer: SIGTERM, and SIGKILL when it is still
-    there after ``grace_s`` seconds, so that none is left holding the tunnel's lock."""
+    """End a tunnel process (one that failed or gave no answer, or a keeper's at
+    :func:`close_tunnels`): SIGTERM, and SIGKILL when it is still there after ``grace_s``
+    seconds, so that none is left holding the tunnel's lock."""
     if proc.poll() is None:
         proc.terminate()
     try:
@@ -574,16 +575,5 @@ def close_tunnels(timeout_s: float = 5.0) -> None:
         keeper.stopping.set()
     for keeper in keepers:
         keeper.join(timeout_s)
-        proc = keeper.proc
-        if proc is not None:
-            if proc.poll() is None:
-                proc.terminate()
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            if proc.stdin is not None:
-                try:
-                    proc.stdin.close()
-                except OSError:
-                    pass
+        if keeper.proc is not None:
+            _end(keeper.proc, timeout_s)
