@@ -606,18 +606,22 @@ def test_patch_tree_follows_the_base_key_order_and_stops_at_lists():
 
 
 def test_dict_diff_leaves_no_garbage_cycle():
-    import gc
+    # in a fresh interpreter: in this one, threads other tests left (pymongo's monitors, ...)
+    # may leave cycles of their own while the collector is off
+    import subprocess
+    import sys
 
-    gc.collect()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(10):
-            dict_diff({"a": {"b": 1}}, {"a": {"b": 2}})
-        assert gc.collect() == 0
-    finally:
-        if enabled:
-            gc.enable()
+    check = (
+        "import gc\n"
+        "from seml_hydra.core.documents import dict_diff\n"
+        "gc.collect()\n"
+        "gc.disable()\n"
+        "for _ in range(10):\n"
+        "    dict_diff({'a': {'b': 1}}, {'a': {'b': 2}})\n"
+        "assert gc.collect() == 0\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize(
