@@ -165,7 +165,7 @@ def print_attempts(target: Target, num_experiments: AtMost = 0) -> None:
     from rich import box
     from rich.table import Table
 
-    from seml_hydra.core.attempts import ended_lines, job_label, stop_label
+    from seml_hydra.core.attempts import ended_lines, job_label, stop_label, time_label
     from seml_hydra.manage.inspection import attempt_histories
     from seml_hydra.manage.selection import ManageError
 
@@ -193,7 +193,7 @@ def print_attempts(target: Target, num_experiments: AtMost = 0) -> None:
             table.add_row(
                 shown(entry.get("attempt", "?")),
                 shown(entry.get("status", "")) + (" [dim](now)[/]" if entry.get("current") else ""),
-                shown(_when(start)),
+                shown(time_label(start)),
                 shown(stop_label(start, entry.get("stop_time") or entry.get("heartbeat"))),
                 shown(entry.get("host", "")),
                 shown(job_label(entry)),
@@ -207,12 +207,3 @@ def print_attempts(target: Target, num_experiments: AtMost = 0) -> None:
                 typer.echo(
                     terminal_safe(f"  #{entry.get('attempt', '?')} output: {entry['output_file']}")
                 )
-
-
-def _when(value: object) -> str:
-    """A stored time as ``YYYY-MM-DD HH:MM:SS`` (UTC, as stored), ``""`` for none."""
-    from datetime import datetime
-
-    if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
-    return "" if value is None else str(value)

@@ -229,17 +229,24 @@ def why_it_ended(entry: Mapping[str, Any], lines: int = 1) -> str:
     return trace_tail(entry.get("fail_trace_tail"), lines)
 
 
-def stop_label(start: Any, stop: Any) -> str:
-    """How ``print-attempts`` shows a run's stop time (pure): ``HH:MM:SS`` on the day it
-    started, else ``YYYY-MM-DD HH:MM:SS`` (times as stored, UTC); ``""`` for none; a value
-    that is not a ``datetime`` as its text."""
+def time_label(value: Any) -> str:
+    """A stored time as ``YYYY-MM-DD HH:MM:SS`` (UTC, as stored), ``""`` for none; a value
+    that is not a ``datetime`` as its text (pure)."""
     from datetime import datetime
 
-    if not isinstance(stop, datetime):
-        return "" if stop is None else str(stop)
-    if isinstance(start, datetime) and start.date() == stop.date():
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return "" if value is None else str(value)
+
+
+def stop_label(start: Any, stop: Any) -> str:
+    """How ``print-attempts`` shows a run's stop time (pure): ``HH:MM:SS`` on the day it
+    started, else as :func:`time_label` shows it."""
+    from datetime import datetime
+
+    if isinstance(stop, datetime) and isinstance(start, datetime) and start.date() == stop.date():
         return stop.strftime("%H:%M:%S")
-    return stop.strftime("%Y-%m-%d %H:%M:%S")
+    return time_label(stop)
 
 
 def ended_lines(entries: Sequence[Mapping[str, Any]], width: int) -> list[str]:

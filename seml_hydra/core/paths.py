@@ -392,13 +392,13 @@ def program_lookup_problem(program: str, path: str, cwd: str) -> str | None:
     says so): an entry searched before it is found, or the one it is found in, lets others
     add files (:func:`creatable_dir_problem`), or the file found fails
     :func:`unsafe_executable`."""
+    import shutil  # here: shutil imports bz2 and lzma, whose libraries a job's entry must not
+    # load before it judged LD_LIBRARY_PATH (job.entry)
+
     for entry, directory in search_path_entries(path, cwd):
         problem = creatable_dir_problem(directory, any_owner=True)
         if problem is not None:
             return f"PATH entry {entry!r} (searched for {program}): {problem}"
-        import shutil  # here: shutil imports bz2 and lzma, whose libraries a job's entry must
-        # not load before it judged LD_LIBRARY_PATH (job.entry)
-
         found = shutil.which(program, path=directory)
         if found is not None:
             return unsafe_executable(found)

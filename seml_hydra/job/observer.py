@@ -46,8 +46,9 @@ class DocumentObserver(MongoObserver):
     Every save matches the document's ``_id`` and the run's fence (an earlier run a requeued
     task took over writes nothing); every save but the final one (``final=False``: the
     heartbeats) also matches only while the document has no fail-fast stop
-    (``seml_hydra.job.failfast.STOP_REASON`` absent), so a heartbeat never writes RUNNING over
-    a stop a waiting launcher may already have read. Never writes ``config``: the document keeps the config staged for it (Sacred would
+    (``seml_hydra.job.failfast.STOP_REASON`` absent) and is not FAILED (another rank of the run
+    failed: ``job.failures``), so a heartbeat never writes RUNNING over an outcome a waiting
+    launcher may already have read. Never writes ``config``: the document keeps the config staged for it (Sacred would
     store its own copy with an added ``seed`` key). Never creates the document either:
     Sacred's ``final_save`` upserts, which would bring back, as a fragment, an experiment
     deleted while it ran (``seml delete --no-cancel``).

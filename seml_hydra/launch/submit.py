@@ -611,15 +611,11 @@ class RequestGroups:
         first request of its group}`` (whose launcher, executor, payload and batch stand for
         it) for those that were here."""
         taken = {i: g.first for g in self._groups.values() for i in g.exp_ids if i in exp_ids}
-        self.retain({i for g in self._groups.values() for i in g.exp_ids} - exp_ids)
-        return taken
-
-    def retain(self, exp_ids: set[int]) -> None:
-        """Keep only the requests of ``exp_ids`` (groups left empty go)."""
         for key, group in list(self._groups.items()):
-            group.exp_ids = [i for i in group.exp_ids if i in exp_ids]
+            group.exp_ids = [i for i in group.exp_ids if i not in exp_ids]
             if not group.exp_ids:
                 del self._groups[key]
+        return taken
 
     @property
     def groups(self) -> list[RequestGroup]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.ranges import id_filter, id_sort_key
+from seml_hydra.core.terminal import terminal_safe
 from seml_hydra.manage.selection import ManageError
 from seml_hydra.slurm import client as slurm
 from seml_hydra.track import census
@@ -31,7 +32,6 @@ from seml_hydra.track.jobs import (
     task_of,
 )
 from seml_hydra.track.killed import without_foreign
-from seml_hydra.track.outputs import terminal_safe
 from seml_hydra.track.query import and_
 
 #: how long cancel waits for Slurm to end cancelled tasks before re-setting INTERRUPTED
