@@ -31,8 +31,9 @@ line on stderr and exit code 1; nothing is loaded (``core.paths.unsafe_file``).
 hydra-submitit-launcher and SEML load it unchecked.
 
 What runs before any check, and so is not judged: the interpreter's own start (its standard
-library, ``PYTHONHOME``, ``LD_PRELOAD``) and the site-packages of the job's Python (a ``.pth``
-file or ``sitecustomize.py`` in a virtualenv others can write).
+library, ``PYTHONHOME``, ``LD_PRELOAD``), the site-packages of the job's Python (a ``.pth``
+file or ``sitecustomize.py`` in a virtualenv others can write), and ``seml_hydra`` itself when
+it is found only on ``PYTHONPATH`` (:data:`GUARD`).
 """
 
 from __future__ import annotations
@@ -58,12 +59,18 @@ BOOTSTRAP = (
 
 #: the ``-c`` program a job's Python started with ``-S`` runs first (step 1 of the module's
 #: docstring): no working directory, ``PYTHONPATH`` entry or user site on ``sys.path`` and no
-#: ``PYTHONPYCACHEPREFIX`` while ``site`` runs and :func:`guard` judges
+#: ``PYTHONPYCACHEPREFIX`` while ``site`` runs and :func:`guard` judges. A ``seml_hydra``
+#: found only on ``PYTHONPATH`` (a checkout put there instead of installed) comes from the
+#: first entry holding it, put last on ``sys.path``: after the standard library, so nothing
+#: else there shadows what the check imports
 GUARD = (
     "import os, sys; sys.pycache_prefix = None; "
-    "e = {os.path.abspath(p) for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p}; "
+    "e = [os.path.abspath(p) for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]; "
     "sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) not in e]; "
     "import site; site.ENABLE_USER_SITE = False; site.main(); "
+    "from importlib.util import find_spec; "
+    "sys.path += [] if find_spec('seml_hydra') else "
+    "[p for p in e if os.path.isdir(os.path.join(p, 'seml_hydra'))][:1]; "
     "from seml_hydra.job.entry import guard; sys.exit(guard())"
 )
 

@@ -200,6 +200,28 @@ def test_a_guarded_job_goes_on_as_a_normal_python_with_its_options(job_folder, t
     assert (tmp_path / "ran").read_text() == "ran"  # the pickle was loaded, in the second step
 
 
+def test_a_guarded_job_finds_a_seml_hydra_that_is_only_on_pythonpath(job_folder, tmp_path):
+    """A Python without seml-hydra installed (a base interpreter) that gets the package and
+    its dependencies from PYTHONPATH (a checkout put there) still runs its job."""
+    import shlex
+    import subprocess
+    import sys
+
+    import submitit
+
+    import seml_hydra
+
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    checkout = Path(seml_hydra.__file__).parent.parent
+    deps = Path(submitit.__file__).parent.parent
+    python = entry.guarded_python(shlex.quote(str(base)))
+    command = f"{python} {shlex.join([*entry.SUBMITIT_ARGS, str(job_folder)])}"
+    env = {**os.environ, "PYTHONPATH": f"{checkout}:{deps}"}
+    proc = subprocess.run(command, shell=True, env=env, capture_output=True, text=True)
+    assert "No module named" not in proc.stderr
+    assert (tmp_path / "ran").read_text() == "ran", proc.stderr
+
+
 def test_the_interpreter_options_of_a_guarded_job_drop_only_the_added_no_site():
     guard = entry.GUARD
     argv = ["py", "-X", "utf8", "-S", "-u", "-c", guard, "-u", "-m", "submitit.core._submit", "d"]
