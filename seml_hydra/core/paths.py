@@ -366,6 +366,26 @@ def creatable_dir_problem(
     return None if problem is None else f"{directory} does not exist and {problem}"
 
 
+def search_entry_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why another user could put or change what the search-path entry ``path`` gives a job
+    (a ``PYTHONPATH``, ``PATH`` or ``LD_LIBRARY_PATH`` entry, a library ``LD_PRELOAD``
+    names), or None. A directory, or an entry not there: :func:`creatable_dir_problem` with
+    ``any_owner``. A file (a zip or egg on ``PYTHONPATH``, an ``LD_PRELOAD`` library): its
+    directory judged the same way, :func:`unsafe_path_part` of the file (links resolved) and
+    the file itself writable by others (o+w, g+w with other users in the group, an ACL).
+    Who owns each part is not judged (``any_owner``)."""
+    if os.path.isdir(path) or not os.path.lexists(path):
+        return creatable_dir_problem(path, any_owner=True)
+    me = os.geteuid()
+    directory = Path(os.path.abspath(path)).parent
+    problem = creatable_dir_problem(directory, any_owner=True)
+    if problem is None:
+        problem, st = _path_and_stat(path, me, any_owner=True)
+        if problem is None and st is not None and _writable_by_others(st, me, path):
+            problem = f"{path} is a file other users can write (mode {_mode(st):04o})"
+    return problem
+
+
 def _program_problem(program: str) -> str | None:
     """:func:`unsafe_executable` of an existing ``program``; for one not there yet, whether
     another user could create it (:func:`creatable_dir_problem` of its directory)."""
