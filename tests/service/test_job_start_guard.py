@@ -120,6 +120,26 @@ def test_an_encodings_package_planted_in_a_pythonpath_entry_opened_since_the_lau
     assert not pwned.exists(), logs  # their encodings package must never run as the job's user
 
 
+def test_a_missing_pythonpath_entry_another_user_makes_in_a_dir_opened_since_the_launch(
+    slurm, test_db, tmp_path, shared_tmp, other_user
+):
+    """A PYTHONPATH entry not there at launch is judged by its nearest existing directory
+    (yours, 0755: fine). That directory is opened to others (sticky, 1777) before the job
+    starts and another user makes the entry (their directory, mode 0755) with a
+    ``sitecustomize.py``: the job refuses it (theirs, where every user adds entries), and
+    their module never runs."""
+    shared_tmp.mkdir(mode=0o755)
+    entry = shared_tmp / "lib"
+    pwned = tmp_path / "pwned"
+    array = _held(test_db, tmp_path, env={"PYTHONPATH": str(entry), "PWNED": str(pwned)})
+    shared_tmp.chmod(0o1777)
+    other_user.run("mkdir", "-m", "0755", str(entry), check=True)
+    other_user.run("sh", "-c", f"cat > {entry}/sitecustomize.py", input=JOB_PLANT, check=True)
+    logs = _release_and_wait(tmp_path, array)
+    assert f"{entry} is a directory of another user" in logs, logs
+    assert not pwned.exists(), logs  # their sitecustomize.py must never run as the job's user
+
+
 def _zip(path: Path, files: dict[str, str]) -> bytes:
     with zipfile.ZipFile(path, "w") as archive:
         for name, text in files.items():

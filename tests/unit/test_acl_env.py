@@ -221,6 +221,23 @@ def test_a_search_path_entry_of_an_admin_account_that_only_it_writes_is_fine(tmp
     assert "group 54321" in jobenv.environment_problem({"PATH": str(tools)}, str(tmp_path))
 
 
+@pytest.mark.skipif(ME != 0, reason="chown needs root (CI runs as root)")
+def test_a_search_path_entry_another_user_made_where_every_user_adds_entries_is_named(tmp_path):
+    """An admin's tree is trusted as its owner is, but a directory another user made in a
+    sticky directory every user can add to (their own ``/tmp/lib``, or a link of yours to it:
+    an entry missing at launch they made since) is theirs to fill."""
+    shared = private(tmp_path / "tmp")
+    shared.chmod(0o1777)
+    theirs = private(shared / "lib")
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    link = tmp_path / "mylib"
+    link.symlink_to(theirs)
+    for path in (theirs, link):
+        problem = jobenv.environment_problem({"PYTHONPATH": str(path)}, str(tmp_path))
+        assert problem is not None and f"{theirs} is a directory of another user" in problem
+        assert f"in {shared}, where every user can add theirs" in problem
+
+
 def test_a_python_found_by_path_lookup_is_judged(tmp_path):
     shared = private(tmp_path / "shared")
     shared.chmod(0o1777)
