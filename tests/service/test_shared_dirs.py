@@ -215,7 +215,8 @@ def test_a_search_path_entry_another_user_can_fill_is_refused_at_launch(
     LD_LIBRARY_PATH the jobs inherit: their ``sitecustomize.py``, ``python3`` or a shared
     library the job's interpreter loads (``libbz2.so.1.0``, loaded when the job imports
     ``bz2``: its constructor runs as the job's user) would run in every job."""
-    other_user.run("mkdir", "-m", "1777", str(shared_tmp), check=True)
+    shared_tmp.mkdir()
+    shared_tmp.chmod(0o1777)  # yours, open to all (one of theirs there is refused for that)
     other_user.run("sh", "-c", f"cat > {shared_tmp}/sitecustomize.py", input=SITECUSTOMIZE,
                    check=True)  # fmt: skip
     pwned = tmp_path / "pwned"
