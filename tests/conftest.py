@@ -5,6 +5,7 @@ files share besides fixtures lives in ``tests/support/`` (one module a concern).
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -170,6 +171,15 @@ def env(tmp_path: Path) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir()
     return {"HOME": str(home), "SEML_HYDRA_DATA_DIR": str(tmp_path / "data")}
+
+
+@pytest.fixture
+def shared_tmp():
+    """A fresh directory path right under /tmp (where other users can reach it; not made),
+    removed after the test."""
+    path = Path("/tmp") / f"seml-hydra-shared-{secrets.token_hex(4)}"
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator, Mapping
 
-from seml_hydra.core.paths import creatable_dir_problem, group_has_others, search_path_entries
+from seml_hydra.core.paths import group_has_others, search_entry_problem, search_path_entries
 
 __all__ = [
     "SEARCH_PATH_VARIABLES",
@@ -56,15 +57,21 @@ _PLANTED = {
 
 
 def _entries(name: str, value: str, cwd: str) -> list[tuple[str, str]]:
-    """``[(entry as given, the directory judged), ...]`` of variable ``name``'s ``value``
+    """``[(entry as given, the path judged), ...]`` of variable ``name``'s ``value``
     (pure): ``LD_PRELOAD`` names library files (separated by spaces or colons; a bare name is
-    looked up in the system's and ``LD_LIBRARY_PATH``'s directories, judged there), so the
-    directory of each path is judged; the others are ``PATH``-like lists of directories
-    (:func:`core.paths.search_path_entries`)."""
-    if name != "LD_PRELOAD":
-        return search_path_entries(value, cwd)
-    files = [e for e in value.replace(" ", os.pathsep).split(os.pathsep) if "/" in e]
-    return [(e, os.path.dirname(os.path.normpath(os.path.join(cwd, e)))) for e in files]
+    looked up in the system's and ``LD_LIBRARY_PATH``'s directories, judged there), each
+    judged with its directory; ``PYTHONUSERBASE`` names the user base, judged with the user
+    site-packages of this Python under it (``lib/pythonX.Y/site-packages``, where ``site``
+    reads ``.pth`` files); the others are ``PATH``-like lists of directories, or files (a zip
+    on ``PYTHONPATH``) (:func:`core.paths.search_path_entries`)."""
+    if name == "LD_PRELOAD":
+        files = [e for e in value.replace(" ", os.pathsep).split(os.pathsep) if "/" in e]
+        return [(e, os.path.normpath(os.path.join(cwd, e))) for e in files]
+    entries = search_path_entries(value, cwd)
+    if name == "PYTHONUSERBASE":
+        version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+        entries += [(e, os.path.join(d, "lib", version, "site-packages")) for e, d in entries]
+    return entries
 
 
 def environment_problem(environ: Mapping[str, str], cwd: str) -> str | None:
@@ -73,17 +80,18 @@ def environment_problem(environ: Mapping[str, str], cwd: str) -> str | None:
     module, program, compiled module or shared library,
     as one sentence naming the variable and the entry; None when every entry is safe.
     ``cwd``: the directory empty and relative entries mean. Judged by
-    :func:`core.paths.unsafe_import_dir` with ``any_owner``: a directory others can add files
-    to, sticky or not (``/tmp`` itself too), or a non-sticky one others can write above it;
-    who owns each part is not judged (software trees of admin accounts, ``/opt/slurm/bin``
+    :func:`core.paths.search_entry_problem`: a directory others can add files to, sticky or
+    not (``/tmp`` itself too), or a non-sticky one others can write above it; a file entry
+    (a zip, a library) others can write, or in such a directory; who owns each part is not
+    judged (software trees of admin accounts, ``/opt/slurm/bin``
     owned by ``slurm``, are trusted as their owner is); an entry that
     does not exist by its nearest existing directory (:func:`core.paths.creatable_dir_problem`)."""
     for name in SEARCH_PATH_VARIABLES:
         value = environ.get(name)
         if not value:
             continue
-        for entry, directory in _entries(name, value, cwd):
-            problem = creatable_dir_problem(directory, any_owner=True)
+        for entry, path in _entries(name, value, cwd):
+            problem = search_entry_problem(path)
             if problem is not None:
                 what = _PLANTED[name]
                 return (

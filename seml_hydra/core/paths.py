@@ -215,7 +215,9 @@ def unsafe_path_part(
         path: a file or directory path, absolute or relative to the working directory.
         uid: the user who must own the path (tests pass another).
         any_owner: judge only what others can write, not who owns each part (a software
-            tree of an admin account on ``PATH``: trusted as its owner is).
+            tree of an admin account on ``PATH``: trusted as its owner is), except a part
+            another user made in a directory every user can add entries to (``/tmp``: their
+            own directory there, or a link of yours to it, is theirs to fill).
 
     Returns:
         One sentence naming the first unsafe part (``"/tmp/x is a directory every user can
@@ -225,6 +227,7 @@ def unsafe_path_part(
     literal = Path(os.path.abspath(path))
     for candidate in (literal, Path(os.path.realpath(literal))):
         deepest: Path | None = None  # the last directory there: what is made goes in it
+        in_open = False  # whether the part before is a directory others add entries to
         for prefix in [*reversed(candidate.parents), candidate]:
             try:
                 st = os.lstat(prefix)
@@ -233,7 +236,7 @@ def unsafe_path_part(
             if stat.S_ISDIR(st.st_mode):
                 deepest = prefix
             is_link = stat.S_ISLNK(st.st_mode)
-            if st.st_uid not in (me, 0) and not any_owner:
+            if st.st_uid not in (me, 0) and (in_open or not any_owner):
                 kind = (
                     "a symbolic link"
                     if is_link
@@ -241,7 +244,12 @@ def unsafe_path_part(
                     if stat.S_ISDIR(st.st_mode)
                     else "a file"
                 )
-                return f"{prefix} is {kind} of another user (uid {st.st_uid})"
+                where = (
+                    f" in {prefix.parent}, where every user can add theirs"
+                    if in_open and any_owner
+                    else ""
+                )
+                return f"{prefix} is {kind} of another user (uid {st.st_uid}){where}"
             writers = (
                 None
                 if is_link or not stat.S_ISDIR(st.st_mode)
@@ -252,6 +260,9 @@ def unsafe_path_part(
                     f"{prefix} is a directory {writers} can write "
                     f"(mode {stat.S_IMODE(st.st_mode):04o}, no sticky bit)"
                 )
+            in_open = (
+                not is_link and stat.S_ISDIR(st.st_mode) and _writable_by_others(st, me, prefix)
+            )
         inherited = None if deepest is None else default_acl_problem(deepest, me)
         if inherited is not None:
             return inherited
@@ -364,6 +375,26 @@ def creatable_dir_problem(
         parent = parent.parent
     problem = unsafe_import_dir(parent, any_owner=any_owner)
     return None if problem is None else f"{directory} does not exist and {problem}"
+
+
+def search_entry_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why another user could put or change what the search-path entry ``path`` gives a job
+    (a ``PYTHONPATH``, ``PATH`` or ``LD_LIBRARY_PATH`` entry, a library ``LD_PRELOAD``
+    names), or None. A directory, or an entry not there: :func:`creatable_dir_problem` with
+    ``any_owner``. A file (a zip or egg on ``PYTHONPATH``, an ``LD_PRELOAD`` library): its
+    directory judged the same way, :func:`unsafe_path_part` of the file (links resolved) and
+    the file itself writable by others (o+w, g+w with other users in the group, an ACL).
+    Who owns each part is not judged (``any_owner``)."""
+    if os.path.isdir(path) or not os.path.lexists(path):
+        return creatable_dir_problem(path, any_owner=True)
+    me = os.geteuid()
+    directory = Path(os.path.abspath(path)).parent
+    problem = creatable_dir_problem(directory, any_owner=True)
+    if problem is None:
+        problem, st = _path_and_stat(path, me, any_owner=True)
+        if problem is None and st is not None and _writable_by_others(st, me, path):
+            problem = f"{path} is a file other users can write (mode {_mode(st):04o})"
+    return problem
 
 
 def _program_problem(program: str) -> str | None:

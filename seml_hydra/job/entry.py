@@ -2,23 +2,26 @@
 the job is about to unpickle, then hand over to submitit (``submitit.core.submission.process_job``).
 
 submitit's job command is ``<python> -u -m submitit.core._submit <folder>``; the launcher
-sets ``python`` to ``<python> -S -u -c '<GUARD>'`` (:func:`guarded_python`,
-``launch.sbatch.executor_arguments``), so a job runs ``<python> -S -u -c '<GUARD>' -u -m
+sets ``python`` to ``<python> -I -S -u -c '<program>'`` (:func:`guarded_python`,
+``launch.sbatch.executor_arguments``), so a job runs ``<python> -I -S -u -c '<program>' -u -m
 submitit.core._submit <folder>`` in two steps:
 
-1. :data:`GUARD`, in a Python started without ``site`` (``-S``): nothing from a ``PYTHONPATH``
-   entry, the working directory or the user site (``PYTHONUSERBASE``) is importable yet. It
-   takes those off ``sys.path``, runs ``site`` without the user site (the interpreter's own
-   site-packages, where ``seml_hydra`` is installed), and :func:`guard` judges the environment
-   (``core.jobenv``). A ``sitecustomize.py``, a ``usercustomize.py`` or a module shadowing the
-   standard library (``shlex.py``) another user planted in an entry opened to others since the
-   launch is never imported: the job is refused first. Python's documented way to run ``site``
-   later (``site.main()`` "can be called manually" after ``-S``).
+1. :func:`guard_program`, in an isolated Python (``-I``: no ``PYTHON*`` variable, no working
+   directory, no user site) started without ``site`` (``-S``): nothing from a ``PYTHONPATH``
+   entry, ``PYTHONPYCACHEPREFIX``, ``PYTHONHOME``, ``PYTHONWARNINGS``, the working directory or
+   the user site is imported, not even while the interpreter starts (its ``encodings``). It
+   runs ``site`` (the interpreter's own site-packages, where ``seml_hydra`` is installed;
+   Python's documented way: ``site.main()`` "can be called manually" after ``-S``), and
+   :func:`guard` judges the environment (``core.jobenv``). A ``sitecustomize.py``,
+   ``usercustomize.py``, ``.pth`` file or a module shadowing the standard library another user
+   planted in an entry opened to others since the launch is never imported: the job is refused
+   first.
 2. :func:`guard` then replaces the process (``os.execv``, the same pid: Slurm's and submitit's
-   signals still reach it) with the same Python, the same interpreter options but ``-S``, and
-   ``-u -c '<BOOTSTRAP>'``: a normal start (``site`` with the user site and ``PYTHONPATH``, and
-   ``sys.flags.no_site`` off, so the task's own Python children, multiprocessing's workers
-   included, start as usual), where :func:`main` judges again and runs the pickle.
+   signals still reach it) with the same Python, the same interpreter options but ``-I -S``, and
+   ``-u -c '<BOOTSTRAP>'``: a normal start (``site`` with the user site and ``PYTHONPATH``,
+   ``sys.flags.no_site`` and ``isolated`` off, so the task's own Python children,
+   multiprocessing's workers included, start as usual), where :func:`main` judges again and
+   runs the pickle.
 
 Not ``-m``: for ``-m`` Python puts the working directory (the launch directory) first on
 ``sys.path`` before any of our code runs, so a ``seml_hydra`` or ``submitit`` package another
@@ -30,10 +33,10 @@ code as the job's user, with the user's database credentials. Such a pickle is r
 line on stderr and exit code 1; nothing is loaded (``core.paths.unsafe_file``).
 hydra-submitit-launcher and SEML load it unchecked.
 
-What runs before any check, and so is not judged: the interpreter's own start (its standard
-library, ``PYTHONHOME``, ``LD_PRELOAD``), the site-packages of the job's Python (a ``.pth``
+What runs before any check, and so is not judged: the interpreter itself and the libraries it
+links (``LD_LIBRARY_PATH``, ``LD_PRELOAD``), its standard library and site-packages (a ``.pth``
 file or ``sitecustomize.py`` in a virtualenv others can write), and ``seml_hydra`` itself when
-it is found only on ``PYTHONPATH`` (:data:`GUARD`).
+the job's Python has it only from ``PYTHONPATH`` (:func:`guard_program`).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from collections.abc import Sequence
 from seml_hydra.core.jobenv import environment_problem, safe_path_problem
 from seml_hydra.core.paths import unsafe_file, unsafe_import_dir
 
-__all__ = ["BOOTSTRAP", "GUARD", "SUBMITIT_ARGS", "guard", "guarded_python", "main"]
+__all__ = ["BOOTSTRAP", "SUBMITIT_ARGS", "guard", "guard_program", "guarded_python", "main"]
 
 #: the ``-c`` program every job starts with: no working directory on ``sys.path`` (empty
 #: entries) before this module is imported from the installed package
@@ -57,22 +60,27 @@ BOOTSTRAP = (
     "from seml_hydra.job.entry import main; sys.exit(main(pycache_prefix=p))"
 )
 
-#: the ``-c`` program a job's Python started with ``-S`` runs first (step 1 of the module's
-#: docstring): no working directory, ``PYTHONPATH`` entry or user site on ``sys.path`` and no
-#: ``PYTHONPYCACHEPREFIX`` while ``site`` runs and :func:`guard` judges. A ``seml_hydra``
-#: found only on ``PYTHONPATH`` (a checkout put there instead of installed) comes from the
-#: first entry holding it, put last on ``sys.path``: after the standard library, so nothing
-#: else there shadows what the check imports
-GUARD = (
-    "import os, sys; sys.pycache_prefix = None; "
-    "e = [os.path.abspath(p) for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]; "
-    "sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) not in e]; "
-    "import site; site.ENABLE_USER_SITE = False; site.main(); "
-    "from importlib.util import find_spec; "
-    "sys.path += [] if find_spec('seml_hydra') else "
-    "[p for p in e if os.path.isdir(os.path.join(p, 'seml_hydra'))][:1]; "
-    "from seml_hydra.job.entry import guard; sys.exit(guard())"
-)
+
+def guard_program(root: str | None = None) -> str:
+    """The ``-c`` program a job's Python started with ``-I -S`` runs first (step 1 of the
+    module's docstring; pure): no ``PYTHON*`` variable (``PYTHONPATH``, ``PYTHONHOME``,
+    ``PYTHONPYCACHEPREFIX``, ``PYTHONWARNINGS``...), working directory or user site counts
+    while the interpreter starts, ``site`` runs (the interpreter's own site-packages) and
+    :func:`guard` judges. ``root``: the directory holding the ``seml_hydra`` package the
+    launch ran (default: this one's), where a job's Python without seml-hydra installed (a
+    checkout put on ``PYTHONPATH``) imports it from, put last on ``sys.path``; when it is not
+    there (another machine's path), the first ``PYTHONPATH`` entry holding ``seml_hydra``."""
+    if root is None:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return (
+        "import os, sys; sys.pycache_prefix = None; sys.path[:] = [p for p in sys.path if p]; "
+        "import site; site.main(); from importlib.util import find_spec; "
+        "h = lambda p: os.path.isfile(os.path.join(p, 'seml_hydra', 'job', 'entry.py')); "
+        f"r = [{root!r}, *os.environ.get('PYTHONPATH', '').split(os.pathsep)]; "
+        "sys.path += [] if find_spec('seml_hydra') else [p for p in r if p and h(p)][:1]; "
+        "from seml_hydra.job.entry import guard; sys.exit(guard())"
+    )
+
 
 #: what submitit puts between ``python`` and the folder (``SlurmExecutor._submitit_command_str``)
 SUBMITIT_ARGS = ["-u", "-m", "submitit.core._submit"]
@@ -83,15 +91,15 @@ PICKLE_WAIT_S = 60
 def guarded_python(python: str) -> str:
     """The submitit ``python`` setting that runs this module before submitit: ``python``
     (a shell word or words, e.g. ``exec /opt/venv/bin/python`` or ``singularity exec img
-    python``) followed by ``-S -u -c '<GUARD>'`` (:data:`GUARD`, which goes on with
-    :data:`BOOTSTRAP`). Pure."""
-    return f"{python} -S -u -c {shlex.quote(GUARD)}"
+    python``) followed by ``-I -S -u -c '<program>'`` (:func:`guard_program`, which goes on
+    with :data:`BOOTSTRAP`). Pure."""
+    return f"{python} -I -S -u -c {shlex.quote(guard_program())}"
 
 
 def guard(argv: Sequence[str] | None = None) -> int:
-    """Step 1 of a job (the module's docstring), run by :data:`GUARD` in a Python started with
-    ``-S``: judge the environment as :func:`main` does, then replace this process with the same
-    Python started normally on :data:`BOOTSTRAP` and the same arguments. ``argv``: the
+    """Step 1 of a job (the module's docstring), run by :func:`guard_program` in a Python
+    started with ``-I -S``: judge the environment as :func:`main` does, then replace this
+    process with the same Python started normally on :data:`BOOTSTRAP` and the same arguments. ``argv``: the
     arguments after the program (default ``sys.argv[1:]``: :data:`SUBMITIT_ARGS` and the
     folder).
 
@@ -110,12 +118,13 @@ def guard(argv: Sequence[str] | None = None) -> int:
 
 def interpreter_options(orig_argv: Sequence[str]) -> list[str]:
     """The interpreter options of a job's Python started by :func:`guarded_python` (pure):
-    ``orig_argv`` (``sys.orig_argv``: ``[python, *options, "-S", "-u", "-c", GUARD, ...]``)
-    between the executable and ``-c``, without the ``-S`` :func:`guarded_python` added (the
-    last one), e.g. ``["-X", "importtime", "-u"]``."""
+    ``orig_argv`` (``sys.orig_argv``: ``[python, *options, "-I", "-S", "-u", "-c", program,
+    ...]``) between the executable and ``-c``, without the ``-I`` and ``-S``
+    :func:`guarded_python` added (the last of each), e.g. ``["-X", "importtime", "-u"]``."""
     options = list(orig_argv[1 : orig_argv.index("-c")])
-    if "-S" in options:
-        del options[len(options) - 1 - options[::-1].index("-S")]
+    for added in ("-I", "-S"):
+        if added in options:
+            del options[len(options) - 1 - options[::-1].index(added)]
     return options
 
 

@@ -16,19 +16,12 @@ from pathlib import Path
 import pytest
 from support.mongo import statuses
 from support.paths import GATE_APP, ROOT
+from support.planted import JOB_PLANT
 from support.run import launch_gate, run_app, seml_ok
-from support.slurm import squeue_tasks
+from support.slurm import release_and_wait
 from support.wait import wait_until
 
 pytestmark = pytest.mark.slurm
-
-
-@pytest.fixture
-def shared_tmp():
-    """A fresh directory right under /tmp (where other users can reach it), removed after."""
-    path = Path("/tmp") / f"seml-hydra-shared-{secrets.token_hex(4)}"
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.parametrize("owner", ["other", "me"])
@@ -88,8 +81,7 @@ def test_a_job_refuses_a_pickle_another_user_could_have_written(
     submitted.write_bytes(pickle.dumps(_Forged(str(marker))))
     # the other user's file (they could write it through a folder of theirs)
     subprocess.run(["chown", str(other_user.uid), str(submitted)], check=True)
-    subprocess.run(["scontrol", "release", str(array)], check=True)
-    wait_until("the job ends", lambda: squeue_tasks(array) == {})
+    release_and_wait(array)
     assert not marker.exists()  # the forged pickle was never loaded
     logs = "".join(p.read_text() for p in submitted.parent.glob("*_log.*"))
     assert f"not loading the job's pickle {submitted}" in logs
@@ -155,8 +147,7 @@ def test_a_module_planted_in_the_launch_directory_never_runs_in_a_job(
             "sh", "-c", f"cat > {shared_tmp / package}/__init__.py", input=PLANTED, check=True
         )
     array = test_db["fail"].find_one({"_id": 1})["slurm"][0]["array_id"]
-    subprocess.run(["scontrol", "release", str(array)], check=True)
-    wait_until("the job ends", lambda: squeue_tasks(array) == {})
+    release_and_wait(array)
     assert statuses(test_db["fail"]) == {1: "COMPLETED"}
     assert not pwned.exists()
 
@@ -224,7 +215,8 @@ def test_a_search_path_entry_another_user_can_fill_is_refused_at_launch(
     LD_LIBRARY_PATH the jobs inherit: their ``sitecustomize.py``, ``python3`` or a shared
     library the job's interpreter loads (``libbz2.so.1.0``, loaded when the job imports
     ``bz2``: its constructor runs as the job's user) would run in every job."""
-    other_user.run("mkdir", "-m", "1777", str(shared_tmp), check=True)
+    shared_tmp.mkdir()
+    shared_tmp.chmod(0o1777)  # yours, open to all (one of theirs there is refused for that)
     other_user.run("sh", "-c", f"cat > {shared_tmp}/sitecustomize.py", input=SITECUSTOMIZE,
                    check=True)  # fmt: skip
     pwned = tmp_path / "pwned"
@@ -281,8 +273,7 @@ def test_a_job_on_python_3_10_refuses_a_working_directory_opened_since_the_launc
     assert proc.returncode == 0, proc.stdout + proc.stderr
     array = test_db["gate"].find_one({"_id": 1})["slurm"][0]["array_id"]
     work.chmod(0o1777)  # every user may add files there now
-    subprocess.run(["scontrol", "release", str(array)], check=True)
-    wait_until("the job ends", lambda: squeue_tasks(array) == {})
+    release_and_wait(array)
     logs = "".join(p.read_text() for p in tmp_path.glob("multirun/**/.submitit/**/*_log.err"))
     assert "seml-hydra: not starting the job: Python 3.10 ignores PYTHONSAFEPATH, and" in logs
     assert f"{work} is a directory other users can add files to (mode 1777)" in logs
@@ -303,8 +294,7 @@ def test_a_submitit_folder_gone_before_the_job_starts_ends_its_experiment_with_a
     job_folder = folder / f"{array}_0"
     if how == "replaced":
         job_folder.mkdir(parents=True, mode=0o700)
-    subprocess.run(["scontrol", "release", str(array)], check=True)
-    wait_until("the job ends", lambda: squeue_tasks(array) == {})
+    release_and_wait(array)
     seml_ok("gate", "status")  # detects the dead job
     doc = coll.find_one({"_id": 1})
     assert doc["status"] == "KILLED"
@@ -373,8 +363,7 @@ def test_a_job_refuses_a_pythonpath_entry_opened_to_others_since_the_launch(
     pwned = tmp_path / "pwned"  # what their module writes if it runs as the job's user
     other_user.run("sh", "-c", f"cat > {lib}/submitit.py",
                    input=f"open({str(pwned)!r}, 'w').write('ran')\n", check=True)  # fmt: skip
-    subprocess.run(["scontrol", "release", str(array)], check=True)
-    wait_until("the job ends", lambda: squeue_tasks(array) == {})
+    release_and_wait(array)
     [log] = list(tmp_path.glob("multirun/**/.submitit/**/*_log.err"))
     lines = log.read_text().splitlines()
     assert lines == [
@@ -419,18 +408,9 @@ def _launch_held_then_open_to_others(test_db, tmp_path, variable, entry, plant):
     array = test_db["gate"].find_one({"_id": 1})["slurm"][0]["array_id"]
     entry.chmod(0o1777)
     plant(entry)
-    subprocess.run(["scontrol", "release", str(array)], check=True)
-    wait_until("the job ends", lambda: squeue_tasks(array) == {})
+    release_and_wait(array)
     [log] = list(tmp_path.glob("multirun/**/.submitit/**/*_log.err"))
     return log.read_text().splitlines(), pwned
-
-
-#: What another user's module does when it runs inside a Slurm job: leaves a file.
-JOB_PLANT = (
-    "import os, pathlib\n"
-    "if os.environ.get('SLURM_JOB_ID'):\n"
-    "    pathlib.Path(os.environ['PWNED']).write_text('ran as the job user')\n"
-)
 
 
 @pytest.mark.parametrize("module", ["sitecustomize", "shlex"])

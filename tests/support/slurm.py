@@ -101,3 +101,12 @@ class Blocker:
     def open(self) -> None:
         """Let the waiting client (and any later call) through to the real one."""
         self.closed.unlink(missing_ok=True)
+
+
+def release_and_wait(array_id) -> None:
+    """Release a held array (``scontrol release``) and wait until squeue lists none of its
+    tasks."""
+    from support.wait import wait_until
+
+    subprocess.run(["scontrol", "release", str(array_id)], check=True)
+    wait_until("the job ends", lambda: squeue_tasks(array_id) == {})

@@ -174,8 +174,42 @@ def test_an_ld_preload_library_in_a_directory_others_can_add_files_to_is_named(t
     preload = f"libc_fast.so {mine}/libmine.so"  # a bare name is looked up, not judged here
     assert jobenv.environment_problem({"LD_PRELOAD": preload}, str(mine)) is None
     problem = jobenv.environment_problem({"LD_PRELOAD": f"{preload}:{shared}/lib.so"}, str(mine))
-    assert problem.startswith(f"LD_PRELOAD entry '{shared}/lib.so': {shared} is a directory")
+    assert problem.startswith(f"LD_PRELOAD entry '{shared}/lib.so': {shared}/lib.so does not")
+    assert f"and {shared} is a directory other users can add files to" in problem
     assert "shared library" in problem
+
+
+def test_a_file_entry_others_can_write_is_named(tmp_path):
+    """A zip on PYTHONPATH (Python imports from it, a ``sitecustomize.py`` too) or a library
+    LD_PRELOAD names is judged as a file: others may not write it, nor the directory it is in."""
+    mine = private(tmp_path / "mine")
+    archive, library = mine / "deps.zip", mine / "libfast.so"
+    for path in (archive, library):
+        path.write_bytes(b"PK")
+        path.chmod(0o644)
+    env = {"PYTHONPATH": str(archive), "LD_PRELOAD": str(library)}
+    assert jobenv.environment_problem(env, str(mine)) is None
+    archive.chmod(0o666)
+    problem = jobenv.environment_problem(env, str(mine))
+    assert problem.startswith(f"PYTHONPATH entry '{archive}': {archive} is a file other users")
+    archive.chmod(0o644)
+    library.chmod(0o646)
+    problem = jobenv.environment_problem(env, str(mine))
+    assert problem.startswith(f"LD_PRELOAD entry '{library}': {library} is a file other users")
+
+
+def test_the_user_site_packages_under_pythonuserbase_is_judged(tmp_path):
+    """``site`` reads ``.pth`` files from ``$PYTHONUSERBASE/lib/pythonX.Y/site-packages``:
+    that directory is judged too, not only the base."""
+    import sys
+
+    base = private(tmp_path / "base")
+    site_dir = base / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    site_dir = private(site_dir / "site-packages")
+    assert jobenv.environment_problem({"PYTHONUSERBASE": str(base)}, str(base)) is None
+    site_dir.chmod(0o1777)
+    problem = jobenv.environment_problem({"PYTHONUSERBASE": str(base)}, str(base))
+    assert problem.startswith(f"PYTHONUSERBASE entry '{base}': {site_dir} is a directory other")
 
 
 @pytest.mark.skipif(ME != 0, reason="chown needs root (CI runs as root)")
@@ -185,6 +219,23 @@ def test_a_search_path_entry_of_an_admin_account_that_only_it_writes_is_fine(tmp
     assert jobenv.environment_problem({"PATH": f"{tools}:/usr/bin"}, str(tmp_path)) is None
     tools.chmod(0o775)  # its group is another user's: more than its owner may add files
     assert "group 54321" in jobenv.environment_problem({"PATH": str(tools)}, str(tmp_path))
+
+
+@pytest.mark.skipif(ME != 0, reason="chown needs root (CI runs as root)")
+def test_a_search_path_entry_another_user_made_where_every_user_adds_entries_is_named(tmp_path):
+    """An admin's tree is trusted as its owner is, but a directory another user made in a
+    sticky directory every user can add to (their own ``/tmp/lib``, or a link of yours to it:
+    an entry missing at launch they made since) is theirs to fill."""
+    shared = private(tmp_path / "tmp")
+    shared.chmod(0o1777)
+    theirs = private(shared / "lib")
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    link = tmp_path / "mylib"
+    link.symlink_to(theirs)
+    for path in (theirs, link):
+        problem = jobenv.environment_problem({"PYTHONPATH": str(path)}, str(tmp_path))
+        assert problem is not None and f"{theirs} is a directory of another user" in problem
+        assert f"in {shared}, where every user can add theirs" in problem
 
 
 def test_a_python_found_by_path_lookup_is_judged(tmp_path):

@@ -222,12 +222,12 @@ def test_a_guarded_job_finds_a_seml_hydra_that_is_only_on_pythonpath(job_folder,
     assert (tmp_path / "ran").read_text() == "ran", proc.stderr
 
 
-def test_the_interpreter_options_of_a_guarded_job_drop_only_the_added_no_site():
-    guard = entry.GUARD
-    argv = ["py", "-X", "utf8", "-S", "-u", "-c", guard, "-u", "-m", "submitit.core._submit", "d"]
+def test_the_interpreter_options_of_a_guarded_job_drop_only_the_added_isolation_and_no_site():
+    guard = entry.guard_program()
+    argv = ["py", "-X", "utf8", "-I", "-S", "-u", "-c", guard, "-u", "-m", "submitit._submit"]
     assert entry.interpreter_options(argv) == ["-X", "utf8", "-u"]
-    user_no_site = ["py", "-S", "-S", "-u", "-c", guard, "-u"]  # the user's own -S stays
-    assert entry.interpreter_options(user_no_site) == ["-S", "-u"]
+    user_own = ["py", "-S", "-E", "-I", "-S", "-u", "-c", guard, "-u"]  # the user's own stay
+    assert entry.interpreter_options(user_own) == ["-S", "-E", "-u"]
 
 
 def test_a_python_program_others_can_change_is_refused_at_launch(tmp_path):
