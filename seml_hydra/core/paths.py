@@ -36,6 +36,7 @@ __all__ = [
     "launch_paths_problem",
     "unsafe_executable",
     "unsafe_file",
+    "unsafe_files",
     "unsafe_import_dir",
     "unsafe_path_part",
 ]
@@ -232,30 +233,41 @@ def unsafe_path_part(
                 break
             if stat.S_ISDIR(st.st_mode):
                 deepest = prefix
-            is_link = stat.S_ISLNK(st.st_mode)
-            if st.st_uid not in (me, 0) and not any_owner:
-                kind = (
-                    "a symbolic link"
-                    if is_link
-                    else "a directory"
-                    if stat.S_ISDIR(st.st_mode)
-                    else "a file"
-                )
-                return f"{prefix} is {kind} of another user (uid {st.st_uid})"
-            writers = (
-                None
-                if is_link or not stat.S_ISDIR(st.st_mode)
-                else _others_can_write(st, me, prefix)
-            )
-            if writers is not None:
-                return (
-                    f"{prefix} is a directory {writers} can write "
-                    f"(mode {stat.S_IMODE(st.st_mode):04o}, no sticky bit)"
-                )
+            problem = _part_problem(prefix, st, me, any_owner=any_owner)
+            if problem is not None:
+                return problem
         inherited = None if deepest is None else default_acl_problem(deepest, me)
         if inherited is not None:
             return inherited
     return None
+
+
+def _part_problem(
+    prefix: Path, st: os.stat_result, uid: int, *, any_owner: bool = False
+) -> str | None:
+    """Why the part ``prefix`` of a path (``st``: its ``lstat``) lets a user other than
+    ``uid`` redirect what is below it, or None: :func:`unsafe_path_part`'s rule for one part
+    (another user's link, directory or file unless ``any_owner``; a directory others can
+    write without the sticky bit)."""
+    is_link = stat.S_ISLNK(st.st_mode)
+    if st.st_uid not in (uid, 0) and not any_owner:
+        kind = (
+            "a symbolic link"
+            if is_link
+            else "a directory"
+            if stat.S_ISDIR(st.st_mode)
+            else "a file"
+        )
+        return f"{prefix} is {kind} of another user (uid {st.st_uid})"
+    writers = (
+        None if is_link or not stat.S_ISDIR(st.st_mode) else _others_can_write(st, uid, prefix)
+    )
+    if writers is None:
+        return None
+    return (
+        f"{prefix} is a directory {writers} can write "
+        f"(mode {stat.S_IMODE(st.st_mode):04o}, no sticky bit)"
+    )
 
 
 def unsafe_import_dir(
@@ -304,19 +316,67 @@ def unsafe_file(path: str | os.PathLike[str], uid: int | None = None) -> str | N
     loads only what its user wrote), or writable by others (o+w, or g+w with other users in
     the group). Raises nothing; a file that is not there is judged by its directories only.
     """
+    return unsafe_files([path], uid)
+
+
+def unsafe_files(paths: Sequence[str | os.PathLike[str]], uid: int | None = None) -> str | None:
+    """The first :func:`unsafe_file` problem of ``paths`` (e.g. the pickles of one submission,
+    each in its job's folder below the submitit folder), or None, judged with each directory
+    walked once: the directory they all are in by :func:`unsafe_path_part` (its parts, links
+    resolved too), then the parts below it each by the same rule (one that is a symbolic link
+    sends its path to :func:`unsafe_path_part` as a whole; what is below it may be elsewhere),
+    with the default ACL of each file's directory, then each file."""
     me = os.geteuid() if uid is None else uid
-    problem = unsafe_path_part(Path(os.path.abspath(path)).parent, me)
-    if problem is not None:
-        return problem
+    if not paths:
+        return None
+    common = Path(os.path.commonpath([Path(os.path.abspath(p)).parent for p in paths]))
+    problem = unsafe_path_part(common, me)
+    judged = {common}  # directories found safe
+    for path in paths:
+        directory = Path(os.path.abspath(path)).parent
+        problem = problem or _below_problem(common, directory, me, judged)
+        problem = problem or _own_file_problem(path, me)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _below_problem(judged_dir: Path, directory: Path, uid: int, judged: set[Path]) -> str | None:
+    """:func:`unsafe_path_part` of ``directory``, a directory below ``judged_dir`` (found safe
+    by it), judging only its parts below ``judged_dir`` that ``judged`` does not hold yet
+    (updated with those found safe), and its default ACL."""
+    prefix = judged_dir
+    for part in directory.relative_to(judged_dir).parts:
+        prefix = prefix / part
+        if prefix in judged:
+            continue
+        try:
+            st = os.lstat(prefix)
+        except (FileNotFoundError, NotADirectoryError):  # not there: its file neither
+            return None
+        if stat.S_ISLNK(st.st_mode):  # its target's path is judged as a whole
+            return unsafe_path_part(directory, uid)
+        problem = _part_problem(prefix, st, uid)
+        if problem is None and prefix == directory:
+            problem = default_acl_problem(directory, uid)
+        if problem is not None:
+            return problem
+        judged.add(prefix)
+    return None
+
+
+def _own_file_problem(path: str | os.PathLike[str], uid: int) -> str | None:
+    """Why the file ``path`` itself (not its directories) cannot be trusted to hold what
+    ``uid`` wrote (:func:`unsafe_file`), or None; None when it is not there."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
         return f"{path} is not a regular file (a symbolic link or a special file)"
-    if st.st_uid != me:
+    if st.st_uid != uid:
         return f"{path} belongs to another user (uid {st.st_uid})"
-    if _writable_by_others(st, me, path):
+    if _writable_by_others(st, uid, path):
         return f"{path} can be written by other users (mode {_mode(st):04o})"
     return None
 

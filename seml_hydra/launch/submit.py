@@ -27,7 +27,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
-from seml_hydra.core.paths import job_dir_problem, unsafe_file
+from seml_hydra.core.paths import job_dir_problem, unsafe_files
 from seml_hydra.core.scoped import temporarily
 from seml_hydra.job import failfast
 from seml_hydra.job.devices import GPUS_PER_TASK_VAR, LOCAL_GPUS_VAR, local_job_environment
@@ -430,14 +430,11 @@ def _back_to_staged(collection: Any, ids: Sequence[int], ours: Mapping[str, Any]
 
 def job_files_problem(jobs: Sequence[Any]) -> str | None:
     """The first problem of the pickles submitit just wrote for ``jobs`` (submitit Jobs) and
-    of the folders it made for them (``core.paths.unsafe_file``: another user's or writable
-    by others, an ACL inherited included), or None. Judged before the deferred start is
+    of the folders it made for them (``core.paths.unsafe_files``: another user's or writable
+    by others, an ACL inherited included), or None: the folder they share is walked once,
+    the job folders below it and the pickles each. Judged before the deferred start is
     brought forward: the folder was judged before submitit made what is below it."""
-    for job in jobs:
-        problem = unsafe_file(job.paths.submitted_pickle)
-        if problem is not None:
-            return problem
-    return None
+    return unsafe_files([job.paths.submitted_pickle for job in jobs])
 
 
 def always_arrays(executor: Any) -> None:
