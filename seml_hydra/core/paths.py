@@ -447,22 +447,18 @@ def search_path_entries(value: str, cwd: str) -> list[tuple[str, str]]:
 
 def program_lookup_problem(program: str, path: str, cwd: str) -> str | None:
     """Why the program a job finds by ``PATH`` lookup (``program``: a bare name such as
-    ``python3``; ``path``: the ``PATH`` value; ``cwd``: what its empty and relative entries
-    mean) could be another user's, or None (also when it is not found: the job's own error
-    says so): an entry searched before it is found, or the one it is found in, lets others
-    add files (:func:`creatable_dir_problem`), or the file found fails
-    :func:`unsafe_executable`."""
+    ``python3``; ``path``: the ``PATH`` value; ``cwd``: the job's working directory, what its
+    empty and relative entries mean) could be another user's, or None (also when it is not
+    found: the job's own error says so): the file found fails :func:`unsafe_executable`.
+    The entries themselves (one others can add a program to, searched before it is found)
+    are ``core.jobenv.environment_problem``'s to judge, which every caller runs on the same
+    ``PATH`` and working directory (the launcher's setup, ``seml start``, the job)."""
     import shutil  # here: shutil imports bz2 and lzma, whose libraries a job's entry must not
     # load before it judged LD_LIBRARY_PATH (job.entry)
 
-    for entry, directory in search_path_entries(path, cwd):
-        problem = creatable_dir_problem(directory, any_owner=True)
-        if problem is not None:
-            return f"PATH entry {entry!r} (searched for {program}): {problem}"
-        found = shutil.which(program, path=directory)
-        if found is not None:
-            return unsafe_executable(found)
-    return None
+    directories = os.pathsep.join(d for _, d in search_path_entries(path, cwd))
+    found = shutil.which(program, path=directories)
+    return None if found is None else unsafe_executable(found)
 
 
 #: words of the ``python`` launcher field that are not the program it starts
@@ -483,12 +479,14 @@ def _program_words(python: str) -> tuple[str | None, list[str]]:
     return bare, [w for w in words if "/" in w and not w.startswith("-")]
 
 
-def launch_paths_problem(hydra: Mapping[str, Any], judged: set[str]) -> str | None:
+def launch_paths_problem(hydra: Mapping[str, Any], judged: set[str], workdir: str) -> str | None:
     """The first refusal of the paths a sweep point's jobs trust, or None: its sweep dir and
     submitit folder (:func:`job_dir_problem`) and the program its ``python`` launcher field
-    starts when that is a path (:func:`unsafe_executable`). ``hydra``: the point's resolved
-    ``hydra`` node; ``judged``: paths found safe already (updated), so a launch judges each
-    once. Shared by the launcher and ``seml start``."""
+    starts (:func:`unsafe_executable`; a relative path or a ``PATH`` lookup from ``workdir``,
+    the jobs' working directory: :func:`program_lookup_problem`). ``hydra``: the point's
+    resolved ``hydra`` node; ``judged``: paths found safe already (updated), so a launch
+    judges each once. Shared by the launcher and ``seml start``, which also judge the
+    ``PATH`` entries (``core.jobenv.environment_problem``)."""
     launcher = hydra.get("launcher") or {}
     for field, value in (
         ("hydra.sweep.dir", (hydra.get("sweep") or {}).get("dir")),
@@ -503,17 +501,19 @@ def launch_paths_problem(hydra: Mapping[str, Any], judged: set[str]) -> str | No
     python = launcher.get("python")
     bare, by_path = _program_words(str(python)) if python else (None, [])
     for program in ([bare] if bare else []) + by_path:
-        if program in judged:
+        where = os.path.normpath(os.path.join(workdir, program))  # "/" in it: a path
+        key = where if "/" in program else f"{program} from {workdir}"
+        if key in judged:
             continue
         problem = (
-            _program_problem(program)
+            _program_problem(where)
             if "/" in program
-            else program_lookup_problem(program, os.environ.get("PATH", os.defpath), os.getcwd())
+            else program_lookup_problem(program, os.environ.get("PATH", os.defpath), workdir)
         )
         if problem is not None:
             return (
                 f"hydra.launcher.python={python}: {problem}; another user could change the "
                 "program your jobs start. Use an interpreter or wrapper of yours"
             )
-        judged.add(program)
+        judged.add(key)
     return None

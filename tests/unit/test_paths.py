@@ -214,11 +214,11 @@ def test_a_python_program_others_can_change_is_refused_at_launch(tmp_path):
     wrapper.write_text('#!/bin/sh\nexec python3 "$@"\n')
     wrapper.chmod(0o755)
     node = {"sweep": {"dir": str(tmp_path / "m")}, "launcher": {"python": f"exec {wrapper}"}}
-    assert launch_paths_problem(node, set()) is None
+    assert launch_paths_problem(node, set(), str(tmp_path)) is None
     wrapper.chmod(0o777)
-    problem = launch_paths_problem(node, set())
+    problem = launch_paths_problem(node, set(), str(tmp_path))
     assert problem.startswith(f"hydra.launcher.python=exec {wrapper}: {wrapper} can be written")
-    assert launch_paths_problem({"launcher": {"python": "python3"}}, set()) is None
+    assert launch_paths_problem({"launcher": {"python": "python3"}}, set(), str(tmp_path)) is None
 
 
 def test_a_directory_an_acl_opens_to_another_user_is_named(tmp_path):
@@ -250,9 +250,12 @@ def test_every_program_the_python_field_names_is_judged(tmp_path):
     wrapper.write_text("#!/bin/sh\n")
     wrapper.chmod(0o777)
     for python in (f"bash {wrapper}", f"/usr/bin/env {wrapper}"):
-        problem = launch_paths_problem({"launcher": {"python": python}}, set())
+        problem = launch_paths_problem({"launcher": {"python": python}}, set(), str(tmp_path))
         assert problem is not None and "can be written by other users" in problem, python
     missing = f"{open_dir}/later-python"  # another user could create it before a job starts
-    problem = launch_paths_problem({"launcher": {"python": missing}}, set())
+    problem = launch_paths_problem({"launcher": {"python": missing}}, set(), str(tmp_path))
     assert problem is not None and "does not exist and" in problem
-    assert launch_paths_problem({"launcher": {"python": "/usr/bin/env python3"}}, set()) is None
+    assert (
+        launch_paths_problem({"launcher": {"python": "/usr/bin/env python3"}}, set(), str(tmp_path))
+        is None
+    )
