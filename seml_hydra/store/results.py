@@ -12,7 +12,7 @@ back as the plain dict it is stored as, with a :class:`StoredObjectWarning`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import states as core_states
@@ -40,12 +40,39 @@ def restore_results(docs: Sequence[dict[str, Any]], collection: str) -> None:
     (``seml_hydra.core.documents.plain_result``: no code runs). When some part would need code to
     rebuild, warns once for the whole read with a :class:`StoredObjectWarning` naming each
     experiment (``collection`` and ``_id``) and key."""
-    found = []
+    found: list[str] = []
+    for _ in plain_results(docs, found):
+        pass
+    warn_stored_objects(found, collection, stacklevel=4)
+
+
+def plain_results(docs: Iterable[dict[str, Any]], found: list[str]) -> Iterator[dict[str, Any]]:
+    """Each of ``docs`` with its ``result`` replaced by its plain form (in place,
+    ``seml_hydra.core.documents.plain_result``: no code runs), yielded as it comes; what
+    would need code to rebuild is appended to ``found`` (``"experiment 3: result.model ..."``,
+    for :func:`warn_stored_objects`)."""
     for doc in docs:
         if "result" in doc:
             doc["result"], problems = plain_result(doc["result"])
-            found += [f"experiment {doc.get('_id')}: {p}" for p in problems]
-    warn_stored_objects(found, collection, stacklevel=4)
+            found.extend(f"experiment {doc.get('_id')}: {p}" for p in problems)
+        yield doc
+
+
+def read_results(
+    collection: Any,
+    query: Mapping[str, Any],
+    projection: Mapping[str, Any],
+    found: list[str],
+    *,
+    batch_size: int = 0,
+) -> Iterator[dict[str, Any]]:
+    """The documents of ``collection`` (a pymongo collection) matching ``query``, with the
+    fields of ``projection``, sorted by ``_id``, yielded as MongoDB hands them over
+    (``batch_size`` documents per batch; 0: MongoDB's default) with their results in plain
+    form (:func:`plain_results`, what would need code appended to ``found``): the read of
+    :func:`get_results` and of the ``results`` command (``manage.results_table``)."""
+    cursor = collection.find(query, projection, batch_size=batch_size).sort("_id", 1)
+    return plain_results(cursor, found)
 
 
 def warn_stored_objects(found: Sequence[str], collection: str, stacklevel: int = 3) -> None:
@@ -125,7 +152,8 @@ def get_results(
     projection = {name: 1 for name in wanted}
     if "_id" not in wanted and not metrics:
         projection["_id"] = 0
-    cursor = db[collection].find(query, projection).sort("_id", 1)
+    found: list[str] = []
+    cursor: Iterable[dict[str, Any]] = read_results(db[collection], query, projection, found)
     if progress:
         from rich.console import Console
         from rich.progress import track
@@ -133,8 +161,7 @@ def get_results(
         total = db[collection].count_documents(query)
         cursor = track(cursor, total=total, description="Reading", console=Console(stderr=True))
     docs = list(cursor)
-    if any(name == "result" or name.startswith("result.") for name in wanted):
-        restore_results(docs, collection)
+    warn_stored_objects(found, collection)
     if metrics:
         by_id = get_metrics(collection, [d["_id"] for d in docs], db=db)
         for doc in docs:
