@@ -19,9 +19,12 @@ from seml_hydra.core import states as core_states
 from seml_hydra.core.attempts import LAST_NUMBER, check_selector, number_after, resolve_attempt
 from seml_hydra.core.documents import plain_result
 from seml_hydra.store.db.client import connect
-from seml_hydra.store.db.collections import metrics_collection_name, validate_collection_name
+from seml_hydra.store.db.collections import (
+    metrics_collection_name,
+    must_exist,
+    validate_collection_name,
+)
 from seml_hydra.store.db.settings import resolve_db_settings
-from seml_hydra.store.errors import CollectionNotFound
 
 if TYPE_CHECKING:
     from seml_hydra.core.schema import Database
@@ -171,14 +174,6 @@ def get_results(
     if pandas is None:
         return docs
     return pandas.DataFrame([flatten(doc) for doc in docs])
-
-
-def must_exist(db: Any, collection: str) -> None:
-    """Raise :class:`~seml_hydra.store.errors.CollectionNotFound` when ``db`` (a pymongo
-    database) has no collection ``collection``: a misspelt name reads as an error, not as a
-    collection without results. One ``listCollections`` of that name."""
-    if collection not in db.list_collection_names(filter={"name": collection}):
-        raise CollectionNotFound(collection, db.name)
 
 
 def need_pandas(caller: str) -> Any:
