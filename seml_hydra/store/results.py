@@ -236,7 +236,8 @@ def get_metrics(
             the current run, -2 = the one before). Earlier attempts' metrics are those a
             ``reset`` or a new launch kept (``store.metrics.tag_metrics``); an experiment
             without that attempt (never ran so often, or it fell out of the last 20) is left
-            out.
+            out, and when none of the experiments read has it, ``LookupError`` says which
+            attempts they have.
 
     Returns:
         ``{experiment _id: {metric name: {"steps": [...], "values": [...], "timestamps":
@@ -244,6 +245,8 @@ def get_metrics(
 
     Raises:
         ValueError: ``attempt`` is 0 or not an integer.
+        LookupError: no experiment read has attempt ``attempt`` (e.g. ``attempt=3`` of
+            experiments that ran twice); the message names the attempts there are.
         seml_hydra.store.errors.InvalidCollectionName: a bad ``collection``.
         seml_hydra.store.errors.CollectionNotFound: the database has no such collection.
         seml_hydra.store.errors.DatabaseError: the database cannot be reached.
@@ -311,6 +314,8 @@ def _earlier_attempts(
             current.append(doc)
         else:
             wanted.setdefault(number, []).append(doc["_id"])
+    if docs and not current and not wanted:
+        raise LookupError(missing_attempt_message(attempt, docs, collection))
     if wanted:
         tagged = [{"attempt_of": {"$in": ids}, "attempt": n} for n, ids in wanted.items()]
         for metric in db[metrics_collection_name(collection)].find({"$or": tagged}):
@@ -320,6 +325,20 @@ def _earlier_attempts(
             if metric["name"] not in out.get(metric["attempt_of"], {}):
                 _add_metric(out, metric["attempt_of"], metric)
     return current
+
+
+def missing_attempt_message(
+    attempt: int, docs: Sequence[Mapping[str, Any]], collection: str
+) -> str:
+    """The error of a :func:`get_metrics` ``attempt`` that none of ``docs`` (each with
+    ``last_attempt``) has (pure): the attempts they have, e.g. ``attempt=3: no experiment read
+    of collection 'c' has it; they have attempts 1 to 2 (at most)``."""
+    most = max(number_after(doc.get("last_attempt")) for doc in docs)
+    have = "attempt 1" if most == 1 else f"attempts 1 to {most}"
+    return (
+        f"attempt={attempt}: no experiment read of collection {collection!r} has it; they "
+        f"have {have} (at most; print-attempts lists each one's)."
+    )
 
 
 def _add_metric(
