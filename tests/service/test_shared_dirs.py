@@ -381,9 +381,8 @@ def test_a_job_refuses_a_pythonpath_entry_opened_to_others_since_the_launch(
         f"seml-hydra: not starting the job: PYTHONPATH entry '{lib}': {lib} is a directory "
         "other users can add files to (mode 1777), so another user could put a module (a "
         f"sitecustomize.py too) there that your jobs would run as you. Take it out of "
-        "PYTHONPATH (or take others' write access away); the task was not run (code Python "
-        "itself loads at its start, such as a sitecustomize.py in such an entry, is loaded "
-        "before this check: see the security model)."
+        "PYTHONPATH (or take others' write access away); the task was not run (what Python "
+        "loads at its start before this check is named in the security model)."
     ]
     assert not pwned.exists()  # their submitit.py was never imported
 
@@ -424,6 +423,33 @@ def _launch_held_then_open_to_others(test_db, tmp_path, variable, entry, plant):
     wait_until("the job ends", lambda: squeue_tasks(array) == {})
     [log] = list(tmp_path.glob("multirun/**/.submitit/**/*_log.err"))
     return log.read_text().splitlines(), pwned
+
+
+#: What another user's module does when it runs inside a Slurm job: leaves a file.
+JOB_PLANT = (
+    "import os, pathlib\n"
+    "if os.environ.get('SLURM_JOB_ID'):\n"
+    "    pathlib.Path(os.environ['PWNED']).write_text('ran as the job user')\n"
+)
+
+
+@pytest.mark.parametrize("module", ["sitecustomize", "shlex"])
+def test_a_module_planted_in_a_pythonpath_entry_opened_since_the_launch_never_runs(
+    slurm, test_db, tmp_path, shared_tmp, other_user, module
+):
+    """The job refuses a PYTHONPATH entry others may add files to since the launch, and the
+    refusal comes before Python's ``site`` imports a ``sitecustomize.py`` from it and before the
+    job's own check imports a standard module (``shlex``) a file there would shadow: the planted
+    module never runs as the job's user."""
+
+    def plant(entry):
+        other_user.run("sh", "-c", f"cat > {entry}/{module}.py", input=JOB_PLANT, check=True)
+
+    lines, pwned = _launch_held_then_open_to_others(
+        test_db, tmp_path, "PYTHONPATH", shared_tmp, plant
+    )
+    assert any("not starting the job: PYTHONPATH entry" in line for line in lines), lines
+    assert not pwned.exists()  # their module never ran as the job's user
 
 
 def test_a_library_planted_in_an_ld_library_path_entry_opened_since_the_launch_never_loads(

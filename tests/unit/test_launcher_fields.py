@@ -103,22 +103,22 @@ def test_srun_args_must_be_a_list_of_strings():
         validate_launcher(launcher(srun_args="--cpu-bind=cores"))
 
 
-GUARD = ["-u", "-c", entry.BOOTSTRAP, "-u", "-m", "submitit.core._submit"]
+GUARD = ["-S", "-u", "-c", entry.GUARD, "-u", "-m", "submitit.core._submit"]
 
 
 def test_python_is_the_command_the_job_runs_through_the_pickle_check(tmp_path):
     python = f"/usr/bin/env PYTHONNOUSERSITE=1 {sys.executable}"
     srun = srun_line(script(tmp_path, python=python, nodes=2))
     at = srun.index("-u")
-    assert srun[at - 3 : at + 6] == [*shlex.split(python), *GUARD]
+    assert srun[at - 4 : at + 6] == [*shlex.split(python), *GUARD]
     default = srun_line(script(tmp_path / "unset", nodes=2))
-    assert default[default.index("-u") - 1 :][:7] == [sys.executable, *GUARD]
+    assert default[default.index("-S") - 1 :][:8] == [sys.executable, *GUARD]
     single = command_line(script(tmp_path / "single", python=python))
-    assert single[:10] == ["exec", *shlex.split(python), *GUARD]
+    assert single[:11] == ["exec", *shlex.split(python), *GUARD]
 
 
 def test_python_reaches_the_local_executor_too():
-    guard = f"-u -c {shlex.quote(entry.BOOTSTRAP)}"
+    guard = f"-S -u -c {shlex.quote(entry.GUARD)}"
     quoted = shlex.quote(sys.executable)
     assert executor_arguments(launcher(python="py3"), "local") == {"local_python": f"py3 {guard}"}
     assert executor_arguments(launcher(nodes=2), "slurm") == {"slurm_python": f"{quoted} {guard}"}

@@ -207,6 +207,88 @@ def test_the_job_entry_refuses_arguments_that_are_not_submitits(job_folder, tmp_
     assert not (tmp_path / "ran").exists()
 
 
+def _run_guarded(job_folder: Path, pythonpath: Path, *options: str):
+    """Run a job's command as the launcher writes it (``job.entry.guarded_python``) with
+    ``PYTHONPATH=pythonpath`` and interpreter ``options`` (the ``python`` field's words)."""
+    import shlex
+    import subprocess
+    import sys
+
+    python = entry.guarded_python(shlex.join([sys.executable, *options]))
+    command = f"{python} {shlex.join([*entry.SUBMITIT_ARGS, str(job_folder)])}"
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    return subprocess.run(command, shell=True, env=env, capture_output=True, text=True)
+
+
+#: a module that records, when imported, whether Python ran ``site`` and in UTF-8 mode
+_RECORDER = (
+    "import sys, pathlib\n"
+    "with open(pathlib.Path(__file__).with_name('ran'), 'a') as f:\n"
+    "    f.write(f'{__name__} no_site={sys.flags.no_site} utf8={sys.flags.utf8_mode}\\n')\n"
+)
+
+
+@pytest.mark.parametrize("module", ["sitecustomize", "shlex"])
+def test_a_module_in_a_pythonpath_entry_others_can_write_never_runs_before_the_refusal(
+    job_folder, tmp_path, module
+):
+    """A ``sitecustomize.py`` (imported by Python's ``site``) or a module shadowing the
+    standard library (``shlex``, imported by the job's own check) in a PYTHONPATH entry others
+    can add files to is never imported: the guarded job refuses first."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / f"{module}.py").write_text(_RECORDER)
+    shared.chmod(0o1777)
+    proc = _run_guarded(job_folder, shared)
+    assert proc.returncode == 1, proc.stderr
+    assert "not starting the job: PYTHONPATH entry" in proc.stderr
+    assert not (shared / "ran").exists()
+    assert not (tmp_path / "ran").exists()  # nor the pickle loaded
+
+
+def test_a_guarded_job_goes_on_as_a_normal_python_with_its_options(job_folder, tmp_path):
+    """Once judged, the job replaces itself with the same Python started normally: ``site``
+    ran (a ``sitecustomize.py`` of the user's own PYTHONPATH entry is imported once, with
+    ``sys.flags.no_site`` off, so the task's Python children start as usual), the ``python``
+    field's interpreter options kept (``-X utf8``), and the pickle loaded."""
+    mine = private(tmp_path / "mine")
+    (mine / "sitecustomize.py").write_text(_RECORDER)
+    proc = _run_guarded(job_folder, mine, "-X", "utf8")
+    assert proc.returncode != 0  # not a DelayedSubmission: submitit raises once it is loaded
+    assert (mine / "ran").read_text() == "sitecustomize no_site=0 utf8=1\n"
+    assert (tmp_path / "ran").read_text() == "ran"  # the pickle was loaded, in the second step
+
+
+def test_a_guarded_job_finds_a_seml_hydra_that_is_only_on_pythonpath(job_folder, tmp_path):
+    """A Python without seml-hydra installed (a base interpreter) that gets the package and
+    its dependencies from PYTHONPATH (a checkout put there) still runs its job."""
+    import shlex
+    import subprocess
+    import sys
+
+    import submitit
+
+    import seml_hydra
+
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    checkout = Path(seml_hydra.__file__).parent.parent
+    deps = Path(submitit.__file__).parent.parent
+    python = entry.guarded_python(shlex.quote(str(base)))
+    command = f"{python} {shlex.join([*entry.SUBMITIT_ARGS, str(job_folder)])}"
+    env = {**os.environ, "PYTHONPATH": f"{checkout}:{deps}"}
+    proc = subprocess.run(command, shell=True, env=env, capture_output=True, text=True)
+    assert "No module named" not in proc.stderr
+    assert (tmp_path / "ran").read_text() == "ran", proc.stderr
+
+
+def test_the_interpreter_options_of_a_guarded_job_drop_only_the_added_no_site():
+    guard = entry.GUARD
+    argv = ["py", "-X", "utf8", "-S", "-u", "-c", guard, "-u", "-m", "submitit.core._submit", "d"]
+    assert entry.interpreter_options(argv) == ["-X", "utf8", "-u"]
+    user_no_site = ["py", "-S", "-S", "-u", "-c", guard, "-u"]  # the user's own -S stays
+    assert entry.interpreter_options(user_no_site) == ["-S", "-u"]
+
+
 def test_a_python_program_others_can_change_is_refused_at_launch(tmp_path):
     from seml_hydra.core.paths import launch_paths_problem
 
