@@ -16,7 +16,6 @@ from seml_hydra.cli.core import (
     collection_app,
     confirm_if_many,
     console,
-    err_console,
     report_ids,
     shown,
 )
@@ -29,6 +28,7 @@ from seml_hydra.cli.options import (
     on_collection,
 )
 from seml_hydra.core import states
+from seml_hydra.core.errors import err_console
 from seml_hydra.core.ranges import format_ids as _ids
 from seml_hydra.core.shell import seml_for
 from seml_hydra.core.terminal import terminal_safe

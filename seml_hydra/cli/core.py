@@ -105,10 +105,10 @@ class SemlGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except Exception as error:
-            message = user_error_message(error)
+            message = errors.user_error_message(error)
             if message is None:
                 raise
-            err_console().print(f"[bold red]Error:[/] {message}", markup=True, highlight=False)
+            errors.print_error(message)
             raise typer.Exit(1) from None
 
 
@@ -131,19 +131,6 @@ def _listed_command(info: Any) -> Any:
         rich_markup_mode=collection_app.rich_markup_mode,
         rich_help_panel=info.rich_help_panel,
     )
-
-
-def user_error_message(error: BaseException) -> str | None:
-    """The one-line message of an error meant for the user, escaped for rich markup; None for a
-    bug (re-raised). Which errors are the user's: ``core.errors.user_error_message``."""
-    message = errors.user_error_message(error)
-    return None if message is None else _escape(message)
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
 
 
 app = typer.Typer(
@@ -216,13 +203,6 @@ def console() -> Any:
     from rich.console import Console
 
     return Console(highlight=False, soft_wrap=True)
-
-
-def err_console() -> Any:
-    """A rich console on the current stderr (warnings and errors)."""
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def confirm_if_many(what: str, count: int | Callable[[], int], yes: bool) -> None:

@@ -138,9 +138,9 @@ def selection(
 
 
 def open_target(ctx: typer.Context, sel: Any) -> Target:
-    """Connect, open the command line's collection (``ManageError`` when it does not exist),
-    create its job indexes if missing (``store.db.collections.ensure_job_indexes``) and add it to
-    the completion cache."""
+    """Connect, open the command line's collection (``store.errors.CollectionNotFound`` when
+    it does not exist), create its job indexes if missing
+    (``store.db.collections.ensure_job_indexes``) and add it to the completion cache."""
     from seml_hydra.manage.selection import connect_db, get_collection
     from seml_hydra.store.db.collections import ensure_job_indexes
     from seml_hydra.track.cache import refresh_collection_cache

@@ -24,10 +24,6 @@ def _num(value: Any, unit: str = "", digits: int = 0) -> str:
     return "-" if value is None else f"{value:.{digits}f}{unit}"
 
 
-def _pct(value: Any) -> str:
-    return "-" if value is None else f"{value:.0%}"
-
-
 @command()
 @on_collection()
 def usage(
@@ -44,7 +40,7 @@ def usage(
     longest run, CPU efficiency and GPU memory used (sacct, else the experiments' stats); and
     a smaller request with headroom where one fits (memory +25%, time +50%)."""
     from seml_hydra.manage.results_table import to_markdown, to_text
-    from seml_hydra.track.usage import advice_lines, usage_report
+    from seml_hydra.track.usage import advice_lines, percent, usage_report
 
     groups = usage_report(target.collection, target.selection.query())
     if fmt is Format.json:
@@ -81,7 +77,7 @@ def usage(
                 "GPUs": _num(req.get("gpus")),
                 "max RSS": _num(used.get("max_rss_mb"), " MiB"),
                 "longest": _num(used.get("elapsed_min"), " min", 1),
-                "CPU eff.": _pct(used.get("cpu_efficiency")),
+                "CPU eff.": percent(used.get("cpu_efficiency")),
                 "GPU mem": _num(used.get("gpu_mem_mb"), " MiB"),
             }
         )
@@ -99,7 +95,7 @@ def usage(
                         "GPUs": _num(e.requested.get("gpus")),
                         "max RSS": _num(e.max_rss_mb, " MiB"),
                         "longest": _num(e.elapsed_min, " min", 1),
-                        "CPU eff.": _pct(e.cpu_efficiency),
+                        "CPU eff.": percent(e.cpu_efficiency),
                         "GPU mem": _num(e.gpu_mem_mb, " MiB"),
                     }
                 )

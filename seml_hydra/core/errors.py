@@ -10,6 +10,8 @@ traceback. Each layer's error (``LaunchError``, ``DatabaseError``, ``ManageError
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class UserError(Exception):
     """An error the user can fix; its message says what was wrong and what to do."""
@@ -32,3 +34,20 @@ def user_error_message(error: BaseException) -> str | None:
     if module.startswith(("pymongo", "gridfs", "bson")):
         return f"MongoDB: {error}"
     return None
+
+
+def err_console() -> Any:
+    """A rich console on the current stderr (warnings and errors): no highlighting, long lines
+    not cut."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_error(message: str) -> None:
+    """Print ``Error: <message>`` on stderr, ``Error:`` in bold red (rich markup in
+    ``message`` is not interpreted): how the launcher and the ``seml`` command show a user
+    error (:func:`user_error_message`)."""
+    from rich.markup import escape
+
+    err_console().print(f"[bold red]Error:[/] {escape(message)}", markup=True)

@@ -36,6 +36,7 @@ __all__ = [
     "launch_paths_problem",
     "unsafe_executable",
     "unsafe_file",
+    "unsafe_files",
     "unsafe_import_dir",
     "unsafe_path_part",
 ]
@@ -235,38 +236,44 @@ def unsafe_path_part(
                 break
             if stat.S_ISDIR(st.st_mode):
                 deepest = prefix
-            is_link = stat.S_ISLNK(st.st_mode)
-            if st.st_uid not in (me, 0) and (in_open or not any_owner):
-                kind = (
-                    "a symbolic link"
-                    if is_link
-                    else "a directory"
-                    if stat.S_ISDIR(st.st_mode)
-                    else "a file"
-                )
-                where = (
-                    f" in {prefix.parent}, where every user can add theirs"
-                    if in_open and any_owner
-                    else ""
-                )
-                return f"{prefix} is {kind} of another user (uid {st.st_uid}){where}"
-            writers = (
-                None
-                if is_link or not stat.S_ISDIR(st.st_mode)
-                else _others_can_write(st, me, prefix)
-            )
-            if writers is not None:
-                return (
-                    f"{prefix} is a directory {writers} can write "
-                    f"(mode {stat.S_IMODE(st.st_mode):04o}, no sticky bit)"
-                )
-            in_open = (
-                not is_link and stat.S_ISDIR(st.st_mode) and _writable_by_others(st, me, prefix)
-            )
+            problem = _part_problem(prefix, st, me, any_owner=any_owner, in_open=in_open)
+            if problem is not None:
+                return problem
+            in_open = stat.S_ISDIR(st.st_mode) and _writable_by_others(st, me, prefix)
         inherited = None if deepest is None else default_acl_problem(deepest, me)
         if inherited is not None:
             return inherited
     return None
+
+
+def _part_problem(
+    prefix: Path, st: os.stat_result, uid: int, *, any_owner: bool = False, in_open: bool = False
+) -> str | None:
+    """Why the part ``prefix`` of a path (``st``: its ``lstat``) lets a user other than
+    ``uid`` redirect what is below it, or None: :func:`unsafe_path_part`'s rule for one part
+    (another user's link, directory or file unless ``any_owner``, and with it too when
+    ``in_open``: the part before is a directory every user can add entries to; a directory
+    others can write without the sticky bit)."""
+    is_link = stat.S_ISLNK(st.st_mode)
+    if st.st_uid not in (uid, 0) and (in_open or not any_owner):
+        kind = (
+            "a symbolic link"
+            if is_link
+            else "a directory"
+            if stat.S_ISDIR(st.st_mode)
+            else "a file"
+        )
+        where = f" in {prefix.parent}, where every user can add theirs" if any_owner else ""
+        return f"{prefix} is {kind} of another user (uid {st.st_uid}){where}"
+    writers = (
+        None if is_link or not stat.S_ISDIR(st.st_mode) else _others_can_write(st, uid, prefix)
+    )
+    if writers is None:
+        return None
+    return (
+        f"{prefix} is a directory {writers} can write "
+        f"(mode {stat.S_IMODE(st.st_mode):04o}, no sticky bit)"
+    )
 
 
 def unsafe_import_dir(
@@ -315,19 +322,67 @@ def unsafe_file(path: str | os.PathLike[str], uid: int | None = None) -> str | N
     loads only what its user wrote), or writable by others (o+w, or g+w with other users in
     the group). Raises nothing; a file that is not there is judged by its directories only.
     """
+    return unsafe_files([path], uid)
+
+
+def unsafe_files(paths: Sequence[str | os.PathLike[str]], uid: int | None = None) -> str | None:
+    """The first :func:`unsafe_file` problem of ``paths`` (e.g. the pickles of one submission,
+    each in its job's folder below the submitit folder), or None, judged with each directory
+    walked once: the directory they all are in by :func:`unsafe_path_part` (its parts, links
+    resolved too), then the parts below it each by the same rule (one that is a symbolic link
+    sends its path to :func:`unsafe_path_part` as a whole; what is below it may be elsewhere),
+    with the default ACL of each file's directory, then each file."""
     me = os.geteuid() if uid is None else uid
-    problem = unsafe_path_part(Path(os.path.abspath(path)).parent, me)
-    if problem is not None:
-        return problem
+    if not paths:
+        return None
+    common = Path(os.path.commonpath([Path(os.path.abspath(p)).parent for p in paths]))
+    problem = unsafe_path_part(common, me)
+    judged = {common}  # directories found safe
+    for path in paths:
+        directory = Path(os.path.abspath(path)).parent
+        problem = problem or _below_problem(common, directory, me, judged)
+        problem = problem or _own_file_problem(path, me)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _below_problem(judged_dir: Path, directory: Path, uid: int, judged: set[Path]) -> str | None:
+    """:func:`unsafe_path_part` of ``directory``, a directory below ``judged_dir`` (found safe
+    by it), judging only its parts below ``judged_dir`` that ``judged`` does not hold yet
+    (updated with those found safe), and its default ACL."""
+    prefix = judged_dir
+    for part in directory.relative_to(judged_dir).parts:
+        prefix = prefix / part
+        if prefix in judged:
+            continue
+        try:
+            st = os.lstat(prefix)
+        except (FileNotFoundError, NotADirectoryError):  # not there: its file neither
+            return None
+        if stat.S_ISLNK(st.st_mode):  # its target's path is judged as a whole
+            return unsafe_path_part(directory, uid)
+        problem = _part_problem(prefix, st, uid)
+        if problem is None and prefix == directory:
+            problem = default_acl_problem(directory, uid)
+        if problem is not None:
+            return problem
+        judged.add(prefix)
+    return None
+
+
+def _own_file_problem(path: str | os.PathLike[str], uid: int) -> str | None:
+    """Why the file ``path`` itself (not its directories) cannot be trusted to hold what
+    ``uid`` wrote (:func:`unsafe_file`), or None; None when it is not there."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return None
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
         return f"{path} is not a regular file (a symbolic link or a special file)"
-    if st.st_uid != me:
+    if st.st_uid != uid:
         return f"{path} belongs to another user (uid {st.st_uid})"
-    if _writable_by_others(st, me, path):
+    if _writable_by_others(st, uid, path):
         return f"{path} can be written by other users (mode {_mode(st):04o})"
     return None
 
@@ -418,22 +473,18 @@ def search_path_entries(value: str, cwd: str) -> list[tuple[str, str]]:
 
 def program_lookup_problem(program: str, path: str, cwd: str) -> str | None:
     """Why the program a job finds by ``PATH`` lookup (``program``: a bare name such as
-    ``python3``; ``path``: the ``PATH`` value; ``cwd``: what its empty and relative entries
-    mean) could be another user's, or None (also when it is not found: the job's own error
-    says so): an entry searched before it is found, or the one it is found in, lets others
-    add files (:func:`creatable_dir_problem`), or the file found fails
-    :func:`unsafe_executable`."""
+    ``python3``; ``path``: the ``PATH`` value; ``cwd``: the job's working directory, what its
+    empty and relative entries mean) could be another user's, or None (also when it is not
+    found: the job's own error says so): the file found fails :func:`unsafe_executable`.
+    The entries themselves (one others can add a program to, searched before it is found)
+    are ``core.jobenv.environment_problem``'s to judge, which every caller runs on the same
+    ``PATH`` and working directory (the launcher's setup, ``seml start``, the job)."""
     import shutil  # here: shutil imports bz2 and lzma, whose libraries a job's entry must not
     # load before it judged LD_LIBRARY_PATH (job.entry)
 
-    for entry, directory in search_path_entries(path, cwd):
-        problem = creatable_dir_problem(directory, any_owner=True)
-        if problem is not None:
-            return f"PATH entry {entry!r} (searched for {program}): {problem}"
-        found = shutil.which(program, path=directory)
-        if found is not None:
-            return unsafe_executable(found)
-    return None
+    directories = os.pathsep.join(d for _, d in search_path_entries(path, cwd))
+    found = shutil.which(program, path=directories)
+    return None if found is None else unsafe_executable(found)
 
 
 #: words of the ``python`` launcher field that are not the program it starts
@@ -454,12 +505,14 @@ def _program_words(python: str) -> tuple[str | None, list[str]]:
     return bare, [w for w in words if "/" in w and not w.startswith("-")]
 
 
-def launch_paths_problem(hydra: Mapping[str, Any], judged: set[str]) -> str | None:
+def launch_paths_problem(hydra: Mapping[str, Any], judged: set[str], workdir: str) -> str | None:
     """The first refusal of the paths a sweep point's jobs trust, or None: its sweep dir and
     submitit folder (:func:`job_dir_problem`) and the program its ``python`` launcher field
-    starts when that is a path (:func:`unsafe_executable`). ``hydra``: the point's resolved
-    ``hydra`` node; ``judged``: paths found safe already (updated), so a launch judges each
-    once. Shared by the launcher and ``seml start``."""
+    starts (:func:`unsafe_executable`; a relative path or a ``PATH`` lookup from ``workdir``,
+    the jobs' working directory: :func:`program_lookup_problem`). ``hydra``: the point's
+    resolved ``hydra`` node; ``judged``: paths found safe already (updated), so a launch
+    judges each once. Shared by the launcher and ``seml start``, which also judge the
+    ``PATH`` entries (``core.jobenv.environment_problem``)."""
     launcher = hydra.get("launcher") or {}
     for field, value in (
         ("hydra.sweep.dir", (hydra.get("sweep") or {}).get("dir")),
@@ -474,17 +527,19 @@ def launch_paths_problem(hydra: Mapping[str, Any], judged: set[str]) -> str | No
     python = launcher.get("python")
     bare, by_path = _program_words(str(python)) if python else (None, [])
     for program in ([bare] if bare else []) + by_path:
-        if program in judged:
+        where = os.path.normpath(os.path.join(workdir, program))  # "/" in it: a path
+        key = where if "/" in program else f"{program} from {workdir}"
+        if key in judged:
             continue
         problem = (
-            _program_problem(program)
+            _program_problem(where)
             if "/" in program
-            else program_lookup_problem(program, os.environ.get("PATH", os.defpath), os.getcwd())
+            else program_lookup_problem(program, os.environ.get("PATH", os.defpath), workdir)
         )
         if problem is not None:
             return (
                 f"hydra.launcher.python={python}: {problem}; another user could change the "
                 "program your jobs start. Use an interpreter or wrapper of yours"
             )
-        judged.add(program)
+        judged.add(key)
     return None

@@ -20,8 +20,9 @@ without the launcher (``wait=false``, after Ctrl-C, a launcher that died):
 - a run that ends COMPLETED all the same (a ``seml_local`` process, which a stop does not end;
   a Slurm task finishing within Slurm's ``KillWait`` of its ``scancel``) was not stopped: its
   mark (``fail_fast.reason``, ``stop_time``, the stop's ``fail_trace``) is dropped
-  (:func:`unmark_completed`, by the job right after the run and by the stop once Slurm ended
-  the tasks it cancelled).
+  (:func:`unmark_completed`, by the job right after the run when its final save found the
+  mark, or could not tell: ``job.observer.DocumentObserver.over_stop``, and by the stop once
+  Slurm ended the tasks it cancelled).
 
 Every step is idempotent: several jobs reaching the threshold at once stop the group once.
 """

@@ -44,6 +44,7 @@ def run_observed(
     *,
     fence: Mapping[str, Any] | None = None,
     sources: Callable[[], list[list[Any]]] | None = None,
+    observers: list[Any] | None = None,
 ) -> Any:
     """Run ``task`` as a Sacred run whose ``MongoObserver`` overwrites document ``doc['_id']``.
 
@@ -52,7 +53,9 @@ def run_observed(
     run starts, the code snapshot files the run lists as Sacred's ``experiment.sources``
     (``seml_hydra.job.observer.sacred_experiment_info``); None: none. ``extra_observers``: Hydra
     nodes of more Sacred observers, instantiated. Returns what ``task`` returned. The observer
-    is ``seml_hydra.job.observer.DocumentObserver`` (what it writes, and when).
+    is ``seml_hydra.job.observer.DocumentObserver`` (what it writes, and when); it is appended
+    to ``observers`` when given (its ``over_stop`` tells, after the run, whether the final
+    save may have written over a fail-fast stop).
 
     Sacred 0.8.7 (``observers/mongo.py``) loads the whole document when asked to overwrite and
     writes it back with ``$set`` on every heartbeat, which would undo fields other processes
@@ -86,6 +89,8 @@ def run_observed(
         f"starting the Sacred run of experiment {doc['_id']}",
     )
     ex.observers.append(observer)
+    if observers is not None:
+        observers.append(observer)
     # a function of ``_run`` (Sacred injects its run by that name; a bound method cannot be
     # captured: Sacred sets an attribute on the function)
     ex.pre_run_hook(lambda _run: observer.bind_run(_run))

@@ -107,6 +107,10 @@ class DocumentObserver(MongoObserver):
         self._stored: dict[str, Any] | None = None
         #: False once the server refused an update pipeline (MongoDB < 4.2)
         self._appends = True
+        #: whether the final save may have written the run's outcome over a fail-fast stop's
+        #: mark (``job.failfast.unmark_completed`` then has work): True until a final save
+        #: matched the document without the mark (not known for a save kept for later)
+        self.over_stop = True
         self._db, self._doc, self._fence, self._sources = db, doc, dict(fence or {}), sources
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -143,14 +147,18 @@ class DocumentObserver(MongoObserver):
         # save waits for the server)
         return {k: v for k, v in self.run_entry.items() if k != "config"}
 
-    def _filter(self, entry: Mapping[str, Any], *, final: bool = True) -> dict[str, Any]:
+    def _filter(
+        self, entry: Mapping[str, Any], *, final: bool = True, unstopped: bool = False
+    ) -> dict[str, Any]:
         # the fence: an earlier run that a requeued task took over writes nothing; and no
         # save but the final one writes RUNNING over a fail-fast stop (job.failfast;
         # INTERRUPTED on the scancel) or over FAILED (another rank of this run failed,
-        # job.failures), which a waiting launcher may already have read
+        # job.failures), which a waiting launcher may already have read; ``unstopped``: a
+        # final save's first try, only where there is no stop
         where: dict[str, Any] = {"_id": entry["_id"], **self._fence}
-        if not final:
+        if not final or unstopped:
             where[STOP_REASON] = {"$exists": False}
+        if not final:
             where["status"] = {"$ne": states.FAILED}
         return where
 
@@ -201,7 +209,7 @@ class DocumentObserver(MongoObserver):
             entry = self._entry()
             what = f"saving the outcome of experiment {entry['_id']} ({entry['status']})"
             try:
-                retrying(lambda: self._send(entry), what)
+                retrying(lambda: self._send_final(entry), what)
             except Exception as error:
                 if is_connection_error(error):  # past SEML_MONGODB_RETRY_S
                     update = heartbeat.full_update(entry)
@@ -239,13 +247,24 @@ class DocumentObserver(MongoObserver):
         if isinstance(run.captured_out, str):
             self.run_entry["captured_out"] = run.captured_out
 
-    def _send(self, entry: dict[str, Any], *, final: bool = True) -> None:
+    def _send_final(self, entry: dict[str, Any]) -> None:
+        """The final save: first where the document holds no fail-fast stop (the usual
+        case, one write); where it matched nothing (a stop, or a fence another run took),
+        again without that condition, :attr:`over_stop` left True."""
+        if self._send(entry, unstopped=True):
+            self.over_stop = False
+        else:
+            self._send(entry)
+
+    def _send(self, entry: dict[str, Any], *, final: bool = True, unstopped: bool = False) -> bool:
+        """Save ``entry`` (:meth:`_filter` of ``final`` and ``unstopped``); whether the
+        document matched."""
         # what changed since the last acknowledged save; an append whose guard fails (the
         # server holds something else: a lost answer, another writer) sends it all
         from pymongo.errors import OperationFailure
 
         update, guard = heartbeat.save_update(self._stored, entry, append=self._appends)
-        where = self._filter(entry, final=final)
+        where = self._filter(entry, final=final, unstopped=unstopped)
         try:
             result = self.runs.update_one({**where, **guard}, update)
         except OperationFailure:
@@ -255,6 +274,7 @@ class DocumentObserver(MongoObserver):
         if guard and not (result and result.matched_count):
             result = self.runs.update_one(where, heartbeat.full_update(entry))
         self._stored = heartbeat.snapshot(entry) if result.matched_count else None
+        return bool(result.matched_count)
 
     # The task's value is already plain (``documents.storable_result``): Sacred's
     # ``flatten`` (jsonpickle) would store a datetime, bytes or a tuple as a

@@ -226,7 +226,10 @@ class JobRunner:
     ) -> str:
         """Claim experiment ``exp_id`` and run it (:meth:`_run_claimed_doc`). When it FAILED and
         its launch set ``max_failures`` (``fail_fast``), this job counts the launch's failures
-        and stops the launch's other experiments at the limit (``seml_hydra.job.failfast``)."""
+        and stops the launch's other experiments at the limit (``seml_hydra.job.failfast``);
+        when it COMPLETED over a stop of its launch (the final save found the stop's mark, or
+        could not tell), it drops the mark (``failfast.unmark_completed``)."""
+        self._over_stop = False
         doc, why = self._claim(collection, exp_id, execution)
         kept.write_kept(budget_s=0)  # MongoDB answered: what an outage kept goes first
         if doc is None:
@@ -237,7 +240,7 @@ class JobRunner:
             # the failure is recorded: this job stops the launch at its max_failures
             own = (execution.get("array_id"), execution.get("task_id"))
             enforce_fail_fast(collection, doc[FAIL_FAST], own_task=own)
-        elif outcome == states.COMPLETED and doc.get(FAIL_FAST):
+        elif outcome == states.COMPLETED and doc.get(FAIL_FAST) and self._over_stop:
             # it ran to the end although its launch was stopped meanwhile: not "stopped"
             unmark_completed(collection, [exp_id])
         return outcome
@@ -429,9 +432,20 @@ class JobRunner:
             with script_as_main(main):
                 if plan.attach_observers:
                     extra = (node.get("launcher") or {}).get("observers") or []
-                    run_observed(
-                        db, self.collection, doc, task, extra, fence=fenced, sources=sources
-                    )
+                    observers: list[Any] = []
+                    try:
+                        run_observed(
+                            db,
+                            self.collection,
+                            doc,
+                            task,
+                            extra,
+                            fence=fenced,
+                            sources=sources,
+                            observers=observers,
+                        )
+                    finally:  # the rank whose observer saved the outcome (else: unknown)
+                        self._over_stop = all(o.over_stop for o in observers)
                 else:
                     task()
             outcome = states.COMPLETED

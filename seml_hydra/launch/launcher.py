@@ -15,7 +15,7 @@ from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf
 
-from seml_hydra.core.errors import UserError
+from seml_hydra.core.errors import UserError, print_error
 from seml_hydra.core.shell import seml_for
 from seml_hydra.launch.containers import to_dict, to_list
 from seml_hydra.store.db.retry import is_connection_error, short_reason
@@ -140,17 +140,6 @@ class SemlLauncher(Launcher):
             # without Python's shutdown walking every object the launch left (launch.exit)
             skip_exit_join()
             quick_exit_after_launch()
-
-
-def print_error(message: str) -> None:
-    """Print ``Error: <message>`` in red on stderr (rich markup in ``message`` is not
-    interpreted)."""
-    from rich.console import Console
-    from rich.markup import escape
-
-    Console(stderr=True, highlight=False, soft_wrap=True).print(
-        f"[bold red]Error:[/] {escape(message)}"
-    )
 
 
 def setup_problem(config: Any) -> str | None:

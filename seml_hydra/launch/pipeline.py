@@ -315,7 +315,7 @@ def check_job_dirs(hydra: Mapping[str, Any], judged: set[str]) -> None:
     they could swap a pickle before the job starts and run their code as you, with your
     database credentials. ``judged``: the paths found safe so far, updated. Raises
     ``LaunchError`` naming the field, the path and the part."""
-    problem = launch_paths_problem(hydra, judged)
+    problem = launch_paths_problem(hydra, judged, os.getcwd())  # the jobs run here
     if problem is not None:
         raise LaunchError(f"{problem}; nothing was staged")
 

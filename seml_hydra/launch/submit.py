@@ -27,7 +27,7 @@ from typing import Any
 
 from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
-from seml_hydra.core.paths import job_dir_problem, unsafe_file
+from seml_hydra.core.paths import job_dir_problem, unsafe_files
 from seml_hydra.core.scoped import temporarily
 from seml_hydra.job import failfast
 from seml_hydra.job.devices import GPUS_PER_TASK_VAR, LOCAL_GPUS_VAR, local_job_environment
@@ -289,11 +289,10 @@ def submit_group(
     import submitit
 
     all_ids = [i for group in id_groups for i in group]
-    # the old job of a re-run experiment must not be taken for its new one meanwhile
-    stale = ("array_id", "task_id", "job_id", "num_tasks", "output_files_template")
     mark = submission_mark(folder)
     moved: dict[str, Any] = {"status": states.PENDING, "slurm.0.submitting": mark}
-    cleared = {f"slurm.0.{k}": "" for k in stale}
+    # the old job of a re-run experiment must not be taken for its new one meanwhile
+    cleared = {f"slurm.0.{k}": "" for k in JOB_RECORD_FIELDS}
     if fail_fast:
         moved[failfast.FIELD] = dict(fail_fast)
     else:
@@ -332,13 +331,7 @@ def submit_group(
                     with temporarily(os.environ, per_job_env(i)):
                         jobs += executor.map_array(runner, [list(group)])
     except BaseException as error:  # Ctrl-C during sbatch too: never PENDING without a job
-        collection.update_many(
-            {"_id": {"$in": all_ids}, "status": states.PENDING, **ours},
-            {
-                "$set": {"status": states.STAGED},
-                "$unset": {"slurm.0.submitting": "", failfast.FIELD: ""},
-            },
-        )
+        _back_to_staged(collection, all_ids, ours)
         if not isinstance(error, Exception):  # Ctrl-C: maybe after sbatch made the array
             if cluster == "slurm":
                 cancel_unrecorded_array(collection, all_ids, folder, since=mark["time"])
@@ -404,9 +397,8 @@ def submit_group(
     problem = job_files_problem(jobs)
     if problem is not None:  # made by submitit just now, below a folder judged before
         cancel_orphaned(jobs, range(len(jobs)), cluster)
-        collection.update_many(
-            {"_id": {"$in": all_ids}, "slurm.0.job_id": {"$in": [str(j.job_id) for j in jobs]}},
-            {"$set": {"status": states.STAGED}, "$unset": cleared},
+        _back_to_staged(
+            collection, all_ids, {"slurm.0.job_id": {"$in": [str(j.job_id) for j in jobs]}}
         )
         raise UnsafeFolderError(
             f"hydra.launcher.submitit_folder={folder}: {problem}; another user could replace "
@@ -418,16 +410,31 @@ def submit_group(
     return jobs, submitted, orphans
 
 
+#: the ``slurm[0]`` fields that name a submission's job (written once sbatch returned):
+#: cleared when experiments are moved to PENDING and when they go back to STAGED
+JOB_RECORD_FIELDS = ("array_id", "task_id", "job_id", "num_tasks", "output_files_template")
+
+
+def _back_to_staged(collection: Any, ids: Sequence[int], ours: Mapping[str, Any]) -> None:
+    """Undo :func:`submit_group`'s submission of the PENDING experiments among ``ids`` that
+    ``ours`` matches (its mark, or the jobs it recorded): STAGED again, without what the
+    submission wrote into them (its mark ``slurm[0].submitting``, the job fields
+    :data:`JOB_RECORD_FIELDS`, the fail-fast group ``fail_fast``), so they look as before it:
+    neither a recovery nor a fail-fast count takes them for part of it."""
+    unset = {f"slurm.0.{k}": "" for k in (*JOB_RECORD_FIELDS, "submitting")}
+    collection.update_many(
+        {"_id": {"$in": list(ids)}, "status": states.PENDING, **ours},
+        {"$set": {"status": states.STAGED}, "$unset": {**unset, failfast.FIELD: ""}},
+    )
+
+
 def job_files_problem(jobs: Sequence[Any]) -> str | None:
     """The first problem of the pickles submitit just wrote for ``jobs`` (submitit Jobs) and
-    of the folders it made for them (``core.paths.unsafe_file``: another user's or writable
-    by others, an ACL inherited included), or None. Judged before the deferred start is
+    of the folders it made for them (``core.paths.unsafe_files``: another user's or writable
+    by others, an ACL inherited included), or None: the folder they share is walked once,
+    the job folders below it and the pickles each. Judged before the deferred start is
     brought forward: the folder was judged before submitit made what is below it."""
-    for job in jobs:
-        problem = unsafe_file(job.paths.submitted_pickle)
-        if problem is not None:
-            return problem
-    return None
+    return unsafe_files([job.paths.submitted_pickle for job in jobs])
 
 
 def always_arrays(executor: Any) -> None:

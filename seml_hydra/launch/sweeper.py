@@ -16,6 +16,7 @@ plugins (by the ``hydra/sweeper=seml`` shim): Hydra only.
 
 from __future__ import annotations
 
+import logging
 import sys
 import types
 from collections.abc import Sequence
@@ -30,6 +31,10 @@ VALIDATES_POINTS = "validates_points"
 #: how many frames above the launcher's ``setup`` the sweeper's ``setup`` may be: Hydra 1.3 has
 #: one between them (``Plugins.instantiate_launcher``)
 SEARCH_DEPTH = 6
+#: how far up the stack a sweeper that was not adopted is looked for, to say why
+REASON_DEPTH = 50
+
+log = logging.getLogger(__name__)
 
 
 class LauncherValidates:
@@ -84,11 +89,17 @@ def adopt_driving_basic_sweeper() -> bool:
     """Give the plain ``BasicSweeper`` setting up the caller (:func:`driving_basic_sweeper`,
     searched from the caller's caller) the validation of :class:`LauncherValidates`, in place:
     its class becomes a direct subclass of its own with that method (a class with the mixin as
-    a second base would not do: Python refuses such a ``__class__`` assignment); its state (overrides, batches, ``max_batch_size``,
-    ``params``) is untouched, only its validation pass goes. Returns whether it did. Call it
-    from the launcher's ``setup`` only."""
-    sweeper = driving_basic_sweeper(sys._getframe(2))
+    a second base would not do: Python refuses such a ``__class__`` assignment); its state
+    (overrides, batches, ``max_batch_size``, ``params``) is untouched, only its validation pass
+    goes. Returns whether it did; when it did not, logs why (:func:`not_adopted_reason`: a
+    warning when Hydra's basic sweeper is there but out of reach, as it then composes every
+    point once more; a debug line in the usual cases). Call it from the launcher's ``setup``
+    only."""
+    frame = sys._getframe(2)
+    sweeper = driving_basic_sweeper(frame)
     if sweeper is None:
+        level, why = not_adopted_reason(frame)
+        log.log(level, "Hydra's basic sweeper not adopted: %s", why)
         return False
     cls = type(sweeper)
     if cls not in _adopted:
@@ -98,3 +109,31 @@ def adopt_driving_basic_sweeper() -> bool:
         )
     sweeper.__class__ = _adopted[cls]
     return True
+
+
+def not_adopted_reason(frame: types.FrameType | None) -> tuple[int, str]:
+    """Why :func:`driving_basic_sweeper` found no sweeper from ``frame``, and how loud to say
+    it (a ``logging`` level): Hydra's ``BasicSweeper.setup`` further up than
+    :data:`SEARCH_DEPTH` frames (a Hydra whose call path changed: a warning, as the sweeper
+    then composes every point once more to validate it); a subclass of it (its own validation
+    is kept: debug); none within :data:`REASON_DEPTH` frames (another sweeper, Hydra's compose
+    API, a direct ``setup``: debug)."""
+    cls = basic_sweeper_class()
+    code = cls.setup.__code__
+    for depth in range(REASON_DEPTH):
+        if frame is None:
+            break
+        if frame.f_code is code:
+            sweeper = frame.f_locals.get("self")
+            if type(sweeper) is not cls:
+                return (
+                    logging.DEBUG,
+                    f"{type(sweeper).__qualname__} is a subclass of it, left as is",
+                )
+            return logging.WARNING, (
+                f"its setup is {depth + 1} frames above the launcher's, beyond the "
+                f"{SEARCH_DEPTH} searched (another Hydra version?), so it composes every point "
+                "once more to validate it (slower, same points)"
+            )
+        frame = frame.f_back
+    return logging.DEBUG, "none sets this launcher up (another sweeper, or no sweeper)"

@@ -218,9 +218,12 @@ def local_ids(groups: Sequence[Group]) -> list[Any]:
     return [i for g in groups if (task_of(g.doc) or ("",))[0] == "local" for i in g.ids]
 
 
-def plan_cancel(facts: CancelFacts, *, mark_held: bool = True) -> CancelPlan:
+def plan_cancel(
+    facts: CancelFacts, *, mark_held: bool = True, candidates: Sequence[str] | None = None
+) -> CancelPlan:
     """Decide a cancel from what was read (pure): see :class:`CancelFacts` and
-    :class:`CancelPlan`.
+    :class:`CancelPlan`. ``candidates``: :func:`candidate_tasks` of ``facts``, when the caller
+    computed them already (to ask squeue about them); None: computed here.
 
     - Only the candidate tasks (:func:`candidate_tasks`) squeue lists alive are cancelled.
     - ``mark``: every selected experiment; with ``mark_held=False`` (``delete``, which deletes
@@ -235,7 +238,8 @@ def plan_cancel(facts: CancelFacts, *, mark_held: bool = True) -> CancelPlan:
     - ``finished``: the experiments of ``unfinished`` whose task is a candidate (not spared).
     """
     held = held_task_rows(facts.rows)
-    candidates = candidate_tasks(facts.selected, facts.unfinished, facts.others, facts.orphaned)
+    if candidates is None:
+        candidates = candidate_tasks(facts.selected, facts.unfinished, facts.others, facts.orphaned)
     mark = [i for g in facts.selected if mark_held or _task_id(g) not in held for i in g.ids]
     finished = finished_ids(facts.unfinished, candidates)
     resting = {
@@ -248,7 +252,7 @@ def plan_cancel(facts: CancelFacts, *, mark_held: bool = True) -> CancelPlan:
         mark=mark,
         scancel=_alive_in(candidates, facts.rows),
         again=[i for i in [*mark, *finished] if i not in resting],
-        candidates=candidates,
+        candidates=list(candidates),
         local_ids=local_ids(facts.selected),
         finished=finished,
     )
@@ -323,28 +327,21 @@ def cancel(
         marks.apply_rest()
         raise
     candidates = candidate_tasks(groups, unfinished, others, orphaned)
-    result = CancelResult(
-        strangers=strangers,
-        foreign=foreign,
-        cluster=here,
-        interrupted=marks.done_ids(),
-        local_ids=local_ids(groups),
-        finished=finished_ids(unfinished, candidates),
-    )
+    plan: CancelPlan | None = None
     try:
         rows = _squeue_of(candidates, collection.name, strangers) if candidates else []
         facts = CancelFacts(groups, unfinished, others, orphaned, rows)
-        plan = plan_cancel(facts, mark_held=mark_held)
+        plan = plan_cancel(facts, mark_held=mark_held, candidates=candidates)
         marks.apply(plan.mark)
-        result.interrupted = plan.mark
         # only tasks squeue still lists are cancelled (and reported): the others are gone
-        result.cancelled_tasks = plan.scancel
+        still_alive = []
         if plan.scancel:
             slurm.scancel(plan.scancel)
-            result.still_alive = _wait_gone(plan.scancel, wait_s, collection.name)
+            still_alive = _wait_gone(plan.scancel, wait_s, collection.name)
     except slurm.SlurmError as error:
         marks.apply_rest()
-        ids = [*ids_of(groups), *result.finished]
+        finished = plan.finished if plan is not None else finished_ids(unfinished, candidates)
+        ids = [*ids_of(groups), *finished]
         raise ManageError(
             f"Experiment(s) {', '.join(map(str, ids))} are INTERRUPTED, but Slurm could not "
             f"cancel their task(s) {', '.join(candidates)}: {error}. Run the command again to "
@@ -358,7 +355,16 @@ def cancel(
             ),
             {"$set": {"status": states.INTERRUPTED}},
         )
-    return result
+    return CancelResult(
+        interrupted=plan.mark,
+        cancelled_tasks=plan.scancel,
+        local_ids=plan.local_ids,
+        still_alive=still_alive,
+        finished=plan.finished,
+        foreign=foreign,
+        cluster=here,
+        strangers=strangers,
+    )
 
 
 def active_groups(
@@ -418,8 +424,9 @@ def census_groups(collection: Any) -> tuple[list[Group], list[dict[str, Any]]] |
 
 class _Marks:
     """The INTERRUPTED marks of one cancel (``execution.cancel_time`` = the cancel's time), by
-    id ranges (``core.ranges.id_filter``), each id written at most once; ``ids``: every
-    selected experiment (:meth:`apply_rest` marks those not yet marked)."""
+    id ranges (``core.ranges.id_filter``), each id written at most once (``done``: those
+    written); ``ids``: every selected experiment (:meth:`apply_rest` marks those not yet
+    marked)."""
 
     def __init__(self, collection: Any, ids: Sequence[Any]) -> None:
         self.collection = collection
@@ -434,10 +441,6 @@ class _Marks:
             active = {"status": {"$in": sorted(states.ACTIVE)}}
             self.collection.update_many(and_(id_filter(todo), active), {"$set": self.change})
             self.done.update(todo)
-
-    def done_ids(self) -> list[Any]:
-        """The ids marked so far, in selection order."""
-        return [i for i in self.ids if i in self.done]
 
     def apply_rest(self) -> None:
         """Mark every selected experiment not marked yet (on a Slurm failure)."""

@@ -7,8 +7,9 @@ The middle is pure (:class:`TableScan`, :func:`varying_keys`, :func:`table_colum
 :func:`cell`). :func:`results_table` reads the documents (``store.results.get_results``) and
 builds the table in memory, for Python (``to_data_frame=True``: a ``pandas.DataFrame`` with the
 very same columns). The command streams instead (:func:`results_stream`): a first read of the
-collection finds the columns (and the widths of the text table), a second one hands the rows to
-a writer as they arrive, so its memory does not grow with the number of rows.
+collection finds the columns (and the widths of the text table, and the order of the ``_id`` s
+when the table is sorted by another column), a second one hands the rows to a writer as they
+arrive, so its memory does not grow with the number of rows.
 
 SEML has no such command: its users call ``get_results(..., to_data_frame=True)`` and drop the
 constant columns by hand; this is that, done once.
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from seml_hydra.core.documents import plain_result, task_config
+from seml_hydra.core.documents import task_config
 from seml_hydra.core.shell import seml_for
 from seml_hydra.core.states import COMPLETED
 from seml_hydra.core.terminal import terminal_safe
@@ -34,6 +35,7 @@ from seml_hydra.store.results import (
     flatten,
     get_results,
     need_pandas,
+    read_results,
     results_filter,
     warn_stored_objects,
 )
@@ -528,10 +530,12 @@ def results_stream(
     """The results table of ``collection`` for ``seml <collection> results``, streamed: the
     same table as :func:`results_table` (arguments alike), in memory that does not grow with
     the number of rows. The collection is read once here (:class:`TableScan`: the columns,
-    the text table's widths when ``widths``, whether ``_id`` order is the table's order);
-    when it is not, once more to sort the ``_id`` s by the sort column (held: one key and one
-    ``_id`` per row); then once per call of ``ResultsStream.rows``. A stored object in a
-    result warns once (``store.results.StoredObjectWarning``) during the first read.
+    the text table's widths when ``widths``, whether ``_id`` order is the table's order; with
+    ``sort`` or ``descending`` each row's ``_id`` and sort value are kept, one key and one
+    ``_id`` per row, to sort the ``_id`` s by when that order is not the table's); then once
+    per call of ``ResultsStream.rows`` (``store.results.read_results``, as ``get_results``
+    reads). A stored object in a result warns once (``store.results.StoredObjectWarning``)
+    during the first read.
 
     Raises:
         ManageError: as :func:`results_table`, before anything is printed.
@@ -554,29 +558,27 @@ def results_stream(
         extra: Mapping[str, Any] | None = None, problems: list[str] | None = None
     ) -> Iterator[dict[str, Any]]:
         where = {"$and": [query, extra]} if extra else query
-        for doc in coll.find(where, projection, batch_size=DOCS_PER_BATCH).sort("_id", 1):
-            if "result" in doc:
-                doc["result"], found = plain_result(doc["result"])
-                if problems is not None:
-                    problems.extend(f"experiment {doc.get('_id')}: {p}" for p in found)
-            yield table_row(doc)
+        found = [] if problems is None else problems  # warned of once, by the first read
+        docs = read_results(coll, where, projection, found, batch_size=DOCS_PER_BATCH)
+        return map(table_row, docs)
 
     scan = TableScan(sort=sort or "_id", descending=descending, measure=widths)
-    garbled = []
+    # another order than _id's may be the table's: each row's _id and sort value, kept
+    keyed = scan.sort != "_id" or descending
+    garbled, ids, values = [], [], []
     for row in read(problems=problems):
         scan.add(row)
         if not isinstance(row.get("status"), str):
             garbled.append(row.get("_id"))
+        if keyed:
+            ids.append(row.get("_id"))
+            values.append(row.get(scan.sort))
     warn_stored_objects(problems, collection)
     _read_problem(collection, states, scan.count, garbled)
     scan.check_sort()
     columns = scan.columns()
     if scan.in_order:
         return ResultsStream(columns, scan.widths(columns) if widths else [], read)
-    ids, values = [], []
-    for row in read():
-        ids.append(row.get("_id"))
-        values.append(row.get(scan.sort))
     ordered = [ids[i] for i in sort_order(values, descending)]
     del ids, values
 

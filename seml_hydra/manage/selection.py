@@ -17,6 +17,7 @@ from seml_hydra.core import states
 from seml_hydra.core.errors import UserError
 from seml_hydra.core.ranges import format_ids, id_sort_key
 from seml_hydra.store.db.client import connect
+from seml_hydra.store.db.collections import must_exist as collection_must_exist
 from seml_hydra.store.db.collections import validate_collection_name
 from seml_hydra.store.db.settings import resolve_db_settings
 from seml_hydra.track.jobs import state_of
@@ -163,12 +164,11 @@ def connect_db() -> Any:
 
 
 def get_collection(db: Any, name: str, *, must_exist: bool = True) -> Any:
-    """Collection ``name`` of ``db``; raises ManageError when it does not exist."""
+    """Collection ``name`` of ``db``. Raises ``store.errors.InvalidCollectionName`` for a bad
+    name and, with ``must_exist``, ``store.errors.CollectionNotFound`` when it does not exist
+    (``store.db.collections.must_exist``: what ``get_results`` raises too)."""
 
     validate_collection_name(name)
-    if must_exist and name not in db.list_collection_names(filter={"name": name}):
-        raise ManageError(
-            f"There is no collection {name!r} in database {db.name!r}. `seml list` shows the "
-            "collections."
-        )
+    if must_exist:
+        collection_must_exist(db, name)
     return db[name]

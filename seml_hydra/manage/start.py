@@ -110,7 +110,8 @@ def build_requests(
         sweep = dict(node.get("sweep") or {})
         if sweep.get("dir") is not None and not os.path.isabs(str(sweep["dir"])):
             sweep["dir"] = os.path.join(workdir, str(sweep["dir"]))
-        problem = launch_paths_problem({**node, "launcher": launcher, "sweep": sweep}, judged)
+        hydra = {**node, "launcher": launcher, "sweep": sweep}
+        problem = launch_paths_problem(hydra, judged, workdir)
         if problem is None and workdir not in judged:
             # the jobs run (and import) there, with this environment's PATH and PYTHONPATH
             problem = unsafe_import_dir(workdir) or environment_problem(os.environ, workdir)

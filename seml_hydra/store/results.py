@@ -12,16 +12,19 @@ back as the plain dict it is stored as, with a :class:`StoredObjectWarning`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import states as core_states
 from seml_hydra.core.attempts import LAST_NUMBER, check_selector, number_after, resolve_attempt
 from seml_hydra.core.documents import plain_result
 from seml_hydra.store.db.client import connect
-from seml_hydra.store.db.collections import metrics_collection_name, validate_collection_name
+from seml_hydra.store.db.collections import (
+    metrics_collection_name,
+    must_exist,
+    validate_collection_name,
+)
 from seml_hydra.store.db.settings import resolve_db_settings
-from seml_hydra.store.errors import CollectionNotFound
 
 if TYPE_CHECKING:
     from seml_hydra.core.schema import Database
@@ -40,12 +43,39 @@ def restore_results(docs: Sequence[dict[str, Any]], collection: str) -> None:
     (``seml_hydra.core.documents.plain_result``: no code runs). When some part would need code to
     rebuild, warns once for the whole read with a :class:`StoredObjectWarning` naming each
     experiment (``collection`` and ``_id``) and key."""
-    found = []
+    found: list[str] = []
+    for _ in plain_results(docs, found):
+        pass
+    warn_stored_objects(found, collection, stacklevel=4)
+
+
+def plain_results(docs: Iterable[dict[str, Any]], found: list[str]) -> Iterator[dict[str, Any]]:
+    """Each of ``docs`` with its ``result`` replaced by its plain form (in place,
+    ``seml_hydra.core.documents.plain_result``: no code runs), yielded as it comes; what
+    would need code to rebuild is appended to ``found`` (``"experiment 3: result.model ..."``,
+    for :func:`warn_stored_objects`)."""
     for doc in docs:
         if "result" in doc:
             doc["result"], problems = plain_result(doc["result"])
-            found += [f"experiment {doc.get('_id')}: {p}" for p in problems]
-    warn_stored_objects(found, collection, stacklevel=4)
+            found.extend(f"experiment {doc.get('_id')}: {p}" for p in problems)
+        yield doc
+
+
+def read_results(
+    collection: Any,
+    query: Mapping[str, Any],
+    projection: Mapping[str, Any],
+    found: list[str],
+    *,
+    batch_size: int = 0,
+) -> Iterator[dict[str, Any]]:
+    """The documents of ``collection`` (a pymongo collection) matching ``query``, with the
+    fields of ``projection``, sorted by ``_id``, yielded as MongoDB hands them over
+    (``batch_size`` documents per batch; 0: MongoDB's default) with their results in plain
+    form (:func:`plain_results`, what would need code appended to ``found``): the read of
+    :func:`get_results` and of the ``results`` command (``manage.results_table``)."""
+    cursor = collection.find(query, projection, batch_size=batch_size).sort("_id", 1)
+    return plain_results(cursor, found)
 
 
 def warn_stored_objects(found: Sequence[str], collection: str, stacklevel: int = 3) -> None:
@@ -125,7 +155,8 @@ def get_results(
     projection = {name: 1 for name in wanted}
     if "_id" not in wanted and not metrics:
         projection["_id"] = 0
-    cursor = db[collection].find(query, projection).sort("_id", 1)
+    found: list[str] = []
+    cursor: Iterable[dict[str, Any]] = read_results(db[collection], query, projection, found)
     if progress:
         from rich.console import Console
         from rich.progress import track
@@ -133,8 +164,7 @@ def get_results(
         total = db[collection].count_documents(query)
         cursor = track(cursor, total=total, description="Reading", console=Console(stderr=True))
     docs = list(cursor)
-    if any(name == "result" or name.startswith("result.") for name in wanted):
-        restore_results(docs, collection)
+    warn_stored_objects(found, collection)
     if metrics:
         by_id = get_metrics(collection, [d["_id"] for d in docs], db=db)
         for doc in docs:
@@ -144,14 +174,6 @@ def get_results(
     if pandas is None:
         return docs
     return pandas.DataFrame([flatten(doc) for doc in docs])
-
-
-def must_exist(db: Any, collection: str) -> None:
-    """Raise :class:`~seml_hydra.store.errors.CollectionNotFound` when ``db`` (a pymongo
-    database) has no collection ``collection``: a misspelt name reads as an error, not as a
-    collection without results. One ``listCollections`` of that name."""
-    if collection not in db.list_collection_names(filter={"name": collection}):
-        raise CollectionNotFound(collection, db.name)
 
 
 def need_pandas(caller: str) -> Any:
@@ -214,7 +236,8 @@ def get_metrics(
             the current run, -2 = the one before). Earlier attempts' metrics are those a
             ``reset`` or a new launch kept (``store.metrics.tag_metrics``); an experiment
             without that attempt (never ran so often, or it fell out of the last 20) is left
-            out.
+            out, and when none of the experiments read has it, ``LookupError`` says which
+            attempts they have.
 
     Returns:
         ``{experiment _id: {metric name: {"steps": [...], "values": [...], "timestamps":
@@ -222,6 +245,8 @@ def get_metrics(
 
     Raises:
         ValueError: ``attempt`` is 0 or not an integer.
+        LookupError: no experiment read has attempt ``attempt`` (e.g. ``attempt=3`` of
+            experiments that ran twice); the message names the attempts there are.
         seml_hydra.store.errors.InvalidCollectionName: a bad ``collection``.
         seml_hydra.store.errors.CollectionNotFound: the database has no such collection.
         seml_hydra.store.errors.DatabaseError: the database cannot be reached.
@@ -289,6 +314,8 @@ def _earlier_attempts(
             current.append(doc)
         else:
             wanted.setdefault(number, []).append(doc["_id"])
+    if docs and not current and not wanted:
+        raise LookupError(missing_attempt_message(attempt, docs, collection))
     if wanted:
         tagged = [{"attempt_of": {"$in": ids}, "attempt": n} for n, ids in wanted.items()]
         for metric in db[metrics_collection_name(collection)].find({"$or": tagged}):
@@ -298,6 +325,20 @@ def _earlier_attempts(
             if metric["name"] not in out.get(metric["attempt_of"], {}):
                 _add_metric(out, metric["attempt_of"], metric)
     return current
+
+
+def missing_attempt_message(
+    attempt: int, docs: Sequence[Mapping[str, Any]], collection: str
+) -> str:
+    """The error of a :func:`get_metrics` ``attempt`` that none of ``docs`` (each with
+    ``last_attempt``) has (pure): the attempts they have, e.g. ``attempt=3: no experiment read
+    of collection 'c' has it; they have attempts 1 to 2 (at most)``."""
+    most = max(number_after(doc.get("last_attempt")) for doc in docs)
+    have = "attempt 1" if most == 1 else f"attempts 1 to {most}"
+    return (
+        f"attempt={attempt}: no experiment read of collection {collection!r} has it; they "
+        f"have {have} (at most; print-attempts lists each one's)."
+    )
 
 
 def _add_metric(

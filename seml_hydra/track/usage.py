@@ -28,6 +28,7 @@ __all__ = [
     "TIME_HEADROOM",
     "ExperimentUsage",
     "group_usage",
+    "percent",
     "requested_from_options",
     "underused_line",
     "usage_report",
@@ -243,18 +244,31 @@ class GroupUsage:
         return self
 
     def as_json(self) -> dict[str, Any]:
-        """The group as ``seml usage --format json`` prints it."""
+        """The group as ``seml usage --format json`` prints it: ``arrays`` as the documents
+        store array ids (integers; a non-numeric id as its text), the counts of ``requested``
+        and ``suggested`` (``cpus``, ``gpus``) as integers, memory (MiB) and times (minutes)
+        as numbers, CPU efficiency in [0, 1]; null: unknown (``suggested``: keep)."""
         return {
             "batch_id": self.batch_id,
-            "arrays": self.arrays,
+            "arrays": [int(a) if a.isdigit() else a for a in self.arrays],
             "experiments": len(self.experiments),
             "ran": sum(e.elapsed_min is not None for e in self.experiments),
-            "requested": self.requested,
+            "requested": _counts_as_int(self.requested),
             "used": self.used,
-            "suggested": self.suggested,
+            "suggested": _counts_as_int(self.suggested),
             "advice": self.advice,
             "missing": self.missing,
         }
+
+
+def _counts_as_int(values: Mapping[str, float | None]) -> dict[str, float | None]:
+    """``values`` with its whole counts (``cpus``, ``gpus``) as integers (pure)."""
+    out = dict(values)
+    for key in ("cpus", "gpus"):
+        value = out.get(key)
+        if value is not None and float(value).is_integer():
+            out[key] = int(value)
+    return out
 
 
 def _max(values: Iterable[float | None]) -> float | None:
@@ -268,6 +282,24 @@ MEMORY_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
 
 def _fmt_mb(mb: float) -> str:
     return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
+
+
+def percent(fraction: float | None) -> str:
+    """A CPU efficiency (``fraction`` in [0, 1]) as a whole percentage, ``"-"`` for None
+    (pure): the one rounding of the suggestions, the launcher's line and the ``usage`` table
+    (``0.205`` -> ``"20%"``, as ``format(x, ".0%")`` rounds)."""
+    return "-" if fraction is None else f"{fraction:.0%}"
+
+
+def _memory_gb(rss_mb: float, per_node: float) -> int:
+    """The ``mem_gb`` suggested for a peak of ``rss_mb`` per task, ``per_node`` tasks on a
+    node: + :data:`MEM_HEADROOM`, in whole GiB, at least 1 (pure)."""
+    return max(1, math.ceil(rss_mb * per_node * (1 + MEM_HEADROOM) / 1024))
+
+
+def _tasks_per_node(options: Mapping[str, Any]) -> float:
+    """The tasks a job of ``options`` runs on each node (``ntasks-per-node``, default 1)."""
+    return _number(options.get("ntasks-per-node")) or 1.0
 
 
 def _fmt_min(minutes: float) -> str:
@@ -291,7 +323,7 @@ def _suggest(
     states = {e.slurm_state for e in ran}
     mem, rss = requested.get("mem_mb"), used.get("max_rss_mb")
     nodes = _number(options.get("nodes")) or 1.0
-    per_node = (_number(options.get("ntasks-per-node")) or 1.0) if nodes else 1.0
+    per_node = _tasks_per_node(options)
     # what the user asked for; without a memory option Slurm gave its default (sacct's ReqMem)
     asked = any(key in options for key in MEMORY_OPTIONS)
     node_mb = (mem or 0.0) / nodes
@@ -301,7 +333,7 @@ def _suggest(
         out["mem_mb"] = doubled * 1024.0 * nodes
         advice.append(f"mem_gb: {mem_was} -> {doubled}: a job ran out of memory")
     elif mem and rss:  # the peak is one task's (rank 0's, or sacct's largest task): x tasks
-        gb = max(1, math.ceil(rss * per_node * (1 + MEM_HEADROOM) / 1024))
+        gb = _memory_gb(rss, per_node)
         if gb * 1024 * nodes < mem:
             out["mem_mb"] = gb * 1024.0 * nodes
             tasks = f" x {per_node:g} tasks per node" if per_node > 1 else ""
@@ -322,7 +354,7 @@ def _suggest(
         wanted = max(1, math.ceil(per_task * eff * (1 + CPU_HEADROOM)))
         if wanted < per_task:
             out["cpus"] = wanted * ntasks
-            advice.append(f"cpus_per_task: {per_task:g} -> {wanted}: CPU efficiency {eff:.0%}")
+            advice.append(f"cpus_per_task: {per_task:g} -> {wanted}: CPU efficiency {percent(eff)}")
     gpus = requested.get("gpus")
     gpu_runs = [e.gpu_mem_mb for e in ran if e.gpu_mem_mb is not None]
     if gpus and gpu_runs and not any(gpu_runs):
@@ -384,7 +416,8 @@ def advice_lines(groups: Sequence[GroupUsage], *, markdown: bool = False) -> lis
 def underused_line(groups: Sequence[GroupUsage], collection: str) -> str | None:
     """One line when a group used less than a quarter of a request (memory, time limit,
     CPUs) and a smaller request is suggested for it, naming the first such group, else None;
-    for the end of the launcher's wait. Pure."""
+    for the end of the launcher's wait. A group that asked for no memory (Slurm's default
+    applied) has its peak memory named in it too, with the ``mem_gb`` to set. Pure."""
     import shlex
 
     for group in groups:
@@ -398,14 +431,20 @@ def underused_line(groups: Sequence[GroupUsage], collection: str) -> str | None:
             parts.append(f"time {_fmt_min(longest)} of {limit:g} min")
         eff = group.used.get("cpu_efficiency")
         if eff is not None and eff < 0.25 and smaller.get("cpus") is not None:
-            parts.append(f"CPU efficiency {eff:.0%} of {group.requested['cpus']:g} CPUs")
-        if parts:
-            return (
-                f"Batch {group.batch_id} (array {', '.join(group.arrays)}) used less than a "
-                "quarter of its request ("
-                + ", ".join(parts)
-                + f"): `seml {shlex.quote(collection)} usage` suggests smaller requests."
+            parts.append(f"CPU efficiency {percent(eff)} of {group.requested['cpus']:g} CPUs")
+        if not parts:
+            continue
+        line = (
+            f"Batch {group.batch_id} (array {', '.join(group.arrays)}) used less than a "
+            f"quarter of its request ({', '.join(parts)})"
+        )
+        if rss is not None and not any(key in group.options for key in MEMORY_OPTIONS):
+            gb = _memory_gb(rss, _tasks_per_node(group.options))
+            line += (
+                f"; it asked for no memory (Slurm's default applies) and used {_fmt_mb(rss)} "
+                f"(set hydra.launcher.mem_gb={gb})"
             )
+        return line + f": `seml {shlex.quote(collection)} usage` suggests smaller requests."
     return None
 
 

@@ -102,7 +102,13 @@ def test_reset_moves_the_run_into_attempts_and_keeps_its_metrics_apart(test_db):
     assert loss(get_metrics("c", db=test_db, attempt=1)) == [100.0, 90.0]
     assert loss(get_metrics("c", db=test_db, attempt=-2)) == [100.0, 90.0]
     assert loss(get_metrics("c", db=test_db, attempt=2)) == [1.0]
-    assert get_metrics("c", db=test_db, attempt=3) == {}  # no third run (yet)
+    # no third run (yet) of any experiment read: said, not an empty answer
+    message = "attempt=3: no experiment read of collection 'c' has it; they have attempts 1 to 2"
+    with pytest.raises(LookupError, match=message):
+        get_metrics("c", db=test_db, attempt=3)
+    assert get_metrics("c", ids=[2], db=test_db, attempt=-1) == {}  # it has one: no metrics
+    with pytest.raises(LookupError, match="they have attempt 1 "):
+        get_metrics("c", ids=[2], db=test_db, attempt=2)
     with pytest.raises(ValueError, match="give an attempt number"):
         get_metrics("c", db=test_db, attempt=0)
 

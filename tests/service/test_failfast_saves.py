@@ -45,9 +45,27 @@ def test_a_run_starting_after_its_launch_was_stopped_does_not_write_running_over
         seen.append(coll.find_one({"_id": 3})["status"])  # after Sacred's started_event
         return 7
 
-    assert run_observed(test_db, "stopped", doc, task, fence=fence(doc)) == 7
+    observers: list = []
+    assert run_observed(test_db, "stopped", doc, task, fence=fence(doc), observers=observers) == 7
     assert seen == ["INTERRUPTED"]
     assert coll.find_one({"_id": 3})["fail_fast"]["reason"] == REASON
+    assert coll.find_one({"_id": 3})["status"] == "COMPLETED"
+    assert observers[0].over_stop  # the job drops the mark (failfast.unmark_completed)
+
+
+def test_a_run_of_a_launch_that_was_not_stopped_says_its_final_save_found_no_stop(test_db):
+    """The usual case: the final save matches the document without a stop's mark at once, so
+    the job has no mark to drop and reads nothing more (``JobRunner._run_one``)."""
+    coll = test_db["unstopped"]
+    doc = running(3, "unstopped", fail_fast={"group": "g", "max_failures": 2})
+    coll.insert_one(doc)
+    observers: list = []
+    assert (
+        run_observed(test_db, "unstopped", doc, lambda: 7, fence=fence(doc), observers=observers)
+        == 7
+    )
+    assert coll.find_one({"_id": 3})["status"] == "COMPLETED"
+    assert not observers[0].over_stop
 
 
 def test_the_stop_drops_its_mark_from_runs_that_completed_before_their_task_ended(test_db):

@@ -418,6 +418,27 @@ def test_submit_does_not_overwrite_a_slurm_entry_another_submission_took_over_me
         subprocess.run(["scancel", *(a.array_id for a in arrays)], check=False)
 
 
+def test_a_submission_undone_for_unsafe_job_files_leaves_its_experiments_as_staged_ones(
+    slurm, test_db, tmp_path, monkeypatch
+):
+    """The array is cancelled and its experiments go back to STAGED without what the
+    submission wrote: no mark, no job, no fail-fast group (which a later count would read)."""
+    from seml_hydra.launch import submit
+
+    coll = test_db["race"]
+    _staged(coll, 1, 2)
+    requests = [_held_request(tmp_path, 1), _held_request(tmp_path, 2)]
+    for request in requests:
+        request.launcher["max_failures"] = 1
+    monkeypatch.setattr(submit, "job_files_problem", lambda jobs: "a planted folder")
+    with pytest.raises(submit.UnsafeFolderError, match="a planted folder") as raised:
+        submit.submit_requests(coll, "race", requests, db_cfg=None)
+    assert raised.value.submitted == []
+    for doc in coll.find():
+        assert doc["status"] == "STAGED" and "fail_fast" not in doc, doc
+        assert set(doc["slurm"][0]) <= {"sbatch_options", "cluster"}, doc
+
+
 def test_release_and_cancel_leave_another_clusters_experiment_and_the_job_of_its_id_here_alone(
     slurm, test_db
 ):

@@ -346,8 +346,12 @@ def test_reset_and_start_keep_only_the_new_attempts_metrics(test_db, tmp_path):
 def test_reading_a_collection_that_does_not_exist_is_an_error_not_an_empty_result(filled):
     """A misspelt name (here ``rr`` for ``r``) must not read as a collection without results."""
     from seml_hydra import CollectionNotFound, get_metrics, get_results
+    from seml_hydra.manage.selection import get_collection
 
     message = f"There is no collection 'rr' in database {filled.name!r}. `seml list` shows"
+    # the `seml <collection>` commands say it the same way, with the same error
+    with pytest.raises(CollectionNotFound, match=message):
+        get_collection(filled, "rr")
     for read in (get_results, get_metrics):
         with pytest.raises(CollectionNotFound, match=message) as error:
             read("rr")  # the database resolved like the CLI's

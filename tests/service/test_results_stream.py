@@ -63,3 +63,22 @@ def test_sorted_stream_holds_the_order_and_reads_the_rows_in_batches(golden, mon
     )
     # numbers by value, then strings, then the rows without one (None, or no such key) by _id
     assert [row["_id"] for row in table.rows()] == [1, 5, 2, 7, 8, 3, 4, 6]
+
+
+def test_a_sorted_stream_reads_the_collection_once_before_its_rows(golden, monkeypatch):
+    """The scan keeps each row's ``_id`` and sort value: no second read to sort them."""
+    from pymongo.collection import Collection
+
+    reads = []
+    real_find = Collection.find
+
+    def find(self, *args, **kwargs):
+        reads.append(args)
+        return real_find(self, *args, **kwargs)
+
+    monkeypatch.setattr(Collection, "find", find)
+    table = results_stream(
+        COLLECTION, states=["COMPLETED", "FAILED", "KILLED"], sort="result.acc", db=golden
+    )
+    assert len(reads) == 1
+    assert [row["_id"] for row in table.rows()] == [1, 5, 2, 7, 8, 3, 4, 6]

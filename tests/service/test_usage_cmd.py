@@ -18,6 +18,10 @@ def test_an_oversized_request_is_told_by_the_launcher_and_usage(slurm, test_db, 
     assert "`seml fail usage` suggests smaller requests." in proc.stdout
     [group] = json.loads(seml_ok("fail", "usage", "--format", "json"))
     assert group["experiments"] == group["ran"] == 3
+    # the types the documents and sbatch use: array ids and CPU/GPU counts are integers
+    array = test_db["fail"].find_one({"_id": 1})["slurm"][0]["array_id"]
+    assert group["arrays"] == [array] and isinstance(array, int)
+    assert type(group["requested"]["cpus"]) is int  # gpus: null, none allocated here
     assert group["requested"]["mem_mb"] == 2048 and group["requested"]["time_min"] == 60
     assert 0 < group["used"]["max_rss_mb"] < 512 and group["used"]["elapsed_min"] < 5
     assert group["suggested"]["mem_mb"] == 1024 and group["suggested"]["time_min"] == 5

@@ -239,12 +239,12 @@ def test_a_search_path_entry_another_user_made_where_every_user_adds_entries_is_
 
 
 def test_a_python_found_by_path_lookup_is_judged(tmp_path):
+    """The file found is judged; the entries are environment_problem's (judged once, with
+    the others of PATH), not again for each program looked up."""
     shared = private(tmp_path / "shared")
     shared.chmod(0o1777)
-    path = f"{shared}:/usr/bin"
-    problem = program_lookup_problem("python3", path, str(tmp_path))
-    assert problem.startswith(f"PATH entry '{shared}' (searched for python3)")
-    assert program_lookup_problem("python3", "/usr/bin", str(tmp_path)) is None
+    assert program_lookup_problem("python3", f"{shared}:/usr/bin", str(tmp_path)) is None
+    assert "PATH entry" in jobenv.environment_problem({"PATH": f"{shared}:/usr/bin"}, "/")
     mine = private(tmp_path / "bin")
     (mine / "python3").write_text("#!/bin/sh\n")
     (mine / "python3").chmod(0o777)
@@ -254,14 +254,32 @@ def test_a_python_found_by_path_lookup_is_judged(tmp_path):
 
 
 def test_the_python_field_named_by_path_lookup_is_refused_at_launch(tmp_path, monkeypatch):
-    shared = private(tmp_path / "shared")
-    shared.chmod(0o777)
-    monkeypatch.setenv("PATH", f"{shared}:/usr/bin:/bin")
+    mine = private(tmp_path / "bin")
+    (mine / "python3").write_text("#!/bin/sh\n")
+    (mine / "python3").chmod(0o777)
+    monkeypatch.setenv("PATH", f"{mine}:/usr/bin:/bin")
     for python in ("python3", "exec python3", "FOO=1 exec python3"):
-        problem = launch_paths_problem({"launcher": {"python": python}}, set())
-        assert problem is not None and f"PATH entry '{shared}'" in problem, python
+        problem = launch_paths_problem({"launcher": {"python": python}}, set(), str(tmp_path))
+        assert problem is not None and f"{mine}/python3 can be written" in problem, python
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    assert launch_paths_problem({"launcher": {"python": "exec python3"}}, set()) is None
+    assert launch_paths_problem({"launcher": {"python": "exec python3"}}, set(), "/") is None
+
+
+def test_the_python_field_is_looked_up_from_the_jobs_working_directory(tmp_path, monkeypatch):
+    """``seml start`` submits from each experiment's working directory: an empty PATH entry
+    and a relative program mean that directory, not the one ``seml start`` runs in."""
+    workdir = private(tmp_path / "work")
+    for name in ("python3", "py.sh"):
+        (workdir / name).write_text("#!/bin/sh\n")
+        (workdir / name).chmod(0o777)
+    monkeypatch.chdir(private(tmp_path / "elsewhere"))
+    monkeypatch.setenv("PATH", ":/usr/bin:/bin")
+    judged: set[str] = set()
+    problem = launch_paths_problem({"launcher": {"python": "python3"}}, judged, str(workdir))
+    assert problem is not None and f"{workdir}/python3 can be written" in problem
+    problem = launch_paths_problem({"launcher": {"python": "./py.sh"}}, judged, str(workdir))
+    assert problem is not None and f"{workdir}/py.sh can be written" in problem
+    assert launch_paths_problem({"launcher": {"python": "python3"}}, judged, os.getcwd()) is None
 
 
 def test_a_umask_gets_the_write_bits_of_others():

@@ -118,5 +118,8 @@ def test_seml_orphaned_pending_tasks_are_cancelled_when_squeue_lists_them():
     selected = [group(0, [1], "RUNNING", 10, 0)]
     rows = [row(10, "0", "RUNNING"), row(20, "4", "PENDING", "Resources")]
     facts = CancelFacts(selected, orphaned=["20_4", "20_5"], rows=rows)
-    assert candidate_tasks(facts.selected, [], [], facts.orphaned) == ["10_0", "20_4", "20_5"]
+    candidates = candidate_tasks(facts.selected, [], [], facts.orphaned)
+    assert candidates == ["10_0", "20_4", "20_5"]
     assert plan_cancel(facts).scancel == ["10_0", "20_4"]
+    # the caller's candidates (cancel asked squeue about them) are the ones it would compute
+    assert plan_cancel(facts, candidates=candidates) == plan_cancel(facts)

@@ -50,8 +50,12 @@ def test_a_bug_gets_no_message_and_a_mongodb_error_is_named():
     )
 
 
-def test_the_cli_escapes_markup_in_a_user_error():
-    from seml_hydra.cli.core import user_error_message as cli_message
+def test_a_user_error_is_printed_with_its_markup_as_text(capsys):
+    """One printer of "Error: ..." for the launcher and the ``seml`` command."""
+    from seml_hydra.cli import core as cli
+    from seml_hydra.core.errors import print_error
+    from seml_hydra.launch import launcher
 
-    assert cli_message(ManageError("bad [bold]id[/bold]")) == "bad \\[bold]id\\[/bold]"
-    assert cli_message(ValueError("bug")) is None
+    print_error(str(ManageError("bad [bold]id[/bold]")))
+    assert capsys.readouterr().err == "Error: bad [bold]id[/bold]\n"
+    assert launcher.print_error is print_error and cli.errors.print_error is print_error

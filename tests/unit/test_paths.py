@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from seml_hydra.core.paths import job_dir_problem, unsafe_file, unsafe_import_dir, unsafe_path_part
+from seml_hydra.core.paths import (
+    job_dir_problem,
+    unsafe_file,
+    unsafe_files,
+    unsafe_import_dir,
+    unsafe_path_part,
+)
 from seml_hydra.job import entry
 
 OTHER_UID = 54321  # no such user needed: ownership is a number
@@ -91,6 +97,59 @@ def test_a_file_others_can_write_or_a_link_is_not_trusted(tmp_path):
     assert "not a regular file" in unsafe_file(link)
     folder.chmod(0o777)
     assert "every user can write" in unsafe_file(pkl)
+
+
+def _job_pickles(folder: Path, count: int) -> list[Path]:
+    """``count`` pickles, each in its job's folder below ``folder`` (``.submitit/%j``)."""
+    pickles = []
+    for i in range(count):
+        pkl = private(folder / f"7_{i}") / f"7_{i}_submitted.pkl"
+        pkl.write_bytes(b"x")
+        pkl.chmod(0o600)
+        pickles.append(pkl)
+    return pickles
+
+
+def test_the_pickles_of_a_submission_are_judged_with_their_shared_folder_walked_once(
+    tmp_path, monkeypatch
+):
+    folder = private(tmp_path / "sweep" / ".submitit")
+    pickles = _job_pickles(folder, 20)
+    seen: list[str] = []
+    real_lstat = os.lstat
+
+    def counted(path, *args, **kwargs):
+        seen.append(str(path))
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", counted)
+    assert unsafe_files(pickles) is None
+    # the walk along the path as given, its resolution (realpath) and the walk along the
+    # resolved form: 3 times, not 3 times a pickle
+    assert seen.count(str(tmp_path)) == 3 and seen.count(str(folder)) == 3
+    assert all(seen.count(str(p.parent)) == 1 and seen.count(str(p)) == 1 for p in pickles)
+
+
+def test_one_job_folder_or_pickle_others_can_change_is_named_among_a_submissions(tmp_path):
+    folder = private(tmp_path / ".submitit")
+    pickles = _job_pickles(folder, 3)
+    pickles[1].parent.chmod(0o777)
+    assert unsafe_files(pickles) == (
+        f"{pickles[1].parent} is a directory every user can write (mode 0777, no sticky bit)"
+    )
+    pickles[1].parent.chmod(0o700)
+    pickles[2].chmod(0o666)
+    assert unsafe_files(pickles) == f"{pickles[2]} can be written by other users (mode 0666)"
+    pickles[2].chmod(0o600)
+    opened = private(tmp_path / "open")
+    opened.chmod(0o777)
+    moved = opened / "7_0"
+    pickles[0].parent.rename(moved)
+    pickles[0].parent.symlink_to(moved)  # a job folder that is a link: its target is judged
+    assert unsafe_files(pickles) == (
+        f"{opened} is a directory every user can write (mode 0777, no sticky bit)"
+    )
+    assert unsafe_files(pickles[1:]) is None
 
 
 @root_only
@@ -237,11 +296,11 @@ def test_a_python_program_others_can_change_is_refused_at_launch(tmp_path):
     wrapper.write_text('#!/bin/sh\nexec python3 "$@"\n')
     wrapper.chmod(0o755)
     node = {"sweep": {"dir": str(tmp_path / "m")}, "launcher": {"python": f"exec {wrapper}"}}
-    assert launch_paths_problem(node, set()) is None
+    assert launch_paths_problem(node, set(), str(tmp_path)) is None
     wrapper.chmod(0o777)
-    problem = launch_paths_problem(node, set())
+    problem = launch_paths_problem(node, set(), str(tmp_path))
     assert problem.startswith(f"hydra.launcher.python=exec {wrapper}: {wrapper} can be written")
-    assert launch_paths_problem({"launcher": {"python": "python3"}}, set()) is None
+    assert launch_paths_problem({"launcher": {"python": "python3"}}, set(), str(tmp_path)) is None
 
 
 def test_a_directory_an_acl_opens_to_another_user_is_named(tmp_path):
@@ -273,9 +332,12 @@ def test_every_program_the_python_field_names_is_judged(tmp_path):
     wrapper.write_text("#!/bin/sh\n")
     wrapper.chmod(0o777)
     for python in (f"bash {wrapper}", f"/usr/bin/env {wrapper}"):
-        problem = launch_paths_problem({"launcher": {"python": python}}, set())
+        problem = launch_paths_problem({"launcher": {"python": python}}, set(), str(tmp_path))
         assert problem is not None and "can be written by other users" in problem, python
     missing = f"{open_dir}/later-python"  # another user could create it before a job starts
-    problem = launch_paths_problem({"launcher": {"python": missing}}, set())
+    problem = launch_paths_problem({"launcher": {"python": missing}}, set(), str(tmp_path))
     assert problem is not None and "does not exist and" in problem
-    assert launch_paths_problem({"launcher": {"python": "/usr/bin/env python3"}}, set()) is None
+    assert (
+        launch_paths_problem({"launcher": {"python": "/usr/bin/env python3"}}, set(), str(tmp_path))
+        is None
+    )

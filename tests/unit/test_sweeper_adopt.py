@@ -36,3 +36,31 @@ def test_a_subclass_of_the_basic_sweeper_is_left_alone():
 
     sweeper = set_up(Other(max_batch_size=None))
     assert type(sweeper) is Other
+
+
+def test_a_basic_sweeper_out_of_reach_is_not_adopted_with_one_warning_saying_why(
+    monkeypatch, caplog
+):
+    from seml_hydra.launch import sweeper as module
+
+    monkeypatch.setattr(module, "SEARCH_DEPTH", 1)  # as if Hydra had more frames in between
+    basic = basic_sweeper_class()
+    with caplog.at_level("DEBUG", logger=module.__name__):
+        sweeper = set_up(basic(max_batch_size=None))
+    assert type(sweeper) is basic
+    [record] = caplog.records
+    assert record.levelname == "WARNING"
+    assert record.getMessage().startswith("Hydra's basic sweeper not adopted: its setup is ")
+    assert "beyond the 1 searched" in record.getMessage()
+
+
+def test_a_sweeper_that_is_not_adopted_says_why_in_a_debug_line(caplog):
+    from seml_hydra.launch import sweeper as module
+
+    class Other(basic_sweeper_class()):
+        pass
+
+    with caplog.at_level("DEBUG", logger=module.__name__):
+        set_up(Other(max_batch_size=None))
+    [record] = caplog.records
+    assert record.levelname == "DEBUG" and "Other is a subclass of it" in record.getMessage()

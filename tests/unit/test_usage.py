@@ -145,6 +145,29 @@ def test_the_launchers_line_names_what_was_under_a_quarter():
     assert underused_line(group_usage(fitting, {}), "c") is None
 
 
+def test_the_launchers_line_names_the_memory_used_when_none_was_asked_for():
+    """No mem_gb: Slurm's default applied (the launcher does not know it), so the line says
+    what was used and what to set, next to what was under a quarter (here: time)."""
+    unset = [doc(1, 7, 0, rss=2000.0, real=60.0, cpu=12.0, **{"cpus-per-task": 2, "time": 60})]
+    line = underused_line(group_usage(unset, {}), "c")
+    assert line == (
+        "Batch 1 (array 7) used less than a quarter of its request (time 1.0 min of 60 min, "
+        "CPU efficiency 10% of 2 CPUs); it asked for no memory (Slurm's default applies) and "
+        "used 2.0 GiB (set hydra.launcher.mem_gb=3): `seml c usage` suggests smaller requests."
+    )
+
+
+def test_cpu_efficiency_is_rounded_one_way_in_the_advice_the_line_and_the_table():
+    from seml_hydra.track.usage import percent
+
+    assert (percent(0.205), percent(0.215), percent(None)) == ("20%", "22%", "-")
+    docs = [doc(1, 7, 0, rss=100.0, real=100.0, cpu=41.0, **{"cpus-per-task": 2, "time": 60})]
+    [group] = group_usage(docs, {})
+    shown = percent(group.used["cpu_efficiency"])
+    assert group.advice[-1].endswith(f"CPU efficiency {shown}") and shown == "20%"
+    assert f"CPU efficiency {shown} of 2 CPUs" in underused_line([group], "c")
+
+
 def test_task_usage_without_elapsed_has_no_efficiency():
     assert TaskUsage("1", total_cpu_s=5.0, req_cpus=2).cpu_efficiency is None
 

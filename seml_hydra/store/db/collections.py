@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from seml_hydra.core.shell import seml_for
-from seml_hydra.store.errors import InvalidCollectionName
+from seml_hydra.store.errors import CollectionNotFound, InvalidCollectionName
 
 if TYPE_CHECKING:
     from seml_hydra.core.schema import Collection, Database, ExperimentCollection
@@ -29,6 +29,7 @@ __all__ = [
     "ensure_job_indexes",
     "is_reserved_collection",
     "metrics_collection_name",
+    "must_exist",
     "next_ids",
     "validate_collection_name",
 ]
@@ -65,6 +66,15 @@ def metrics_collection_name(collection: str) -> str:
 #: the ``seml`` command's own first words: a collection so named could not be reached by
 #: ``seml NAME COMMAND``
 CLI_WORDS = frozenset({"list", "queue", "drop", "configure", "clean-db"})
+
+
+def must_exist(db: Database, collection: str) -> None:
+    """Raise :class:`~seml_hydra.store.errors.CollectionNotFound` when ``db`` (a pymongo
+    database) has no collection ``collection``: a misspelt name reads as an error, not as a
+    collection without results or experiments (``get_results``, ``get_metrics``, every ``seml
+    <collection>`` command). One ``listCollections`` of that name."""
+    if collection not in db.list_collection_names(filter={"name": collection}):
+        raise CollectionNotFound(collection, db.name)
 
 
 def validate_collection_name(name: str) -> str:
