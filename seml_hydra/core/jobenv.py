@@ -1,5 +1,5 @@
 """What a job inherits from the launching shell that another local user could use to run
-code as you: the search paths (``PATH``, ``PYTHONPATH``, ``LD_LIBRARY_PATH``, ``LD_PRELOAD``,
+code as you: the search paths (``PATH``, ``PYTHONPATH``, ``LD_LIBRARY_PATH``, ``LD_PRELOAD``, ``LD_AUDIT``,
 ``PYTHONHOME``, ``PYTHONUSERBASE``, ``PYTHONPYCACHEPREFIX``), the umask, and
 an interpreter too old to keep the working directory off the import path of the processes a task starts.
 
@@ -39,6 +39,7 @@ SEARCH_PATH_VARIABLES = (
     "PATH",
     "LD_LIBRARY_PATH",
     "LD_PRELOAD",
+    "LD_AUDIT",
     "PYTHONHOME",
     "PYTHONUSERBASE",
     "PYTHONPYCACHEPREFIX",
@@ -50,6 +51,7 @@ _PLANTED = {
     "PATH": "program",
     "LD_LIBRARY_PATH": "shared library",
     "LD_PRELOAD": "shared library",
+    "LD_AUDIT": "shared library",
     "PYTHONHOME": "standard-library module",
     "PYTHONUSERBASE": "site-packages .pth file",
     "PYTHONPYCACHEPREFIX": "compiled module (.pyc)",
@@ -58,13 +60,13 @@ _PLANTED = {
 
 def _entries(name: str, value: str, cwd: str) -> list[tuple[str, str]]:
     """``[(entry as given, the path judged), ...]`` of variable ``name``'s ``value``
-    (pure): ``LD_PRELOAD`` names library files (separated by spaces or colons; a bare name is
-    looked up in the system's and ``LD_LIBRARY_PATH``'s directories, judged there), each
-    judged with its directory; ``PYTHONUSERBASE`` names the user base, judged with the user
+    (pure): ``LD_PRELOAD`` and ``LD_AUDIT`` name library files every process of the job maps
+    (separated by spaces or colons; a bare name is looked up in the system's and
+    ``LD_LIBRARY_PATH``'s directories, judged there), each judged with its directory; ``PYTHONUSERBASE`` names the user base, judged with the user
     site-packages of this Python under it (``lib/pythonX.Y/site-packages``, where ``site``
     reads ``.pth`` files); the others are ``PATH``-like lists of directories, or files (a zip
     on ``PYTHONPATH``) (:func:`core.paths.search_path_entries`)."""
-    if name == "LD_PRELOAD":
+    if name in ("LD_PRELOAD", "LD_AUDIT"):
         files = [e for e in value.replace(" ", os.pathsep).split(os.pathsep) if "/" in e]
         return [(e, os.path.normpath(os.path.join(cwd, e))) for e in files]
     entries = search_path_entries(value, cwd)

@@ -196,6 +196,11 @@ def test_a_file_entry_others_can_write_is_named(tmp_path):
     library.chmod(0o646)
     problem = jobenv.environment_problem(env, str(mine))
     assert problem.startswith(f"LD_PRELOAD entry '{library}': {library} is a file other users")
+    audit = {"LD_AUDIT": f"{mine}/libaudit.so"}  # loaded into every process, as LD_PRELOAD
+    assert jobenv.environment_problem(audit, str(mine)) is None
+    mine.chmod(0o777)
+    problem = jobenv.environment_problem(audit, str(mine))
+    assert problem.startswith(f"LD_AUDIT entry '{mine}/libaudit.so': {mine}/libaudit.so does")
 
 
 def test_the_user_site_packages_under_pythonuserbase_is_judged(tmp_path):
