@@ -31,6 +31,8 @@ __all__ = [
     "acl_write_grants",
     "creatable_dir_problem",
     "program_lookup_problem",
+    "pycache_prefix_options",
+    "search_entry_problem",
     "search_path_entries",
     "job_dir_problem",
     "launch_paths_problem",
@@ -502,14 +504,37 @@ def _program_words(python: str) -> tuple[str | None, list[str]]:
         return None, []
     head = [w for w in words if w not in _SHELL_PREFIXES and not _ASSIGNMENT.match(w)]
     bare = head[0] if head and "/" not in head[0] else None
-    return bare, [w for w in words if "/" in w and not w.startswith("-")]
+    options = {f"{_PYCACHE_OPTION}{d}" for d in pycache_prefix_options(python)}
+    return bare, [w for w in words if "/" in w and not w.startswith("-") and w not in options]
+
+
+#: the interpreter option that moves compiled modules (``-X pycache_prefix=DIR``)
+_PYCACHE_OPTION = "pycache_prefix="
+
+
+def pycache_prefix_options(python: str) -> list[str]:
+    """The directories a ``python`` launcher field's ``-X pycache_prefix=DIR`` (or
+    ``-Xpycache_prefix=DIR``) options name (pure): Python loads compiled modules from there
+    from its very start (its ``encodings`` too), as ``PYTHONPYCACHEPREFIX``, which isolated
+    mode (``-I``) ignores but an option is not."""
+    try:
+        words = shlex.split(python)
+    except ValueError:
+        return []
+    found = []
+    for before, word in zip(["", *words], words):
+        value = word[2:] if word.startswith("-X") and before != "-X" else word
+        if (before == "-X" or word.startswith("-X")) and value.startswith(_PYCACHE_OPTION):
+            found.append(value[len(_PYCACHE_OPTION) :])
+    return found
 
 
 def launch_paths_problem(hydra: Mapping[str, Any], judged: set[str], workdir: str) -> str | None:
     """The first refusal of the paths a sweep point's jobs trust, or None: its sweep dir and
     submitit folder (:func:`job_dir_problem`) and the program its ``python`` launcher field
     starts (:func:`unsafe_executable`; a relative path or a ``PATH`` lookup from ``workdir``,
-    the jobs' working directory: :func:`program_lookup_problem`). ``hydra``: the point's
+    the jobs' working directory: :func:`program_lookup_problem`) and the directories of its
+    ``-X pycache_prefix`` options (:func:`pycache_prefix_options`, :func:`search_entry_problem`). ``hydra``: the point's
     resolved ``hydra`` node; ``judged``: paths found safe already (updated), so a launch
     judges each once. Shared by the launcher and ``seml start``, which also judge the
     ``PATH`` entries (``core.jobenv.environment_problem``)."""
@@ -542,4 +567,12 @@ def launch_paths_problem(hydra: Mapping[str, Any], judged: set[str], workdir: st
                 "program your jobs start. Use an interpreter or wrapper of yours"
             )
         judged.add(key)
+    for prefix in pycache_prefix_options(str(python)) if python else []:
+        problem = search_entry_problem(os.path.normpath(os.path.join(workdir, prefix)))
+        if problem is not None:
+            return (
+                f"hydra.launcher.python={python}: -X {_PYCACHE_OPTION}{prefix}: {problem}; "
+                "another user could put compiled modules there that your jobs would run as you. "
+                "Use a prefix of yours (or none)"
+            )
     return None

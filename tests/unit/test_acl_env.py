@@ -354,3 +354,18 @@ def test_a_missing_sbatch_script_says_whether_its_folder_is_gone(tmp_path):
     assert gone_folder_problem([str(folder)], "12").startswith(
         f"not read: the submitit folder {folder} holds no sbatch script of job 12"
     )
+
+
+@pytest.mark.parametrize("option", ["-X pycache_prefix={}", "-Xpycache_prefix={}"])
+def test_a_pycache_prefix_option_of_the_python_field_others_can_fill_is_refused(tmp_path, option):
+    """``-X pycache_prefix=DIR`` in ``hydra.launcher.python``: Python loads compiled modules
+    from DIR from its start (its ``encodings`` too), and the job's isolated start keeps an
+    option (it drops ``PYTHONPYCACHEPREFIX``): DIR is judged at launch as that variable is."""
+    mine, shared = private(tmp_path / "mine"), private(tmp_path / "shared")
+    shared.chmod(0o1777)
+    python = f"/usr/bin/python3 -u {option.format(mine)}"
+    assert launch_paths_problem({"launcher": {"python": python}}, set(), str(tmp_path)) is None
+    python = f"/usr/bin/python3 -u {option.format(shared)}"
+    problem = launch_paths_problem({"launcher": {"python": python}}, set(), str(tmp_path))
+    assert problem.startswith(f"hydra.launcher.python={python}: -X pycache_prefix={shared}: ")
+    assert "compiled modules" in problem and "\n" not in problem
