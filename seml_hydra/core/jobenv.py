@@ -1,6 +1,6 @@
 """What a job inherits from the launching shell that another local user could use to run
-code as you: the search paths (``PATH``, ``PYTHONPATH``, ``LD_LIBRARY_PATH``, ``LD_PRELOAD``, ``LD_AUDIT``,
-``PYTHONHOME``, ``PYTHONUSERBASE``, ``PYTHONPYCACHEPREFIX``), the umask, and
+code as you: the search paths and files of :data:`SEARCH_PATH_VARIABLES` (``PATH``,
+``PYTHONPATH``, ``LD_LIBRARY_PATH``, ``LD_PRELOAD``, ``BASH_ENV``, ...), the umask, and
 an interpreter too old to keep the working directory off the import path of the processes a task starts.
 
 A job gets the launching environment (sbatch exports it). A ``PYTHONPATH`` entry others can
@@ -41,8 +41,13 @@ SEARCH_PATH_VARIABLES = (
     "LD_PRELOAD",
     "LD_AUDIT",
     "PYTHONHOME",
+    "PYTHONPLATLIBDIR",
     "PYTHONUSERBASE",
     "PYTHONPYCACHEPREFIX",
+    "BASH_ENV",
+    "OPENSSL_CONF",
+    "OPENSSL_MODULES",
+    "GCONV_PATH",
 )
 
 #: what another user would plant in an entry of each of :data:`SEARCH_PATH_VARIABLES`
@@ -53,27 +58,52 @@ _PLANTED = {
     "LD_PRELOAD": "shared library",
     "LD_AUDIT": "shared library",
     "PYTHONHOME": "standard-library module",
+    "PYTHONPLATLIBDIR": "standard-library module",
     "PYTHONUSERBASE": "site-packages .pth file",
     "PYTHONPYCACHEPREFIX": "compiled module (.pyc)",
+    "BASH_ENV": "shell script (the job's batch shell reads it first)",
+    "OPENSSL_CONF": "configuration loading a library",
+    "OPENSSL_MODULES": "shared library",
+    "GCONV_PATH": "shared library",
 }
+
+#: the variables that name files (the others name directories): libraries every process of
+#: the job maps (space- or colon-separated), and single files read at start
+_LIBRARY_LISTS = ("LD_PRELOAD", "LD_AUDIT")
+_SINGLE_FILES = ("BASH_ENV", "OPENSSL_CONF")
+#: the variables the dynamic loader expands ``$LIB``, ``$PLATFORM`` and ``$ORIGIN`` in
+_LOADER = ("LD_LIBRARY_PATH", "LD_PRELOAD", "LD_AUDIT")
 
 
 def _entries(name: str, value: str, cwd: str) -> list[tuple[str, str]]:
     """``[(entry as given, the path judged), ...]`` of variable ``name``'s ``value``
-    (pure): ``LD_PRELOAD`` and ``LD_AUDIT`` name library files every process of the job maps
+    (pure). ``LD_PRELOAD`` and ``LD_AUDIT`` name library files every process of the job maps
     (separated by spaces or colons; a bare name is looked up in the system's and
-    ``LD_LIBRARY_PATH``'s directories, judged there), each judged with its directory; ``PYTHONUSERBASE`` names the user base, judged with the user
-    site-packages of this Python under it (``lib/pythonX.Y/site-packages``, where ``site``
-    reads ``.pth`` files); the others are ``PATH``-like lists of directories, or files (a zip
-    on ``PYTHONPATH``) (:func:`core.paths.search_path_entries`)."""
-    if name in ("LD_PRELOAD", "LD_AUDIT"):
+    ``LD_LIBRARY_PATH``'s directories, judged there); ``BASH_ENV`` (read by the batch shell)
+    and ``OPENSSL_CONF`` name one file. ``PYTHONHOME`` is judged with ``lib`` and
+    ``lib/pythonX.Y`` under it (where the standard library and its zip are read),
+    ``PYTHONUSERBASE`` with the user site-packages of this Python under it
+    (``lib/pythonX.Y/site-packages``, where ``site`` reads ``.pth`` files), an absolute
+    ``PYTHONPLATLIBDIR`` with ``pythonX.Y`` under it (a relative one names a directory of the
+    interpreter's own prefix: not judged). The others are ``PATH``-like lists of directories,
+    or files (a zip on ``PYTHONPATH``) (:func:`core.paths.search_path_entries`)."""
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    if name in _SINGLE_FILES:
+        return [(value, os.path.normpath(os.path.join(cwd, value)))]
+    if name in _LIBRARY_LISTS:
         files = [e for e in value.replace(" ", os.pathsep).split(os.pathsep) if "/" in e]
         return [(e, os.path.normpath(os.path.join(cwd, e))) for e in files]
+    if name == "PYTHONPLATLIBDIR":
+        if not os.path.isabs(value):
+            return []
+        return [(value, value), (value, os.path.join(value, version))]
     entries = search_path_entries(value, cwd)
-    if name == "PYTHONUSERBASE":
-        version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-        entries += [(e, os.path.join(d, "lib", version, "site-packages")) for e, d in entries]
-    return entries
+    below: dict[str, list[tuple[str, ...]]] = {
+        "PYTHONHOME": [("lib",), ("lib", version)],
+        "PYTHONUSERBASE": [("lib", version, "site-packages")],
+    }
+    under = [(e, os.path.join(d, *parts)) for parts in below.get(name, []) for e, d in entries]
+    return entries + under
 
 
 def environment_problem(environ: Mapping[str, str], cwd: str) -> str | None:
@@ -93,7 +123,12 @@ def environment_problem(environ: Mapping[str, str], cwd: str) -> str | None:
         if not value:
             continue
         for entry, path in _entries(name, value, cwd):
-            problem = search_entry_problem(path)
+            problem = (
+                "it names a $ token the loader expands ($LIB, $PLATFORM, $ORIGIN), so what it "
+                "loads cannot be judged: name the path itself"
+                if name in _LOADER and "$" in entry
+                else search_entry_problem(path)
+            )
             if problem is not None:
                 what = _PLANTED[name]
                 return (

@@ -36,7 +36,7 @@ hydra-submitit-launcher and SEML load it unchecked.
 What runs before any check, and so is not judged: the interpreter itself and the libraries it
 links (``LD_LIBRARY_PATH``, ``LD_PRELOAD``), its standard library and site-packages (a ``.pth``
 file or ``sitecustomize.py`` in a virtualenv others can write), and ``seml_hydra`` itself when
-the job's Python has it only from ``PYTHONPATH`` (:func:`guard_program`).
+the job's Python has it only from the launch's package directory (:func:`guard_program`).
 """
 
 from __future__ import annotations
@@ -68,16 +68,23 @@ def guard_program(root: str | None = None) -> str:
     while the interpreter starts, ``site`` runs (the interpreter's own site-packages) and
     :func:`guard` judges. ``root``: the directory holding the ``seml_hydra`` package the
     launch ran (default: this one's), where a job's Python without seml-hydra installed (a
-    checkout put on ``PYTHONPATH``) imports it from, put last on ``sys.path``; when it is not
-    there (another machine's path), the first ``PYTHONPATH`` entry holding ``seml_hydra``."""
+    checkout put on ``PYTHONPATH``) imports it from, put last on ``sys.path``. Not from a
+    ``PYTHONPATH`` entry, which is not judged yet: a job whose Python has seml-hydra neither
+    installed nor at ``root`` (another machine's path) exits 1 with one line saying so."""
     if root is None:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    missing = (
+        "seml-hydra: the job's Python has no seml_hydra installed, nor at "
+        f"{root} (where the launch imported it from); the task was not run. Install "
+        "seml-hydra into the Python the jobs run (hydra.launcher.python)."
+    )
     return (
         "import os, sys; sys.pycache_prefix = None; sys.path[:] = [p for p in sys.path if p]; "
         "import site; site.main(); from importlib.util import find_spec; "
-        "h = lambda p: os.path.isfile(os.path.join(p, 'seml_hydra', 'job', 'entry.py')); "
-        f"r = [{root!r}, *os.environ.get('PYTHONPATH', '').split(os.pathsep)]; "
-        "sys.path += [] if find_spec('seml_hydra') else [p for p in r if p and h(p)][:1]; "
+        f"r = {root!r}; "
+        "h = os.path.isfile(os.path.join(r, 'seml_hydra', 'job', 'entry.py')); "
+        "sys.path += [] if find_spec('seml_hydra') or not h else [r]; "
+        f"find_spec('seml_hydra') or sys.exit({missing!r}); "
         "from seml_hydra.job.entry import guard; sys.exit(guard())"
     )
 

@@ -369,3 +369,45 @@ def test_a_pycache_prefix_option_of_the_python_field_others_can_fill_is_refused(
     problem = launch_paths_problem({"launcher": {"python": python}}, set(), str(tmp_path))
     assert problem.startswith(f"hydra.launcher.python={python}: -X pycache_prefix={shared}: ")
     assert "compiled modules" in problem and "\n" not in problem
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "opened", "planted"),
+    [
+        ("BASH_ENV", "{mine}/env.sh", "{mine}", "shell script"),
+        ("OPENSSL_CONF", "{mine}/openssl.cnf", "{mine}", "configuration loading a library"),
+        ("OPENSSL_MODULES", "{mine}", "{mine}", "shared library"),
+        ("GCONV_PATH", "{mine}", "{mine}", "shared library"),
+        ("PYTHONHOME", "{mine}", "{mine}/lib", "standard-library module"),
+        ("PYTHONPLATLIBDIR", "{mine}", "{mine}/{version}", "standard-library module"),
+    ],
+)
+def test_a_variable_naming_code_the_job_loads_is_judged_where_it_is_read(
+    tmp_path, name, value, opened, planted
+):
+    """Variables whose files or directories a job's shell, interpreter or libraries load code
+    from are judged where that code is read: a file (``BASH_ENV``, ``OPENSSL_CONF``) in a
+    directory others can add to, the standard library's ``lib``/``lib/pythonX.Y`` under
+    ``PYTHONHOME`` (its zip is read from there), an absolute ``PYTHONPLATLIBDIR``'s
+    ``pythonX.Y``."""
+    import sys
+
+    mine = private(tmp_path / "mine")
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    opened_dir = Path(opened.format(mine=mine, version=version))
+    opened_dir.mkdir(parents=True, exist_ok=True)
+    env = {name: value.format(mine=mine)}
+    assert jobenv.environment_problem(env, str(mine)) is None
+    opened_dir.chmod(0o1777)
+    problem = jobenv.environment_problem(env, str(mine))
+    assert problem is not None and problem.startswith(f"{name} entry ")
+    assert str(opened_dir) in problem and planted in problem
+
+
+def test_a_loader_variable_with_a_dollar_token_is_refused(tmp_path):
+    """``$LIB``, ``$PLATFORM`` and ``$ORIGIN`` are expanded by the dynamic loader: the path it
+    loads is not the one written, so it cannot be judged."""
+    mine = private(tmp_path / "mine")
+    for name in ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"):
+        problem = jobenv.environment_problem({name: f"{mine}/$LIB/libfast.so"}, str(mine))
+        assert problem is not None and "$ token the loader expands" in problem

@@ -281,6 +281,29 @@ def test_a_guarded_job_finds_a_seml_hydra_that_is_only_on_pythonpath(job_folder,
     assert (tmp_path / "ran").read_text() == "ran", proc.stderr
 
 
+def test_a_guarded_job_without_seml_hydra_says_so_and_imports_none_from_pythonpath(tmp_path):
+    """A job's Python without seml-hydra installed and without the launch's package directory
+    (another machine's path) must not import a ``seml_hydra`` from a PYTHONPATH entry, not
+    judged yet: it exits 1 with one line saying what to do."""
+    import shlex
+    import subprocess
+    import sys
+
+    planted = private(tmp_path / "entry") / "seml_hydra"
+    (planted / "job").mkdir(parents=True)
+    (planted / "__init__.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write('x')\n")
+    (planted / "job" / "__init__.py").write_text("")
+    (planted / "job" / "entry.py").write_text("def guard(): return 0\n")
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    program = entry.guard_program(str(tmp_path / "not-here"))
+    command = f"{base} -I -S -u -c {shlex.quote(program)} -u -m submitit.core._submit x"
+    env = {**os.environ, "PYTHONPATH": str(planted.parent)}
+    proc = subprocess.run(command, shell=True, env=env, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("seml-hydra: the job's Python has no seml_hydra installed")
+    assert not (tmp_path / "ran").exists()
+
+
 def test_the_interpreter_options_of_a_guarded_job_drop_only_the_added_isolation_and_no_site():
     guard = entry.guard_program()
     argv = ["py", "-X", "utf8", "-I", "-S", "-u", "-c", guard, "-u", "-m", "submitit._submit"]
