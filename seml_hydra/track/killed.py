@@ -19,6 +19,7 @@ from seml_hydra.core.processes import process_alive
 from seml_hydra.core.ranges import format_ids, id_filter, id_sort_key
 from seml_hydra.slurm import client as slurm
 from seml_hydra.slurm.parse import is_alive
+from seml_hydra.store.db.collections import CENSUS_INDEX
 from seml_hydra.track import census
 from seml_hydra.track.groups import (
     JUDGED_FIELDS,
@@ -340,14 +341,21 @@ def mark_lost_local_runs(
 def _mark(collection: Any, group: Group, changes: Mapping[str, Any]) -> None:
     """``$set`` ``changes`` on the experiments of ``group`` still in the state read (one
     ``update_many``: a result written meanwhile wins), found by the group's query
-    (``Group.where``: a sampled census key, :func:`sampled_groups`) or else by their id ranges
+    (``Group.where``: a sampled census key, :func:`sampled_groups`, on the census index) or
+    else by their id ranges
     (``core.ranges.id_filter``: a few ``_id`` ranges, not a list of every id). A RUNNING
     experiment marked KILLED also gets ``captured_out_incomplete: true``
     (:data:`INCOMPLETE_OUTPUT`)."""
     if changes.get("status") == states.KILLED and group.doc["status"] == states.RUNNING:
         changes = {**changes, **INCOMPLETE_OUTPUT}
-    which = group.where if group.where is not None else id_filter(group.ids)
-    collection.update_many(and_(which, {"status": group.doc["status"]}), {"$set": dict(changes)})
+    if group.where is None:
+        which, hint = id_filter(group.ids), None
+    else:  # a census key's query: MongoDB's planner may prefer execution.array_id's index,
+        # whose null keys are every unclaimed experiment (8 updates examined 800,000 documents)
+        which, hint = group.where, CENSUS_INDEX
+    collection.update_many(
+        and_(which, {"status": group.doc["status"]}), {"$set": dict(changes)}, hint=hint
+    )
 
 
 #: set on a RUNNING experiment marked KILLED: its job ended without its final save, so its
