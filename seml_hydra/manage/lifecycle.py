@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from seml_hydra.core import attempts, states
+from seml_hydra.core.parallel import run_at_once
 from seml_hydra.core.ranges import id_filter, id_slices
 from seml_hydra.launch.stage import RUN_FIELDS
 from seml_hydra.manage.cancel import CancelResult, cancel
@@ -171,15 +173,7 @@ def delete_ids(collection: Any, ids: Sequence[Any]) -> None:
     The end state is that of one ``delete_many`` (which is not atomic either). Raises the
     first pymongo error of the parts, after every part ended."""
     parts = id_slices(ids, min(DELETE_PARTS, len(ids) // DELETE_PART_MIN))
-    if len(parts) == 1:
-        collection.delete_many(id_filter(ids))
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(len(parts)) as pool:
-        done = [pool.submit(collection.delete_many, id_filter(part)) for part in parts]
-    for future in done:
-        future.result()
+    run_at_once([partial(collection.delete_many, id_filter(part)) for part in parts], DELETE_PARTS)
 
 
 @dataclass

@@ -12,9 +12,11 @@ import socket
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import states
+from seml_hydra.core.parallel import run_at_once
 from seml_hydra.core.processes import process_alive
 from seml_hydra.core.ranges import format_ids, id_filter, id_sort_key
 from seml_hydra.slurm import client as slurm
@@ -108,7 +110,12 @@ def detect_killed(
     The experiments are judged per group (``track.groups.task_groups``: one aggregate; all
     experiments of a Slurm task that agree on what the decision reads are one group), and each
     lost group is marked with one ``update_many``: the time and memory grow with the number of
-    Slurm tasks, not of experiments.
+    Slurm tasks, not of experiments. Without ``query``, the census index vouches for the keys
+    of live tasks (:func:`unvouched_entries`) and a large key it cannot vouch for is judged
+    from one sample document, its experiments marked by a query instead of being read
+    (:func:`sampled_groups`); the marks of many experiments go at most :data:`MARK_WORKERS` at
+    once (``core.parallel.run_at_once``). Each marked experiment gets its own ``fail_trace``,
+    the one its group's representative gives.
 
     ``recover(collection, query)``, when given, runs first and returns the ids it put back to
     STAGED (``recovered``): the launcher and ``seml`` pass
@@ -358,6 +365,12 @@ def _mark(collection: Any, group: Group, changes: Mapping[str, Any]) -> None:
     )
 
 
+#: the marks of one detection (an ``update_many`` per lost group) go at most this many at once
+#: (``core.parallel.run_at_once``: mongod rewrites the documents of each on one CPU) ...
+MARK_WORKERS = 4
+#: ... when they mark at least this many experiments together (else one after the other)
+MARK_AT_ONCE_MIN = 10_000
+
 #: set on a RUNNING experiment marked KILLED: its job ended without its final save, so its
 #: ``captured_out`` holds what the last saved heartbeat sent (``print-output`` says so; the
 #: job's output file, ``print-output --slurm``, has the rest)
@@ -416,12 +429,14 @@ def _detect_slurm(
         cancelled = (doc.get("execution") or {}).get("cancel_time") is not None
         (interrupted if cancelled else killed).append(doc["_id"])
     by_index = {g.doc["_id"]: g for g in groups}  # (groups of other clusters are left out)
+    marks: list[tuple[Group, dict[str, Any]]] = []
     for index in killed:
         doc = by_index[index].doc
         trace = document_trace(doc, collection.name, _recorded(doc, sacct))
-        _mark(collection, by_index[index], {"status": states.KILLED, "fail_trace": trace})
-    for index in interrupted:
-        _mark(collection, by_index[index], {"status": states.INTERRUPTED})
+        marks.append((by_index[index], {"status": states.KILLED, "fail_trace": trace}))
+    marks += [(by_index[index], {"status": states.INTERRUPTED}) for index in interrupted]
+    many = sum(len(g.ids) for g, _ in marks) >= MARK_AT_ONCE_MIN
+    run_at_once([partial(_mark, collection, *m) for m in marks], MARK_WORKERS if many else 1)
     return DetectResult(
         ids_of(groups, killed),
         ids_of(groups, interrupted),

@@ -416,3 +416,26 @@ def test_sampled_or_read_the_census_decides_killed_as_the_documents(
     assert statuses(indexed) == statuses(plain)
     assert statuses(indexed)[base + 1] == "INTERRUPTED" and statuses(indexed)[base] == "KILLED"
     assert stored(indexed) == stored(plain)
+
+
+def test_the_marks_of_many_experiments_go_at_once_and_decide_as_one_after_the_other(
+    jobs, test_db, monkeypatch
+):
+    from seml_hydra.track import killed
+    from seml_hydra.track.killed import detect_killed
+
+    sent = []
+    real = killed.run_at_once
+
+    def watched(calls, workers):
+        sent.append((len(calls), workers))
+        return real(calls, workers)
+
+    monkeypatch.setattr(killed, "run_at_once", watched)
+    monkeypatch.setattr(killed, "MARK_AT_ONCE_MIN", 3)
+    live, dead, here = jobs
+    indexed, plain = twin(test_db, mixed(live, dead, here))
+    assert detect_killed(indexed) == detect_killed(plain)
+    assert stored(indexed) == stored(plain)
+    assert sent and all(workers == killed.MARK_WORKERS for calls, workers in sent if calls > 1)
+    assert any(calls > 1 for calls, _ in sent), sent
