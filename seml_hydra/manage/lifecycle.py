@@ -131,18 +131,15 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     after the cancel would match none of them. The ids go to MongoDB as ranges
     (``core.ranges.id_filter``: a selection of 100,000 experiments is a few ``_id`` ranges, not
     a 0.8 MB ``$in`` the server seeks id by id). The selection is read once, by the aggregate
-    of what the experiments left in the database (:func:`run_leftovers`, in parts of the
-    collection's ids sent at once when it holds more than twice :data:`DELETE_PART_MIN`
-    documents, as the delete itself): it also counts them
-    and gives their smallest and largest ``_id``, so when they are consecutive integers (the
-    usual selection: a whole collection, a launch) their ids are that range and no document
-    is read for its id; otherwise the ids are read from the ``_id`` index. The documents of the
-    runs that stored files or metrics are read for these; the metrics of every deleted
-    experiment (by ``run_id`` and ``attempt_of``) are deleted by id ranges. The documents go by
-    :func:`delete_ids` (several ``delete_many`` at once for a large selection). Raises
-    ``ManageError`` (Slurm could not be asked: nothing is deleted) and pymongo errors."""
-    parts = min(DELETE_PARTS, collection.estimated_document_count() // DELETE_PART_MIN)
-    leftovers = run_leftovers(collection, query, parts)
+    of what the experiments left in the database (:func:`run_leftovers`), which also counts
+    them and gives their smallest and largest ``_id``: when they are consecutive integers (the
+    usual selection: a whole collection, a launch) their ids are that range and no document is
+    read for its id; otherwise the ids are read (``_id`` only). The documents of the runs that stored files or
+    metrics are read for these; the metrics of every deleted experiment (by ``run_id`` and
+    ``attempt_of``) are deleted by id ranges. The documents go by :func:`delete_ids` (several
+    ``delete_many`` at once for a large selection). Raises ``ManageError`` (Slurm could not be
+    asked: nothing is deleted) and pymongo errors."""
+    leftovers = run_leftovers(collection, query)
     ids: Sequence[Any] | None = leftovers.ids
     if ids is None:
         ids = [d["_id"] for d in collection.find(dict(query), {"_id": 1}).sort("_id", 1)]
@@ -168,13 +165,13 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
 
 def delete_ids(collection: Any, ids: Sequence[Any]) -> None:
     """Delete the documents of ``collection`` whose ``_id`` is one of ``ids`` (sorted): by id
-    ranges (``core.ranges.id_filter``), in one ``delete_many``, or, for more than
+    ranges (``core.ranges.id_filter``), in one ``delete_many``, or, for at least twice
     :data:`DELETE_PART_MIN` ids, in up to :data:`DELETE_PARTS` ``delete_many`` of consecutive
-    id slices sent at once from threads (``core.ranges.id_slices``): mongod deletes each
-    document and its index keys one by one, so a single ``delete_many`` keeps one of its CPUs
-    busy while the others idle (100,000 experiments: 1.9 s in one, ~1.0 s in two on two CPUs).
-    The end state is that of one ``delete_many`` (which is not atomic either). Raises the
-    first pymongo error of the parts, after every part ended."""
+    id slices (``core.ranges.id_slices``) sent at once (``core.parallel.run_at_once``): mongod
+    deletes each document and its index keys one by one on one CPU per command (100,000
+    experiments on the 2-CPU test machine in a quiet moment: 1.8-2.5 s as one command,
+    0.85-1.0 s as two). The end state is that of one ``delete_many`` (which is not atomic
+    either). Raises the first pymongo error of the parts, after every part ended."""
     parts = id_slices(ids, min(DELETE_PARTS, len(ids) // DELETE_PART_MIN))
     run_at_once([partial(collection.delete_many, id_filter(part)) for part in parts], DELETE_PARTS)
 
@@ -246,18 +243,13 @@ def seml_files_pipeline(query: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def run_leftovers(collection: Any, query: Mapping[str, Any], parts: int = 1) -> Leftovers:
+def run_leftovers(collection: Any, query: Mapping[str, Any]) -> Leftovers:
     """:class:`Leftovers` of the experiments matching ``query``: one aggregate for the payloads,
     snapshots, the ids of the runs that may have stored files or metrics and the span of the
     experiments' ids (:func:`seml_files_pipeline`), then those runs' documents (by id), when
-    there are any. With ``parts`` > 1, the aggregate runs once per part of the collection's
-    ``_id`` s (:func:`id_parts`), all at once (``core.parallel.run_at_once``): mongod reads each
-    part on a CPU of its own. Raises pymongo errors."""
-    queries = id_parts(collection, query, parts)
-    found = run_at_once(
-        [partial(_aggregated, collection, seml_files_pipeline(q)) for q in queries], parts
-    )
-    rows = [row for part in found for row in part]  # (a triple may come from several parts)
+    there are any. (One aggregate: cut into parts of the ``_id`` span sent at once, it took
+    longer, each part an index scan, than the one collection scan.) Raises pymongo errors."""
+    rows = list(collection.aggregate(seml_files_pipeline(query), allowDiskUse=True))
     seml = [{"seml": dict(row["_id"])} for row in rows]
     ran = [i for row in rows for i in row["ran"]]
     ids = None
@@ -270,39 +262,6 @@ def run_leftovers(collection: Any, query: Mapping[str, Any], parts: int = 1) -> 
     if not ran:
         return Leftovers(seml, [], ids)
     return Leftovers(seml, select(collection, and_(query, id_filter(ran)), _RUN_FILES), ids)
-
-
-def _aggregated(collection: Any, pipeline: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of ``pipeline`` on ``collection`` (disk use allowed)."""
-    return list(collection.aggregate(pipeline, allowDiskUse=True))
-
-
-#: an integer ``_id`` (int32 or int64; a range of them must require it: ``core.ranges``)
-_INTEGER_ID = {"$type": ["int", "long"]}
-
-
-def id_parts(collection: Any, query: Mapping[str, Any], parts: int) -> list[dict[str, Any]]:
-    """``query`` cut into queries of disjoint parts of ``collection`` that together match what
-    it matches: ``query`` and each of ``parts`` equal slices of the span of the collection's
-    integer ``_id`` s (its smallest and largest, two look-ups on the ``_id`` index), then
-    ``query`` and an ``_id`` that is not an integer (a forged or foreign document). ``[query]``
-    when ``parts`` <= 1 or no ``_id`` is an integer. Raises pymongo errors."""
-    if parts <= 1:
-        return [dict(query)]
-    ends = [
-        next(
-            iter(collection.find({"_id": _INTEGER_ID}, {"_id": 1}).sort("_id", way).limit(1)), None
-        )
-        for way in (1, -1)
-    ]
-    if ends[0] is None or ends[1] is None:
-        return [dict(query)]
-    span = range(int(ends[0]["_id"]), int(ends[1]["_id"]) + 1)
-    out = [
-        and_(query, {"_id": {"$gte": s[0], "$lte": s[-1], **_INTEGER_ID}})
-        for s in id_slices(span, parts)
-    ]
-    return [*out, and_(query, {"_id": {"$not": _INTEGER_ID}})]
 
 
 def _manifest(doc: Mapping[str, Any]) -> bool:

@@ -172,34 +172,3 @@ def test_files_a_document_still_names_are_unmarked_and_kept(test_db):
     assert doc is not None and "deleting" not in doc["metadata"]
     assert test_db["fs.chunks"].count_documents({"files_id": used}) == 1
     assert isinstance(used, ObjectId)
-
-
-def test_a_large_delete_reads_the_collection_in_parts_that_cover_every_document(
-    watched, monkeypatch
-):
-    """The aggregate of what the experiments left runs once per slice of the collection's
-    integer ``_id`` s, plus once for the other ids, all at once; together they see every
-    document: the payloads of all of them go, the runs' files are found in any part."""
-    from seml_hydra.manage import lifecycle
-
-    db, commands = watched
-    monkeypatch.setattr(lifecycle, "DELETE_PART_MIN", 5)
-    fs = gridfs.GridFS(db)
-    payloads = [
-        str(fs.put(b"p", metadata={"collection": "bulk", "kind": "seml_hydra_payload"}))
-        for _ in range(3)
-    ]
-    artifact = fs.put(b"a")
-    docs = finished(range(1, 24), seml={"payload_file": payloads[0]})
-    docs[20]["artifacts"] = [{"name": "a", "file_id": artifact}]  # 21: a run's file
-    docs += [
-        {"_id": "x", "status": "COMPLETED", "seml": {"payload_file": payloads[1]}},
-        {"_id": 2.5, "status": "COMPLETED", "seml": {"payload_file": payloads[2]}},
-    ]
-    db["bulk"].insert_many(docs)
-    result = lifecycle.delete(db["bulk"], {}, cancel_first=False)
-    assert sorted(map(repr, result.ids)) == sorted(map(repr, [*range(1, 24), "x", 2.5]))
-    aggregates = [c["pipeline"][0]["$match"] for c in commands.on("aggregate", "bulk")]
-    assert len(aggregates) == lifecycle.DELETE_PARTS + 1, aggregates
-    assert db["bulk"].count_documents({}) == 0
-    assert db["fs.files"].count_documents({}) == 0  # the three payloads and the artifact
