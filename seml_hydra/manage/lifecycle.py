@@ -189,10 +189,6 @@ class Leftovers:
     runs: list[dict[str, Any]]
     ids: range | None = None
 
-    @property
-    def run_ids(self) -> set[Any]:
-        return {d["_id"] for d in self.runs}
-
 
 #: the fields of a run ``_delete_run_files`` reads
 _RUN_FILES = {"_id": 1, "experiment.sources": 1, "artifacts": 1, "info.metrics": 1}
