@@ -26,7 +26,9 @@ no-op app with ``+hydra.launcher.additional_parameters.hold=true`` and
 7. the floor (``floor`` in ``--scale-rows``): a copy of a staged collection (its documents and
    indexes), then a bare pymongo ``update_many`` setting ``status`` and
    ``execution.cancel_time`` on its N documents, and a ``delete_many`` of them: mongod's own
-   time to rewrite and to delete N such documents, beside which the rows are read.
+   time to rewrite and to delete N such documents, beside which the rows are read; then the
+   same on a fresh copy as 4 commands of a quarter of the ids each, sent at once from threads
+   (``delete`` and the KILLED marking send theirs so: ``seml_hydra.core.parallel``).
 
 Every measurement records the load average of its start (``load``). Targets: ``delete -y`` at
 most SEML's ``delete -y`` of the same run; ``cancel -y`` and ``status`` marking KILLED at most
@@ -258,28 +260,56 @@ def _bench(run, args, envs: dict, work: Path, client, n: int, reps: int) -> dict
 def _floor(run, db, n: int) -> dict:
     """mongod's own time (pymongo, no ``seml``) to rewrite and to delete the ``n`` documents of
     a copy of :data:`STATUS` with its indexes: ``{"floor_update": [...], "floor_delete":
-    [...]}``, each ``[{"wall_s", "load"}]``."""
+    [...]}``, each ``[{"wall_s", "load"}]``, one command each; then, on a fresh copy, the same
+    as :data:`FLOOR_PARTS` commands of a quarter of the ids each sent at once from threads
+    (``floor_update_parts``, ``floor_delete_parts``: what ``delete`` and the KILLED marking
+    now do, ``seml_hydra.core.parallel``)."""
+    from concurrent.futures import ThreadPoolExecutor
     from datetime import datetime, timezone
 
+    mark = {"status": "INTERRUPTED", "execution.cancel_time": datetime.now(timezone.utc)}
+
+    def parts() -> list[dict]:
+        ids = sorted(d["_id"] for d in db[FLOOR].find({}, {"_id": 1}))
+        cuts = [ids[len(ids) * k // FLOOR_PARTS] for k in range(FLOOR_PARTS)] + [ids[-1] + 1]
+        return [{"_id": {"$gte": a, "$lt": b}} for a, b in zip(cuts, cuts[1:])]
+
+    def at_once(write, queries) -> None:
+        with ThreadPoolExecutor(len(queries)) as pool:
+            for done in [pool.submit(write, q) for q in queries]:
+                done.result()
+
+    out = {}
+    for suffix in ("", "_parts"):
+        _copy_for_floor(db)
+        queries = parts() if suffix else [{}]
+        writes = (
+            ("floor_update", lambda q: db[FLOOR].update_many(q, {"$set": mark})),
+            ("floor_delete", db[FLOOR].delete_many),
+        )
+        for key, write in writes:
+            key += suffix
+            load = os.getloadavg()[0]
+            start = time.perf_counter()
+            at_once(write, queries)
+            out[key] = [{"wall_s": time.perf_counter() - start, "load": load}]
+            run.say(f"  (s) {key:28s}: {out[key][0]['wall_s']:.2f} s (load {load:.1f})")
+    db.drop_collection(FLOOR)
+    return out
+
+
+#: how many commands the floor's ``_parts`` rows send at once
+FLOOR_PARTS = 4
+
+
+def _copy_for_floor(db) -> None:
+    """:data:`FLOOR`: a copy of :data:`STATUS`'s documents and indexes."""
     db.drop_collection(FLOOR)
     db[STATUS].aggregate([{"$match": {}}, {"$out": FLOOR}])
     for name, spec in db[STATUS].index_information().items():
         if name != "_id_":
             options = {k: v for k, v in spec.items() if k not in ("key", "v", "ns")}
             db[FLOOR].create_index(spec["key"], name=name, **options)
-    mark = {"status": "INTERRUPTED", "execution.cancel_time": datetime.now(timezone.utc)}
-    out = {}
-    for key, act in (
-        ("floor_update", lambda: db[FLOOR].update_many({}, {"$set": mark})),
-        ("floor_delete", lambda: db[FLOOR].delete_many({})),
-    ):
-        load = os.getloadavg()[0]
-        start = time.perf_counter()
-        act()
-        out[key] = [{"wall_s": time.perf_counter() - start, "load": load}]
-        run.say(f"  (s) {key:28s}: {out[key][0]['wall_s']:.2f} s (load {load:.1f})")
-    db.drop_collection(FLOOR)
-    return out
 
 
 def _seml_side(run, args, envs, work, seml_db, n: int):
@@ -363,6 +393,8 @@ def rows(results: dict, args) -> list[tuple]:
     row(f"cancel -y of {n} (theirs: our status)", "cancel", "status", None, 150, status)
     row(f"floor: pymongo update_many of {n}", "floor_update", None, None, None)
     row(f"floor: pymongo delete_many of {n}", "floor_delete", None, None, None)
+    row(f"floor: {FLOOR_PARTS} update_many of {n} at once", "floor_update_parts", None, None, None)
+    row(f"floor: {FLOOR_PARTS} delete_many of {n} at once", "floor_delete_parts", None, None, None)
     row(f"queue, {3 * n} held queued", "queue", None, 0.5, None)
     row(f"results -f table, {n} rows", "results_table", None, None, None)
     row(f"results -f csv, {n} rows", "results_csv", None, None, None)

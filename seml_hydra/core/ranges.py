@@ -4,7 +4,7 @@ experiments does not carry, nor make the server search, a list of 100,000 ids)."
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 
@@ -43,7 +43,7 @@ MAX_ID_RANGES = 64
 MIN_RANGE_LENGTH = 3
 
 
-def id_filter(ids: Iterable[Any]) -> dict[str, Any]:
+def id_filter(ids: Iterable[Any], field: str = "_id") -> dict[str, Any]:
     """A MongoDB filter matching exactly the documents whose ``_id`` is one of ``ids`` (pure),
     compact: each run of at least :data:`MIN_RANGE_LENGTH` consecutive integer ids (the
     longest :data:`MAX_ID_RANGES` of them) as one ``_id`` range, the other ids in one ``$in``.
@@ -55,6 +55,7 @@ def id_filter(ids: Iterable[Any]) -> dict[str, Any]:
     a forged document with ``_id: 2.5`` would match ``1-3``. Ids an experiment collection
     gives are integers (``store.db.collections.next_ids``); other ids (strings, ObjectIds) go to
     the ``$in`` as they are. No ids: a filter matching nothing (``{"_id": {"$in": []}}``).
+    ``field``: another field holding experiment ids instead of ``_id`` (a metric's ``run_id``).
     """
     runs, others = id_runs(ids)
     ranged = sorted(
@@ -64,11 +65,19 @@ def id_filter(ids: Iterable[Any]) -> dict[str, Any]:
     kept = set(ranged)
     singles = [v for lo, hi in runs if (lo, hi) not in kept for v in range(lo, hi + 1)]
     parts: list[dict[str, Any]] = [
-        {"_id": {"$gte": lo, "$lte": hi, "$type": ["int", "long"]}} for lo, hi in sorted(ranged)
+        {field: {"$gte": lo, "$lte": hi, "$type": ["int", "long"]}} for lo, hi in sorted(ranged)
     ]
     if singles or others or not parts:
-        parts.append({"_id": {"$in": [*singles, *others]}})
+        parts.append({field: {"$in": [*singles, *others]}})
     return parts[0] if len(parts) == 1 else {"$or": parts}
+
+
+def id_slices(ids: Sequence[Any], parts: int) -> list[Sequence[Any]]:
+    """``ids`` cut into at most ``parts`` consecutive slices of about equal length, none empty
+    (pure; a ``range`` gives ranges): the id ranges of writes sent at once."""
+    parts = max(1, min(parts, len(ids)))
+    bounds = [len(ids) * k // parts for k in range(parts + 1)]
+    return [ids[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
 def _runs(values: list[int]) -> list[tuple[int, int]]:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from seml_hydra.core import attempts, states
-from seml_hydra.core.ranges import id_filter
+from seml_hydra.core.parallel import run_at_once
+from seml_hydra.core.ranges import id_filter, id_slices
 from seml_hydra.launch.stage import RUN_FIELDS
 from seml_hydra.manage.cancel import CancelResult, cancel
 from seml_hydra.manage.selection import ManageError
@@ -18,6 +20,7 @@ from seml_hydra.store.metrics import delete_metrics, tag_metrics
 from seml_hydra.store.payload import delete_orphan_payloads, payload_ids, restricted_to
 from seml_hydra.store.snapshot import sources
 from seml_hydra.track.cache import forget_cached_collections, is_listed_collection
+from seml_hydra.track.census import id_block
 from seml_hydra.track.query import and_, select
 
 #: the ``slurm[i]`` fields a submission writes (ours, and SEML 0.5's ``reschedule_file``);
@@ -107,6 +110,14 @@ class DeleteResult:
     cancel: CancelResult | None = None
 
 
+#: a ``delete`` of more experiments than this sends its ``delete_many`` as several, of
+#: consecutive id slices of at least this many experiments each, at most
+#: :data:`DELETE_PARTS` at once (:func:`delete_ids`)
+DELETE_PART_MIN = 10_000
+#: at most this many ``delete_many`` of one ``delete`` run at once
+DELETE_PARTS = 4
+
+
 def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = True) -> DeleteResult:
     """Delete the matching experiments (cancelling the active ones first unless
     ``cancel_first`` is False) and the GridFS payloads no experiment refers to any more.
@@ -119,31 +130,50 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     their status (INTERRUPTED), so a selection by state (``delete -s RUNNING``) made again
     after the cancel would match none of them. The ids go to MongoDB as ranges
     (``core.ranges.id_filter``: a selection of 100,000 experiments is a few ``_id`` ranges, not
-    a 0.8 MB ``$in`` the server seeks id by id). What they left in the database is
-    read in groups (:func:`run_leftovers`): the documents themselves are read only for their
-    ids."""
-    ids = [d["_id"] for d in collection.find(dict(query), {"_id": 1}).sort("_id", 1)]
+    a 0.8 MB ``$in`` the server seeks id by id). The selection is read once, by the aggregate
+    of what the experiments left in the database (:func:`run_leftovers`), which also counts
+    them and gives their smallest and largest ``_id``: when they are consecutive integers (the
+    usual selection: a whole collection, a launch) their ids are that range and no document is
+    read for its id; otherwise the ids are read (``_id`` only). The documents of the runs that stored files or
+    metrics are read for these; the metrics of every deleted experiment (by ``run_id`` and
+    ``attempt_of``) are deleted by id ranges. The documents go by :func:`delete_ids` (several
+    ``delete_many`` at once for a large selection). Raises ``ManageError`` (Slurm could not be
+    asked: nothing is deleted) and pymongo errors."""
+    leftovers = run_leftovers(collection, query)
+    ids: Sequence[Any] | None = leftovers.ids
+    if ids is None:
+        ids = [d["_id"] for d in collection.find(dict(query), {"_id": 1}).sort("_id", 1)]
     if not ids:
         return DeleteResult()
     by_id = id_filter(ids)
-    leftovers = run_leftovers(collection, by_id)
     # experiments of held tasks are not marked INTERRUPTED first: they go a moment later
     cancelled = (
         cancel(collection, by_id, mark_held=False, within=ids, whole=not query)
         if cancel_first
         else None
     )
-    collection.delete_many(by_id)
+    delete_ids(collection, ids)
     # only files the deleted experiments used: a launch staging into the collection right
     # now has uploaded its payload and snapshot before inserting the documents using them
     snapshot = {str(e[1]) for d in leftovers.seml for e in _source_files(d) if len(e) > 1}
     snapshot |= {str(d["seml"]["source_manifest"]) for d in leftovers.seml if _manifest(d)}
     delete_orphan_payloads(collection.database, collection.name, payload_ids(leftovers.seml))
-    ran = leftovers.run_ids
-    runs = leftovers.runs + [{"_id": i} for i in ids if i not in ran]
-    _delete_run_files(collection.database, collection.name, runs)
+    _delete_run_files(collection.database, collection.name, leftovers.runs, ids)
     delete_orphan_sources(collection.database, collection.name, snapshot)
-    return DeleteResult(ids, cancelled)
+    return DeleteResult(list(ids), cancelled)
+
+
+def delete_ids(collection: Any, ids: Sequence[Any]) -> None:
+    """Delete the documents of ``collection`` whose ``_id`` is one of ``ids`` (sorted): by id
+    ranges (``core.ranges.id_filter``), in one ``delete_many``, or, for at least twice
+    :data:`DELETE_PART_MIN` ids, in up to :data:`DELETE_PARTS` ``delete_many`` of consecutive
+    id slices (``core.ranges.id_slices``) sent at once (``core.parallel.run_at_once``): mongod
+    deletes each document and its index keys one by one on one CPU per command (100,000
+    experiments on the 2-CPU test machine in a quiet moment: 1.8-2.5 s as one command,
+    0.85-1.0 s as two). The end state is that of one ``delete_many`` (which is not atomic
+    either). Raises the first pymongo error of the parts, after every part ended."""
+    parts = id_slices(ids, min(DELETE_PARTS, len(ids) // DELETE_PART_MIN))
+    run_at_once([partial(collection.delete_many, id_filter(part)) for part in parts], DELETE_PARTS)
 
 
 @dataclass
@@ -151,34 +181,25 @@ class Leftovers:
     """What the experiments of a ``delete`` refer to outside their documents: ``seml``, one
     ``{"seml": {payload_file, source_files, source_manifest}}`` per distinct triple (a launch's
     experiments share one); ``runs``, the documents (``_id``, ``experiment.sources``, ``artifacts``,
-    ``info.metrics``) of the experiments that have any of these (those that ran)."""
+    ``info.metrics``) of the experiments that have any of these (those that ran); ``ids``,
+    the ids of every experiment matched, as a ``range``, when they are consecutive integers
+    (``track.census.id_block``), else None (the caller reads them)."""
 
     seml: list[dict[str, Any]]
     runs: list[dict[str, Any]]
-
-    @property
-    def run_ids(self) -> set[Any]:
-        return {d["_id"] for d in self.runs}
+    ids: range | None = None
 
 
 #: the fields of a run ``_delete_run_files`` reads
 _RUN_FILES = {"_id": 1, "experiment.sources": 1, "artifacts": 1, "info.metrics": 1}
 
 
-#: whether a document has what :data:`_RAN` asks for, as an aggregation expression (a field
-#: that is there, whatever its type; the runs are then read with :data:`_RAN` itself)
+#: whether a document may hold files or metrics of a run (Sacred's sources, artifacts,
+#: metrics), as an aggregation expression: one of these fields is there, whatever its type
 _RAN_EXPR = {
     "$or": [
         {"$ne": [{"$type": f"${path}"}, "missing"]}
         for path in ("experiment.sources", "artifacts", "info.metrics")
-    ]
-}
-#: the runs that stored files or metrics (Sacred's sources, artifacts, metrics)
-_RAN = {
-    "$or": [
-        {"experiment.sources": {"$exists": True}},
-        {"artifacts": {"$exists": True}},
-        {"info.metrics": {"$exists": True}},
     ]
 }
 
@@ -186,8 +207,11 @@ _RAN = {
 def seml_files_pipeline(query: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The aggregation pipeline of the distinct ``{payload_file, source_files, source_manifest}``
     of the documents matching ``query`` (pure): one ``$group`` by them, straight after the
-    ``$match``; a row's ``_id`` is the triple, a field the documents lack absent from it, and
-    ``ran`` the ``_id`` s of its documents that may hold files of a run (:data:`_RAN_EXPR`).
+    ``$match``; a row's ``_id`` is the triple, a field the documents lack absent from it,
+    ``ran`` the ``_id`` s of its documents that may hold files of a run (:data:`_RAN_EXPR`),
+    ``n`` how many documents it has, ``ints`` how many of them have an integer ``_id``, and
+    ``lo`` / ``hi`` their smallest and largest ``_id`` (the caller's ids when they are
+    consecutive: ``track.census.id_block``).
 
     No ``$project`` and no ``$sort`` before the ``$group``, and no other ids collected:
     projecting the ``seml.source_files`` of 100,000 documents (a launch's snapshot: 72
@@ -199,21 +223,41 @@ def seml_files_pipeline(query: Mapping[str, Any]) -> list[dict[str, Any]]:
         "source_files": "$seml.source_files",
         "source_manifest": "$seml.source_manifest",
     }
-    ran = {"$push": {"$cond": [_RAN_EXPR, "$_id", "$$REMOVE"]}}
-    return [{"$match": dict(query)}, {"$group": {"_id": pair, "ran": ran}}]
+    integer = {"$cond": [{"$in": [{"$type": "$_id"}, ["int", "long"]]}, 1, 0]}
+    return [
+        {"$match": dict(query)},
+        {
+            "$group": {
+                "_id": pair,
+                "ran": {"$push": {"$cond": [_RAN_EXPR, "$_id", "$$REMOVE"]}},
+                "n": {"$sum": 1},
+                "ints": {"$sum": integer},
+                "lo": {"$min": "$_id"},
+                "hi": {"$max": "$_id"},
+            }
+        },
+    ]
 
 
 def run_leftovers(collection: Any, query: Mapping[str, Any]) -> Leftovers:
     """:class:`Leftovers` of the experiments matching ``query``: one aggregate for the payloads,
-    snapshots and the ids of the runs that may have stored files or metrics
-    (:func:`seml_files_pipeline`), then those runs' documents (by id, with :data:`_RAN`), when
-    there are any. Raises pymongo errors."""
+    snapshots, the ids of the runs that may have stored files or metrics and the span of the
+    experiments' ids (:func:`seml_files_pipeline`), then those runs' documents (by id), when
+    there are any. (One aggregate: cut into parts of the ``_id`` span sent at once, it took
+    longer, each part an index scan, than the one collection scan.) Raises pymongo errors."""
     rows = list(collection.aggregate(seml_files_pipeline(query), allowDiskUse=True))
     seml = [{"seml": dict(row["_id"])} for row in rows]
     ran = [i for row in rows for i in row["ran"]]
+    ids = None
+    if not rows:
+        ids = range(0)
+    elif all(row["ints"] == row["n"] for row in rows):
+        lo, hi = min(row["lo"] for row in rows), max(row["hi"] for row in rows)
+        count = sum(row["n"] for row in rows)
+        ids = id_block(int(lo), int(hi), count, count)
     if not ran:
-        return Leftovers(seml, [])
-    return Leftovers(seml, select(collection, and_(and_(query, id_filter(ran)), _RAN), _RUN_FILES))
+        return Leftovers(seml, [], ids)
+    return Leftovers(seml, select(collection, and_(query, id_filter(ran)), _RUN_FILES), ids)
 
 
 def _manifest(doc: Mapping[str, Any]) -> bool:
@@ -228,11 +272,14 @@ def _source_files(doc: Mapping[str, Any]) -> list[Any]:
     return list(seml.get("source_files") or []) if isinstance(seml, Mapping) else []
 
 
-def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> None:
+def _delete_run_files(
+    db: Any, name: str, docs: Sequence[Mapping[str, Any]], ids: Sequence[Any] | None = None
+) -> None:
     """Delete what Sacred stored for the runs ``docs`` of collection ``name`` (already
     deleted): the files of ``experiment.sources`` that no remaining run refers to (Sacred shares
     one file between runs with the same source) and of ``artifacts``, as SEML's delete, and
-    their metrics (``store.metrics.delete_metrics``)."""
+    their metrics (``store.metrics.delete_metrics``; with ``ids``, those of every experiment
+    of ``ids``: the deleted ones)."""
     import gridfs
 
     files = []
@@ -255,7 +302,7 @@ def _delete_run_files(db: Any, name: str, docs: Sequence[Mapping[str, Any]]) -> 
         for file_id in files:
             if str(file_id) not in shared:
                 fs.delete(file_id)
-    delete_metrics(db, name, docs)
+    delete_metrics(db, name, docs, ids)
 
 
 def _named_snapshots(collection: Any) -> tuple[set[str], set[str]]:

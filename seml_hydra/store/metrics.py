@@ -14,25 +14,34 @@ if TYPE_CHECKING:
     from seml_hydra.core.schema import Database
 
 
-def delete_metrics(db: Database, name: str, docs: Sequence[Mapping[str, Any]]) -> None:
+def delete_metrics(
+    db: Database,
+    name: str,
+    docs: Sequence[Mapping[str, Any]],
+    ids: Sequence[Any] | None = None,
+) -> None:
     """Delete the metric documents of the runs ``docs`` (each with ``_id`` and, when it has
     any, ``info.metrics``) of collection ``name``: those of the collection's own metrics
     collection (``database.metrics_collection_name``) by ``run_id``, and the entries of
     ``info.metrics`` by their ids in the shared ``metrics`` collection (where runs before
     per-collection metrics, and SEML's, wrote; ``metrics.run_id`` alone is ambiguous across
     collections; a view named ``metrics``, :func:`is_view`, is left alone), and those of its
-    earlier attempts (:func:`tag_metrics`). Used by ``delete`` and ``drop``. Raises pymongo
-    errors."""
+    earlier attempts (:func:`tag_metrics`). ``ids``: the experiments whose metrics by
+    ``run_id`` / ``attempt_of`` go (default: those of ``docs``; ``delete`` passes every
+    experiment it deleted, whose documents it did not read), sent as ``_id`` ranges
+    (``core.ranges.id_filter``). Used by ``delete`` and ``drop``. Raises pymongo errors."""
+    from seml_hydra.core.ranges import id_filter
+
     metrics = _listed_metric_ids(docs)
-    ids = [d["_id"] for d in docs]
+    ids = [d["_id"] for d in docs] if ids is None else ids
     if ids:
         own = db[metrics_collection_name(name)]
-        own.delete_many({"run_id": {"$in": ids}})
-        own.delete_many({"attempt_of": {"$in": ids}})  # earlier attempts' (tag_metrics)
+        own.delete_many(id_filter(ids, "run_id"))
+        own.delete_many(id_filter(ids, "attempt_of"))  # earlier attempts' (tag_metrics)
     if is_view(db, "metrics"):  # Omniboard's recipe: writes to a view fail
         return
     if ids:
-        db["metrics"].delete_many({"attempt_of": {"$in": ids}, "collection": name})
+        db["metrics"].delete_many({**id_filter(ids, "attempt_of"), "collection": name})
     if metrics:
         db["metrics"].delete_many({"_id": {"$in": metrics}})
 

@@ -48,14 +48,45 @@ GROUP_FIELDS = (
 #: the top-level keys of a representative document that come from :data:`GROUP_FIELDS`
 _TOP = tuple(dict.fromkeys(f.split(".")[0] for f in GROUP_FIELDS))
 
+#: every top-level field :func:`group_fields` reads (:data:`GROUP_FIELDS`' and the heartbeat's):
+#: two documents holding the same values there fall in the same group
+JUDGED_FIELDS = (*_TOP, "heartbeat", "start_time")
+
 
 @dataclass(frozen=True)
 class Group:
     """Experiments judged alike: ``doc`` is the representative document (its ``_id`` is the
-    group's index, not an experiment id), ``ids`` the experiments' ids in ``_id`` order."""
+    group's index, not an experiment id), ``ids`` the experiments' ids in ``_id`` order.
+    ``where``: a query matching exactly the group's experiments, which an update of the group
+    uses instead of its ids (``track.killed``'s sampled groups); None: by its ids."""
 
     doc: dict[str, Any]
     ids: list[Any]
+    where: dict[str, Any] | None = None
+
+
+def same_as(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """The aggregation expression (for ``$expr``) that a document holds at every one of
+    :data:`JUDGED_FIELDS` exactly what ``sample`` (a document read with them) holds, or lacks
+    the field as ``sample`` does (pure). MongoDB compares the values as a ``$group`` key does,
+    so the documents it matches are grouped with ``sample`` by :func:`task_groups`, whatever the
+    time (a heartbeat is equal, hence as fresh). Sufficient, not necessary: a document of the
+    same group holding a field the grouping does not read (``slurm[i].sbatch_options``) with
+    another value is not matched."""
+    return {
+        "$and": [
+            {"$eq": [f"${name}", {"$literal": sample[name]}]}
+            if name in sample
+            else {"$eq": [{"$type": f"${name}"}, "missing"]}
+            for name in JUDGED_FIELDS
+        ]
+    }
+
+
+def numbered(groups: Sequence[Group]) -> list[Group]:
+    """``groups`` with each representative's ``_id`` its index in the list (pure): groups read
+    by more than one query made indexes unique again."""
+    return [Group({**g.doc, "_id": n}, g.ids, g.where) for n, g in enumerate(groups)]
 
 
 def utc_now() -> datetime:

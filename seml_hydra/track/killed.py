@@ -12,15 +12,27 @@ import socket
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import states
+from seml_hydra.core.parallel import run_at_once
 from seml_hydra.core.processes import process_alive
 from seml_hydra.core.ranges import format_ids, id_filter, id_sort_key
 from seml_hydra.slurm import client as slurm
 from seml_hydra.slurm.parse import is_alive
+from seml_hydra.store.db.collections import CENSUS_INDEX
 from seml_hydra.track import census
-from seml_hydra.track.groups import Group, docs_of, ids_of, task_groups, utc_now
+from seml_hydra.track.groups import (
+    JUDGED_FIELDS,
+    Group,
+    docs_of,
+    ids_of,
+    numbered,
+    same_as,
+    task_groups,
+    utc_now,
+)
 from seml_hydra.track.jobs import (
     UNNAMED_CLUSTERS,
     array_of,
@@ -98,7 +110,12 @@ def detect_killed(
     The experiments are judged per group (``track.groups.task_groups``: one aggregate; all
     experiments of a Slurm task that agree on what the decision reads are one group), and each
     lost group is marked with one ``update_many``: the time and memory grow with the number of
-    Slurm tasks, not of experiments.
+    Slurm tasks, not of experiments. Without ``query``, the census index vouches for the keys
+    of live tasks (:func:`unvouched_entries`) and a large key it cannot vouch for is judged
+    from one sample document, its experiments marked by a query instead of being read
+    (:func:`sampled_groups`); the marks of many experiments go at most :data:`MARK_WORKERS` at
+    once (``core.parallel.run_at_once``). Each marked experiment gets its own ``fail_trace``,
+    the one its group's representative gives.
 
     ``recover(collection, query)``, when given, runs first and returns the ids it put back to
     STAGED (``recovered``): the launcher and ``seml`` pass
@@ -113,11 +130,27 @@ def detect_killed(
     recovered = recover(collection, query) if recover is not None else []
     now = utc_now()
     active = and_(query or {}, {"status": {"$in": sorted(states.ACTIVE)}})
-    rest = None if query else unvouched(collection)
-    if rest is None:
+    entries = None if query else unvouched_entries(collection)
+    samples: list[Sample] = []
+    if entries is None:
         groups = task_groups(collection, active, now=now)
     else:  # only the experiments the census index could not vouch for
-        groups = task_groups(collection, rest, now=now) if rest["$or"] else []
+        samples, rest = sampled_groups(collection, entries, now)
+        query_rest = {"$or": [census.key_filter(e.key) for e in rest]}
+        read = task_groups(collection, query_rest, now=now) if rest else []
+        groups = numbered([*(s.group for s in samples), *read])
+    result = _judge(collection, groups, recovered, now)
+    if samples:  # the experiments of a sampled key that differ from its sample
+        others = task_groups(collection, {"$or": [s.others for s in samples]}, now=now)
+        if others:
+            result = _merged(result, _judge(collection, others, [], now), set(ids_of(others)))
+    return result
+
+
+def _judge(
+    collection: Any, groups: list[Group], recovered: list[int], now: datetime
+) -> DetectResult:
+    """:func:`detect_killed` of ``groups``: the lost local runs, then the Slurm tasks."""
     local, lost_groups = mark_lost_local_runs(collection, groups, now=now)
     if lost_groups:
         groups = [g for g in groups if g.doc["_id"] not in lost_groups]
@@ -126,9 +159,94 @@ def detect_killed(
     return result
 
 
+def _merged(first: DetectResult, then: DetectResult, moved: set[Any]) -> DetectResult:
+    """``first`` without the ids ``moved`` (judged again, from their documents, by ``then``),
+    plus what ``then`` found (pure)."""
+
+    def join(a: Sequence[Any], b: Sequence[Any]) -> list[Any]:
+        return sorted([i for i in a if i not in moved] + list(b), key=id_sort_key)
+
+    foreign = {c: join(first.foreign.get(c, []), ids) for c, ids in then.foreign.items()}
+    return DetectResult(
+        join(first.killed, then.killed),
+        join(first.interrupted, then.interrupted),
+        warning=first.warning or then.warning,
+        unsure=join(first.unsure, then.unsure),
+        recovered=first.recovered,
+        foreign={**first.foreign, **foreign},
+        cluster=first.cluster or then.cluster,
+    )
+
+
+#: a census key the census cannot vouch for, of at least this many experiments, is judged
+#: from one of its documents (:func:`sampled_groups`); a smaller one from all of them
+SAMPLED_MIN = 64
+#: with more unvouched census keys than this, none is sampled (each costs four indexed
+#: look-ups: many small keys are read faster as documents)
+SAMPLED_KEYS_MAX = 64
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A census key judged from one of its documents: ``group``, the experiments of the key
+    holding the sample's values at ``track.groups.JUDGED_FIELDS`` (``where``: the key's query
+    and ``track.groups.same_as`` the sample; ``ids``: every experiment of the key), and
+    ``others``, the query of the key's experiments that hold other values there."""
+
+    group: Group
+    others: dict[str, Any]
+
+
+def sampled_groups(
+    collection: Any, entries: Sequence[census.Entry], now: datetime
+) -> tuple[list[Sample], list[census.Entry]]:
+    """``(samples, the other entries)`` of the census ``entries`` (:func:`unvouched_entries`):
+    a key of at least :data:`SAMPLED_MIN` experiments (counted on the index, its ids a range
+    when consecutive: ``census.ids_of_key``) is judged from its first document (its
+    representative as ``track.groups.task_groups`` gives it for that document alone, read with
+    the key's query: the census's candidate is read back). A lost one is then marked by one
+    ``update_many`` matching the key's experiments that hold the sample's values
+    (``Group.where``): no experiment of the key is read, and each one marked is one the
+    documents' path would have grouped with the sample, so it gets the same state and the
+    same ``fail_trace`` (sacct's record, the output's tail). The ones holding other values
+    (``Sample.others``) are judged from their documents afterwards by :func:`detect_killed`.
+    None is sampled when there are more than :data:`SAMPLED_KEYS_MAX` entries. Raises pymongo
+    errors."""
+    if len(entries) > SAMPLED_KEYS_MAX:
+        return [], list(entries)
+    samples: list[Sample] = []
+    rest: list[census.Entry] = []
+    for entry in entries:
+        number, ids = census.ids_of_key(collection, entry)
+        key = census.key_filter(entry.key)
+        first = and_(key, {"_id": entry.first_id})
+        sample = None
+        if number >= SAMPLED_MIN:
+            sample = collection.find_one(first, {name: 1 for name in JUDGED_FIELDS})
+        found = task_groups(collection, first, now=now) if sample is not None else []
+        if sample is None or len(found) != 1:
+            rest.append(entry)
+            continue
+        same = same_as(sample)
+        group = Group(found[0].doc, list(ids), and_(key, {"$expr": same}))
+        samples.append(Sample(group, and_(key, {"$expr": {"$not": [same]}})))
+    return samples, rest
+
+
 def unvouched(collection: Any) -> dict[str, Any] | None:
     """The active experiments of ``collection`` that :func:`detect_killed` must judge from
-    their documents, as a query, after the census index vouched for the others
+    their documents, as a query (``{"$or": [key_filter, ...]}`` of :func:`unvouched_entries`;
+    ``{"$or": []}``: none), or None when the census cannot vouch for any. Raises pymongo
+    errors."""
+    entries = unvouched_entries(collection)
+    if entries is None:
+        return None
+    return {"$or": [census.key_filter(e.key) for e in entries]}
+
+
+def unvouched_entries(collection: Any) -> list[census.Entry] | None:
+    """The census keys (``track.census.Entry``) of the active experiments of ``collection``
+    that :func:`detect_killed` must judge, after the census index vouched for the others
     (``track.census``); None when it cannot (no usable index, values of other types, Slurm
     could not be asked): then all of them.
 
@@ -140,9 +258,8 @@ def unvouched(collection: Any) -> dict[str, Any] | None:
     SEML 0.5 array (``array_of`` of ``slurm[0]``) has a task alive, or that names no Slurm
     task ``decide_killed`` would judge, is left alone by them whatever else its document holds
     (its heartbeat, its output, its cancel mark are read only for a lost task). The others come
-    back as ``{"$or": [key_filter, ...]}`` (``{"$or": []}``: none), read in the query language,
-    so a key the index gave wrongly only sends more experiments to the full path. Raises
-    pymongo errors."""
+    back, read in the query language (``census.key_filter``) by the caller, so a key the index
+    gave wrongly only sends more experiments to the full path. Raises pymongo errors."""
     try:
         if not census.covered(collection):
             return None
@@ -152,7 +269,7 @@ def unvouched(collection: Any) -> dict[str, Any] | None:
         alive = _vouched(docs)
     except (census.Unplain, slurm.SlurmError, ValueError):
         return None
-    return {"$or": [census.key_filter(e.key) for i, e in enumerate(entries) if i not in alive]}
+    return [e for i, e in enumerate(entries) if i not in alive]
 
 
 def _vouched(docs: Sequence[Mapping[str, Any]]) -> set[int]:
@@ -230,16 +347,29 @@ def mark_lost_local_runs(
 
 def _mark(collection: Any, group: Group, changes: Mapping[str, Any]) -> None:
     """``$set`` ``changes`` on the experiments of ``group`` still in the state read (one
-    ``update_many``: a result written meanwhile wins), found by their id ranges
+    ``update_many``: a result written meanwhile wins), found by the group's query
+    (``Group.where``: a sampled census key, :func:`sampled_groups`, on the census index) or
+    else by their id ranges
     (``core.ranges.id_filter``: a few ``_id`` ranges, not a list of every id). A RUNNING
     experiment marked KILLED also gets ``captured_out_incomplete: true``
     (:data:`INCOMPLETE_OUTPUT`)."""
     if changes.get("status") == states.KILLED and group.doc["status"] == states.RUNNING:
         changes = {**changes, **INCOMPLETE_OUTPUT}
+    if group.where is None:
+        which, hint = id_filter(group.ids), None
+    else:  # a census key's query: MongoDB's planner may prefer execution.array_id's index,
+        # whose null keys are every unclaimed experiment (8 updates examined 800,000 documents)
+        which, hint = group.where, CENSUS_INDEX
     collection.update_many(
-        and_(id_filter(group.ids), {"status": group.doc["status"]}), {"$set": dict(changes)}
+        and_(which, {"status": group.doc["status"]}), {"$set": dict(changes)}, hint=hint
     )
 
+
+#: the marks of one detection (an ``update_many`` per lost group) go at most this many at once
+#: (``core.parallel.run_at_once``: mongod rewrites the documents of each on one CPU) ...
+MARK_WORKERS = 4
+#: ... when they mark at least this many experiments together (else one after the other)
+MARK_AT_ONCE_MIN = 10_000
 
 #: set on a RUNNING experiment marked KILLED: its job ended without its final save, so its
 #: ``captured_out`` holds what the last saved heartbeat sent (``print-output`` says so; the
@@ -299,12 +429,14 @@ def _detect_slurm(
         cancelled = (doc.get("execution") or {}).get("cancel_time") is not None
         (interrupted if cancelled else killed).append(doc["_id"])
     by_index = {g.doc["_id"]: g for g in groups}  # (groups of other clusters are left out)
+    marks: list[tuple[Group, dict[str, Any]]] = []
     for index in killed:
         doc = by_index[index].doc
         trace = document_trace(doc, collection.name, _recorded(doc, sacct))
-        _mark(collection, by_index[index], {"status": states.KILLED, "fail_trace": trace})
-    for index in interrupted:
-        _mark(collection, by_index[index], {"status": states.INTERRUPTED})
+        marks.append((by_index[index], {"status": states.KILLED, "fail_trace": trace}))
+    marks += [(by_index[index], {"status": states.INTERRUPTED}) for index in interrupted]
+    many = sum(len(g.ids) for g, _ in marks) >= MARK_AT_ONCE_MIN
+    run_at_once([partial(_mark, collection, *m) for m in marks], MARK_WORKERS if many else 1)
     return DetectResult(
         ids_of(groups, killed),
         ids_of(groups, interrupted),

@@ -329,3 +329,113 @@ def test_cancel_groups_a_whole_collection_from_the_census_keys_and_keeps_only_th
         assert tasks == {"7_0", "7_1"}
     finally:
         client.close()
+
+
+def examined(test_db, since) -> dict[str, int]:
+    """``{operation: documents examined}`` on collection ``mix`` by the commands mongod's
+    profiler recorded after ``since``, per operation (``update``, ``aggregate``, ``find``...)."""
+    out: dict[str, int] = {}
+    for entry in test_db["system.profile"].find({"ns": f"{TEST_DB}.mix", "ts": {"$gt": since}}):
+        name = entry["op"] if entry["op"] != "command" else next(iter(entry["command"]))
+        out[name] = out.get(name, 0) + int(entry.get("docsExamined", 0))
+    return out
+
+
+def sampled_updates(test_db, since) -> list[dict]:
+    """The commands of the updates on ``mix`` after ``since`` that match a key's experiments
+    holding a sample's values (their filter has an ``$expr``), as mongod's profiler recorded."""
+    found = test_db["system.profile"].find(
+        {"ns": f"{TEST_DB}.mix", "ts": {"$gt": since}, "op": "update"}
+    )
+    return [e["command"] for e in found if "$expr" in str(e["command"]["q"])]
+
+
+def test_a_lost_task_s_experiments_are_marked_from_one_sample_without_reading_them(
+    jobs, test_db, monkeypatch
+):
+    """The census cannot vouch for the keys of a dead array's tasks (100 experiments each):
+    each is judged from one of its documents and marked by one update matching the key's
+    experiments that hold the sample's values; no other command reads them (mongod's profiler
+    counts the documents each one examined). An experiment of the key holding another output
+    file is judged from its own document: the outcome is that of the documents' path."""
+    from seml_hydra.track import killed
+    from seml_hydra.track.killed import detect_killed
+
+    live, dead, here = jobs
+    docs = ours(range(1, 101), dead, 0, here) + ours(range(101, 201), dead, 1, here)
+    docs += ours(range(201, 211), live, 0, here)
+    docs[150]["slurm"][0]["output_files_template"] = "/nonexistent/other_log.out"  # 151
+    indexed, plain = twin(test_db, docs)
+    assert getattr(killed, "SAMPLED_MIN", 64) <= 100  # (64 before the samples)
+    test_db.command("profile", 2)
+    since = datetime.now(timezone.utc)
+    try:
+        result = detect_killed(indexed)
+    finally:
+        test_db.command("profile", 0)
+    assert result == detect_killed(plain)
+    assert result.killed == list(range(1, 201))
+    assert stored(indexed) == stored(plain)
+    assert "other_log.out" in stored(indexed)[150]["fail_trace"][-1]
+    assert "other_log.out" not in stored(indexed)[149]["fail_trace"][-1]
+    reads = examined(test_db, since)
+    # the updates examine the experiments they mark, found by the census index (the planner
+    # preferred execution.array_id's index: every unclaimed experiment, once per update)
+    assert 199 <= reads.pop("update") <= 205, reads
+    assert sum(reads.values()) <= 10, reads  # the samples, 151; not the 200 experiments
+    hints = [u.get("hint") for u in sampled_updates(test_db, since)]
+    assert hints == [{"$hint": "seml_hydra_census"}] * 2, hints
+
+
+@pytest.mark.parametrize("sampled_min", [1, 10**9])
+def test_sampled_or_read_the_census_decides_killed_as_the_documents(
+    jobs, test_db, monkeypatch, sampled_min
+):
+    """The census's mixed collection (see :func:`mixed`) plus keys whose experiments differ
+    where the decisions read (heartbeat, cancel mark, output file): judged from one sample per
+    key (every key sampled) or from every document, the census path decides as the documents
+    do."""
+    from datetime import timedelta
+
+    from seml_hydra.track import killed
+    from seml_hydra.track.killed import detect_killed
+
+    monkeypatch.setattr(killed, "SAMPLED_MIN", sampled_min)
+    live, dead, here = jobs
+    docs = mixed(live, dead, here)
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    base = 100
+    more = ours(range(base, base + 6), dead, 1, here)
+    more[1]["execution"] = {"cancel_time": now}  # cancelled: INTERRUPTED
+    more[2]["slurm"][0]["output_files_template"] = "/nonexistent/x_log.out"
+    more[3]["heartbeat"] = now - timedelta(hours=2)
+    more[4]["slurm"][0]["sbatch_options"] = {"mem": "1G"}  # not read by the decisions
+    docs += more
+    indexed, plain = twin(test_db, docs)
+    assert detect_killed(indexed) == detect_killed(plain)
+    assert statuses(indexed) == statuses(plain)
+    assert statuses(indexed)[base + 1] == "INTERRUPTED" and statuses(indexed)[base] == "KILLED"
+    assert stored(indexed) == stored(plain)
+
+
+def test_the_marks_of_many_experiments_go_at_once_and_decide_as_one_after_the_other(
+    jobs, test_db, monkeypatch
+):
+    from seml_hydra.track import killed
+    from seml_hydra.track.killed import detect_killed
+
+    sent = []
+    real = killed.run_at_once
+
+    def watched(calls, workers):
+        sent.append((len(calls), workers))
+        return real(calls, workers)
+
+    monkeypatch.setattr(killed, "run_at_once", watched)
+    monkeypatch.setattr(killed, "MARK_AT_ONCE_MIN", 3)
+    live, dead, here = jobs
+    indexed, plain = twin(test_db, mixed(live, dead, here))
+    assert detect_killed(indexed) == detect_killed(plain)
+    assert stored(indexed) == stored(plain)
+    assert sent and all(workers == killed.MARK_WORKERS for calls, workers in sent if calls > 1)
+    assert any(calls > 1 for calls, _ in sent), sent

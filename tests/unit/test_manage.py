@@ -298,7 +298,8 @@ def test_seml_files_pipeline_groups_the_pairs_straight_after_the_match():
     ``{payload_file, source_files, source_manifest}`` right after the ``$match``: no ``$project`` or
     ``$sort`` of every document's snapshot (72 ``[path, id]`` pairs each in the benchmark's
     launch: 3 s of mongod's time for 100,000 experiments); the ids collected are only those of
-    the runs that may have stored files (the same pass finds them)."""
+    the runs that may have stored files (the same pass finds them), beside the count and span
+    of the ids, which stand for the ids when they are consecutive."""
     from seml_hydra.manage import lifecycle
     from seml_hydra.manage.lifecycle import seml_files_pipeline
 
@@ -313,9 +314,22 @@ def test_seml_files_pipeline_groups_the_pairs_straight_after_the_match():
                     "source_manifest": "$seml.source_manifest",
                 },
                 "ran": {"$push": {"$cond": [lifecycle._RAN_EXPR, "$_id", "$$REMOVE"]}},
+                "n": {"$sum": 1},
+                "ints": {"$sum": {"$cond": [{"$in": [{"$type": "$_id"}, ["int", "long"]]}, 1, 0]}},
+                "lo": {"$min": "$_id"},
+                "hi": {"$max": "$_id"},
             }
         },
     ]
+
+
+def test_id_slices_cut_ids_into_consecutive_parts_of_about_equal_length():
+    from seml_hydra.core.ranges import id_slices
+
+    assert id_slices(range(1, 11), 3) == [range(1, 4), range(4, 7), range(7, 11)]
+    assert id_slices([5, 7, 9], 5) == [[5], [7], [9]]
+    assert id_slices([1, 2], 0) == [[1, 2]]
+    assert id_slices([], 4) == []
 
 
 def test_held_task_rows_are_the_pending_tasks_whose_reason_is_a_hold():

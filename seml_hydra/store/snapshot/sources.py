@@ -504,35 +504,44 @@ def delete_unused_files(
     still name). Returns the ids deleted.
 
     Closing the race with a launch reusing a file (:func:`upload_sources`): each candidate is
-    first marked ``metadata.deleting`` in one atomic update that requires no live lease; only
-    then is ``used()`` asked, and only a file still carrying this call's mark is deleted. A
-    launch leases a file in one atomic update that requires no mark. So either the launch's
-    lease came first (the file is not marked, so kept), or the mark did (the launch stores a new
-    copy), and a document inserted before the lease is released is seen by ``used()``. Files
-    marked but still used are unmarked.
+    first marked ``metadata.deleting`` by an update that requires no live lease (atomic per
+    file); only then is ``used()`` asked, and only a file still carrying this call's mark is
+    deleted. A launch leases a file in one atomic update that requires no mark. So either the
+    launch's lease came first (the file is not marked, so kept), or the mark did (the launch
+    stores a new copy), and a document inserted before the lease is released is seen by
+    ``used()``. Files marked but still used are unmarked.
+
+    Each step acts on every file at once (one ``update_many`` marks, one ``find`` reads the
+    marks back, one ``delete_many`` each for the files and their chunks, one ``update_many``
+    unmarks): a code snapshot of a few hundred files costs a handful of commands, not three per
+    file (``delete`` of a launch's 325 snapshot files spent 0.36 s on them).
     """
     files = db["fs.files"]
     token = new_lease()  # this call's mark: an id and a time, like a lease
     unleased = _unleased()
-    marked = []
-    for f in list(files.find({"$and": [dict(candidates), unleased]}, {"_id": 1})):
-        mark = files.update_one(
-            {"_id": f["_id"], **unleased}, {"$set": {"metadata.deleting": token}}
-        )
-        if mark.modified_count:
-            marked.append(f["_id"])
+    found = [f["_id"] for f in files.find({"$and": [dict(candidates), unleased]}, {"_id": 1})]
+    if not found:
+        return []
+    listed = {"_id": {"$in": found}}
+    files.update_many({"$and": [listed, unleased]}, {"$set": {"metadata.deleting": token}})
+    mine = {"metadata.deleting.id": token["id"]}
+    marked = [f["_id"] for f in files.find({**listed, **mine}, {"_id": 1})]
     if not marked:
         return []
     in_use = {str(i) for i in used()}
-    deleted = []
-    for file_id in marked:
-        mine = {"_id": file_id, "metadata.deleting.id": token["id"]}
-        if str(file_id) in in_use:
-            files.update_one(mine, {"$unset": {"metadata.deleting": ""}})
-        elif files.delete_one(mine).deleted_count:
-            db["fs.chunks"].delete_many({"files_id": file_id})
-            deleted.append(file_id)
-    return deleted
+    kept = [f for f in marked if str(f) in in_use]
+    gone = [f for f in marked if str(f) not in in_use]
+    if kept:
+        files.update_many({"_id": {"$in": kept}, **mine}, {"$unset": {"metadata.deleting": ""}})
+    if not gone:
+        return []
+    if files.delete_many({"_id": {"$in": gone}, **mine}).deleted_count != len(gone):
+        # (only a file whose mark another deleter replaced is left: that one deletes it)
+        left = {f["_id"] for f in files.find({"_id": {"$in": gone}}, {"_id": 1})}
+        gone = [f for f in gone if f not in left]
+    if gone:
+        db["fs.chunks"].delete_many({"files_id": {"$in": gone}})
+    return gone
 
 
 def chunks_abandoned(chunk_ids: Sequence[Any], before: datetime) -> bool:
