@@ -50,6 +50,7 @@ class HydraDoc(TypedDict, total=False):
     output_dir: str  # absolute hydra.runtime.output_dir of this point
     choices: dict[str, Any]  # hydra.runtime.choices (config-group selections)
     node_diff: list[dict[str, Any]]  # the point's Hydra node as a diff against the batch's base
+    node_from_doc: bool  # node_diff leaves out the NODE_FIELDS: read them from this block
     working_dir: str  # set by the run step: where the task ran
     task_name: str  # set by the run step
     added_seed: bool  # config.seed was added at staging (the app has none): not in the task's cfg
@@ -440,6 +441,45 @@ def apply_diff(base: Mapping[str, Any], diff: Sequence[Mapping[str, Any]]) -> di
         else:
             node[leaf] = copy.deepcopy(entry["value"])
     return result
+
+
+#: ``(path in the Hydra node, field of the document's hydra block)``: the node's leaves the block
+#: holds as fields of its own (``launch.document.hydra_doc``). With ``node_from_doc`` set, the
+#: block's ``node_diff`` leaves them out and :func:`point_hydra_node` takes them from the fields
+NODE_FIELDS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("runtime", "output_dir"), "output_dir"),
+    (("overrides", "task"), "overrides"),
+    (("job", "num"), "job_num"),
+)
+
+
+def covered(diff: Sequence[Mapping[str, Any]], path: Sequence[Any]) -> bool:
+    """Whether an entry of ``diff`` (:func:`dict_diff`) sets or deletes ``path`` or a level
+    above it."""
+    size = len(path)
+    return any(list(entry["path"]) == list(path[: len(entry["path"])]) for entry in diff
+               if len(entry["path"]) <= size)  # fmt: skip
+
+
+def point_hydra_node(
+    base: Mapping[str, Any], hydra_doc: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The point's resolved Hydra node from the launch's base node ``base`` (the payload's
+    ``metadata.hydra_base``) and the document's ``hydra`` block ``hydra_doc``: a deep copy of
+    ``base`` with the block's ``node_diff`` applied (:func:`apply_diff`) and, when the block says
+    ``node_from_doc``, the :data:`NODE_FIELDS` the diff left out set from the block's own fields
+    (``hydra.output_dir``, ``hydra.overrides``, ``hydra.job_num``). An entry of the diff for such a
+    path (or above it) wins: documents staged before ``node_from_doc`` hold them in the diff, and
+    rebuild as before. Pure; every reader of a document's node goes through it."""
+    hydra_doc = hydra_doc or {}
+    diff = hydra_doc.get("node_diff") or []
+    node = apply_diff(base, diff)
+    if hydra_doc.get("node_from_doc"):
+        for path, field in NODE_FIELDS:
+            if field in hydra_doc and not covered(diff, path):
+                parent, leaf = diff_parent(node, path)
+                parent[leaf] = copy.deepcopy(hydra_doc[field])
+    return node
 
 
 def pick_seed(config: Mapping[str, Any], drawn: int) -> int:
