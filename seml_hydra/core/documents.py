@@ -50,7 +50,7 @@ class HydraDoc(TypedDict, total=False):
     output_dir: str  # absolute hydra.runtime.output_dir of this point
     choices: dict[str, Any]  # hydra.runtime.choices (config-group selections)
     node_diff: list[dict[str, Any]]  # the point's Hydra node as a diff against the batch's base
-    node_from_doc: bool  # node_diff leaves out the NODE_FIELDS: read them from this block
+    node_from_doc: bool  # node_diff leaves out NODE_FIELDS and job.override_dirname
     working_dir: str  # set by the run step: where the task ran
     task_name: str  # set by the run step
     added_seed: bool  # config.seed was added at staging (the app has none): not in the task's cfg
@@ -453,6 +453,32 @@ NODE_FIELDS: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
+#: where Hydra keeps ``job.override_dirname``, which :func:`override_dirname` derives
+DIRNAME_PATH = ("job", "override_dirname")
+
+
+def override_dirname(node: Mapping[str, Any]) -> str | None:
+    """``job.override_dirname`` of a resolved Hydra ``node`` derived from its ``overrides.task``
+    as Hydra 1.3 composes it (``config_loader_impl.get_overrides_dirname``: the task override
+    strings sorted, joined by ``item_sep``, each ``=`` replaced by ``kv_sep``), or None when that
+    needs Hydra's override parser (``exclude_keys`` not empty) or the node lacks what it reads.
+    Pure. The launcher leaves the value out of a document's diff only when this gives it
+    exactly (``launch.document.hydra_doc``)."""
+    try:
+        conf = node["job"]["config"]["override_dirname"]
+        task = node["overrides"]["task"]
+        kv_sep, item_sep = conf["kv_sep"], conf["item_sep"]
+    except (KeyError, TypeError):
+        return None
+    if conf.get("exclude_keys") or not isinstance(task, list):
+        return None
+    if not (isinstance(kv_sep, str) and isinstance(item_sep, str)):
+        return None
+    if not all(isinstance(line, str) for line in task):
+        return None
+    return re.sub(pattern="[=]", repl=kv_sep, string=item_sep.join(sorted(task)))
+
+
 def covered(diff: Sequence[Mapping[str, Any]], path: Sequence[Any]) -> bool:
     """Whether an entry of ``diff`` (:func:`dict_diff`) sets or deletes ``path`` or a level
     above it."""
@@ -468,8 +494,9 @@ def point_hydra_node(
     ``metadata.hydra_base``) and the document's ``hydra`` block ``hydra_doc``: a deep copy of
     ``base`` with the block's ``node_diff`` applied (:func:`apply_diff`) and, when the block says
     ``node_from_doc``, the :data:`NODE_FIELDS` the diff left out set from the block's own fields
-    (``hydra.output_dir``, ``hydra.overrides``, ``hydra.job_num``). An entry of the diff for such a
-    path (or above it) wins: documents staged before ``node_from_doc`` hold them in the diff, and
+    (``hydra.output_dir``, ``hydra.overrides``, ``hydra.job_num``) and ``job.override_dirname``
+    derived from them (:func:`override_dirname`). An entry of the diff for such a path (or above
+    it) wins: documents staged before ``node_from_doc`` hold them in the diff, and
     rebuild as before. Pure; every reader of a document's node goes through it."""
     hydra_doc = hydra_doc or {}
     diff = hydra_doc.get("node_diff") or []
@@ -479,6 +506,10 @@ def point_hydra_node(
             if field in hydra_doc and not covered(diff, path):
                 parent, leaf = diff_parent(node, path)
                 parent[leaf] = copy.deepcopy(hydra_doc[field])
+        if not covered(diff, DIRNAME_PATH):
+            derived = override_dirname(node)
+            if derived is not None:
+                node["job"]["override_dirname"] = derived
     return node
 
 

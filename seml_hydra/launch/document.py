@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from seml_hydra.core.documents import (
+    DIRNAME_PATH,
     NODE_FIELDS,
     GitDoc,
     HydraDoc,
@@ -25,6 +26,7 @@ from seml_hydra.core.documents import (
     covered,
     dict_diff,
     diff_along,
+    override_dirname,
     patch_tree,
     pick_seed,
     same,
@@ -142,6 +144,11 @@ def hydra_doc(
     }
     if fields_hold_node(block, hydra):
         omitted = [list(path) for path, _ in NODE_FIELDS]
+        dirname = hydra["job"]["override_dirname"]
+        if same(override_dirname(hydra), dirname):
+            omitted.append(list(DIRNAME_PATH))
+        elif not covered(diff, DIRNAME_PATH):  # the reader must not derive it: an explicit entry
+            diff = [*diff, {"path": list(DIRNAME_PATH), "value": to_bson_safe(dirname)}]
         block["node_diff"] = [entry for entry in diff if entry["path"] not in omitted]
         block["node_from_doc"] = True
     return block
@@ -155,7 +162,8 @@ def fields_hold_node(block: Mapping[str, Any], hydra: Mapping[str, Any]) -> bool
     level above it, and its BSON-safe value is the field's (``core.documents.same``: not, e.g.,
     ``hydra.overrides.task`` with an interpolation resolved). Not when the output dir holds the
     job-id token: the job rewrites the document's ``output_dir`` (``job.runner``), so the field
-    would not stay the node's."""
+    would not stay the node's. And the node has a string ``job.override_dirname``, which the
+    reader derives (``core.documents.override_dirname``) unless the diff holds it."""
     diff = block["node_diff"]
     if JOB_ID_TOKEN in str(block["output_dir"]):
         return False
@@ -169,7 +177,8 @@ def fields_hold_node(block: Mapping[str, Any], hydra: Mapping[str, Any]) -> bool
             return False
         if not same(to_bson_safe(node), block[name]):
             return False
-    return True
+    job = hydra.get("job")
+    return isinstance(job, Mapping) and isinstance(job.get("override_dirname"), str)
 
 
 def seml_doc(

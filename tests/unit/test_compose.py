@@ -95,6 +95,9 @@ def assert_same_as_full(config_dir: Path, args: list[str], fast: str = "all") ->
         if block.get("node_from_doc"):
             paths = [entry["path"] for entry in block["node_diff"]]
             assert not [path for path, _ in NODE_FIELDS if list(path) in paths], overrides
+            # job.override_dirname too, where Hydra's rule needs no parser
+            derived = not point.hydra["job"]["config"]["override_dirname"]["exclude_keys"]
+            assert (["job", "override_dirname"] not in paths) == derived, overrides
     stats = compose.last_stats
     assert stats["points"] == len(points)
     if fast == "all":

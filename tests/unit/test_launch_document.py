@@ -70,7 +70,9 @@ def test_hydra_doc_stores_the_node_as_a_diff_against_the_launchs_base():
     assert hydra_doc(POINTS[0], base)["node_diff"] == []
 
 
-def full_point(num: int, overrides: list[str], subdir: str | None = None) -> SweepPoint:
+def full_point(
+    num: int, overrides: list[str], subdir: str | None = None, exclude: list[str] | None = None
+) -> SweepPoint:
     """A point whose node has what Hydra's has of the document's fields (``overrides.task``,
     ``job.num``, ``runtime.output_dir``) and what is resolved from them."""
     subdir = str(num) if subdir is None else subdir
@@ -78,13 +80,20 @@ def full_point(num: int, overrides: list[str], subdir: str | None = None) -> Swe
     node["sweep"]["subdir"] = subdir
     node["runtime"]["output_dir"] = f"/abs/multirun/x/{subdir}"
     node["overrides"] = {"hydra": ["hydra/launcher=seml"], "task": list(overrides)}
-    node["job"]["override_dirname"] = ",".join(overrides)
+    dirname_conf = {"kv_sep": "=", "item_sep": ",", "exclude_keys": list(exclude or [])}
+    node["job"]["config"] = {"override_dirname": dirname_conf}
+    kept = [o for o in overrides if o.split("=")[0] not in (exclude or [])]
+    node["job"]["override_dirname"] = ",".join(sorted(kept))
     node["job_logging"] = {"handlers": {"file": {"filename": f"/abs/multirun/x/{subdir}/t.log"}}}
     return SweepPoint(num, num, list(overrides), {"lr": num}, node)
 
 
-FULL = [full_point(0, ["lr=0.1"]), full_point(1, ["lr=0.01"]), full_point(2, ["lr=0.001"])]
-FIELD_PATHS = [list(path) for path, _ in NODE_FIELDS]
+FULL = [
+    full_point(0, ["lr=0.1", "b=1"]),
+    full_point(1, ["lr=0.01", "b=1"]),
+    full_point(2, ["lr=0.001", "b=2"]),
+]
+FIELD_PATHS = [list(path) for path, _ in NODE_FIELDS] + [["job", "override_dirname"]]
 
 
 def test_hydra_doc_leaves_the_nodes_values_it_holds_as_fields_out_of_the_diff():
@@ -96,7 +105,7 @@ def test_hydra_doc_leaves_the_nodes_values_it_holds_as_fields_out_of_the_diff():
         assert not [path for path in FIELD_PATHS if path in paths]
         # what is only resolved from them stays in the diff
         if point is not FULL[0]:
-            assert ["job", "override_dirname"] in paths and ["sweep", "subdir"] in paths
+            assert ["sweep", "subdir"] in paths
             assert ["job_logging", "handlers", "file", "filename"] in paths
         # the job rebuilds the node Hydra composed, through the one reader
         assert point_hydra_node(base, block) == point.hydra
@@ -133,6 +142,24 @@ def test_hydra_doc_keeps_in_the_diff_what_its_fields_do_not_hold():
     block = hydra_doc(first, first.hydra)
     assert block["node_diff"] == [] and "node_from_doc" not in block
     assert point_hydra_node(first.hydra, block) == first.hydra
+
+
+def test_hydra_doc_keeps_an_override_dirname_it_cannot_derive_as_an_explicit_entry():
+    # exclude_keys: deriving it would need Hydra's override parser
+    points = [full_point(n, [f"lr={n}", "seed=1"], exclude=["seed"]) for n in range(2)]
+    for point in points:
+        block = hydra_doc(point, points[0].hydra)
+        assert block["node_from_doc"] is True
+        entries = [e for e in block["node_diff"] if e["path"] == ["job", "override_dirname"]]
+        # the first point's too, though its node is the base
+        assert entries == [{"path": ["job", "override_dirname"], "value": f"lr={point.job_num}"}]
+        assert point_hydra_node(points[0].hydra, block) == point.hydra
+    # a value Hydra's rule does not give (here: set by hand): kept
+    odd = full_point(1, ["lr=1"])
+    odd.hydra["job"]["override_dirname"] = "mine"
+    block = hydra_doc(odd, FULL[0].hydra)
+    assert {"path": ["job", "override_dirname"], "value": "mine"} in block["node_diff"]
+    assert point_hydra_node(FULL[0].hydra, block) == odd.hydra
 
 
 def test_hydra_doc_keeps_an_output_dir_with_the_job_id_token_in_the_diff():
