@@ -50,6 +50,7 @@ class HydraDoc(TypedDict, total=False):
     output_dir: str  # absolute hydra.runtime.output_dir of this point
     choices: dict[str, Any]  # hydra.runtime.choices (config-group selections)
     node_diff: list[dict[str, Any]]  # the point's Hydra node as a diff against the batch's base
+    node_from_doc: bool  # node_diff leaves out NODE_FIELDS and job.override_dirname
     working_dir: str  # set by the run step: where the task ran
     task_name: str  # set by the run step
     added_seed: bool  # config.seed was added at staging (the app has none): not in the task's cfg
@@ -440,6 +441,76 @@ def apply_diff(base: Mapping[str, Any], diff: Sequence[Mapping[str, Any]]) -> di
         else:
             node[leaf] = copy.deepcopy(entry["value"])
     return result
+
+
+#: ``(path in the Hydra node, field of the document's hydra block)``: the node's leaves the block
+#: holds as fields of its own (``launch.document.hydra_doc``). With ``node_from_doc`` set, the
+#: block's ``node_diff`` leaves them out and :func:`point_hydra_node` takes them from the fields
+NODE_FIELDS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("runtime", "output_dir"), "output_dir"),
+    (("overrides", "task"), "overrides"),
+    (("job", "num"), "job_num"),
+)
+
+
+#: where Hydra keeps ``job.override_dirname``, which :func:`override_dirname` derives
+DIRNAME_PATH = ("job", "override_dirname")
+
+
+def override_dirname(node: Mapping[str, Any]) -> str | None:
+    """``job.override_dirname`` of a resolved Hydra ``node`` derived from its ``overrides.task``
+    as Hydra 1.3 composes it (``config_loader_impl.get_overrides_dirname``: the task override
+    strings sorted, joined by ``item_sep``, each ``=`` replaced by ``kv_sep``), or None when that
+    needs Hydra's override parser (``exclude_keys`` not empty) or the node lacks what it reads.
+    Pure. The launcher leaves the value out of a document's diff only when this gives it
+    exactly (``launch.document.hydra_doc``)."""
+    try:
+        conf = node["job"]["config"]["override_dirname"]
+        task = node["overrides"]["task"]
+        kv_sep, item_sep = conf["kv_sep"], conf["item_sep"]
+    except (KeyError, TypeError):
+        return None
+    if conf.get("exclude_keys") or not isinstance(task, list):
+        return None
+    if not (isinstance(kv_sep, str) and isinstance(item_sep, str)):
+        return None
+    if not all(isinstance(line, str) for line in task):
+        return None
+    return re.sub(pattern="[=]", repl=kv_sep, string=item_sep.join(sorted(task)))
+
+
+def covered(diff: Sequence[Mapping[str, Any]], path: Sequence[Any]) -> bool:
+    """Whether an entry of ``diff`` (:func:`dict_diff`) sets or deletes ``path`` or a level
+    above it."""
+    size = len(path)
+    return any(list(entry["path"]) == list(path[: len(entry["path"])]) for entry in diff
+               if len(entry["path"]) <= size)  # fmt: skip
+
+
+def point_hydra_node(
+    base: Mapping[str, Any], hydra_doc: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The point's resolved Hydra node from the launch's base node ``base`` (the payload's
+    ``metadata.hydra_base``) and the document's ``hydra`` block ``hydra_doc``: a deep copy of
+    ``base`` with the block's ``node_diff`` applied (:func:`apply_diff`) and, when the block says
+    ``node_from_doc``, the :data:`NODE_FIELDS` the diff left out set from the block's own fields
+    (``hydra.output_dir``, ``hydra.overrides``, ``hydra.job_num``) and ``job.override_dirname``
+    derived from them (:func:`override_dirname`). An entry of the diff for such a path (or above
+    it) wins: documents staged before ``node_from_doc`` hold them in the diff, and
+    rebuild as before. Pure; every reader of a document's node goes through it."""
+    hydra_doc = hydra_doc or {}
+    diff = hydra_doc.get("node_diff") or []
+    node = apply_diff(base, diff)
+    if hydra_doc.get("node_from_doc"):
+        for path, field in NODE_FIELDS:
+            if field in hydra_doc and not covered(diff, path):
+                parent, leaf = diff_parent(node, path)
+                parent[leaf] = copy.deepcopy(hydra_doc[field])
+        if not covered(diff, DIRNAME_PATH):
+            derived = override_dirname(node)
+            if derived is not None:
+                node["job"]["override_dirname"] = derived
+    return node
 
 
 def pick_seed(config: Mapping[str, Any], drawn: int) -> int:

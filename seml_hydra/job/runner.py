@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from seml_hydra.core import states
-from seml_hydra.core.documents import apply_diff, storable_result, task_config
+from seml_hydra.core.documents import point_hydra_node, storable_result, task_config
 from seml_hydra.core.hydra_node import JOB_ID_TOKEN, job_config, with_job_id
 from seml_hydra.core.paths import UnsafePathError, job_dir_problem
 from seml_hydra.core.schema import experiment_collection
@@ -371,7 +371,7 @@ class JobRunner:
             payload, base = retrying(
                 lambda: load_payload(db, self.payload_id, main), "loading the batch payload"
             )
-            node = adapt_hydra_node(apply_diff(base, doc["hydra"].get("node_diff", [])), plan)
+            node = adapt_hydra_node(point_hydra_node(base, doc["hydra"]), plan)
             if JOB_ID_TOKEN in str(doc["hydra"].get("output_dir") or ""):
                 node = self._with_job_id(collection, doc, node, plan, fenced)
             typed = payload.typed_hydra_base

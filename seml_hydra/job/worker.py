@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
 from seml_hydra.core import states
-from seml_hydra.core.documents import apply_diff
+from seml_hydra.core.documents import point_hydra_node
 from seml_hydra.core.processes import process_start
 from seml_hydra.core.schema import experiment_collection
 from seml_hydra.core.scoped import temporarily
@@ -173,7 +173,7 @@ def runner_for(
     diff, as ``seml_hydra.launch.submit`` reads them for a job). ``kwargs``: more fields
     (``post_mortem``). Raises ``AttributeError`` when the payload is gone, pymongo errors."""
     payload = doc["seml"]["payload_file"]
-    node = apply_diff(hydra_base(db, payload), (doc.get("hydra") or {}).get("node_diff", []))
+    node = point_hydra_node(hydra_base(db, payload), doc.get("hydra"))
     launcher = node.get("launcher") or {}
     return LocalRunner(
         db_cfg=None,

@@ -17,16 +17,22 @@ from datetime import datetime
 from typing import Any
 
 from seml_hydra.core.documents import (
+    DIRNAME_PATH,
+    NODE_FIELDS,
     GitDoc,
     HydraDoc,
     adds_seed,
     build_document,
+    covered,
     dict_diff,
     diff_along,
+    override_dirname,
     patch_tree,
     pick_seed,
+    same,
     to_bson_safe,
 )
+from seml_hydra.core.hydra_node import JOB_ID_TOKEN
 from seml_hydra.launch.compose import SweepPoint
 from seml_hydra.launch.sbatch import job_name, sbatch_options
 from seml_hydra.store.masking import mask_credentials
@@ -124,7 +130,7 @@ def hydra_doc(
             if safe is not value:
                 entry = {**entry, "value": safe}
         diff.append(entry)
-    return {
+    block: HydraDoc = {
         "overrides": to_bson_safe(point.overrides),
         "job_num": point.job_num,
         "job_name": to_bson_safe(hydra["job"]["name"]),
@@ -136,6 +142,43 @@ def hydra_doc(
         "node_diff": diff,
         **({"added_seed": True} if adds_seed(point.config) else {}),
     }
+    if fields_hold_node(block, hydra):
+        omitted = [list(path) for path, _ in NODE_FIELDS]
+        dirname = hydra["job"]["override_dirname"]
+        if same(override_dirname(hydra), dirname):
+            omitted.append(list(DIRNAME_PATH))
+        elif not covered(diff, DIRNAME_PATH):  # the reader must not derive it: an explicit entry
+            diff = [*diff, {"path": list(DIRNAME_PATH), "value": to_bson_safe(dirname)}]
+        block["node_diff"] = [entry for entry in diff if entry["path"] not in omitted]
+        block["node_from_doc"] = True
+    return block
+
+
+def fields_hold_node(block: Mapping[str, Any], hydra: Mapping[str, Any]) -> bool:
+    """Whether the ``hydra`` block ``block`` (:func:`hydra_doc`) holds the point's node
+    ``hydra`` at every ``core.documents.NODE_FIELDS`` path as its own field, so its
+    ``node_diff`` can leave them out (``node_from_doc``, read back by
+    ``core.documents.point_hydra_node``): each path is a leaf of the node, no diff entry sets a
+    level above it, and its BSON-safe value is the field's (``core.documents.same``: not, e.g.,
+    ``hydra.overrides.task`` with an interpolation resolved). Not when the output dir holds the
+    job-id token: the job rewrites the document's ``output_dir`` (``job.runner``), so the field
+    would not stay the node's. And the node has a string ``job.override_dirname``, which the
+    reader derives (``core.documents.override_dirname``) unless the diff holds it."""
+    diff = block["node_diff"]
+    if JOB_ID_TOKEN in str(block["output_dir"]):
+        return False
+    for path, name in NODE_FIELDS:
+        node: Any = hydra
+        for key in path:
+            if not isinstance(node, Mapping) or key not in node:
+                return False
+            node = node[key]
+        if isinstance(node, Mapping) or covered(diff, path[:-1]):
+            return False
+        if not same(to_bson_safe(node), block[name]):
+            return False
+    job = hydra.get("job")
+    return isinstance(job, Mapping) and isinstance(job.get("override_dirname"), str)
 
 
 def seml_doc(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.core.documents import apply_diff, task_config
+from seml_hydra.core.documents import point_hydra_node, task_config
 from seml_hydra.core.shell import seml_for
 from seml_hydra.job import failfast
 from seml_hydra.launch.recovery import recover_interrupted_submissions
@@ -419,7 +419,7 @@ def job_return_from_document(
     hydra_doc = doc.get("hydra", {})
 
     def hydra_cfg() -> Any:
-        hydra_node = apply_diff(hydra_base, hydra_doc.get("node_diff", []))
+        hydra_node = point_hydra_node(hydra_base, hydra_doc)
         hydra_node["job"]["id"] = hydra_doc.get("job_id") or _job_id(doc)
         return OmegaConf.create({"hydra": hydra_node})
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seml_hydra.core import states
-from seml_hydra.core.documents import apply_diff
+from seml_hydra.core.documents import point_hydra_node
 from seml_hydra.core.jobenv import environment_problem, private_umask_kept
 from seml_hydra.core.paths import launch_paths_problem, unsafe_import_dir
 from seml_hydra.job.failfast import OFF_ON_COMMAND_LINE, max_failures_problem
@@ -99,7 +99,7 @@ def build_requests(
                     f"The payload {payload} of experiment {doc['_id']} is gone from GridFS "
                     f"({type(error).__name__}); launch the sweep again."
                 ) from None
-        node = apply_diff(bases[payload], (doc.get("hydra") or {}).get("node_diff", []))
+        node = point_hydra_node(bases[payload], doc.get("hydra"))
         launcher = dict(node["launcher"])
         if max_failures is not None:
             launcher["max_failures"] = max_failures

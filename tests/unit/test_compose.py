@@ -25,10 +25,10 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 from support.paths import ROOT
 
-from seml_hydra.core.documents import dict_diff, same
+from seml_hydra.core.documents import NODE_FIELDS, dict_diff, point_hydra_node, same, to_bson_safe
 from seml_hydra.launch import compose
 from seml_hydra.launch.compose.full import compose_full
-from seml_hydra.launch.document import node_diff
+from seml_hydra.launch.document import hydra_doc, node_diff
 
 APPS = ROOT / "tests" / "apps"
 
@@ -88,6 +88,16 @@ def assert_same_as_full(config_dir: Path, args: list[str], fast: str = "all") ->
         base = points[0]
         entries = node_diff(point, base.hydra, base.origin, {})
         assert entries == dict_diff(base.hydra, point.hydra), overrides
+        # the document's hydra block rebuilds the node Hydra composed (what a job runs), with
+        # the node's leaves the block holds as fields of its own left out of its diff
+        block = hydra_doc(point, base.hydra, base.origin, {})
+        assert same(point_hydra_node(base.hydra, block), to_bson_safe(hydra_node)), overrides
+        if block.get("node_from_doc"):
+            paths = [entry["path"] for entry in block["node_diff"]]
+            assert not [path for path, _ in NODE_FIELDS if list(path) in paths], overrides
+            # job.override_dirname too, where Hydra's rule needs no parser
+            derived = not point.hydra["job"]["config"]["override_dirname"]["exclude_keys"]
+            assert (["job", "override_dirname"] not in paths) == derived, overrides
     stats = compose.last_stats
     assert stats["points"] == len(points)
     if fast == "all":
@@ -113,6 +123,8 @@ FAST = APPS / "conf_fast"
 )
 def test_example_app_fast_equals_full(args):
     points = assert_same_as_full(EXAMPLE, args)
+    # a plain sweep's documents take the output dir, overrides and job number from their fields
+    assert all(hydra_doc(p, points[0].hydra)["node_from_doc"] for p in points)
     # every point has its own output dir, job number and override dirname
     assert len({p.hydra["runtime"]["output_dir"] for p in points}) == len(points)
     assert len({p.hydra["job"]["override_dirname"] for p in points}) == len(points)

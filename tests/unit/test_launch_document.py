@@ -13,7 +13,15 @@ from omegaconf import OmegaConf
 
 from seml_hydra.config import SemlLauncherConf
 from seml_hydra.core import states
-from seml_hydra.core.documents import apply_diff, diff_parent, same
+from seml_hydra.core.documents import (
+    NODE_FIELDS,
+    apply_diff,
+    dict_diff,
+    diff_parent,
+    point_hydra_node,
+    same,
+)
+from seml_hydra.core.hydra_node import JOB_ID_TOKEN
 from seml_hydra.launch.compose import SweepPoint
 from seml_hydra.launch.document import (
     LaunchDocs,
@@ -60,6 +68,110 @@ def test_hydra_doc_stores_the_node_as_a_diff_against_the_launchs_base():
     assert block["job_name"] == "train" and block["output_dir"] == "/abs/multirun/x/1"
     assert apply_diff(base, block["node_diff"]) == other
     assert hydra_doc(POINTS[0], base)["node_diff"] == []
+
+
+def full_point(
+    num: int, overrides: list[str], subdir: str | None = None, exclude: list[str] | None = None
+) -> SweepPoint:
+    """A point whose node has what Hydra's has of the document's fields (``overrides.task``,
+    ``job.num``, ``runtime.output_dir``) and what is resolved from them."""
+    subdir = str(num) if subdir is None else subdir
+    node = hydra_node(num)
+    node["sweep"]["subdir"] = subdir
+    node["runtime"]["output_dir"] = f"/abs/multirun/x/{subdir}"
+    node["overrides"] = {"hydra": ["hydra/launcher=seml"], "task": list(overrides)}
+    dirname_conf = {"kv_sep": "=", "item_sep": ",", "exclude_keys": list(exclude or [])}
+    node["job"]["config"] = {"override_dirname": dirname_conf}
+    kept = [o for o in overrides if o.split("=")[0] not in (exclude or [])]
+    node["job"]["override_dirname"] = ",".join(sorted(kept))
+    node["job_logging"] = {"handlers": {"file": {"filename": f"/abs/multirun/x/{subdir}/t.log"}}}
+    return SweepPoint(num, num, list(overrides), {"lr": num}, node)
+
+
+FULL = [
+    full_point(0, ["lr=0.1", "b=1"]),
+    full_point(1, ["lr=0.01", "b=1"]),
+    full_point(2, ["lr=0.001", "b=2"]),
+]
+FIELD_PATHS = [list(path) for path, _ in NODE_FIELDS] + [["job", "override_dirname"]]
+
+
+def test_hydra_doc_leaves_the_nodes_values_it_holds_as_fields_out_of_the_diff():
+    base = FULL[0].hydra
+    for point in FULL:
+        block = hydra_doc(point, base)
+        assert block["node_from_doc"] is True
+        paths = [entry["path"] for entry in block["node_diff"]]
+        assert not [path for path in FIELD_PATHS if path in paths]
+        # what is only resolved from them stays in the diff
+        if point is not FULL[0]:
+            assert ["sweep", "subdir"] in paths
+            assert ["job_logging", "handlers", "file", "filename"] in paths
+        # the job rebuilds the node Hydra composed, through the one reader
+        assert point_hydra_node(base, block) == point.hydra
+        assert point_hydra_node(base, block) is not base
+
+
+def test_a_document_staged_with_the_fields_in_its_diff_rebuilds_the_same_node():
+    base = FULL[0].hydra
+    for point in FULL[1:]:
+        old = {**hydra_doc(point, base), "node_diff": dict_diff(base, point.hydra)}
+        old.pop("node_from_doc", None)
+        assert [path for path in FIELD_PATHS if path in [e["path"] for e in old["node_diff"]]]
+        assert point_hydra_node(base, old) == point.hydra
+        # an explicit entry wins over the field, even where the block says node_from_doc
+        mixed = {**old, "node_from_doc": True, "output_dir": "/elsewhere", "job_num": 99}
+        assert point_hydra_node(base, mixed) == point.hydra
+    # a block without any of it (an old test document): the base as it is
+    assert point_hydra_node(base, {"node_diff": []}) == base
+    assert point_hydra_node(base, None) == base
+
+
+def test_hydra_doc_keeps_in_the_diff_what_its_fields_do_not_hold():
+    base = FULL[0].hydra
+    # overrides.task with an interpolation resolved: not the document's overrides
+    odd = full_point(1, ["lr=${x}"])
+    odd.hydra["overrides"]["task"] = ["lr=5"]
+    block = hydra_doc(odd, base)
+    assert "node_from_doc" not in block
+    assert ["overrides", "task"] in [entry["path"] for entry in block["node_diff"]]
+    assert point_hydra_node(base, block) == odd.hydra
+    # the first point of such a sweep: equal to the base, nothing in the diff, and no field used
+    first = full_point(0, ["lr=${x}"])
+    first.hydra["overrides"]["task"] = ["lr=5"]
+    block = hydra_doc(first, first.hydra)
+    assert block["node_diff"] == [] and "node_from_doc" not in block
+    assert point_hydra_node(first.hydra, block) == first.hydra
+
+
+def test_hydra_doc_keeps_an_override_dirname_it_cannot_derive_as_an_explicit_entry():
+    # exclude_keys: deriving it would need Hydra's override parser
+    points = [full_point(n, [f"lr={n}", "seed=1"], exclude=["seed"]) for n in range(2)]
+    for point in points:
+        block = hydra_doc(point, points[0].hydra)
+        assert block["node_from_doc"] is True
+        entries = [e for e in block["node_diff"] if e["path"] == ["job", "override_dirname"]]
+        # the first point's too, though its node is the base
+        assert entries == [{"path": ["job", "override_dirname"], "value": f"lr={point.job_num}"}]
+        assert point_hydra_node(points[0].hydra, block) == point.hydra
+    # a value Hydra's rule does not give (here: set by hand): kept
+    odd = full_point(1, ["lr=1"])
+    odd.hydra["job"]["override_dirname"] = "mine"
+    block = hydra_doc(odd, FULL[0].hydra)
+    assert {"path": ["job", "override_dirname"], "value": "mine"} in block["node_diff"]
+    assert point_hydra_node(FULL[0].hydra, block) == odd.hydra
+
+
+def test_hydra_doc_keeps_an_output_dir_with_the_job_id_token_in_the_diff():
+    token = [full_point(n, [f"lr={n}"], subdir=f"{n}_{JOB_ID_TOKEN}") for n in range(2)]
+    block = hydra_doc(token[1], token[0].hydra)
+    assert "node_from_doc" not in block
+    assert ["runtime", "output_dir"] in [entry["path"] for entry in block["node_diff"]]
+    # the job records its output dir in the document: the node still has the token
+    ran = {**block, "output_dir": "/abs/multirun/x/1_77_1"}
+    assert point_hydra_node(token[0].hydra, ran) == token[1].hydra
+    first = {**hydra_doc(token[0], token[0].hydra), "output_dir": "/abs/multirun/x/0_77_0"}
+    assert point_hydra_node(token[0].hydra, first) == token[0].hydra
 
 
 def test_seml_doc_masks_the_password_of_a_url_on_the_command_line():
