@@ -134,15 +134,24 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     of what the experiments left in the database (:func:`run_leftovers`), which also counts
     them and gives their smallest and largest ``_id``: when they are consecutive integers (the
     usual selection: a whole collection, a launch) their ids are that range and no document is
-    read for its id; otherwise the ids are read (``_id`` only). The documents of the runs that stored files or
+    read for its id; otherwise, and for a selection by a field an experiment's state changes
+    (``status``: an aggregate is no snapshot, one that moves in the index while it is read is
+    counted twice, which could make a gap look filled), the ids are read (``_id`` only). A
+    filter with ``$where`` (not allowed in an aggregate) reads its ids first. The documents of the runs that stored files or
     metrics are read for these; the metrics of every deleted experiment (by ``run_id`` and
     ``attempt_of``) are deleted by id ranges. The documents go by :func:`delete_ids` (several
     ``delete_many`` at once for a large selection). Raises ``ManageError`` (Slurm could not be
     asked: nothing is deleted) and pymongo errors."""
-    leftovers = run_leftovers(collection, query)
-    ids: Sequence[Any] | None = leftovers.ids
+    read: Sequence[Any] | None = None
+    if "$where" in query:  # not allowed in an aggregate's $match: the ids are read first
+        read = _read_ids(collection, query)
+        if not read:
+            return DeleteResult()
+    selection = query if read is None else id_filter(read)
+    leftovers = run_leftovers(collection, selection, span=_selects_by_fixed_fields(query))
+    ids = read if read is not None else leftovers.ids
     if ids is None:
-        ids = [d["_id"] for d in collection.find(dict(query), {"_id": 1}).sort("_id", 1)]
+        ids = _read_ids(collection, query)
     if not ids:
         return DeleteResult()
     by_id = id_filter(ids)
@@ -161,6 +170,22 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     _delete_run_files(collection.database, collection.name, leftovers.runs, ids)
     delete_orphan_sources(collection.database, collection.name, snapshot)
     return DeleteResult(list(ids), cancelled)
+
+
+#: the fields of an experiment no command changes once it is stored: a selection by them
+#: matches the same experiments while it is read
+_FIXED_FIELDS = frozenset({"_id", "batch_id"})
+
+
+def _selects_by_fixed_fields(query: Mapping[str, Any]) -> bool:
+    """Whether ``query`` reads only fields no command changes (:data:`_FIXED_FIELDS`; the
+    whole collection too), so that an aggregate over it counts each experiment once (pure)."""
+    return set(query) <= _FIXED_FIELDS
+
+
+def _read_ids(collection: Any, query: Mapping[str, Any]) -> list[Any]:
+    """The ``_id`` s of the experiments matching ``query``, sorted (one find, ``_id`` only)."""
+    return [d["_id"] for d in collection.find(dict(query), {"_id": 1}).sort("_id", 1)]
 
 
 def delete_ids(collection: Any, ids: Sequence[Any]) -> None:
@@ -239,19 +264,21 @@ def seml_files_pipeline(query: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def run_leftovers(collection: Any, query: Mapping[str, Any]) -> Leftovers:
+def run_leftovers(collection: Any, query: Mapping[str, Any], *, span: bool = True) -> Leftovers:
     """:class:`Leftovers` of the experiments matching ``query``: one aggregate for the payloads,
     snapshots, the ids of the runs that may have stored files or metrics and the span of the
     experiments' ids (:func:`seml_files_pipeline`), then those runs' documents (by id), when
     there are any. (One aggregate: cut into parts of the ``_id`` span sent at once, it took
-    longer, each part an index scan, than the one collection scan.) Raises pymongo errors."""
+    longer, each part an index scan, than the one collection scan.) ``span``: whether the
+    experiments' ids may be taken from their count and span (``Leftovers.ids``; only for a
+    query no experiment can enter or leave while it is read). Raises pymongo errors."""
     rows = list(collection.aggregate(seml_files_pipeline(query), allowDiskUse=True))
     seml = [{"seml": dict(row["_id"])} for row in rows]
     ran = [i for row in rows for i in row["ran"]]
     ids = None
     if not rows:
         ids = range(0)
-    elif all(row["ints"] == row["n"] for row in rows):
+    elif span and all(row["ints"] == row["n"] for row in rows):
         lo, hi = min(row["lo"] for row in rows), max(row["hi"] for row in rows)
         count = sum(row["n"] for row in rows)
         ids = id_block(int(lo), int(hi), count, count)

@@ -197,6 +197,19 @@ class Sample:
     others: dict[str, Any]
 
 
+def _sample(collection: Any, first: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The judged fields (``track.groups.JUDGED_FIELDS``) of the document ``first`` matches,
+    or None when it is not there or holds a value Python cannot hold (a date after year 9999
+    another tool wrote): its key is then judged from its documents' own fields."""
+    from bson.errors import InvalidBSON
+
+    try:
+        doc = collection.find_one(first, {name: 1 for name in JUDGED_FIELDS})
+    except InvalidBSON:
+        return None
+    return None if doc is None else dict(doc)
+
+
 def sampled_groups(
     collection: Any, entries: Sequence[census.Entry], now: datetime
 ) -> tuple[list[Sample], list[census.Entry]]:
@@ -222,7 +235,7 @@ def sampled_groups(
         first = and_(key, {"_id": entry.first_id})
         sample = None
         if number >= SAMPLED_MIN:
-            sample = collection.find_one(first, {name: 1 for name in JUDGED_FIELDS})
+            sample = _sample(collection, first)
         found = task_groups(collection, first, now=now) if sample is not None else []
         if sample is None or len(found) != 1:
             rest.append(entry)
