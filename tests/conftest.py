@@ -174,6 +174,24 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
+def private_mongod(tmp_path_factory):
+    """A standalone mongod of this test (``support.mongo.PrivateMongod``): nothing else talks
+    to it, and the test may stop it (SIGSTOP); it is continued and stopped at the end."""
+    from support.mongo import PrivateMongod
+
+    base = tmp_path_factory.mktemp("mongod")
+    server = PrivateMongod(base)
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.pid is not None:
+            os.kill(server.pid, signal.SIGCONT)
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
 def shared_tmp():
     """A fresh directory path right under /tmp (where other users can reach it; not made),
     removed after the test."""

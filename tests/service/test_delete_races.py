@@ -62,28 +62,45 @@ def test_a_task_starting_during_delete_by_state_does_not_delete_an_unselected_ex
 # --------------------------------------------------------------------------- Ctrl-C, mongod stopped
 
 
-@pytest.fixture
-def stopped_mongod(tmp_path_factory):
-    """A private mongod (the testbed's is never stopped), continued and stopped at the end."""
+def _ctrl_c_while_mongod_stopped(server, words: list[str], op_seen) -> None:
+    """Run ``seml *words`` against ``server`` (a private mongod), wait until ``op_seen`` (a
+    test of one ``currentOp`` entry) finds its write in flight, stop mongod (SIGSTOP) and
+    press Ctrl-C: the command must end within 10 s, non-zero. mongod is continued after."""
     import os
-    import shutil
     import signal
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    from support.mongo import PrivateMongod
-
-    base = tmp_path_factory.mktemp("mongod")
-    server = PrivateMongod(base)
-    server.start()
+    client = server.direct()
+    env = {**os.environ, "SEML_MONGODB_URI": f"mongodb://127.0.0.1:{server.port}/a6"}
+    seml = Path(sys.executable).parent / "seml"
+    proc = subprocess.Popen([str(seml), *words], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
-        yield server
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any(
+                op_seen(o) for o in client.admin.command("currentOp", {"ns": "a6.col"})["inprog"]
+            ):
+                break
+            time.sleep(0.005)  # the write is in flight for a moment only: look often
+        else:
+            pytest.fail(f"no write seen (exit {proc.poll()})")
+        os.kill(server.pid, signal.SIGSTOP)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"seml {' '.join(words)} still runs 10 s after Ctrl-C (mongod stopped)")
+        assert proc.returncode != 0
     finally:
-        if server.pid is not None:
-            os.kill(server.pid, signal.SIGCONT)
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        os.kill(server.pid, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.wait(timeout=60)
 
 
-def test_ctrl_c_stops_a_delete_whose_mongod_stopped_answering(stopped_mongod):
+def test_ctrl_c_stops_a_delete_whose_mongod_stopped_answering(private_mongod):
     """``seml col delete -y`` of 40,000 finished experiments; mongod stops answering (SIGSTOP)
     while the documents are being deleted and the user presses Ctrl-C. One ``delete_many``
     (15,000: checked by hand) is sent from the main thread: Ctrl-C ends the command at once
@@ -91,44 +108,14 @@ def test_ctrl_c_stops_a_delete_whose_mongod_stopped_answering(stopped_mongod):
     20,000 on the parts go from threads (``core.parallel.run_at_once``): the main thread waits
     for them, Python's exit waits for them again, and the command hangs as long as mongod does
     (here: until the test continues mongod, 10 s after the Ctrl-C)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    from pathlib import Path
-
     n = 40_000
-    client = stopped_mongod.direct()
+    client = private_mongod.direct()
     client["a6"]["col"].insert_many([{"_id": i, "status": "COMPLETED"} for i in range(1, n + 1)])
-    env = {**os.environ, "SEML_MONGODB_URI": f"mongodb://127.0.0.1:{stopped_mongod.port}/a6"}
-    seml = Path(sys.executable).parent / "seml"
-    proc = subprocess.Popen(
-        [str(seml), "col", "delete", "-y", "--no-cancel"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    _ctrl_c_while_mongod_stopped(
+        private_mongod,
+        ["col", "delete", "-y", "--no-cancel"],
+        lambda op: op.get("op") == "remove" or "delete" in (op.get("command") or {}),
     )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            ops = client.admin.command("currentOp", {"ns": "a6.col"})["inprog"]
-            if any(o.get("op") == "remove" or "delete" in (o.get("command") or {}) for o in ops):
-                break
-            time.sleep(0.005)
-        else:
-            pytest.fail(f"no delete seen (exit {proc.poll()})")
-        os.kill(stopped_mongod.pid, signal.SIGSTOP)
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pytest.fail("seml delete still runs 10 s after Ctrl-C (mongod stopped)")
-        assert proc.returncode != 0
-    finally:
-        os.kill(stopped_mongod.pid, signal.SIGCONT)
-        if proc.poll() is None:
-            proc.wait(timeout=60)
 
 
 def test_delete_takes_the_filter_dicts_the_other_commands_take(test_db):
@@ -147,36 +134,20 @@ def test_delete_takes_the_filter_dicts_the_other_commands_take(test_db):
 
 
 @pytest.mark.slurm
-def test_ctrl_c_stops_a_status_marking_killed_whose_mongod_stopped_answering(slurm, stopped_mongod):
+def test_ctrl_c_stops_a_status_marking_killed_whose_mongod_stopped_answering(slurm, private_mongod):
     """``seml col status`` after Slurm lost the 8 tasks of an array (40,000 PENDING
     experiments, 5,000 per task): the KILLED marks (8 ``update_many``, >= 10,000 experiments)
     go from threads (``track.killed.MARK_WORKERS``). mongod stops answering (SIGSTOP) while
     they run and the user presses Ctrl-C: the command must end, as it does when the marks
     go one after the other from the main thread."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from support.slurm import squeue_tasks
-    from support.wait import wait_until
+    from support.slurm import dead_array
 
     from seml_hydra.slurm import client as slurm_client
     from seml_hydra.store.db.collections import ensure_job_indexes
 
-    out = subprocess.run(
-        ["sbatch", "--parsable", "-p", "debug", "-t", "5", "--hold", "--array=0-7"]
-        + ["--wrap", "true"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    dead = int(out.strip().split(";")[0])
-    subprocess.run(["scancel", str(dead)], check=True)
-    wait_until("the array leaves the queue", lambda: not squeue_tasks(dead), timeout=60)
+    dead = dead_array(8)
     here = slurm_client.cluster_name()
-    client = stopped_mongod.direct()
+    client = private_mongod.direct()
     coll = client["a6"]["col"]
     per = 5_000
     coll.insert_many(
@@ -201,32 +172,6 @@ def test_ctrl_c_stops_a_status_marking_killed_whose_mongod_stopped_answering(slu
         ]
     )
     ensure_job_indexes(coll)
-    env = {**os.environ, "SEML_MONGODB_URI": f"mongodb://127.0.0.1:{stopped_mongod.port}/a6"}
-    seml = Path(sys.executable).parent / "seml"
-    proc = subprocess.Popen(
-        [str(seml), "col", "status"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    _ctrl_c_while_mongod_stopped(
+        private_mongod, ["col", "status"], lambda op: op.get("op") == "update"
     )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            ops = client.admin.command("currentOp", {"ns": "a6.col"})["inprog"]
-            if any(o.get("op") == "update" for o in ops):
-                break
-            time.sleep(0.005)
-        else:
-            pytest.fail(f"no update seen (exit {proc.poll()}): {proc.stdout.read()[-400:]}")
-        os.kill(stopped_mongod.pid, signal.SIGSTOP)
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pytest.fail("seml status still runs 10 s after Ctrl-C (mongod stopped)")
-        assert proc.returncode != 0
-    finally:
-        os.kill(stopped_mongod.pid, signal.SIGCONT)
-        if proc.poll() is None:
-            proc.wait(timeout=60)

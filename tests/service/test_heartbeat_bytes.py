@@ -12,10 +12,7 @@ tests/unit/test_heartbeat_pure.py; the benchmark is benchmarks/heartbeat_bytes.p
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
-from support.mongo import PrivateMongod
 from support.wait import wait_until
 
 from seml_hydra.job.claim import fence
@@ -32,19 +29,6 @@ from seml_hydra.job.observed import run_observed
 from seml_hydra.manage.inspection import read_outputs
 
 COLLECTION = "chatty"
-
-
-@pytest.fixture
-def private_mongod(tmp_path_factory):
-    """A standalone mongod of this test (its ``bytesIn`` counts this test's requests only)."""
-    base = tmp_path_factory.mktemp("mongod")
-    server = PrivateMongod(base)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def bytes_in(client) -> int:

@@ -3,12 +3,9 @@ reads the documents takes (found by an outside tester)."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 from support.mongo import statuses
-from support.slurm import squeue_tasks
-from support.wait import wait_until
+from support.slurm import dead_array
 
 pytestmark = pytest.mark.slurm
 
@@ -18,17 +15,7 @@ def dead(slurm):
     """``(array, cluster)``: a held array of 2 tasks cancelled before it started."""
     from seml_hydra.slurm import client
 
-    out = subprocess.run(
-        ["sbatch", "--parsable", "-p", "debug", "-t", "5", "--hold", "--array=0-1"]
-        + ["--wrap", "true"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    array = int(out.strip().split(";")[0])
-    subprocess.run(["scancel", str(array)], check=True)
-    wait_until("the array leaves the queue", lambda: not squeue_tasks(array), timeout=60)
-    return array, client.cluster_name()
+    return dead_array(2), client.cluster_name()
 
 
 def test_a_sampled_key_with_a_date_python_cannot_hold_is_judged_as_the_documents(dead, test_db):

@@ -110,3 +110,21 @@ def release_and_wait(array_id) -> None:
 
     subprocess.run(["scontrol", "release", str(array_id)], check=True)
     wait_until("the job ends", lambda: squeue_tasks(array_id) == {})
+
+
+def dead_array(tasks: int) -> int:
+    """The id of a held array of ``tasks`` tasks cancelled before it started and gone from the
+    queue (what Slurm shows of tasks it lost)."""
+    from support.wait import wait_until
+
+    out = subprocess.run(
+        ["sbatch", "--parsable", "-p", "debug", "-t", "5", "--hold", f"--array=0-{tasks - 1}"]
+        + ["--wrap", "true"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    array = int(out.strip().split(";")[0])
+    subprocess.run(["scancel", str(array)], check=True)
+    wait_until("the array leaves the queue", lambda: not squeue_tasks(array), timeout=60)
+    return array
