@@ -1,7 +1,8 @@
 """What a job inherits from the launching shell that another local user could use to run
 code as you: the search paths and files of :data:`SEARCH_PATH_VARIABLES` (``PATH``,
 ``PYTHONPATH``, ``LD_LIBRARY_PATH``, ``LD_PRELOAD``, ``BASH_ENV``, ...), the umask, and
-an interpreter too old to keep the working directory off the import path of the processes a task starts.
+an interpreter too old to keep the working directory off the import path of the processes a
+task starts.
 
 A job gets the launching environment (sbatch exports it). A ``PYTHONPATH`` entry others can
 add files to (``/tmp/shared``, sticky or not) lets them plant a ``sitecustomize.py`` or a
@@ -114,10 +115,13 @@ def environment_problem(environ: Mapping[str, str], cwd: str) -> str | None:
     ``cwd``: the directory empty and relative entries mean. Judged by
     :func:`core.paths.search_entry_problem`: a directory others can add files to, sticky or
     not (``/tmp`` itself too), or a non-sticky one others can write above it; a file entry
-    (a zip, a library) others can write, or in such a directory; who owns each part is not
-    judged (software trees of admin accounts, ``/opt/slurm/bin``
-    owned by ``slurm``, are trusted as their owner is); an entry that
-    does not exist by its nearest existing directory (:func:`core.paths.creatable_dir_problem`)."""
+    (a zip, a library) others can write, or in such a directory; a part another user made in
+    a directory every user adds entries to (their own ``/tmp/lib``). Otherwise who owns each
+    part is not judged (software trees of admin accounts, ``/opt/slurm/bin`` owned by
+    ``slurm``, are trusted as their owner is); an entry that does not exist is judged by its
+    nearest existing directory (:func:`core.paths.creatable_dir_problem`). A loader variable
+    naming a ``$LIB``, ``$PLATFORM`` or ``$ORIGIN`` token is refused (what it loads cannot be
+    judged)."""
     for name in SEARCH_PATH_VARIABLES:
         value = environ.get(name)
         if not value:

@@ -523,9 +523,14 @@ def pycache_prefix_options(python: str) -> list[str]:
         return []
     found = []
     for before, word in zip(["", *words], words):
-        value = word[2:] if word.startswith("-X") and before != "-X" else word
-        if (before == "-X" or word.startswith("-X")) and value.startswith(_PYCACHE_OPTION):
-            found.append(value[len(_PYCACHE_OPTION) :])
+        if before == "-X":  # -X pycache_prefix=DIR
+            option = word
+        elif word.startswith("-X"):  # -Xpycache_prefix=DIR
+            option = word[2:]
+        else:
+            continue
+        if option.startswith(_PYCACHE_OPTION):
+            found.append(option[len(_PYCACHE_OPTION) :])
     return found
 
 

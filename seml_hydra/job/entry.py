@@ -106,9 +106,9 @@ def guarded_python(python: str) -> str:
 def guard(argv: Sequence[str] | None = None) -> int:
     """Step 1 of a job (the module's docstring), run by :func:`guard_program` in a Python
     started with ``-I -S``: judge the environment as :func:`main` does, then replace this
-    process with the same Python started normally on :data:`BOOTSTRAP` and the same arguments. ``argv``: the
-    arguments after the program (default ``sys.argv[1:]``: :data:`SUBMITIT_ARGS` and the
-    folder).
+    process with the same Python started normally on :data:`BOOTSTRAP` and the same
+    arguments. ``argv``: the arguments after the program (default ``sys.argv[1:]``:
+    :data:`SUBMITIT_ARGS` and the folder).
 
     Returns 1 (after one line on stderr and stdout) when the arguments are not submitit's or
     the environment is refused (:func:`_environment_refusal`); otherwise does not return
