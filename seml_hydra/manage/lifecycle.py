@@ -137,21 +137,17 @@ def delete(collection: Any, query: Mapping[str, Any], *, cancel_first: bool = Tr
     read for its id; otherwise, and for a selection by a field an experiment's state changes
     (``status``: an aggregate is no snapshot, one that moves in the index while it is read is
     counted twice, which could make a gap look filled), the ids are read (``_id`` only). A
-    filter with ``$where`` (not allowed in an aggregate) reads its ids first. The documents of the runs that stored files or
-    metrics are read for these; the metrics of every deleted experiment (by ``run_id`` and
+    filter with ``$where`` (not allowed in an aggregate) reads its ids first. The documents
+    of the runs that stored files or metrics are read for these; the metrics of every deleted experiment (by ``run_id`` and
     ``attempt_of``) are deleted by id ranges. The documents go by :func:`delete_ids` (several
     ``delete_many`` at once for a large selection). Raises ``ManageError`` (Slurm could not be
     asked: nothing is deleted) and pymongo errors."""
-    read: Sequence[Any] | None = None
-    if "$where" in query:  # not allowed in an aggregate's $match: the ids are read first
-        read = _read_ids(collection, query)
-        if not read:
-            return DeleteResult()
-    selection = query if read is None else id_filter(read)
+    # $where is not allowed in an aggregate's $match: such a selection's ids are read first
+    ids: Sequence[Any] | None = _read_ids(collection, query) if "$where" in query else None
+    selection = query if ids is None else id_filter(ids)
     leftovers = run_leftovers(collection, selection, span=_selects_by_fixed_fields(query))
-    ids = read if read is not None else leftovers.ids
     if ids is None:
-        ids = _read_ids(collection, query)
+        ids = leftovers.ids if leftovers.ids is not None else _read_ids(collection, query)
     if not ids:
         return DeleteResult()
     by_id = id_filter(ids)
