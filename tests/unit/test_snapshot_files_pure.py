@@ -127,3 +127,14 @@ def test_a_run_lists_the_snapshot_files_of_its_loaded_modules(tmp_path):
     files = [["app.py", 1], ["helper.py", 2], ["lazy.py", 3], ["conf/config.yaml", 4]]
     loaded = [str(tmp_path / "app.py"), str(tmp_path / "helper.py"), "/usr/lib/os.py"]
     assert imported_files(files, tmp_path, loaded) == [["app.py", 1], ["helper.py", 2]]
+
+
+def test_a_run_lists_its_snapshot_files_through_a_linked_snapshot_path(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    files = [["app.py", 1], ["helper.py", 2]]
+    # imported through the path as materialized gave it (a link), resolved to the snapshot
+    loaded = [str(tmp_path / "link" / "helper.py"), str(tmp_path / "elsewhere" / "app.py")]
+    assert imported_files(files, tmp_path / "link", loaded) == [["helper.py", 2]]
+    assert imported_files(files, real, [str(real / "app.py")]) == [["app.py", 1]]

@@ -61,9 +61,22 @@ def _entry(cache: Path, source: bytes) -> Path:
     return cache / f"{hashlib.sha1(source).hexdigest()}.{tag}{opt}.pyc"
 
 
-def _modules(directory: Path) -> list[Path]:
-    """The ``.py`` files under ``directory``, symbolic links left out."""
-    return [p for p in directory.rglob("*.py") if p.is_file() and not p.is_symlink()]
+def _modules(directory: Path, *, compiled_only: bool = False) -> list[Path]:
+    """The ``.py`` files under ``directory``, symbolic links left out; with ``compiled_only``
+    only those of folders holding a ``__pycache__`` (where Python wrote the bytecode of the
+    modules a job imported: a few folders, not every file of the snapshot)."""
+    out = []
+    for folder, dirs, names in os.walk(directory):
+        compiled = "__pycache__" in dirs
+        if compiled:
+            dirs.remove("__pycache__")  # bytecode, no modules
+        if compiled_only and not compiled:
+            continue
+        for name in names:
+            path = Path(folder, name)
+            if name.endswith(".py") and path.is_file() and not path.is_symlink():
+                out.append(path)
+    return out
 
 
 def restore_bytecode(directory: Path, cache: Path) -> int:
@@ -96,7 +109,7 @@ def store_bytecode(directory: Path, cache: Path, *, now: float | None = None) ->
     if sys.implementation.cache_tag is None:
         return 0
     added = 0
-    for path in _modules(directory):
+    for path in _modules(directory, compiled_only=True):
         with contextlib.suppress(OSError, ValueError):
             written = Path(importlib.util.cache_from_source(str(path)))
             if not written.is_file():

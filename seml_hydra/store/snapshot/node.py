@@ -8,7 +8,8 @@ module there), puts it (and its ``src/``) first on ``sys.path``, maps every othe
 ``sys.path`` inside the live project onto the snapshot, runs from it, and removes only that
 directory (and what killed jobs of this user left) (:func:`materialized`). (It imports from
 the snapshot; its working directory stays Hydra's.) ``seml <col> restore-sources`` writes a
-snapshot with :func:`write_sources` too.
+snapshot with :func:`write_sources`, which checks every path component (a target others can write);
+a job writes into the directory it has just made with :func:`write_new_tree`.
 """
 
 from __future__ import annotations
@@ -133,9 +134,13 @@ def imported_files(
     into ``directory`` whose file is one of ``module_files`` (``__file__`` of the loaded
     modules), in the snapshot's order: what Sacred's default source discovery (``imported``)
     lists as a run's ``experiment.sources``, the source files of the modules loaded when the
-    run starts (pure but for resolving links in the paths)."""
+    run starts (pure but for resolving links in the paths). Only module files under
+    ``directory`` (as given or resolved) are resolved: the snapshot's modules are imported
+    through the ``sys.path`` entries :func:`materialized` puts there, and resolving every
+    loaded module's path (~700 in a Hydra job) cost ~28 ms of the task's CPU."""
     base = os.path.realpath(directory)
-    loaded = {os.path.realpath(name) for name in module_files if name}
+    inside = (os.path.join(str(directory), ""), os.path.join(base, ""))
+    loaded = {os.path.realpath(name) for name in module_files if name and name.startswith(inside)}
     return [
         [str(rel), file_id]
         for rel, file_id in files
@@ -222,6 +227,30 @@ def write_sources(db: Database, source_files: Sequence[Sequence[Any]], target: P
     return written
 
 
+def write_new_tree(files: Sequence[tuple[Path, bytes]]) -> None:
+    """Write ``files`` (:func:`read_sources`' ``(path, content)`` pairs) into the directory
+    :func:`materialized` has just created for them (mode 0700 in the private runtime
+    directory, so no other user can add anything under it): missing folders made (mode 0700),
+    each file created exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0666 less the umask)
+    and written once. About 5 times cheaper than :func:`write_sources`' checked writes
+    (7 vs 35 ms of CPU for a snapshot of 331 files), which a target other users can write
+    needs. Raises ``OSError`` when a file cannot be written or is there already."""
+    made: set[str] = set()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for path, data in files:
+        parent = os.path.dirname(path)
+        if parent not in made:
+            os.makedirs(parent, 0o700, exist_ok=True)
+            made.add(parent)
+        fd = os.open(path, flags, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+
 def _write_under(root: Path, parts: Sequence[str], data: bytes) -> bool:
     """Write ``data`` to ``root/<parts>`` unless it is already there; returns whether it wrote.
 
@@ -303,6 +332,10 @@ def foreign_files(db: Database, source_files: Sequence[Sequence[Any]], target: P
 #: seconds a rank waits for its node's snapshot lock before failing (the first rank of the
 #: node holds it while it writes the snapshot from GridFS)
 LOCK_TIMEOUT_S = 300.0
+#: seconds between a waiting rank's tries of that lock: the node's other tasks of a batch
+#: start at once and wait while the first writes the snapshot (tens of ms); filelock's own
+#: 0.05 s would keep each of them up to that long after the lock is free
+LOCK_POLL_S = 0.005
 #: name prefix of the snapshot files in the private runtime directory
 SNAPSHOT_PREFIX = "src-"
 
@@ -483,7 +516,7 @@ def materialized(
     created = False
     directory = base / stem
     try:
-        with lock:
+        with lock.acquire(poll_interval=LOCK_POLL_S):
             state = _read_registry(registry, stem)
             if state is not None and state["users"] and (base / state["dir"]).is_dir():
                 directory = base / state["dir"]
@@ -495,11 +528,11 @@ def materialized(
                 directory.mkdir(mode=0o700)
                 created = True
                 try:
-                    # rewriting the files is harmless: retried while MongoDB is unreachable
-                    retrying(
-                        lambda: write_sources(db, source_files, directory),
-                        "writing the code snapshot",
+                    files = retrying(  # retried while MongoDB is unreachable
+                        lambda: read_sources(db, source_files, directory),
+                        "reading the code snapshot",
                     )
+                    write_new_tree(files)
                     restore_bytecode(directory, base / CACHE_DIR)
                 except BaseException:
                     shutil.rmtree(directory, ignore_errors=True)
@@ -544,7 +577,7 @@ def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any])
     from filelock import Timeout
 
     try:
-        with lock:
+        with lock.acquire(poll_interval=LOCK_POLL_S):
             state = _read_registry(registry, stem)
             if state is None or state["dir"] != directory.name:  # no rank can be using it
                 shutil.rmtree(directory, ignore_errors=True)
