@@ -184,19 +184,58 @@ def run_once(name: str, envs: dict, work: Path, label: str, points: int) -> dict
     return result
 
 
+#: the floor of a round: the same number of tasks of ``true``, submitted by sbatch alone
+SLURM_ALONE = "Slurm alone"
+
+
+def slurm_alone_once(work: Path, label: str, points: int) -> dict:
+    """Slurm's own share of a round, measured: an array of ``points`` tasks that each only
+    append the time they end to a file, submitted by ``sbatch`` from this process. Returns
+    ``{"wall_s": <sbatch's start to the last task's end>}``: the scheduler's passes (the
+    first after the submission, the next ``batch_sched_delay`` later for the tasks the CPUs
+    could not take at once) and the tasks' start and end in Slurm, with no Python, Hydra or
+    launcher in it; what a launcher adds is its wall minus this."""
+    run_dir = work / label
+    run_dir.mkdir()
+    ends = run_dir / "ends.txt"
+    script = run_dir / "task.sh"
+    script.write_text(f"#!/bin/bash\ndate +%s.%N >> {ends}\n")
+    started = time.time()
+    subprocess.run(
+        ["sbatch", "-Q", "-a", f"0-{points - 1}", "-o", "/dev/null", "-J", "life_floor",
+         str(script)],
+        check=True,
+    )  # fmt: skip
+    deadline = started + 120
+    while time.time() < deadline:
+        lines = ends.read_text().split() if ends.exists() else []
+        if len(lines) >= points:
+            return {"wall_s": max(map(float, lines)) - started}
+        time.sleep(0.02)
+    raise RuntimeError(f"{label}: the {points} tasks of `true` did not end within 120 s")
+
+
 def bench(args, envs, work: Path) -> dict:
-    """``{name: [run, ...]}`` for each of :data:`NAMES`, one run per round
-    (``args.life_rounds``), the order rotated every round, each run after
-    :func:`quiet_scheduler`; each run a dict of :func:`run_once`."""
+    """``{name: [run, ...]}`` for each of :data:`NAMES` and :data:`SLURM_ALONE`, one run per
+    round (``args.life_rounds``), the order rotated every round, each run after
+    :func:`quiet_scheduler`; each run a dict of :func:`run_once` (of
+    :func:`slurm_alone_once`)."""
     client = mongo_client(args.mongo)
-    runs: dict[str, list] = {n: [] for n in NAMES}
+    names = (*NAMES, SLURM_ALONE)
+    runs: dict[str, list] = {n: [] for n in names}
     delay, ended = batch_sched_delay(), None
     for rnd in range(args.life_rounds):
-        shift = rnd % len(NAMES)
-        for name in NAMES[shift:] + NAMES[:shift]:
+        shift = rnd % len(names)
+        for name in names[shift:] + names[:shift]:
             client[OURS_DB].drop_collection(COLLECTION)
             quiet_scheduler(ended, delay)
-            r = run_once(name, envs, work, f"life-{_slug(name)}-{rnd}", args.life_points)
+            label = f"life-{_slug(name)}-{rnd}"
+            if name == SLURM_ALONE:
+                runs[name].append(slurm_alone_once(work, label, args.life_points))
+                ended = time.time()
+                say(f"  (life) {name:28s} round {rnd}: total {runs[name][-1]['wall_s']:.2f} s")
+                continue
+            r = run_once(name, envs, work, label, args.life_points)
             ended = time.time()
             runs[name].append(r)
             say(
@@ -247,6 +286,15 @@ def rows(results: dict, args) -> list[tuple]:
         else:
             out.append((label, o, t, ratio, f"<= {target}", o <= target * t))
     default = r.get(DEFAULT)
+    floor = _median_of(r.get(SLURM_ALONE, []), "wall_s")
+    if r.get(SLURM_ALONE):  # older results have no floor runs
+        out.append((f"(life) Slurm alone: {n} tasks of `true`, sbatch -> last end, s", floor,
+                    floor, 1.0, "-", None))  # fmt: skip
+        for name, runs_of in (("", ours), (", default sweeper", default or [])):
+            o = _median_of(runs_of, "wall_s") - floor
+            t = _median_of(theirs, "wall_s") - floor
+            out.append((f"(life) command -> results beyond Slurm alone{name}, s", o, t,
+                        o / t if t else float("nan"), "-", None))  # fmt: skip
     if default:  # older results have no default-sweeper runs
         for key, label, target in (
             ("wall_s", f"(life) {n} no-op exps, command -> results, default sweeper, s", 0.9),

@@ -238,10 +238,7 @@ def write_new_tree(files: Sequence[tuple[Path, bytes]]) -> None:
     made: set[str] = set()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for path, data in files:
-        parent = os.path.dirname(path)
-        if parent not in made:
-            os.makedirs(parent, 0o700, exist_ok=True)
-            made.add(parent)
+        _private_folders(os.path.dirname(path), made)
         fd = os.open(path, flags, 0o666)
         try:
             view = memoryview(data)
@@ -249,6 +246,17 @@ def write_new_tree(files: Sequence[tuple[Path, bytes]]) -> None:
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
+
+
+def _private_folders(folder: str, made: set[str]) -> None:
+    """Make ``folder`` and its missing parents, each with mode 0700 (``os.makedirs`` gives
+    the parents the default mode); ``made``: the folders known to exist, added to."""
+    if folder in made:
+        return
+    if not os.path.isdir(folder):
+        _private_folders(os.path.dirname(folder), made)
+        os.mkdir(folder, 0o700)
+    made.add(folder)
 
 
 def _write_under(root: Path, parts: Sequence[str], data: bytes) -> bool:
