@@ -253,8 +253,8 @@ class JobRunner:
         execution: dict[str, Any],
     ) -> str:
         """Run the claimed ``doc``, inside its code snapshot when it has one
-        (``seml_hydra.store.snapshot.node.materialized``: once per node for the tasks running it at
-        the same time, removed after the last one), with the snapshot's copy of the app's script
+        (``seml_hydra.store.snapshot.node.materialized``: written once per node for the tasks
+        running it, kept a while after the last one for the next tasks of the same code), with the snapshot's copy of the app's script
         as ``__main__`` when the snapshot holds it (``seml_hydra.job.main_module``); returns
         its outcome on this rank."""
         exp_id = doc["_id"]

@@ -100,7 +100,7 @@ def test_a_later_snapshot_directory_imports_the_modules_compiled_before(
     with snapshots.materialized(test_db, snapshot, "semltest_1") as first:
         value, compiled = import_fresh(first, "pkg.mod")
         assert value.startswith("41 ") and str(first / "pkg" / "mod.py") in compiled
-    assert not first.exists() and len(list((runtime / "bytecode").glob("*.pyc"))) >= 2
+    assert len(list((runtime / "bytecode").glob("*.pyc"))) >= 2
     with snapshots.materialized(test_db, snapshot, "semltest_2") as second:
         assert second != first
         value, compiled = import_fresh(second, "pkg.mod")

@@ -5,6 +5,7 @@ code. A plain sweep's documents stay small however many files the snapshot holds
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -115,7 +116,11 @@ def test_flat_project_job_runs_the_code_of_launch_time(slurm, test_db, tmp_path)
     assert done["status"] == "COMPLETED", done.get("fail_trace")
     assert done["result"]["value"] == 1
     assert "/src-semltest_" in done["result"]["file"]  # in the private runtime directory
-    assert not Path(done["result"]["file"]).exists()  # the job removed its directory
+    # kept a while for the next tasks of this code on the node, its registry saying when the
+    # job left it
+    registry = Path(done["result"]["file"]).parent.name.rsplit("-", 1)[0] + ".json"
+    assert Path(done["result"]["file"]).exists()
+    assert json.loads((Path(done["result"]["file"]).parent.parent / registry).read_text())["left"]
     assert done["result"]["cwd"] == str(app.parent)  # the launch directory, as Hydra has it
 
 
@@ -234,6 +239,8 @@ def test_a_plain_sweep_point_stays_under_2_kib_besides_its_config_and_result(
 
     pending = launch("small")
     bare = launch("bare", "hydra.launcher.snapshot=false")
+    # only measured: its held array would wait in the testbed's queue for ever
+    subprocess.run(["scancel", str(bare[0]["slurm"][0]["array_id"])], check=True)
     assert [d["status"] for d in pending] == ["PENDING", "PENDING"]
     assert len(snapshot_files(test_db, pending[0])) > 100  # the whole project
     for doc, without in zip(pending, bare):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -232,7 +233,7 @@ def import_value(name: str):
         sys.modules.pop(name, None)
 
 
-def test_materialized_runs_from_the_snapshot_and_removes_only_its_directory(
+def test_materialized_runs_from_the_snapshot_and_keeps_only_its_directory(
     test_db, tmp_path, private_runtime
 ):
     root = make_project(tmp_path)
@@ -257,8 +258,65 @@ def test_materialized_runs_from_the_snapshot_and_removes_only_its_directory(
     sys.modules.pop("mypkg.model", None)
     sys.modules.pop("mypkg", None)
     assert Path.cwd() == cwd
-    assert not directory.exists() and sibling.exists()
+    assert directory.exists() and sibling.exists()  # kept for the next tasks of this code
     assert str(directory) not in sys.path
+
+
+def _registry(runtime: Path, directory: Path) -> Path:
+    return runtime / f"{directory.name.rsplit('-', 1)[0]}.json"
+
+
+def test_a_kept_snapshot_runs_the_next_wave_without_writing_it_again(
+    test_db, tmp_path, private_runtime
+):
+    """The next task of the same code on the node (the array's next wave, a requeue, a later
+    launch of unchanged code) runs from the directory the last task left, within KEEP_S: it
+    reads nothing from GridFS (its files are gone here) and writes nothing."""
+    import json
+
+    snapshot = module_snapshot(test_db, tmp_path, "kept_a", 1)
+    private_runtime.mkdir(mode=0o700)
+    with snapshots.materialized(test_db, snapshot, "slurm_9") as first:
+        assert import_value("kept_a") == 1
+    state = json.loads(_registry(private_runtime, first).read_text())
+    assert state["users"] == [] and time.time() - state["left"] < 60
+    test_db["fs.files"].delete_many({})
+    test_db["fs.chunks"].delete_many({})
+    with snapshots.materialized(test_db, snapshot, "slurm_9") as again:
+        assert again == first
+        assert import_value("kept_a") == 1
+
+
+def test_a_kept_snapshot_missing_a_file_or_too_old_is_written_anew_and_removed(
+    test_db, tmp_path, private_runtime
+):
+    """A kept directory a cleaner of old temporary files emptied is not run from: the next
+    task writes a new one. One no task came back to within KEEP_S is removed by the next job
+    on the node, with its registry and lock; one a running task uses stays."""
+    import json
+    import socket
+
+    snapshot = module_snapshot(test_db, tmp_path, "kept_b", 1)
+    other = module_snapshot(test_db, tmp_path, "kept_c", 2)
+    private_runtime.mkdir(mode=0o700)
+    with snapshots.materialized(test_db, snapshot, "slurm_10") as first:
+        pass
+    (first / "kept_b.py").unlink()
+    with snapshots.materialized(test_db, snapshot, "slurm_10") as second:
+        assert second != first and not first.exists()
+        assert import_value("kept_b") == 1
+    registry = _registry(private_runtime, second)
+    state = json.loads(registry.read_text())
+    state["left"] -= snapshots.KEEP_S + 1
+    registry.write_text(json.dumps(state))
+    with snapshots.materialized(test_db, other, "slurm_11") as third:
+        assert import_value("kept_c") == 2
+    assert third.exists() and not second.exists()
+    assert not registry.exists() and not registry.with_suffix(".lock").exists()
+    assert snapshots.remove_stale_snapshots(private_runtime, socket.gethostname()) == []
+    later = time.time() + snapshots.KEEP_S + 1
+    cleaned = snapshots.remove_stale_snapshots(private_runtime, socket.gethostname(), now=later)
+    assert cleaned == [third.name.rsplit("-", 1)[0]] and not third.exists()
 
 
 def test_materialized_fails_clearly_when_the_node_cannot_create_the_directory(
@@ -464,11 +522,17 @@ def test_leftovers_of_killed_jobs_are_removed_and_a_wrapped_pid_never_reuses_one
         assert not (private_runtime / f"src-slurm_45_0-{host}.json").exists()
         assert not (private_runtime / f"src-slurm_45_0-{host}.lock").exists()
         assert elsewhere.exists()
-    assert not directory.exists()
-    assert sorted(p.name for p in private_runtime.iterdir() if not p.name.endswith(".lock")) == [
-        elsewhere.name,
-        "src-slurm_46_0-otherhost.json",
-    ]
+    assert directory.exists()  # kept for the next tasks of this code
+    assert sorted(p.name for p in private_runtime.iterdir() if not p.name.endswith(".lock")) == (
+        sorted(
+            [
+                elsewhere.name,
+                "src-slurm_46_0-otherhost.json",
+                directory.name,
+                f"src-{key}-{host}.json",
+            ]
+        )
+    )
 
 
 def test_snapshot_of_refuses_several_snapshots_and_names_the_batches():
