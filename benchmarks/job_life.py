@@ -35,10 +35,11 @@ on the testbed's 4 CPUs the 8 tasks start in two waves about 3 s apart, and when
 submits less than ``batch_sched_delay`` after the pass that started the previous launch's
 last wave, its first wave waits for the rest of that interval: a launch then pays for how
 quickly the launch *before* it ended (measured: the first task 0.8-3.3 s after the command's
-start for the same launcher in back-to-back runs). Each run therefore starts once the queue
-is empty and ``batch_sched_delay + 1`` seconds have passed since the previous run ended
+start for the same launcher in back-to-back runs). Each run therefore starts once no job runs
+and ``2 * batch_sched_delay + 2`` seconds have passed since the previous run ended
 (:func:`quiet_scheduler`), the state a launch on a quiet cluster finds; the second wave's
-wait stays in every run, as a user sees it.
+wait stays in every run, as a user sees it. ``Slurm alone`` (:func:`slurm_alone_once`) is
+the floor: the same tasks doing nothing, submitted by sbatch.
 """
 
 from __future__ import annotations
@@ -154,14 +155,18 @@ def batch_sched_delay() -> float:
 
 
 def quiet_scheduler(previous_end: float | None, delay: float) -> None:
-    """Return once no job runs, starts or ends (held ones may wait) and ``delay + 1`` seconds
-    have passed since ``previous_end`` (a ``time.time()``; None: the first run): the next
-    launch then finds the scheduler as after a quiet minute (the module's docstring)."""
+    """Return once no job runs, starts or ends (held ones may wait) and ``2 * delay + 2``
+    seconds have passed since ``previous_end`` (a ``time.time()``; None: the first run): the
+    pass the previous run's last task ends ask for comes up to ``delay`` (+ the scheduler's
+    1 s loop) after them, and the next pass ``delay`` after that one, so the next launch then
+    finds the scheduler as after a quiet minute (the module's docstring). With ``delay + 1``
+    a launch right after the floor run (whose tasks end at once) waited ~1 s more for its first
+    task than after the others."""
     running = ["squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING"]
     while subprocess.run(running, capture_output=True, text=True).stdout.strip():
         time.sleep(0.5)
     if previous_end is not None:
-        time.sleep(max(0.0, previous_end + delay + 1 - time.time()))
+        time.sleep(max(0.0, previous_end + 2 * delay + 2 - time.time()))
 
 
 def idle_between_waves(t0: dict[str, float], last: dict[str, float]) -> float:
