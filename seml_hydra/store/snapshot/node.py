@@ -400,10 +400,11 @@ def _read_registry(path: Path, stem: str) -> dict[str, Any] | None:
 
 def _kept(state: dict[str, Any] | None, now: float) -> bool:
     """Whether a snapshot's directory (registry ``state``) is in use or was left cleanly less
-    than :data:`KEEP_S` seconds before ``now`` (pure)."""
+    than :data:`KEEP_S` seconds before ``now`` (pure). A ``left`` after ``now`` (the clock
+    stepped back, an infinite or garbage value) does not keep it: it would be kept forever."""
     if state is None:
         return False
-    return bool(state["users"]) or (state["left"] is not None and now - state["left"] < KEEP_S)
+    return bool(state["users"]) or (state["left"] is not None and 0 <= now - state["left"] < KEEP_S)
 
 
 def _complete(directory: Path, source_files: Sequence[Sequence[Any]]) -> bool:
@@ -541,7 +542,8 @@ def materialized(
     node's cache, which gives the modules of a later directory with the same sources their
     compiled code (``seml_hydra.store.snapshot.bytecode``). Creating or leaving a directory
     also removes this host's other snapshots no task uses or came back to within
-    :data:`KEEP_S`, and what killed jobs left (:func:`remove_stale_snapshots`).
+    :data:`KEEP_S`, and what killed jobs left (:func:`remove_stale_snapshots`); a directory
+    that does not fit removes the kept ones no task uses first (:func:`_write_making_room`).
 
     Before anything is imported, the base and the snapshot directory are checked with
     ``lstat`` (this user's, not open to others, not symlinks); then the directory and its
@@ -586,7 +588,7 @@ def materialized(
                         lambda: read_sources(db, source_files, directory),
                         "reading the code snapshot",
                     )
-                    write_new_tree(files)
+                    _write_making_room(files, directory, base, host, stem)
                     restore_bytecode(directory, base / CACHE_DIR)
                 except BaseException:
                     shutil.rmtree(directory, ignore_errors=True)
@@ -622,6 +624,25 @@ def materialized(
     finally:  # the entries the run added itself stay
         sys.path[:] = before + [e for e in sys.path if e not in ours and e not in before]
         _leave(lock, registry, stem, directory, me)
+
+
+def _write_making_room(
+    files: Sequence[tuple[Path, bytes]], directory: Path, base: Path, host: str, stem: str
+) -> None:
+    """:func:`write_new_tree` of ``files`` into the fresh ``directory``; when the file system
+    is full (``ENOSPC``, ``EDQUOT``), remove this host's snapshots no running task uses, the
+    kept ones too (a cache: :data:`KEEP_S`), and write once more into a fresh ``directory``
+    when that removed any. Called under the lock of ``stem`` (left alone). Raises ``OSError``."""
+    try:
+        write_new_tree(files)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        shutil.rmtree(directory, ignore_errors=True)
+        if not remove_stale_snapshots(base, host, skip=stem, now=float("inf")):
+            raise
+        directory.mkdir(mode=0o700)
+        write_new_tree(files)
 
 
 def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any]) -> None:
