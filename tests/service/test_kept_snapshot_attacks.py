@@ -53,7 +53,7 @@ def test_a_registry_left_in_the_future_does_not_keep_a_directory_forever(
 @pytest.mark.xfail(
     strict=True,
     reason="_complete only lstats each file: a kept directory a task edited is reused as it is "
-    "(documented in docs/snapshots.md), so a later launch of unchanged code runs the edit",
+    "(documented in docs/snapshots.md), so the next wave of the same batch runs the edit",
 )
 def test_a_task_that_edits_its_snapshot_does_not_hand_the_edit_to_the_next_task(
     test_db, tmp_path, private_runtime
@@ -158,3 +158,29 @@ def test_a_snapshot_that_fits_only_without_the_kept_ones_is_written(
     assert kept.exists()
     with snapshots.materialized(test_db, second, "slurm_82"):
         assert import_value("full_b_3") == 3
+
+
+def test_a_later_launch_of_unchanged_code_has_another_key_and_writes_its_own_directory(
+    test_db, tmp_path, private_runtime
+):
+    """Every launch (batch) stores its own copies of the files (``upload_sources`` never
+    reuses another batch's), so the snapshot key of a later launch of unchanged code differs:
+    the kept directory serves the same batch only (the next wave of its array, a requeued or
+    restarted task), as the docs say."""
+    from seml_hydra.store.snapshot import sources
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "same_a.py").write_text("VALUE = 1\n")
+    files, _ = sources.select_sources([str(root / "same_a.py")], [], root)
+    first = sources.upload_sources(test_db, "col", 1, files)
+    again = sources.upload_sources(test_db, "col", 1, files)
+    later = sources.upload_sources(test_db, "col", 2, files)
+    key = snapshots.snapshot_key("slurm", first)
+    assert snapshots.snapshot_key("slurm", again) == key
+    assert snapshots.snapshot_key("slurm", later) != key
+    private_runtime.mkdir(mode=0o700)
+    with snapshots.materialized(test_db, first, key) as kept:
+        pass
+    with snapshots.materialized(test_db, later, snapshots.snapshot_key("slurm", later)) as new:
+        assert new != kept and kept.exists()

@@ -348,10 +348,11 @@ LOCK_TIMEOUT_S = 300.0
 LOCK_POLL_S = 0.005
 #: seconds a node keeps a snapshot directory after its last task left it cleanly, for the
 #: next tasks of the same code to run from without writing it again: the next wave of an
-#: array, a requeued task, a later launch of unchanged code (equal files, equal key). Writing
-#: a snapshot again right after deleting one cost ~0.3 s of CPU for ~330 files on an ext4
-#: ``/tmp`` mounted with ``discard`` (7 ms on tmpfs); removed by the next job on the node
-#: that comes after this long (:func:`remove_stale_snapshots`)
+#: array, a requeued or restarted task of the same batch (equal files, equal key; a later
+#: launch stores its own copies of the files: another key). Writing a snapshot again right
+#: after deleting one cost ~0.3 s of CPU for ~330 files on an ext4 ``/tmp`` mounted with
+#: ``discard`` (7 ms on tmpfs); removed by the next job on the node that comes after this
+#: long (:func:`remove_stale_snapshots`)
 KEEP_S = 600.0
 #: name prefix of the snapshot files in the private runtime directory
 SNAPSHOT_PREFIX = "src-"
@@ -535,7 +536,7 @@ def materialized(
     :data:`LOCK_TIMEOUT_S` seconds), a rank reuses the directory the registry names when a
     running process uses it, or when its last user left it cleanly less than :data:`KEEP_S`
     seconds ago and every file is still there (:func:`_reusable`: the next wave of an array, a
-    requeued task, a later launch of the same code). Otherwise it removes what is there (what
+    requeued or restarted task of the same batch). Otherwise it removes what is there (what
     an earlier, killed job of the same key left, or a local job whose process id wrapped) and
     writes a new directory (:func:`write_new_tree`). The last one to leave keeps the directory
     (the registry records when) and keeps the bytecode Python wrote for its modules in the
