@@ -184,3 +184,29 @@ def test_a_later_launch_of_unchanged_code_has_another_key_and_writes_its_own_dir
         pass
     with snapshots.materialized(test_db, later, snapshots.snapshot_key("slurm", later)) as new:
         assert new != kept and kept.exists()
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    ['"left": 1' + "0" * 400, '"left": 0, "users": [[1' + "0" * 400 + ", null]]"],
+    ids=["left", "pid"],
+)
+def test_a_registry_with_a_number_too_large_for_a_float_is_written_anew(
+    test_db, tmp_path, private_runtime, garbage
+):
+    """A registry holding an integer too large for a float (``left``, a pid) is not well
+    formed: the next task writes the snapshot anew and the cleaner removes it, neither fails
+    with an OverflowError."""
+    import socket
+
+    snapshot = module_snapshot(test_db, tmp_path, "huge_a", 1)
+    private_runtime.mkdir(mode=0o700)
+    with snapshots.materialized(test_db, snapshot, "slurm_75") as first:
+        pass
+    registry = _registry(private_runtime, first)
+    text = '{"dir": "' + first.name + '", "users": [], ' + garbage + "}"
+    registry.write_text(text)
+    with snapshots.materialized(test_db, snapshot, "slurm_75"):
+        assert import_value("huge_a") == 1
+    registry.write_text(text)
+    snapshots.remove_stale_snapshots(private_runtime, socket.gethostname())

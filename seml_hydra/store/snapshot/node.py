@@ -383,8 +383,9 @@ def live_users(users: Any) -> list[list[Any]]:
 def _read_registry(path: Path, stem: str) -> dict[str, Any] | None:
     """The registry ``{"dir": name, "users": [[pid, start], ...], "left": time}`` of a
     snapshot (``users``: those still running, :func:`live_users`; ``left``: when its last user
-    left it cleanly, a ``time.time()``, else None), or ``None`` when absent or not well formed
-    (a ``dir`` must be ``<stem>-<token>``, a plain name)."""
+    left it cleanly, a ``time.time()``, else None, as for a ``left`` that is no number or too
+    large for a float), or ``None`` when absent or not well formed (a ``dir`` must be
+    ``<stem>-<token>``, a plain name)."""
     try:
         state = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -395,7 +396,12 @@ def _read_registry(path: Path, stem: str) -> dict[str, Any] | None:
     if not isinstance(name, str) or "/" in name or not name.startswith(f"{stem}-"):
         return None
     left = state.get("left")
-    left = float(left) if isinstance(left, (int, float)) and not isinstance(left, bool) else None
+    try:
+        left = (
+            float(left) if isinstance(left, (int, float)) and not isinstance(left, bool) else None
+        )
+    except OverflowError:  # an integer no float holds
+        left = None
     return {"dir": name, "users": live_users(state.get("users")), "left": left}
 
 
