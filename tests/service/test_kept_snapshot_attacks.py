@@ -210,3 +210,23 @@ def test_a_registry_with_a_number_too_large_for_a_float_is_written_anew(
         assert import_value("huge_a") == 1
     registry.write_text(text)
     snapshots.remove_stale_snapshots(private_runtime, socket.gethostname())
+
+
+def test_a_registry_a_killed_task_was_writing_is_removed_with_its_snapshot(
+    test_db, tmp_path, private_runtime
+):
+    """A task killed while it wrote the registry (its temporary ``.<name>.json.<pid>.tmp``,
+    renamed over the registry once written) leaves that file: the cleaner removes it with the
+    rest of the snapshot instead of leaving it in the runtime directory forever."""
+    import socket
+
+    snapshot = module_snapshot(test_db, tmp_path, "tmpreg_a", 1)
+    private_runtime.mkdir(mode=0o700)
+    with snapshots.materialized(test_db, snapshot, "slurm_76") as first:
+        pass
+    registry = _registry(private_runtime, first)
+    leftover = registry.with_name(f".{registry.name}.999999.tmp")
+    leftover.write_text('{"dir": ')
+    later = time.time() + snapshots.KEEP_S + 1
+    snapshots.remove_stale_snapshots(private_runtime, socket.gethostname(), now=later)
+    assert sorted(p.name for p in private_runtime.iterdir()) == []

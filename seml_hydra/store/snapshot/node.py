@@ -443,10 +443,16 @@ def _snapshot_dirs(base: Path, stem: str) -> list[Path]:
 
 def _clean_stem(base: Path, stem: str, keep: str | None) -> None:
     """Under the lock of ``stem`` (held by the caller): remove its snapshot directories other
-    than ``keep``; when ``keep`` is ``None`` its registry too."""
+    than ``keep`` and the temporary registries of tasks killed while writing one
+    (:func:`_write_registry`, under the same lock); when ``keep`` is ``None`` its registry
+    too."""
     for path in _snapshot_dirs(base, stem):
         if path.name != keep:
             shutil.rmtree(path, ignore_errors=True)
+    prefix = f".{stem}.json."
+    for path in base.glob(f"{prefix}*.tmp"):
+        if path.name[len(prefix) : -len(".tmp")].isdigit():  # a pid: not another stem's
+            path.unlink(missing_ok=True)
     if keep is None:
         (base / f"{stem}.json").unlink(missing_ok=True)
 
