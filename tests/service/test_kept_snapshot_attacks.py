@@ -230,3 +230,21 @@ def test_a_registry_a_killed_task_was_writing_is_removed_with_its_snapshot(
     later = time.time() + snapshots.KEEP_S + 1
     snapshots.remove_stale_snapshots(private_runtime, socket.gethostname(), now=later)
     assert sorted(p.name for p in private_runtime.iterdir()) == []
+
+
+def test_a_snapshot_entry_the_cleaner_cannot_remove_fails_no_other_job(
+    test_db, tmp_path, private_runtime
+):
+    """Something of another snapshot name the cleaner cannot remove (here a folder where its
+    registry goes) is left alone with a warning: the jobs of other snapshots start, run and
+    leave (the cleaner now also runs when a task leaves, after its run)."""
+    import socket
+
+    private_runtime.mkdir(mode=0o700)
+    stuck = private_runtime / f"src-slurm_77-{socket.gethostname()}.json"
+    stuck.mkdir()
+    (stuck / "x").write_text("")
+    stuck.with_suffix(".lock").write_text("")
+    snapshot = module_snapshot(test_db, tmp_path, "stuck_a", 1)
+    with snapshots.materialized(test_db, snapshot, "slurm_78"):
+        assert import_value("stuck_a") == 1

@@ -467,7 +467,8 @@ def remove_stale_snapshots(
     task came back to - its directories, registry and lock file; for one still kept, its
     directories the registry does not name (a rank killed while writing one). ``skip`` is left
     alone (the caller's own). Names of other hosts are never touched (their processes cannot
-    be checked from here). Returns the names cleaned."""
+    be checked from here); one that cannot be removed (``OSError``) is left with a warning.
+    Returns the names cleaned."""
     from filelock import FileLock, Timeout
 
     suffix = f"-{_safe_name(host)}"
@@ -496,6 +497,8 @@ def remove_stale_snapshots(
             if not kept:
                 lock_path.unlink(missing_ok=True)
                 cleaned.append(stem)
+        except OSError as error:  # not this job's: it must not fail it
+            log.warning("Could not remove the code snapshot %s (%s).", base / stem, error)
         finally:
             lock.release()
     return cleaned
