@@ -248,3 +248,28 @@ def test_a_snapshot_entry_the_cleaner_cannot_remove_fails_no_other_job(
     snapshot = module_snapshot(test_db, tmp_path, "stuck_a", 1)
     with snapshots.materialized(test_db, snapshot, "slurm_78"):
         assert import_value("stuck_a") == 1
+
+
+def test_a_kept_folder_swapped_for_a_link_is_not_followed(test_db, tmp_path, private_runtime):
+    """A folder of a kept directory replaced by a symbolic link to a folder holding files of
+    the same names: the next task writes a new directory instead of importing through it."""
+    from seml_hydra.store.snapshot import sources
+
+    root = tmp_path / "proj"
+    (root / "linkpkg_a").mkdir(parents=True)
+    (root / "linkpkg_a" / "__init__.py").write_text("VALUE = 1\n")
+    files, _ = sources.select_sources([str(root / "linkpkg_a" / "__init__.py")], [], root)
+    snapshot = sources.upload_sources(test_db, "col", 1, files)
+    private_runtime.mkdir(mode=0o700)
+    with snapshots.materialized(test_db, snapshot, "slurm_79") as first:
+        pass
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "__init__.py").write_text("VALUE = 666\n")
+    import shutil
+
+    shutil.rmtree(first / "linkpkg_a")
+    (first / "linkpkg_a").symlink_to(elsewhere)
+    with snapshots.materialized(test_db, snapshot, "slurm_79") as second:
+        assert second != first
+        assert import_value("linkpkg_a") == 1

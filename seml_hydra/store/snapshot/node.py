@@ -416,15 +416,22 @@ def _kept(state: dict[str, Any] | None, now: float) -> bool:
 
 def _complete(directory: Path, source_files: Sequence[Sequence[Any]]) -> bool:
     """Whether every file of the snapshot ``source_files`` is a regular file (not a link) in
-    ``directory`` (``lstat`` of each: a cleaner of old temporary files may have removed some
-    of a kept directory). Their content is not read again: the directory is this user's own
-    (mode 0700), written from GridFS whose files never change."""
+    ``directory`` and every folder on the way a folder (not a link: ``lstat`` of each, so
+    nothing outside ``directory`` is looked at; a cleaner of old temporary files may have
+    removed some of a kept directory). Their content is not read again: the directory is this
+    user's own (mode 0700), written from GridFS whose files never change."""
+    folders: set[Path] = set()
     for rel, _ in source_files:
         try:
-            mode = os.lstat(directory.joinpath(*PurePosixPath(str(rel)).parts)).st_mode
+            path = directory.joinpath(*PurePosixPath(str(rel)).parts)
+            for folder in path.relative_to(directory).parents[:-1]:
+                if folder not in folders:
+                    if not stat.S_ISDIR(os.lstat(directory / folder).st_mode):
+                        return False
+                    folders.add(folder)
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                return False
         except (OSError, ValueError):
-            return False
-        if not stat.S_ISREG(mode):
             return False
     return True
 
