@@ -273,3 +273,23 @@ def test_a_kept_folder_swapped_for_a_link_is_not_followed(test_db, tmp_path, pri
     with snapshots.materialized(test_db, snapshot, "slurm_79") as second:
         assert second != first
         assert import_value("linkpkg_a") == 1
+
+
+def test_a_registry_naming_a_link_to_a_folder_is_written_anew(test_db, tmp_path, private_runtime):
+    """The directory a kept registry names swapped for a symbolic link to a complete copy:
+    the next task writes a new directory of its own (the link is not run from, and the job
+    does not fail on it)."""
+    import shutil
+
+    snapshot = module_snapshot(test_db, tmp_path, "dirlink_a", 1)
+    private_runtime.mkdir(mode=0o700)
+    with snapshots.materialized(test_db, snapshot, "slurm_80") as first:
+        pass
+    copy = tmp_path / "copy"
+    shutil.copytree(first, copy)
+    (copy / "dirlink_a.py").write_text("VALUE = 666\n")
+    shutil.rmtree(first)
+    first.symlink_to(copy)
+    with snapshots.materialized(test_db, snapshot, "slurm_80") as second:
+        assert second != first
+        assert import_value("dirlink_a") == 1

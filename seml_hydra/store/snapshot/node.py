@@ -454,7 +454,9 @@ def _clean_stem(base: Path, stem: str, keep: str | None) -> None:
     (:func:`_write_registry`, under the same lock); when ``keep`` is ``None`` its registry
     too."""
     for path in _snapshot_dirs(base, stem):
-        if path.name != keep:
+        if path.name != keep and path.is_symlink():
+            path.unlink(missing_ok=True)
+        elif path.name != keep:
             shutil.rmtree(path, ignore_errors=True)
     prefix = f".{stem}.json."
     for path in base.glob(f"{prefix}*.tmp"):
@@ -704,8 +706,9 @@ def _reusable(
 ) -> bool:
     """Whether the directory a snapshot's registry ``state`` names can be run from again: in
     use by a running task of this node, or left cleanly within :data:`KEEP_S` seconds with
-    every file still there (:func:`_complete`)."""
-    if state is None or not (base / state["dir"]).is_dir():
+    every file still there (:func:`_complete`); never one that is not a private directory of
+    this user (a symbolic link: :func:`private_dir_problem`), which is written anew."""
+    if state is None or private_dir_problem(base / state["dir"]):
         return False
     if state["users"]:
         return True
