@@ -348,10 +348,11 @@ LOCK_TIMEOUT_S = 300.0
 LOCK_POLL_S = 0.005
 #: seconds a node keeps a snapshot directory after its last task left it cleanly, for the
 #: next tasks of the same code to run from without writing it again: the next wave of an
-#: array, a requeued task, a later launch of unchanged code (equal files, equal key). Writing
-#: a snapshot again right after deleting one cost ~0.3 s of CPU for ~330 files on an ext4
-#: ``/tmp`` mounted with ``discard`` (7 ms on tmpfs); removed by the next job on the node
-#: that comes after this long (:func:`remove_stale_snapshots`)
+#: array, a requeued or restarted task of the same batch (equal files, equal key; a later
+#: launch stores its own copies of the files: another key). Writing a snapshot again right
+#: after deleting one cost ~0.3 s of CPU for ~330 files on an ext4 ``/tmp`` mounted with
+#: ``discard`` (7 ms on tmpfs); removed by the next job on the node that comes after this
+#: long (:func:`remove_stale_snapshots`)
 KEEP_S = 600.0
 #: name prefix of the snapshot files in the private runtime directory
 SNAPSHOT_PREFIX = "src-"
@@ -382,8 +383,9 @@ def live_users(users: Any) -> list[list[Any]]:
 def _read_registry(path: Path, stem: str) -> dict[str, Any] | None:
     """The registry ``{"dir": name, "users": [[pid, start], ...], "left": time}`` of a
     snapshot (``users``: those still running, :func:`live_users`; ``left``: when its last user
-    left it cleanly, a ``time.time()``, else None), or ``None`` when absent or not well formed
-    (a ``dir`` must be ``<stem>-<token>``, a plain name)."""
+    left it cleanly, a ``time.time()``, else None, as for a ``left`` that is no number or too
+    large for a float), or ``None`` when absent or not well formed (a ``dir`` must be
+    ``<stem>-<token>``, a plain name)."""
     try:
         state = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -394,29 +396,42 @@ def _read_registry(path: Path, stem: str) -> dict[str, Any] | None:
     if not isinstance(name, str) or "/" in name or not name.startswith(f"{stem}-"):
         return None
     left = state.get("left")
-    left = float(left) if isinstance(left, (int, float)) and not isinstance(left, bool) else None
+    try:
+        left = (
+            float(left) if isinstance(left, (int, float)) and not isinstance(left, bool) else None
+        )
+    except OverflowError:  # an integer no float holds
+        left = None
     return {"dir": name, "users": live_users(state.get("users")), "left": left}
 
 
 def _kept(state: dict[str, Any] | None, now: float) -> bool:
     """Whether a snapshot's directory (registry ``state``) is in use or was left cleanly less
-    than :data:`KEEP_S` seconds before ``now`` (pure)."""
+    than :data:`KEEP_S` seconds before ``now`` (pure). A ``left`` after ``now`` (the clock
+    stepped back, an infinite or garbage value) does not keep it: it would be kept forever."""
     if state is None:
         return False
-    return bool(state["users"]) or (state["left"] is not None and now - state["left"] < KEEP_S)
+    return bool(state["users"]) or (state["left"] is not None and 0 <= now - state["left"] < KEEP_S)
 
 
 def _complete(directory: Path, source_files: Sequence[Sequence[Any]]) -> bool:
     """Whether every file of the snapshot ``source_files`` is a regular file (not a link) in
-    ``directory`` (``lstat`` of each: a cleaner of old temporary files may have removed some
-    of a kept directory). Their content is not read again: the directory is this user's own
-    (mode 0700), written from GridFS whose files never change."""
+    ``directory`` and every folder on the way a folder (not a link: ``lstat`` of each, so
+    nothing outside ``directory`` is looked at; a cleaner of old temporary files may have
+    removed some of a kept directory). Their content is not read again: the directory is this
+    user's own (mode 0700), written from GridFS whose files never change."""
+    folders: set[Path] = set()
     for rel, _ in source_files:
         try:
-            mode = os.lstat(directory.joinpath(*PurePosixPath(str(rel)).parts)).st_mode
+            path = directory.joinpath(*PurePosixPath(str(rel)).parts)
+            for folder in path.relative_to(directory).parents[:-1]:
+                if folder not in folders:
+                    if not stat.S_ISDIR(os.lstat(directory / folder).st_mode):
+                        return False
+                    folders.add(folder)
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                return False
         except (OSError, ValueError):
-            return False
-        if not stat.S_ISREG(mode):
             return False
     return True
 
@@ -435,10 +450,18 @@ def _snapshot_dirs(base: Path, stem: str) -> list[Path]:
 
 def _clean_stem(base: Path, stem: str, keep: str | None) -> None:
     """Under the lock of ``stem`` (held by the caller): remove its snapshot directories other
-    than ``keep``; when ``keep`` is ``None`` its registry too."""
+    than ``keep`` and the temporary registries of tasks killed while writing one
+    (:func:`_write_registry`, under the same lock); when ``keep`` is ``None`` its registry
+    too."""
     for path in _snapshot_dirs(base, stem):
-        if path.name != keep:
+        if path.name != keep and path.is_symlink():
+            path.unlink(missing_ok=True)
+        elif path.name != keep:
             shutil.rmtree(path, ignore_errors=True)
+    prefix = f".{stem}.json."
+    for path in base.glob(f"{prefix}*.tmp"):
+        if path.name[len(prefix) : -len(".tmp")].isdigit():  # a pid: not another stem's
+            path.unlink(missing_ok=True)
     if keep is None:
         (base / f"{stem}.json").unlink(missing_ok=True)
 
@@ -453,7 +476,8 @@ def remove_stale_snapshots(
     task came back to - its directories, registry and lock file; for one still kept, its
     directories the registry does not name (a rank killed while writing one). ``skip`` is left
     alone (the caller's own). Names of other hosts are never touched (their processes cannot
-    be checked from here). Returns the names cleaned."""
+    be checked from here); one that cannot be removed (``OSError``) is left with a warning.
+    Returns the names cleaned."""
     from filelock import FileLock, Timeout
 
     suffix = f"-{_safe_name(host)}"
@@ -482,6 +506,8 @@ def remove_stale_snapshots(
             if not kept:
                 lock_path.unlink(missing_ok=True)
                 cleaned.append(stem)
+        except OSError as error:  # not this job's: it must not fail it
+            log.warning("Could not remove the code snapshot %s (%s).", base / stem, error)
         finally:
             lock.release()
     return cleaned
@@ -534,14 +560,15 @@ def materialized(
     :data:`LOCK_TIMEOUT_S` seconds), a rank reuses the directory the registry names when a
     running process uses it, or when its last user left it cleanly less than :data:`KEEP_S`
     seconds ago and every file is still there (:func:`_reusable`: the next wave of an array, a
-    requeued task, a later launch of the same code). Otherwise it removes what is there (what
+    requeued or restarted task of the same batch). Otherwise it removes what is there (what
     an earlier, killed job of the same key left, or a local job whose process id wrapped) and
     writes a new directory (:func:`write_new_tree`). The last one to leave keeps the directory
     (the registry records when) and keeps the bytecode Python wrote for its modules in the
     node's cache, which gives the modules of a later directory with the same sources their
     compiled code (``seml_hydra.store.snapshot.bytecode``). Creating or leaving a directory
     also removes this host's other snapshots no task uses or came back to within
-    :data:`KEEP_S`, and what killed jobs left (:func:`remove_stale_snapshots`).
+    :data:`KEEP_S`, and what killed jobs left (:func:`remove_stale_snapshots`); a directory
+    that does not fit removes the kept ones no task uses first (:func:`_write_making_room`).
 
     Before anything is imported, the base and the snapshot directory are checked with
     ``lstat`` (this user's, not open to others, not symlinks); then the directory and its
@@ -586,7 +613,7 @@ def materialized(
                         lambda: read_sources(db, source_files, directory),
                         "reading the code snapshot",
                     )
-                    write_new_tree(files)
+                    _write_making_room(files, directory, base, host, stem)
                     restore_bytecode(directory, base / CACHE_DIR)
                 except BaseException:
                     shutil.rmtree(directory, ignore_errors=True)
@@ -622,6 +649,25 @@ def materialized(
     finally:  # the entries the run added itself stay
         sys.path[:] = before + [e for e in sys.path if e not in ours and e not in before]
         _leave(lock, registry, stem, directory, me)
+
+
+def _write_making_room(
+    files: Sequence[tuple[Path, bytes]], directory: Path, base: Path, host: str, stem: str
+) -> None:
+    """:func:`write_new_tree` of ``files`` into the fresh ``directory``; when the file system
+    is full (``ENOSPC``, ``EDQUOT``), remove this host's snapshots no running task uses, the
+    kept ones too (a cache: :data:`KEEP_S`), and write once more into a fresh ``directory``
+    when that removed any. Called under the lock of ``stem`` (left alone). Raises ``OSError``."""
+    try:
+        write_new_tree(files)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        shutil.rmtree(directory, ignore_errors=True)
+        if not remove_stale_snapshots(base, host, skip=stem, now=float("inf")):
+            raise
+        directory.mkdir(mode=0o700)
+        write_new_tree(files)
 
 
 def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any]) -> None:
@@ -660,8 +706,9 @@ def _reusable(
 ) -> bool:
     """Whether the directory a snapshot's registry ``state`` names can be run from again: in
     use by a running task of this node, or left cleanly within :data:`KEEP_S` seconds with
-    every file still there (:func:`_complete`)."""
-    if state is None or not (base / state["dir"]).is_dir():
+    every file still there (:func:`_complete`); never one that is not a private directory of
+    this user (a symbolic link: :func:`private_dir_problem`), which is written anew."""
+    if state is None or private_dir_problem(base / state["dir"]):
         return False
     if state["users"]:
         return True
