@@ -50,11 +50,6 @@ def test_a_registry_left_in_the_future_does_not_keep_a_directory_forever(
     assert not first.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_complete only lstats each file: a kept directory a task edited is reused as it is "
-    "(documented in docs/snapshots.md), so the next wave of the same batch runs the edit",
-)
 def test_a_task_that_edits_its_snapshot_does_not_hand_the_edit_to_the_next_task(
     test_db, tmp_path, private_runtime
 ):

@@ -381,11 +381,12 @@ def live_users(users: Any) -> list[list[Any]]:
 
 
 def _read_registry(path: Path, stem: str) -> dict[str, Any] | None:
-    """The registry ``{"dir": name, "users": [[pid, start], ...], "left": time}`` of a
-    snapshot (``users``: those still running, :func:`live_users`; ``left``: when its last user
-    left it cleanly, a ``time.time()``, else None, as for a ``left`` that is no number or too
-    large for a float), or ``None`` when absent or not well formed (a ``dir`` must be
-    ``<stem>-<token>``, a plain name)."""
+    """The registry ``{"dir": name, "users": [[pid, start], ...], "left": time, "written":
+    time}`` of a snapshot (``users``: those still running, :func:`live_users`; ``left``: when
+    its last user left it cleanly; ``written``: when its files were all written; each a
+    ``time.time()``, else None, as for one that is no number or too large for a float), or
+    ``None`` when absent or not well formed (a ``dir`` must be ``<stem>-<token>``, a plain
+    name)."""
     try:
         state = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -395,14 +396,19 @@ def _read_registry(path: Path, stem: str) -> dict[str, Any] | None:
     name = state.get("dir")
     if not isinstance(name, str) or "/" in name or not name.startswith(f"{stem}-"):
         return None
-    left = state.get("left")
+    left, written = (_time_field(state.get(key)) for key in ("left", "written"))
+    return {"dir": name, "users": live_users(state.get("users")), "left": left, "written": written}
+
+
+def _time_field(value: Any) -> float | None:
+    """A registry's time field as a float, or None for one that is no number (a bool) or an
+    integer too large for a float."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
     try:
-        left = (
-            float(left) if isinstance(left, (int, float)) and not isinstance(left, bool) else None
-        )
+        return float(value)
     except OverflowError:  # an integer no float holds
-        left = None
-    return {"dir": name, "users": live_users(state.get("users")), "left": left}
+        return None
 
 
 def _kept(state: dict[str, Any] | None, now: float) -> bool:
@@ -414,12 +420,18 @@ def _kept(state: dict[str, Any] | None, now: float) -> bool:
     return bool(state["users"]) or (state["left"] is not None and 0 <= now - state["left"] < KEEP_S)
 
 
-def _complete(directory: Path, source_files: Sequence[Sequence[Any]]) -> bool:
+def _complete(
+    directory: Path, source_files: Sequence[Sequence[Any]], written: float | None
+) -> bool:
     """Whether every file of the snapshot ``source_files`` is a regular file (not a link) in
     ``directory`` and every folder on the way a folder (not a link: ``lstat`` of each, so
     nothing outside ``directory`` is looked at; a cleaner of old temporary files may have
-    removed some of a kept directory). Their content is not read again: the directory is this
+    removed some of a kept directory), none modified after ``written`` (when the snapshot was
+    written: a task that rewrote one of its own modules does not hand the edit to the next;
+    None: unknown, not complete). Their content is not read again: the directory is this
     user's own (mode 0700), written from GridFS whose files never change."""
+    if written is None:
+        return False
     folders: set[Path] = set()
     for rel, _ in source_files:
         try:
@@ -429,7 +441,8 @@ def _complete(directory: Path, source_files: Sequence[Sequence[Any]]) -> bool:
                     if not stat.S_ISDIR(os.lstat(directory / folder).st_mode):
                         return False
                     folders.add(folder)
-            if not stat.S_ISREG(os.lstat(path).st_mode):
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode) or info.st_mtime > written:
                 return False
         except (OSError, ValueError):
             return False
@@ -437,10 +450,18 @@ def _complete(directory: Path, source_files: Sequence[Sequence[Any]]) -> bool:
 
 
 def _write_registry(
-    path: Path, directory: str, users: list[list[Any]], left: float | None = None
+    path: Path,
+    directory: str,
+    users: list[list[Any]],
+    *,
+    written: float | None,
+    left: float | None = None,
 ) -> None:
+    """Write a snapshot's registry (:func:`_read_registry`) under a temporary name, then
+    rename it over ``path``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"dir": directory, "users": users, "left": left}))
+    state = {"dir": directory, "users": users, "left": left, "written": written}
+    tmp.write_text(json.dumps(state))
     os.replace(tmp, path)
 
 
@@ -602,6 +623,7 @@ def materialized(
             if _reusable(base, state, source_files):
                 directory = base / state["dir"]  # type: ignore[index]
                 users = [*state["users"], me]  # type: ignore[index]
+                written = state["written"]  # type: ignore[index]
             else:  # nobody runs from or kept a snapshot of this key: what is there is stale
                 # (or it was removed under its users, by a cleaner of old temporary files)
                 _clean_stem(base, stem, None)
@@ -618,8 +640,8 @@ def materialized(
                 except BaseException:
                     shutil.rmtree(directory, ignore_errors=True)
                     raise
-                users = [me]
-            _write_registry(registry, directory.name, users)
+                users, written = [me], time.time()
+            _write_registry(registry, directory.name, users, written=written)
     except Timeout:
         raise SourceSnapshotError(
             f"the code snapshot lock {lock.lock_file} on node {os.uname().nodename} stayed "
@@ -686,11 +708,12 @@ def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any])
             users = state["users"]
             if me in users:
                 users.remove(me)
+            written = state["written"]
             if users:
-                _write_registry(registry, directory.name, users)
+                _write_registry(registry, directory.name, users, written=written)
             else:  # kept for the next tasks of the same code (KEEP_S)
                 store_bytecode(directory, directory.parent / CACHE_DIR)
-                _write_registry(registry, directory.name, [], left=time.time())
+                _write_registry(registry, directory.name, [], written=written, left=time.time())
     except (Timeout, OSError) as error:
         log.warning(
             "Could not leave the code snapshot %s (%s); a later job removes it.",
@@ -712,4 +735,6 @@ def _reusable(
         return False
     if state["users"]:
         return True
-    return _kept(state, time.time()) and _complete(base / state["dir"], source_files)
+    return _kept(state, time.time()) and _complete(
+        base / state["dir"], source_files, state["written"]
+    )
