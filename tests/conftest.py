@@ -192,6 +192,15 @@ def private_mongod(tmp_path_factory):
 
 
 @pytest.fixture
+def private_runtime(tmp_path, monkeypatch):
+    """The runtime directory (a node's code snapshots' private base,
+    ``SEML_HYDRA_RUNTIME_DIR``) of this test; not created."""
+    runtime = tmp_path / "runtime"
+    monkeypatch.setenv("SEML_HYDRA_RUNTIME_DIR", str(runtime))
+    return runtime
+
+
+@pytest.fixture
 def shared_tmp():
     """A fresh directory path right under /tmp (where other users can reach it; not made),
     removed after the test."""

@@ -9,21 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sources import import_value, module_snapshot
+from support.snapshots import import_value, module_snapshot, registry_of
 
 from seml_hydra.store.snapshot import node as snapshots
-
-
-@pytest.fixture
-def private_runtime(tmp_path, monkeypatch):
-    """The runtime directory (the snapshots' private base) of this test."""
-    runtime = tmp_path / "runtime"
-    monkeypatch.setenv("SEML_HYDRA_RUNTIME_DIR", str(runtime))
-    return runtime
-
-
-def _registry(runtime: Path, directory: Path) -> Path:
-    return runtime / f"{directory.name.rsplit('-', 1)[0]}.json"
 
 
 @pytest.mark.parametrize("left", [1e308, "Infinity", "future"])
@@ -38,7 +26,7 @@ def test_a_registry_left_in_the_future_does_not_keep_a_directory_forever(
     private_runtime.mkdir(mode=0o700)
     with snapshots.materialized(test_db, snapshot, "slurm_71") as first:
         pass
-    registry = _registry(private_runtime, first)
+    registry = registry_of(private_runtime, first)
     state = json.loads(registry.read_text())
     value = {"Infinity": float("inf"), "future": time.time() + 10 * snapshots.KEEP_S}.get(
         left, left
@@ -198,7 +186,7 @@ def test_a_registry_with_a_number_too_large_for_a_float_is_written_anew(
     private_runtime.mkdir(mode=0o700)
     with snapshots.materialized(test_db, snapshot, "slurm_75") as first:
         pass
-    registry = _registry(private_runtime, first)
+    registry = registry_of(private_runtime, first)
     text = '{"dir": "' + first.name + '", "users": [], ' + garbage + "}"
     registry.write_text(text)
     with snapshots.materialized(test_db, snapshot, "slurm_75"):
@@ -219,7 +207,7 @@ def test_a_registry_a_killed_task_was_writing_is_removed_with_its_snapshot(
     private_runtime.mkdir(mode=0o700)
     with snapshots.materialized(test_db, snapshot, "slurm_76") as first:
         pass
-    registry = _registry(private_runtime, first)
+    registry = registry_of(private_runtime, first)
     leftover = registry.with_name(f".{registry.name}.999999.tmp")
     leftover.write_text('{"dir": ')
     later = time.time() + snapshots.KEEP_S + 1

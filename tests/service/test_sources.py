@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.mongo import snapshot_files as files_of
+from support.snapshots import import_value, module_snapshot, registry_of
 
 from seml_hydra.manage.inspection import snapshot_of
 from seml_hydra.manage.selection import ManageError
@@ -189,14 +190,6 @@ def test_restore_sources_into_a_directory_another_user_can_write_follows_no_link
 
 
 @pytest.fixture
-def private_runtime(tmp_path, monkeypatch):
-    """The runtime directory (the snapshots' private base) of this test."""
-    runtime = tmp_path / "runtime"
-    monkeypatch.setenv("SEML_HYDRA_RUNTIME_DIR", str(runtime))
-    return runtime
-
-
-@pytest.fixture
 def shared_tmp(monkeypatch):
     """A directory like /tmp (mode 1777, every user may create in it) as the temporary
     directory, and no runtime directory set: the snapshots' base is ``<it>/seml-hydra-<uid>``,
@@ -210,27 +203,6 @@ def shared_tmp(monkeypatch):
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     yield shared
     shutil.rmtree(shared, ignore_errors=True)
-
-
-def module_snapshot(db, tmp_path: Path, name: str, value: int) -> list:
-    """A stored snapshot of one module ``<name>.py`` holding ``VALUE = value``."""
-    root = tmp_path / f"proj_{name}"
-    root.mkdir()
-    (root / f"{name}.py").write_text(f"VALUE = {value!r}\n")
-    files, _ = sources.select_sources([str(root / f"{name}.py")], [], root)
-    return sources.upload_sources(db, "col", 1, files)
-
-
-def import_value(name: str):
-    """``VALUE`` of module ``name`` imported afresh from ``sys.path``."""
-    import importlib
-
-    importlib.invalidate_caches()
-    sys.modules.pop(name, None)
-    try:
-        return importlib.import_module(name).VALUE
-    finally:
-        sys.modules.pop(name, None)
 
 
 def test_materialized_runs_from_the_snapshot_and_keeps_only_its_directory(
@@ -262,10 +234,6 @@ def test_materialized_runs_from_the_snapshot_and_keeps_only_its_directory(
     assert str(directory) not in sys.path
 
 
-def _registry(runtime: Path, directory: Path) -> Path:
-    return runtime / f"{directory.name.rsplit('-', 1)[0]}.json"
-
-
 def test_a_kept_snapshot_runs_the_next_wave_without_writing_it_again(
     test_db, tmp_path, private_runtime
 ):
@@ -278,7 +246,7 @@ def test_a_kept_snapshot_runs_the_next_wave_without_writing_it_again(
     private_runtime.mkdir(mode=0o700)
     with snapshots.materialized(test_db, snapshot, "slurm_9") as first:
         assert import_value("kept_a") == 1
-    state = json.loads(_registry(private_runtime, first).read_text())
+    state = json.loads(registry_of(private_runtime, first).read_text())
     assert state["users"] == [] and time.time() - state["left"] < 60
     test_db["fs.files"].delete_many({})
     test_db["fs.chunks"].delete_many({})
@@ -305,7 +273,7 @@ def test_a_kept_snapshot_missing_a_file_or_too_old_is_written_anew_and_removed(
     with snapshots.materialized(test_db, snapshot, "slurm_10") as second:
         assert second != first and not first.exists()
         assert import_value("kept_b") == 1
-    registry = _registry(private_runtime, second)
+    registry = registry_of(private_runtime, second)
     state = json.loads(registry.read_text())
     state["left"] -= snapshots.KEEP_S + 1
     registry.write_text(json.dumps(state))
