@@ -694,9 +694,10 @@ def _write_making_room(
 
 def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any]) -> None:
     """Take this rank out of the registry; the last rank keeps the directory for the next
-    tasks of the same code (:data:`KEEP_S`: the registry records when it left). Then remove
-    this host's other snapshots nobody uses or kept (:func:`remove_stale_snapshots`). A lock
-    that stays held only leaves the directory behind (removed by a later job)."""
+    tasks of the same code (:data:`KEEP_S`: the registry records when it left), then removes
+    this host's other snapshots nobody uses or kept (:func:`remove_stale_snapshots`; the
+    other ranks leave that to it). A lock that stays held only leaves the directory behind
+    (removed by a later job)."""
     from filelock import Timeout
 
     try:
@@ -711,9 +712,10 @@ def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any])
             written = state["written"]
             if users:
                 _write_registry(registry, directory.name, users, written=written)
-            else:  # kept for the next tasks of the same code (KEEP_S)
-                store_bytecode(directory, directory.parent / CACHE_DIR)
-                _write_registry(registry, directory.name, [], written=written, left=time.time())
+                return
+            # the last one: kept for the next tasks of the same code (KEEP_S)
+            store_bytecode(directory, directory.parent / CACHE_DIR)
+            _write_registry(registry, directory.name, [], written=written, left=time.time())
     except (Timeout, OSError) as error:
         log.warning(
             "Could not leave the code snapshot %s (%s); a later job removes it.",
