@@ -13,12 +13,19 @@ PORT=${SEML_TEST_SSHD_PORT:-22022}
 DIR=${SEML_TEST_SSHD_DIR:-/tmp/seml-hydra-sshd}
 SSHD=/usr/sbin/sshd
 
+# our sshd runs: the pid file names a live process whose command line names our sshd_config (a
+# pid file left by an sshd that is gone may name a reused pid: CI found one naming another process)
 running() {
-  [[ -f $DIR/sshd.pid ]] && kill -0 "$(cat "$DIR/sshd.pid")" 2>/dev/null
+  local pid
+  [[ -s $DIR/sshd.pid ]] || return 1
+  pid=$(tr -dc '0-9' <"$DIR/sshd.pid")
+  [[ -n $pid && -r /proc/$pid/cmdline ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$DIR/sshd_config"
 }
+answers() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
 
 if [[ ${1:-} == stop ]]; then
-  if running; then kill "$(cat "$DIR/sshd.pid")"; fi
+  if running; then kill "$(tr -dc '0-9' <"$DIR/sshd.pid")"; fi
   rm -f "$DIR/sshd.pid"
   exit 0
 fi
@@ -64,12 +71,17 @@ LogLevel INFO
 EOF
 
 if ! running; then
+  rm -f "$DIR/sshd.pid"
   $SSHD -t -f "$DIR/sshd_config"
   $SSHD -f "$DIR/sshd_config" -E "$DIR/sshd.log"
   for _ in $(seq 50); do
-    running && (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
+    running && answers && break
     sleep 0.1
   done
-  running || { echo "sshd did not start; see $DIR/sshd.log" >&2; tail -5 "$DIR/sshd.log" >&2; exit 1; }
+fi
+if ! { running && answers; }; then
+  echo "sshd for tests does not answer on 127.0.0.1:$PORT; see $DIR/sshd.log" >&2
+  tail -5 "$DIR/sshd.log" >&2
+  exit 1
 fi
 echo "sshd for tests: 127.0.0.1:$PORT pid $(cat "$DIR/sshd.pid"), user root, key $DIR/client_key"

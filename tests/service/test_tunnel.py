@@ -59,6 +59,34 @@ def sshd() -> dict:
     }
 
 
+def test_a_stale_pid_file_naming_another_process_does_not_pass_for_the_test_sshd(tmp_path):
+    """tools/sshd_test.sh: a pid file left by an sshd that is gone, naming a pid another process
+    now has (CI: every tunnel test refused), starts sshd instead of reporting it running."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        **os.environ,
+        "SEML_TEST_SSHD_DIR": str(tmp_path / "sshd"),
+        "SEML_TEST_SSHD_PORT": str(port),
+    }
+    script = ["bash", str(ROOT / "tools" / "sshd_test.sh")]
+    (tmp_path / "sshd").mkdir(mode=0o700)
+    other = subprocess.Popen(["sleep", "300"])  # alive, and not sshd
+    (tmp_path / "sshd" / "sshd.pid").write_text(f"{other.pid}\n")
+    try:
+        proc = subprocess.run(script, env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            assert conn.recv(64).startswith(b"SSH-2.0-")
+    finally:
+        subprocess.run([*script, "stop"], env=env, capture_output=True, timeout=60)
+        other.kill()
+        other.wait()
+
+
 def known_hosts_line(host: str, port: int, key: list[str]) -> str:
     """A ``known_hosts`` line for ``host:port`` and a public key ``[type, base64]``."""
     return f"[{host}]:{port} {key[0]} {key[1]}\n"
