@@ -762,11 +762,7 @@ class _Launch:
         for array in arrays:
             jobs.update(array.jobs)
             if array.jobs:
-                self.console.print(
-                    f"Submitted {len(array.jobs)} job(s) as {array.cluster} job "
-                    f"{array.array_id} ({array.name}); output in {array.folder}",
-                    markup=False,
-                )
+                self.console.print(array.describe(), markup=False)
             if array.orphans:
                 self.console.print(
                     f"Cancelled {array.cluster} job(s) {', '.join(array.orphans)} at once: "

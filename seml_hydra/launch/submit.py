@@ -657,6 +657,24 @@ class SubmittedArray:
     #: cancel is logged instead); ``jobs`` holds none of them
     orphans: list[str] = dataclasses.field(default_factory=list)
     fail_fast: dict[str, Any] | None = None
+    #: ``(k, n, max_array_size)`` when this is the k-th of the n arrays one group was cut into
+    #: at Slurm's ``MaxArraySize`` (``sbatch.split_array``), else None
+    part: tuple[int, int, int] | None = None
+
+    def describe(self) -> str:
+        """The line the launcher prints for it: ``Submitted <n> job(s) as <cluster> job <id>
+        (<name>)``, why it is one of several arrays when it is, and where its output goes."""
+        split = ""
+        if self.part is not None:
+            k, n, limit = self.part
+            split = (
+                f", array {k} of {n}: Slurm's MaxArraySize ({limit}) allows at most {limit} "
+                "tasks per array"
+            )
+        return (
+            f"Submitted {len(self.jobs)} job(s) as {self.cluster} job {self.array_id} "
+            f"({self.name}{split}); output in {self.folder}"
+        )
 
 
 def submit_requests(
@@ -772,7 +790,8 @@ def _submit_arrays(
                 except SlurmError as error:
                     raise SubmissionError(str(error)) from None
             limit = max_array
-        for part in split_array(id_groups, limit):
+        parts = split_array(id_groups, limit)
+        for number, part in enumerate(parts, 1):
             # submitit always throttles arrays (%256 by default): unset means no limit here
             part_params = {"slurm_array_parallelism": len(part), **params}
             if previous is not None and launcher.get("array_parallelism"):
@@ -815,4 +834,5 @@ def _submit_arrays(
                 jobs={str(j.job_id): (j, list(g)) for j, g in zip(jobs, part)},
                 orphans=orphans,
                 fail_fast=fail_fast,
+                part=(number, len(parts), limit) if len(parts) > 1 else None,
             )

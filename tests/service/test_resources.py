@@ -78,11 +78,16 @@ def test_tasks_per_node_per_point_gives_one_array_with_one_task_and_one_with_two
     assert results == {1: 1, 2: 2}
 
 
-def test_sweep_larger_than_max_array_size_is_split_and_all_points_run(slurm, test_db, tmp_path):
+def test_sweep_larger_than_max_array_size_is_split_saying_why_and_all_points_run(
+    slurm, test_db, tmp_path
+):
     limit = max_array_size()
     assert limit == 8, "the testbed sets MaxArraySize=8 (tools/testbed/slurm.conf)"
     proc = run_points(10, *FAST, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr  # one "Submitted" line per array, each saying why
+    for k in (1, 2):
+        assert f"array {k} of 2: Slurm's MaxArraySize (8) allows at most 8 tasks" in out, out
     arrays = arrays_of(test_db["fail"])
     assert sorted(len(docs) for docs in arrays.values()) == [2, 8]
     assert test_db["fail"].count_documents({"status": "COMPLETED"}) == 10
