@@ -458,7 +458,9 @@ def main() -> None:
         "--mongo", default=os.environ.get("SEML_TEST_MONGO_URL", "mongodb://127.0.0.1:27017")
     )
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/seml-hydra-bench"))
-    parser.add_argument("--keep", action="store_true", help="keep the benchmark databases")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the benchmark databases and the work dir"
+    )
     parser.add_argument("--output", default=str(HERE / "results.json"))
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -525,6 +527,7 @@ def main() -> None:
             client = mongo_client(args.mongo)
             client.drop_database(OURS_DB)
             client.drop_database(SEML_DB)
+            shutil.rmtree(work, ignore_errors=True)  # its output folders, ~100 MB a full run
     rows = table(results, args)
     if "job_life" in results:
         import job_life

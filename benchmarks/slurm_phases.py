@@ -19,6 +19,7 @@ import argparse
 import datetime
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -83,6 +84,15 @@ def main() -> None:
     log = log_file()
     client = run.mongo_client(args.mongo)
     work = Path(tempfile.mkdtemp(prefix="seml-hydra-phases-"))
+    try:
+        _rounds(args, envs, log, client, work)
+    finally:
+        client[run.OURS_DB].drop_collection(job_life.COLLECTION)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _rounds(args: argparse.Namespace, envs: dict, log: Path, client, work: Path) -> None:
+    """The rounds of :func:`main`, printing one line per launch."""
     delay, ended = job_life.batch_sched_delay(), None
     for rnd in range(args.rounds):
         for name in (job_life.DEFAULT, "hydra-submitit-launcher"):
