@@ -27,11 +27,12 @@ from pathlib import Path
 import job_life
 import run
 
-#: slurmctld's log lines of a launch: the submission, the update, an allocation
+#: slurmctld's log lines of a launch: the submission, the update, a task started by the main
+#: scheduler or by backfill
 EVENTS = {
-    "submit": "_slurm_rpc_submit_batch_job",
-    "update": "_slurm_rpc_update_job",
-    "alloc": "sched: Allocate",
+    "submit": ("_slurm_rpc_submit_batch_job",),
+    "update": ("_slurm_rpc_update_job",),
+    "alloc": ("sched: Allocate", "sched/backfill: _start_job: Started"),
 }
 
 
@@ -55,8 +56,8 @@ def event_times(lines: list[str], start: float) -> dict[str, list[float]]:
         stamp = re.match(r"\[([0-9T:.-]+)\]", line)
         if stamp is None:
             continue
-        for event, text in EVENTS.items():
-            if text in line:
+        for event, texts in EVENTS.items():
+            if any(text in line for text in texts):
                 at = datetime.datetime.fromisoformat(stamp.group(1)).timestamp()
                 times[event].append(at - start)
     return times
