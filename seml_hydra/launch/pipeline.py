@@ -894,7 +894,11 @@ class _Launch:
         if self.launcher.executor == "slurm":  # asked far more than used: say so, once
             from seml_hydra.track.usage import group_usage, underused_line
 
-            line = underused_line(group_usage(docs.values(), {}), self.collection_name)
+            # only what this launch ran: points skipped as COMPLETED ran in an earlier one
+            ran = {i for _, submitted in jobs.values() for i in submitted}
+            line = underused_line(
+                group_usage([d for i, d in docs.items() if i in ran], {}), self.collection_name
+            )
             if line is not None:
                 from rich.markup import escape
 

@@ -36,6 +36,18 @@ def test_an_oversized_request_is_told_by_the_launcher_and_usage(slurm, test_db, 
     assert "|\n\n- batch 1 [" in markdown and "\nbatch 1 [" not in markdown
 
 
+def test_a_launch_that_ran_nothing_new_gets_no_line_about_earlier_batches(slurm, test_db, tmp_path):
+    """The same sweep launched again: every point is skipped as COMPLETED, nothing is
+    submitted, and the first launch's over-sized batch is not told again (it was, each time)."""
+    args = ("hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=60")
+    first = run_points(2, *args, cwd=tmp_path)
+    assert "used less than a quarter of its request" in first.stdout, first.stdout
+    again = run_points(2, *args, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Skipped 2 point(s) already in the collection as COMPLETED" in again.stdout
+    assert "less than a quarter" not in again.stdout, again.stdout
+
+
 def test_a_request_that_fits_gets_no_line(slurm, test_db, tmp_path):
     proc = run_points(1, "hydra.launcher.mem_gb=null", "hydra.launcher.timeout_min=1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
