@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hydra.errors import CompactHydraException
+
 from seml_hydra.core import states
 from seml_hydra.core.documents import point_hydra_node, task_config
 from seml_hydra.core.shell import seml_for
@@ -32,9 +34,17 @@ from seml_hydra.track.killed import (
 )
 
 
-class ExperimentFailed(RuntimeError):
+class ExperimentFailed(CompactHydraException, RuntimeError):
     """The return value of a FAILED/KILLED/INTERRUPTED point's ``JobReturn``: Hydra's sweeper
-    re-raises it, so the multirun exits non-zero. The message holds the experiment's trace."""
+    re-raises it, so the multirun exits non-zero. The message holds the experiment's trace and
+    where to read every failed point's.
+
+    A ``CompactHydraException`` (Hydra 1.1+): Hydra's ``run_and_report`` then prints only the
+    message, as it prints a failed task of its own basic launcher with only the app's frames,
+    not Hydra's sweeper and ``JobReturn`` frames around the experiment's own trace (which
+    ``run_and_report`` cannot strip: the exception is raised in the launcher, not in
+    ``run_job``). Still a ``RuntimeError`` for callers that catch one (hydra-zen's ``launch``,
+    Optuna's sweeper, which marks the trial failed and re-raises)."""
 
 
 @dataclass(frozen=True)
@@ -441,10 +451,12 @@ def job_return_from_document(
         if not text.strip():
             text = (
                 "no reason was recorded (the state was set without a trace, e.g. by another "
-                f"tool); see `seml {collection} print-output -id {doc.get('_id')}`"
+                f"tool); see `{seml_for(collection)} print-output -id {doc.get('_id')}`"
             )
         ret.status = JobStatus.FAILED
         ret._return_value = ExperimentFailed(
-            f"experiment {doc.get('_id')} is {doc.get('status')}:\n{text.strip()}"
+            f"experiment {doc.get('_id')} is {doc.get('status')}:\n{text.strip()}\n"
+            f"(`{seml_for(collection)} print-fail-trace` shows the trace of every failed point; "
+            "HYDRA_FULL_ERROR=1 adds where Hydra raised this)"
         )
     return ret

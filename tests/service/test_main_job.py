@@ -76,7 +76,10 @@ def test_failing_task_is_failed_in_mongodb_and_slurm_and_the_multirun_exits_non_
     states = sacct_states(array_id, 3)
     assert states[f"{array_id}_{docs[2]['slurm'][0]['task_id']}"] == "FAILED"
     assert states[f"{array_id}_{docs[1]['slurm'][0]['task_id']}"] == "COMPLETED"
-    assert "ValueError: x == 2" in proc.stderr
+    # Hydra reports the failed point as its own launcher would: its trace, not Hydra's frames
+    assert proc.returncode == 1 and "ValueError: x == 2" in proc.stderr
+    assert "seml fail print-fail-trace` shows the trace of every failed point" in proc.stderr
+    assert "basic_sweeper.py" not in proc.stderr, proc.stderr
 
 
 def _train_sweep(hydra_sweep_runner, tmp_path, *overrides):

@@ -129,3 +129,31 @@ def test_a_killed_point_without_a_trace_still_says_why_it_failed():
             _ = ret.return_value
         assert str(error.value).splitlines()[1].startswith("no reason was recorded")
         assert "seml coll print-output -id" in str(error.value)
+
+
+def test_a_failed_point_is_reported_by_hydra_as_its_trace_alone(capsys, monkeypatch):
+    """Hydra's basic sweeper re-raises the first failed point's ``return_value``; Hydra's
+    ``run_and_report`` then printed its own and the sweeper's frames around the experiment's
+    trace (it strips only up to ``run_job``, which the launcher never runs). Now it prints the
+    message: the experiment, its trace and where every failed point's trace is, exit 1."""
+    import pytest
+    from hydra._internal.utils import run_and_report
+
+    from seml_hydra.launch.wait import ExperimentFailed, job_return_from_document
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    trace = ["Traceback (most recent call last):\n", '  File "app.py", line 3\n', "ValueError: x\n"]
+    doc = {**COMPLETED_DOC, "status": "FAILED", "fail_trace": trace}
+    ret = job_return_from_document(doc, {"job": {}}, "my runs")
+
+    def sweep():  # what hydra's BasicSweeper.sweep does with each JobReturn
+        _ = ret.return_value
+
+    with pytest.raises(SystemExit) as exit_:
+        run_and_report(sweep)
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert "experiment 3 is FAILED:\nTraceback (most recent call last):" in err
+    assert "ValueError: x\n(`seml 'my runs' print-fail-trace` shows the trace of every" in err
+    assert "basic_sweeper" not in err and "run_and_report" not in err, err
+    assert isinstance(ExperimentFailed("x"), RuntimeError)  # what callers may catch
