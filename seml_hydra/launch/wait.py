@@ -456,7 +456,6 @@ def job_return_from_document(
         ret.status = JobStatus.FAILED
         ret._return_value = ExperimentFailed(
             f"experiment {doc.get('_id')} is {doc.get('status')}:\n{text.strip()}\n"
-            f"(`{seml_for(collection)} print-fail-trace` shows the trace of every failed point; "
-            "HYDRA_FULL_ERROR=1 adds where Hydra raised this)"
+            f"(`{seml_for(collection)} print-fail-trace` shows the trace of every failed point)"
         )
     return ret
