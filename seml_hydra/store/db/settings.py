@@ -298,7 +298,7 @@ def _embedded_settings(env: Mapping[str, str], start: bool) -> DbSettings:
         host=server.host,
         port=server.port,
         extra=(("directConnection", True),),
-        source=f"embedded mongod at {server.host}:{server.port} (data in {server.data_dir})",
+        source=f"embedded mongod at {server.host}:{server.port}, data in {server.data_dir}",
     )
 
 
