@@ -13,14 +13,18 @@ PORT=${SEML_TEST_SSHD_PORT:-22022}
 DIR=${SEML_TEST_SSHD_DIR:-/tmp/seml-hydra-sshd}
 SSHD=/usr/sbin/sshd
 
-# our sshd runs: the pid file names a live process whose command line names our sshd_config (a
-# pid file left by an sshd that is gone may name a reused pid: CI found one naming another process)
+# our sshd runs: the pid file names a live process that is $SSHD run with `-f` our sshd_config (a
+# pid file left by an sshd that is gone may name a reused pid: CI found one naming another process;
+# one naming `tail -f $DIR/sshd_config` or an editor of it is not ours either, and stop must not
+# kill it)
 running() {
-  local pid
+  local pid exe
   [[ -s $DIR/sshd.pid ]] || return 1
   pid=$(tr -dc '0-9' <"$DIR/sshd.pid")
   [[ -n $pid && -r /proc/$pid/cmdline ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$DIR/sshd_config"
+  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+  [[ $exe == "$SSHD" || $exe == "$SSHD (deleted)" ]] || return 1
+  { tr '\0' ' ' <"/proc/$pid/cmdline"; echo; } 2>/dev/null | grep -qF -- " -f $DIR/sshd_config "
 }
 answers() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
 

@@ -894,10 +894,13 @@ class _Launch:
         if self.launcher.executor == "slurm":  # asked far more than used: say so, once
             from seml_hydra.track.usage import group_usage, underused_line
 
-            # only what this launch ran: points skipped as COMPLETED ran in an earlier one
-            ran = {i for _, submitted in jobs.values() for i in submitted}
+            # only what ended while this launch waited: points skipped as COMPLETED ran in an
+            # earlier launch, which told it then; points it found RUNNING (left by wait=false
+            # or Ctrl-C) ended here, and no launch has told them
+            done_before = set(result.awaited.get("COMPLETED", ()))
             line = underused_line(
-                group_usage([d for i, d in docs.items() if i in ran], {}), self.collection_name
+                group_usage([d for i, d in docs.items() if i not in done_before], {}),
+                self.collection_name,
             )
             if line is not None:
                 from rich.markup import escape

@@ -664,17 +664,22 @@ class SubmittedArray:
     def describe(self) -> str:
         """The line the launcher prints for it: ``Submitted <n> job(s) as <cluster> job <id>
         (<name>)``, why it is one of several arrays when it is, and where its output goes."""
-        split = ""
-        if self.part is not None:
-            k, n, limit = self.part
-            split = (
-                f", array {k} of {n}: Slurm's MaxArraySize ({limit}) allows at most {limit} "
-                "tasks per array"
-            )
         return (
             f"Submitted {len(self.jobs)} job(s) as {self.cluster} job {self.array_id} "
-            f"({self.name}{split}); output in {self.folder}"
+            f"({self.name}{split_note(self.part)}); output in {self.folder}"
         )
+
+
+def split_note(part: tuple[int, int, int] | None) -> str:
+    """``", array k of n: Slurm's MaxArraySize (m) allows at most m tasks per array"`` for the
+    k-th of the n arrays a group was cut into (:attr:`SubmittedArray.part`), else ``""``; what
+    the launcher's "Submitted" and ``seml start``'s "Started" lines add after the job name."""
+    if part is None:
+        return ""
+    k, n, limit = part
+    return (
+        f", array {k} of {n}: Slurm's MaxArraySize ({limit}) allows at most {limit} tasks per array"
+    )
 
 
 def submit_requests(

@@ -37,6 +37,8 @@ class StartedArray:
     folder: str
     ids: list[int]
     max_failures: int | None = None
+    #: ``(k, n, max_array_size)``: the k-th of n arrays cut at MaxArraySize (SubmittedArray.part)
+    part: tuple[int, int, int] | None = None
 
 
 def no_payload_message(doc: Mapping[str, Any]) -> str:
@@ -180,7 +182,15 @@ def start(
             ids = sorted(i for _, group in array.jobs.values() for i in group)
             stops_at = (array.fail_fast or {}).get("max_failures")
             started.append(
-                StartedArray(array.array_id, array.name, array.cluster, array.folder, ids, stops_at)
+                StartedArray(
+                    array.array_id,
+                    array.name,
+                    array.cluster,
+                    array.folder,
+                    ids,
+                    stops_at,
+                    part=array.part,
+                )
             )
     return started
 

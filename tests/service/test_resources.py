@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import subprocess
 
-from support.run import run_app, run_points
+from support.run import run_app, run_points, seml_ok
+from support.wait import wait_until
 
 from seml_hydra.slurm.client import max_array_size, scontrol_show_job
 
@@ -91,6 +92,25 @@ def test_sweep_larger_than_max_array_size_is_split_saying_why_and_all_points_run
     arrays = arrays_of(test_db["fail"])
     assert sorted(len(docs) for docs in arrays.values()) == [2, 8]
     assert test_db["fail"].count_documents({"status": "COMPLETED"}) == 10
+
+
+def test_seml_start_of_more_than_max_array_size_says_why_it_makes_several_arrays(
+    slurm, test_db, tmp_path
+):
+    """``seml <col> start`` cuts arrays at MaxArraySize as the launcher does; its "Started"
+    lines say so too (they were two bare lines, as the launcher's were before)."""
+    proc = run_points(10, *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    seml_ok("fail", "reset", "-s", "COMPLETED", "-y")
+    out = seml_ok("fail", "start")
+    for k, ids in ((1, "1-8"), (2, "9-10")):
+        assert f"({ids}) as slurm job " in out, out
+        assert f"array {k} of 2: Slurm's MaxArraySize (8) allows at most 8 tasks" in out, out
+    wait_until(
+        "the restarted experiments complete",
+        lambda: test_db["fail"].count_documents({"status": "COMPLETED"}) == 10,
+        timeout=120,
+    )
 
 
 def test_array_parallelism_holds_for_the_whole_sweep_when_it_is_split(slurm, test_db, tmp_path):

@@ -87,6 +87,42 @@ def test_a_stale_pid_file_naming_another_process_does_not_pass_for_the_test_sshd
         other.wait()
 
 
+def test_stop_never_kills_a_process_that_only_names_the_sshd_config(tmp_path):
+    """tools/sshd_test.sh: a stale pid file naming a live process that is not sshd but whose
+    command line names our sshd_config (``tail -f .../sshd_config``, an editor) is not our sshd:
+    ``stop`` leaves it alone and a start starts sshd instead of reporting that process."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    folder = tmp_path / "sshd"
+    env = {**os.environ, "SEML_TEST_SSHD_DIR": str(folder), "SEML_TEST_SSHD_PORT": str(port)}
+    script = ["bash", str(ROOT / "tools" / "sshd_test.sh")]
+    folder.mkdir(mode=0o700)
+    (folder / "sshd_config").write_text("# not yet written by the script\n")
+    tail = ["tail", "-f", str(folder / "sshd_config")]
+    other = subprocess.Popen(tail, stdout=subprocess.DEVNULL)
+    try:
+        cmdline = Path(f"/proc/{other.pid}/cmdline")
+        wait_until("tail to exec", lambda: "sshd_config" in cmdline.read_text(), timeout=10)
+        (folder / "sshd.pid").write_text(f"{other.pid}\n")
+        subprocess.run([*script, "stop"], env=env, capture_output=True, timeout=60, check=True)
+        assert other.poll() is None, "tools/sshd_test.sh stop killed a process that is not sshd"
+        (folder / "sshd.pid").write_text(f"{other.pid}\n")
+        proc = subprocess.run(script, env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert int((folder / "sshd.pid").read_text()) != other.pid
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            assert conn.recv(64).startswith(b"SSH-2.0-")
+    finally:
+        subprocess.run([*script, "stop"], env=env, capture_output=True, timeout=60)
+        alive = other.poll() is None
+        other.kill()
+        other.wait()
+    assert alive, "tools/sshd_test.sh stop killed a process that is not sshd"
+
+
 def known_hosts_line(host: str, port: int, key: list[str]) -> str:
     """A ``known_hosts`` line for ``host:port`` and a public key ``[type, base64]``."""
     return f"[{host}]:{port} {key[0]} {key[1]}\n"

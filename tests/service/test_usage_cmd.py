@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.run import run_points, seml_ok
+from support.run import run_app, run_points, seml_ok
 
 pytestmark = pytest.mark.slurm
 
@@ -46,6 +46,32 @@ def test_a_launch_that_ran_nothing_new_gets_no_line_about_earlier_batches(slurm,
     assert again.returncode == 0, again.stdout + again.stderr
     assert "Skipped 2 point(s) already in the collection as COMPLETED" in again.stdout
     assert "less than a quarter" not in again.stdout, again.stdout
+
+
+def test_a_launch_that_waits_for_points_an_earlier_one_left_running_gets_the_line(
+    slurm, test_db, tmp_path
+):
+    """wait=false (or Ctrl-C, which detaches), then the same sweep again: the second launch
+    waits for the RUNNING points until they end, so it is the one to tell their over-sized
+    request (the first never saw them end); only points already COMPLETED are left out."""
+    args = (
+        "-m",
+        "hydra/launcher=seml",
+        "hydra.launcher.collection=sleep",
+        "hydra.launcher.snapshot=false",
+        "hydra.launcher.poll_interval_s=0.3",
+        "hydra.launcher.mem_gb=2",
+        "hydra.launcher.timeout_min=60",
+        "seconds=4,5",
+    )
+    first = run_app("../tests/apps/sleep_app.py", *args, "hydra.launcher.wait=false", cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "less than a quarter" not in first.stdout
+    again = run_app("../tests/apps/sleep_app.py", *args, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Skipped 2 point(s) already in the collection as" in again.stdout, again.stdout
+    assert "(waiting for them)" in again.stdout, again.stdout
+    assert "Batch 1 (array " in again.stdout and "less than a quarter" in again.stdout, again.stdout
 
 
 def test_a_request_that_fits_gets_no_line(slurm, test_db, tmp_path):
