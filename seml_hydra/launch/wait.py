@@ -454,8 +454,12 @@ def job_return_from_document(
                 f"tool); see `{seml_for(collection)} print-output -id {doc.get('_id')}`"
             )
         ret.status = JobStatus.FAILED
+        more = (  # not for a point deleted meanwhile: print-fail-trace no longer has it
+            f"\n(`{seml_for(collection)} print-fail-trace` shows the trace of every failed point)"
+            if doc.get("status") in states.RERUNNABLE
+            else ""
+        )
         ret._return_value = ExperimentFailed(
-            f"experiment {doc.get('_id')} is {doc.get('status')}:\n{text.strip()}\n"
-            f"(`{seml_for(collection)} print-fail-trace` shows the trace of every failed point)"
+            f"experiment {doc.get('_id')} is {doc.get('status')}:\n{text.strip()}{more}"
         )
     return ret

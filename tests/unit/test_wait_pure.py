@@ -157,3 +157,16 @@ def test_a_failed_point_is_reported_by_hydra_as_its_trace_alone(capsys, monkeypa
     assert "ValueError: x\n(`seml 'my runs' print-fail-trace` shows the trace of every" in err
     assert "basic_sweeper" not in err and "run_and_report" not in err, err
     assert isinstance(ExperimentFailed("x"), RuntimeError)  # what callers may catch
+
+
+def test_a_point_deleted_meanwhile_gets_no_print_fail_trace_hint():
+    """The launcher reports a point deleted while it waited as DELETED with a trace of its own;
+    ``print-fail-trace`` cannot show it (outside tester, session of 2026-12-07)."""
+    import pytest
+
+    from seml_hydra.launch.wait import ExperimentFailed, job_return_from_document
+
+    doc = {**COMPLETED_DOC, "status": "DELETED", "fail_trace": ["deleted while waiting"]}
+    with pytest.raises(ExperimentFailed) as error:
+        _ = job_return_from_document(doc, {"job": {}}, "c").return_value
+    assert str(error.value) == "experiment 3 is DELETED:\ndeleted while waiting"
