@@ -84,7 +84,7 @@ if ! running; then
   done
 fi
 if ! { running && answers; }; then
-  echo "sshd for tests does not answer on 127.0.0.1:$PORT; see $DIR/sshd.log" >&2
+  echo "sshd for tests does not answer on 127.0.0.1:$PORT; see $DIR/sshd.log (one of $DIR started for another port keeps running: \`bash tools/sshd_test.sh stop\` first)" >&2
   tail -5 "$DIR/sshd.log" >&2
   exit 1
 fi
