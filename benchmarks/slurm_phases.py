@@ -8,7 +8,7 @@ slurmctld's log (``SlurmctldLogFile`` of ``scontrol show config``; readable by t
 the testbed) for the lines the launch caused, at their millisecond timestamps. Prints per run,
 in seconds from the command's start: ``submit`` (slurmctld took the sbatch), ``update``
 (``scontrol update``: our deferred start moved to now), ``alloc1`` / ``alloc_last`` (Slurm
-allocated the first / last task: its scheduler passes), the first task's start, the last
+allocated the first / last task: its scheduler passes), the first task's start, the longest
 task's life (start to exit) and ``detect`` (the last exit to the command's exit). Needs the
 testbed, the MongoDB of ``--mongo`` and the virtualenvs of ``run.py`` (made on first use).
 """
@@ -113,7 +113,7 @@ def _rounds(args: argparse.Namespace, envs: dict, log: Path, client, work: Path)
                 f"{name:30s} wall {result['wall_s']:.2f}  submit {first['submit']:.2f}  "
                 f"update {first['update']:.2f}  alloc1 {first['alloc']:.2f}  "
                 f"alloc_last {last_alloc:.2f}  first task {result['until_start_s']:.2f}  "
-                f"last task's life {max(result['life_s']):.2f}  detect {result['detect_s']:.2f}",
+                f"longest task's life {max(result['life_s']):.2f}  detect {result['detect_s']:.2f}",
                 flush=True,
             )
 
