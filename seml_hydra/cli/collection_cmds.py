@@ -232,7 +232,7 @@ def start(
     if local:
         return _work(target, num_experiments, worker_gpus, post_mortem, steal_slurm)
     from seml_hydra.launch.recovery import recover_interrupted_submissions
-    from seml_hydra.launch.submit import split_note
+    from seml_hydra.launch.submit import array_note
     from seml_hydra.manage.start import fail_fast_lines
     from seml_hydra.manage.start import start as do_start
     from seml_hydra.track.killed import recovered_message
@@ -250,7 +250,7 @@ def start(
     for array in arrays:
         console().print(
             f"Started {len(array.ids)} experiment(s) ({_ids(array.ids)}) as {array.cluster} job "
-            f"{array.array_id} ({array.name}{split_note(array.part)}); output in {array.folder}"
+            f"{array.array_id} ({array.name}{array_note(array.label, array.part)}); output in {array.folder}"
         )
     for line in fail_fast_lines(arrays, max_failures):
         console().print(line)

@@ -394,6 +394,21 @@ def sbatch_options(launcher: Mapping[str, Any], *, comment: str, name: str) -> d
     return out
 
 
+def group_labels(options: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What tells the resource groups of one submission apart, one label per group (pure):
+    ``"key=value, ..."`` of the sbatch options (:func:`sbatch_options`) whose values differ
+    between the groups, in key order, each group naming those it sets; ``comment`` and
+    ``job-name`` are left out (the submission's lines name the job). ``["", ...]`` when the
+    options are the same (groups of another payload, batch or executor) and ``[""]`` for one
+    group. E.g. ``[{"ntasks": 1}, {"ntasks": 2}]`` -> ``["ntasks=1", "ntasks=2"]``."""
+    if len(options) < 2:
+        return [""] * len(options)
+    keys = sorted({k for o in options for k in o} - {"comment", "job-name"})
+    missing = object()
+    differing = [k for k in keys if len({repr(o.get(k, missing)) for o in options}) > 1]
+    return [", ".join(f"{k}={o[k]}" for k in differing if k in o) for o in options]
+
+
 def sent_options(extra: Mapping[str, Any]) -> dict[str, Any]:
     """The raw sbatch options of ``additional_parameters`` that go to sbatch (pure): all but
     those set to ``None`` or ``False``, which mean "not set" (submitit would write

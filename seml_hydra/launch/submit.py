@@ -40,6 +40,7 @@ from seml_hydra.launch.sbatch import (
     chunk,
     executor_arguments,
     executor_parameters,
+    group_labels,
     job_name,
     option_key,
     resource_key,
@@ -660,26 +661,34 @@ class SubmittedArray:
     #: ``(k, n, max_array_size)`` when this is the k-th of the n arrays one group was cut into
     #: at Slurm's ``MaxArraySize`` (``sbatch.split_array``), else None
     part: tuple[int, int, int] | None = None
+    #: what tells its resource group from the submission's others (``sbatch.group_labels``:
+    #: ``"ntasks=2"``), ``""`` when the submission has one group
+    label: str = ""
 
     def describe(self) -> str:
         """The line the launcher prints for it: ``Submitted <n> job(s) as <cluster> job <id>
-        (<name>)``, why it is one of several arrays when it is, and where its output goes."""
+        (<name>)``, which resource group it is and why it is one of several arrays when it
+        is (:func:`array_note`), and where its output goes."""
         return (
             f"Submitted {len(self.jobs)} job(s) as {self.cluster} job {self.array_id} "
-            f"({self.name}{split_note(self.part)}); output in {self.folder}"
+            f"({self.name}{array_note(self.label, self.part)}); output in {self.folder}"
         )
 
 
-def split_note(part: tuple[int, int, int] | None) -> str:
-    """``", array k of n: Slurm's MaxArraySize (m) allows at most m tasks per array"`` for the
-    k-th of the n arrays a group was cut into (:attr:`SubmittedArray.part`), else ``""``; what
-    the launcher's "Submitted" and ``seml start``'s "Started" lines add after the job name."""
-    if part is None:
-        return ""
-    k, n, limit = part
-    return (
-        f", array {k} of {n}: Slurm's MaxArraySize ({limit}) allows at most {limit} tasks per array"
-    )
+def array_note(label: str, part: tuple[int, int, int] | None) -> str:
+    """What the launcher's "Submitted" and ``seml start``'s "Started" lines add after the job
+    name (pure): ``", <label>"`` (:attr:`SubmittedArray.label`) when the submission made
+    several resource groups, then ``", array k of n: Slurm's MaxArraySize (m) allows at most m
+    tasks per array"`` for the k-th of the n arrays a group was cut into
+    (:attr:`SubmittedArray.part`); ``""`` for neither."""
+    note = f", {label}" if label else ""
+    if part is not None:
+        k, n, limit = part
+        note += (
+            f", array {k} of {n}: Slurm's MaxArraySize ({limit}) allows at most {limit} tasks "
+            "per array"
+        )
+    return note
 
 
 def submit_requests(
@@ -757,7 +766,10 @@ def _submit_arrays(
     max_array: int | None = None
     name_of_cluster: str | None = None
     previous: str | None = None  # the array submitted last, of any resource group
-    for group in groups:
+    labels = group_labels(
+        [sbatch_options(g.first.launcher, comment=collection_name, name="") for g in groups]
+    )
+    for group, label in zip(groups, labels):
         first = group.first
         launcher = first.launcher
         name = job_name(collection_name, first.batch_id, launcher.get("name"))
@@ -840,4 +852,5 @@ def _submit_arrays(
                 orphans=orphans,
                 fail_fast=fail_fast,
                 part=(number, len(parts), limit) if len(parts) > 1 else None,
+                label=label,
             )

@@ -39,6 +39,8 @@ class StartedArray:
     max_failures: int | None = None
     #: ``(k, n, max_array_size)``: the k-th of n arrays cut at MaxArraySize (SubmittedArray.part)
     part: tuple[int, int, int] | None = None
+    #: its resource group's label among the start's groups (SubmittedArray.label)
+    label: str = ""
 
 
 def no_payload_message(doc: Mapping[str, Any]) -> str:
@@ -190,6 +192,7 @@ def start(
                     ids,
                     stops_at,
                     part=array.part,
+                    label=array.label,
                 )
             )
     return started

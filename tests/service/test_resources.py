@@ -154,6 +154,9 @@ def test_array_parallelism_holds_across_resource_groups(slurm, test_db, tmp_path
     assert proc.returncode == 0, proc.stderr
     first, second = sorted(arrays_of(test_db["tasks_app"]))  # in submission order
     assert_one_after_another(first, second)
+    # each "Submitted" line says which group it is (they differed only in the job id)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("Submitted")]
+    assert len(lines) == 2 and "ntasks=1" in lines[0] and "ntasks=2" in lines[1], lines
 
 
 def test_reserved_sbatch_option_is_refused_before_staging(test_db, tmp_path):

@@ -736,3 +736,19 @@ def test_orphaned_tasks_are_those_with_no_experiment_left():
     assert orphaned_tasks(groups, {1, 2, 3, 4, 5}) == []
     assert orphaned_tasks(groups, {2, 5}) == [1]  # one experiment left keeps its task
     assert orphaned_tasks(groups, set()) == [0, 1, 2]
+
+
+def test_resource_groups_are_labelled_by_the_options_that_differ():
+    """Two resource groups of one launch printed the same "Submitted" line but for the job id
+    (outside tester): each now names the sbatch options that tell it from the others."""
+    from seml_hydra.launch.sbatch import group_labels
+    from seml_hydra.launch.submit import array_note
+
+    one = {"ntasks": 1, "cpus-per-task": 1, "comment": "c", "job-name": "c_1"}
+    two = {"ntasks": 2, "cpus-per-task": 1, "comment": "c", "job-name": "c_2", "gres": "gpu:1"}
+    assert group_labels([one, two]) == ["ntasks=1", "gres=gpu:1, ntasks=2"]
+    assert group_labels([one]) == [""] and group_labels([one, dict(one)]) == ["", ""]
+    assert array_note("ntasks=2", (1, 2, 8)) == (
+        ", ntasks=2, array 1 of 2: Slurm's MaxArraySize (8) allows at most 8 tasks per array"
+    )
+    assert array_note("", None) == ""
