@@ -766,13 +766,17 @@ def _submit_arrays(
     max_array: int | None = None
     name_of_cluster: str | None = None
     previous: str | None = None  # the array submitted last, of any resource group
-    labels = group_labels(
-        [sbatch_options(g.first.launcher, comment=collection_name, name="") for g in groups]
-    )
-    for group, label in zip(groups, labels):
+    names = [
+        job_name(collection_name, g.first.batch_id, g.first.launcher.get("name")) for g in groups
+    ]
+    all_options = [
+        sbatch_options(g.first.launcher, comment=collection_name, name=name)
+        for g, name in zip(groups, names)
+    ]
+    labels = group_labels(all_options)  # before a dependency joins the options below
+    for group, name, options, label in zip(groups, names, all_options, labels):
         first = group.first
         launcher = first.launcher
-        name = job_name(collection_name, first.batch_id, launcher.get("name"))
         id_groups = chunk(sorted(group.exp_ids), launcher["experiments_per_job"])
         limit_failures = launcher.get("max_failures")
         fail_fast = failfast.mark(f"{launch}-{limit_failures}", limit_failures)
@@ -789,7 +793,6 @@ def _submit_arrays(
         if problem is not None:  # checked at staging too; seml start and a changed tree here
             raise SubmissionError(f"{problem}; nothing was submitted")
         params = executor_parameters(launcher, comment=collection_name, name=name)
-        options = sbatch_options(launcher, comment=collection_name, name=name)
         try:
             dependency = batch_dependency(collection.database, collection_name, launcher)
         except ValueError as error:
