@@ -241,13 +241,8 @@ def write_new_tree(files: Sequence[tuple[Path, bytes]]) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for path, data in files:
         _private_folders(os.path.dirname(path), made)
-        fd = os.open(path, flags, 0o666)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
+        with os.fdopen(os.open(path, flags, 0o666), "wb") as stream:
+            stream.write(data)
 
 
 def _private_folders(folder: str, made: set[str]) -> None:
