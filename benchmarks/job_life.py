@@ -142,15 +142,12 @@ def _sacct_elapsed(jobs: list[str]) -> tuple[list[float], list[float]]:
 def batch_sched_delay() -> float:
     """Slurm's ``batch_sched_delay`` (s): the ``SchedulerParameters`` value in ``scontrol show
     config``, else Slurm's default 3."""
-    out = subprocess.run(
-        ["scontrol", "show", "config"], capture_output=True, text=True, check=True
-    ).stdout
-    for line in out.split("\n"):
-        if line.split("=")[0].strip() == "SchedulerParameters":
-            for item in line.split("=", 1)[1].split(","):
-                name, _, value = item.strip().partition("=")
-                if name == "batch_sched_delay" and value:
-                    return float(value)
+    from seml_hydra.slurm.client import show_config
+
+    for item in show_config().get("SchedulerParameters", "").split(","):
+        name, _, value = item.strip().partition("=")
+        if name == "batch_sched_delay" and value:
+            return float(value)
     return 3.0
 
 

@@ -432,6 +432,30 @@ def print_table(rows: list[tuple]) -> str:
     return text
 
 
+def tool_envs(
+    mongo: str, cache: Path, *, seml_bin: Path | None, hsl_bin: Path | None, ours_bin: Path
+) -> dict:
+    """Each tool's environment and interpreter folder: ``{"ours", "seml", "hsl": environ,
+    "ours_bin", "seml_bin", "hsl_bin": folder}`` (``seml``'s environment is empty without
+    ``seml_bin``). As on a user's machine: no Slurm job's variables, and Python writes and
+    reuses its bytecode caches for every tool (``PYTHONDONTWRITEBYTECODE`` dropped)."""
+    base_env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "SBATCH_")) and k != "PYTHONDONTWRITEBYTECODE"
+    }
+    return {
+        "ours": {**base_env, "SEML_MONGODB_URI": f"{mongo}/{OURS_DB}"},
+        "seml": {**base_env, "HOME": str(seml_home(cache / "seml-home", mongo))}
+        if seml_bin
+        else {},
+        "hsl": dict(base_env),
+        "seml_bin": seml_bin,
+        "hsl_bin": hsl_bin,
+        "ours_bin": ours_bin,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -476,25 +500,7 @@ def main() -> None:
     )
     hsl_bin = ensure_venv(cache, "venv-hsl", HSL_VERSION) if only & {"b", "life"} else None
     ours_bin = ours_venv(cache)
-    # as on a user's machine: Python writes and reuses its bytecode caches for every tool
-    base_env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SLURM_", "SBATCH_")) and k != "PYTHONDONTWRITEBYTECODE"
-    }
-    envs = {
-        "ours": {
-            **base_env,
-            "SEML_MONGODB_URI": f"{args.mongo}/{OURS_DB}",
-        },
-        "seml": {**base_env, "HOME": str(seml_home(cache / "seml-home", args.mongo))}
-        if seml_bin
-        else {},
-        "hsl": dict(base_env),
-        "seml_bin": seml_bin,
-        "hsl_bin": hsl_bin,
-        "ours_bin": ours_bin,
-    }
+    envs = tool_envs(args.mongo, cache, seml_bin=seml_bin, hsl_bin=hsl_bin, ours_bin=ours_bin)
     work = Path(tempfile.mkdtemp(prefix="seml-hydra-bench-"))
     say(f"work dir {work}")
     results: dict = {}

@@ -20,7 +20,6 @@ import datetime
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -38,14 +37,12 @@ EVENTS = {
 
 def log_file() -> Path:
     """slurmctld's log file (``SlurmctldLogFile``). Raises ``RuntimeError`` without one."""
-    out = subprocess.run(
-        ["scontrol", "show", "config"], capture_output=True, text=True, check=True
-    ).stdout
-    for line in out.split("\n"):
-        name, _, value = line.partition("=")
-        if name.strip() == "SlurmctldLogFile" and value.strip() not in ("", "(null)"):
-            return Path(value.strip())
-    raise RuntimeError("slurmctld logs to syslog here (no SlurmctldLogFile): nothing to read")
+    from seml_hydra.slurm.client import show_config
+
+    value = show_config().get("SlurmctldLogFile", "")
+    if value in ("", "(null)"):
+        raise RuntimeError("slurmctld logs to syslog here (no SlurmctldLogFile): nothing to read")
+    return Path(value)
 
 
 def event_times(lines: list[str], start: float) -> dict[str, list[float]]:
@@ -71,17 +68,13 @@ def main() -> None:
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/seml-hydra-bench"))
     args = parser.parse_args()
     cache = Path(args.cache)
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SLURM_", "SBATCH_")) and k != "PYTHONDONTWRITEBYTECODE"
-    }
-    envs = {
-        "ours": {**base, "SEML_MONGODB_URI": f"{args.mongo}/{run.OURS_DB}"},
-        "hsl": dict(base),
-        "hsl_bin": run.ensure_venv(cache, "venv-hsl", run.HSL_VERSION),
-        "ours_bin": run.ours_venv(cache),
-    }
+    envs = run.tool_envs(
+        args.mongo,
+        cache,
+        seml_bin=None,
+        hsl_bin=run.ensure_venv(cache, "venv-hsl", run.HSL_VERSION),
+        ours_bin=run.ours_venv(cache),
+    )
     log = log_file()
     client = run.mongo_client(args.mongo)
     work = Path(tempfile.mkdtemp(prefix="seml-hydra-phases-"))
