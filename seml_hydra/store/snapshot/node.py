@@ -665,7 +665,7 @@ def materialized(
         yield directory
     finally:  # the entries the run added itself stay
         sys.path[:] = before + [e for e in sys.path if e not in ours and e not in before]
-        _leave(lock, registry, stem, directory, me)
+        _leave(lock, registry, stem, directory, me, host)
 
 
 def _write_making_room(
@@ -687,7 +687,7 @@ def _write_making_room(
         write_new_tree(files)
 
 
-def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any]) -> None:
+def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any], host: str) -> None:
     """Take this rank out of the registry; the last rank keeps the directory for the next
     tasks of the same code (:data:`KEEP_S`: the registry records when it left), then removes
     this host's other snapshots nobody uses or kept (:func:`remove_stale_snapshots`; the
@@ -718,7 +718,7 @@ def _leave(lock: Any, registry: Path, stem: str, directory: Path, me: list[Any])
             error,
         )
         return
-    remove_stale_snapshots(directory.parent, socket.gethostname(), skip=stem)
+    remove_stale_snapshots(directory.parent, host, skip=stem)
 
 
 def _reusable(
